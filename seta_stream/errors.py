@@ -1,0 +1,53 @@
+"""The exception tree of seta_stream.
+
+Every error the library raises on purpose derives from :class:`SetaStreamError`, so a
+training script can catch one type. Messages follow one rule: where (run directory, file,
+shard, key), what was found, what was expected, how to fix it.
+
+    SetaStreamError
+    ├── RunFormatError          run directory missing, not a run, or written by a newer version
+    ├── RunLockedError          another process holds the run's lock (compaction/planning)
+    ├── CorruptPartError        a loss part cannot be read or has the wrong schema
+    ├── SampleIdCollisionError  two different (shard, key) pairs map to the same 64-bit uid
+    ├── PlanMissingError        no plan for the epoch a stage or a query asked for
+    ├── EpochOrderError         planning an epoch below the last planned one
+    └── InvalidInputError       bad arguments to record()/plan() (also a ValueError)
+"""
+
+from __future__ import annotations
+
+
+class SetaStreamError(Exception):
+    """Base class of every error raised on purpose by seta_stream."""
+
+
+class RunFormatError(SetaStreamError):
+    """The run directory is missing, is not a seta_stream run, or has a newer format."""
+
+
+class RunLockedError(SetaStreamError):
+    """Another live process holds the lock of this run directory."""
+
+
+class CorruptPartError(SetaStreamError):
+    """A loss part (Parquet sidecar) is unreadable or does not have the expected schema."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class SampleIdCollisionError(SetaStreamError):
+    """Two different sample identities hash to the same 64-bit uid."""
+
+
+class PlanMissingError(SetaStreamError):
+    """There is no published plan for the requested epoch."""
+
+
+class EpochOrderError(SetaStreamError):
+    """An epoch was requested out of order (below the last planned epoch)."""
+
+
+class InvalidInputError(SetaStreamError, ValueError):
+    """Arguments that cannot be used as given (lengths, shapes, dtypes, ranges)."""

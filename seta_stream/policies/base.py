@@ -1,0 +1,146 @@
+"""The policy contract: table columns + epoch + parameters + seed in, keep mask and weights out.
+
+A policy is a pure function ``fn(inp: PolicyInput, params) -> PolicyResult``; ``params`` is a
+frozen dataclass validated in ``__post_init__``. No I/O, no globals, no process-wide RNG:
+every random draw comes from the per-sample uniforms of ``seta_stream.policies.random_draws``
+(algorithms.md §0.4). Everything with side effects (reading the table, writing the plan) is
+in ``seta_stream.plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+__all__ = [
+    "PolicyInput",
+    "PolicyResult",
+    "AbsentRule",
+    "PolicySpec",
+    "REASONS",
+    "reason_code",
+]
+
+#: Every reason a plan row can carry (stored as a dictionary column in plan.parquet).
+REASONS: tuple[str, ...] = (
+    "all",  # full policy / warm-up / nothing to prune
+    "kept",  # generic keep (random subsets)
+    "dropped",  # generic drop (random subsets)
+    "unseen",  # kept because never seen (score-based steps skip unseen samples)
+    "no_window",  # SeTa epoch 0 or no seen sample: every cluster kept
+    "window",  # SeTa: inside the sliding window
+    "outside_window",  # SeTa: outside the window
+    "downsampled_out",  # SeTa/random: removed by the uniform down-sampling
+    "anneal",  # annealing epoch keep
+    "anneal_dropped",  # annealing epoch drop (SeTa partial annealing)
+    "above_mean",  # InfoBatch: score >= mean, kept
+    "below_mean_drawn",  # InfoBatch: below mean, drawn, rescaled
+    "below_mean_pruned",  # InfoBatch: below mean, pruned
+    "drawn",  # ESWP: in the weighted draw
+    "not_drawn",  # ESWP: outside the weighted draw
+    "empty_plan_guard",  # the single sample kept by the empty-plan guard
+)
+
+
+def reason_code(name: str) -> int:
+    """Index of a reason name in :data:`REASONS` (raises KeyError-like ValueError if unknown)."""
+    return REASONS.index(name)
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Columns of the loss table (one row per known sample) plus the planning context.
+
+    Row order is irrelevant to every policy (algorithms.md §0.4).
+    """
+
+    uid: np.ndarray  # uint64[N]
+    last_loss: np.ndarray  # float32[N], NaN = never recorded / non-finite
+    ema: np.ndarray  # float64[N], NaN = never recorded
+    seen: np.ndarray  # int32[N]
+    last_epoch: np.ndarray  # int32[N], -1 = never
+    epoch: int  # e, 0-based epoch being planned
+    epochs: int  # E, total epochs of the run
+    seed: int  # run seed (uint64)
+    n_ref: int = 0  # n for the ES start score 1/n (0: use N)
+
+    def __post_init__(self) -> None:
+        n = len(self.uid)
+        for name in ("last_loss", "ema", "seen", "last_epoch"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"PolicyInput.{name} has {len(getattr(self, name))} rows, uid has {n}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if not 0 <= self.epoch < self.epochs:
+            raise ValueError(f"epoch must be in [0, epochs={self.epochs}), got {self.epoch}")
+
+    @property
+    def n(self) -> int:
+        return len(self.uid)
+
+    @classmethod
+    def from_losses(
+        cls, uid: np.ndarray, last_loss: np.ndarray, *, epoch: int, epochs: int, seed: int = 0
+    ) -> PolicyInput:
+        """Convenience for tests and notebooks: seen iff the loss is finite."""
+        last_loss = np.asarray(last_loss, dtype=np.float32)
+        finite = np.isfinite(last_loss)
+        return cls(
+            uid=np.asarray(uid, dtype=np.uint64),
+            last_loss=last_loss,
+            ema=np.where(finite, last_loss.astype(np.float64), np.nan),
+            seen=finite.astype(np.int32),
+            last_epoch=np.where(finite, max(epoch - 1, 0), -1).astype(np.int32),
+            epoch=epoch,
+            epochs=epochs,
+            seed=seed,
+        )
+
+
+@dataclass(frozen=True)
+class AbsentRule:
+    """What the stage does with a sample that is not in the plan (new data, or no listing).
+
+    ``keep``: keep it with weight 1 (architecture contract). ``bernoulli``: keep it iff its
+    uniform u_i of ``stream`` for this epoch is < ``fraction`` (score-free policies, §0.2).
+    """
+
+    kind: Literal["keep", "bernoulli"] = "keep"
+    fraction: float = 1.0
+    stream: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "fraction": self.fraction, "stream": self.stream}
+
+
+@dataclass
+class PolicyResult:
+    """Output of a policy for N samples.
+
+    ``summary`` holds the policy-specific fields (algorithms.md names them per policy) plus
+    ``phase``; the common fields (n, kept, pruned_fraction, unseen, nonfinite,
+    weight_histogram, empty_plan_guard) are added by :func:`seta_stream.policies.finalize`.
+    """
+
+    keep: np.ndarray  # bool[N]
+    weight: np.ndarray  # float32[N]; 0.0 where not kept
+    reason: np.ndarray  # int8[N], codes into REASONS
+    summary: dict[str, Any]
+    cluster: np.ndarray | None = None  # int16[N], -1 = not clustered
+    score: np.ndarray | None = None  # float64[N] (ES/ESWP)
+    absent_rule: AbsentRule = field(default_factory=AbsentRule)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy: name, parameter dataclass, pure function, one-line description."""
+
+    name: str
+    params_type: type
+    fn: Callable[[PolicyInput, Any], PolicyResult]
+    description: str
+
+    def make_params(self, **kwargs: Any) -> Any:
+        return self.params_type(**kwargs)

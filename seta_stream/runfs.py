@@ -1,0 +1,347 @@
+"""The run directory: layout, storage access (local or any fsspec URL), atomic publish, locks.
+
+Every other module reaches storage through :class:`RunDir`, never through ``open``/``os``.
+Invariants kept here:
+
+* every file that another process reads is *published*: written completely under a temporary
+  name and renamed into place (local disk), or written with one PUT (object stores, where a
+  single-object write is atomic); a reader sees a complete old or a complete new file;
+* nothing already published is modified in place (new content gets a new name, except the
+  small JSON pointers ``table/manifest.json`` and ``state.json`` that are replaced whole);
+* ``seta-stream.json`` names the format and its version; a newer version is refused.
+
+Layout (docs/format.md is the authority)::
+
+    RUN_DIR/seta-stream.json
+    RUN_DIR/losses/rank=R/epoch=E/part-*.parquet
+    RUN_DIR/losses-quarantine/...            parts set aside by ``compact(..., on_corrupt="skip")``
+    RUN_DIR/table/manifest.json, table/table-*.parquet
+    RUN_DIR/plans/epoch=E/{plan.parquet, summary.json, lookup.arrow, shards.arrow}
+    RUN_DIR/state.json
+    RUN_DIR/locks/*.lock
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from .errors import RunFormatError, RunLockedError
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS"]
+
+FORMAT_NAME = "seta-stream-run"
+FORMAT_VERSION = 1
+FORMAT_FILE = "seta-stream.json"
+
+#: Run-level settings fixed when the run is created (stored in seta-stream.json).
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "shard_depth": 1,  # trailing path components of __url__ that name a shard
+    "ema_beta2": 0.9,  # EMA factor of the loss table's `ema` column (algorithms.md §0.6)
+    "dataset_size": None,  # n_ref for the EMA start value 1/n (None: table size)
+}
+
+
+class RunDir:
+    """A run directory on local disk or behind an fsspec URL (``memory://``, ``s3://``...).
+
+    ``RunDir(url, create=True)`` creates the directory and its format file if missing;
+    ``create=False`` requires an existing run. Picklable (the URL is re-resolved), so it can
+    be handed to DataLoader workers started by fork or spawn.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | RunDir,
+        *,
+        create: bool = False,
+        settings: dict[str, Any] | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(url, RunDir):
+            url, storage_options = url.url, url.storage_options
+        self.url = os.fspath(url)
+        self.storage_options = dict(storage_options or {})
+        fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        self.fs: fsspec.AbstractFileSystem = fs
+        self.root: str = root.rstrip("/") or "/"
+        self.is_local = isinstance(fs, LocalFileSystem)
+        self._settings: dict[str, Any] | None = None
+        self._open(create=create, settings=settings)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen, (self.url, self.storage_options))
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.url!r})"
+
+    # ------------------------------------------------------------------ format file
+    def _open(self, *, create: bool, settings: dict[str, Any] | None) -> None:
+        fmt_path = self.path(FORMAT_FILE)
+        if self.fs.exists(fmt_path):
+            info = self._read_format(fmt_path)
+            self._settings = {**DEFAULT_SETTINGS, **info.get("settings", {})}
+            if settings:
+                differing = {
+                    k: (self._settings.get(k), v)
+                    for k, v in settings.items()
+                    if self._settings.get(k) != v
+                }
+                if differing:
+                    detail = ", ".join(f"{k}: run has {a!r}, asked {b!r}" for k, (a, b) in differing.items())
+                    raise RunFormatError(
+                        f"{self.url}: run settings are fixed at creation and differ ({detail}); "
+                        "use a new run directory or drop the setting"
+                    )
+            return
+        if not create:
+            what = "does not exist" if not self.fs.exists(self.root) else "is not a seta_stream run"
+            raise RunFormatError(
+                f"run directory {self.url} {what} (no {FORMAT_FILE}); expected a directory "
+                "created by seta_stream. Create it with seta_stream.RunDir(url, create=True) or "
+                "by recording losses into it, or check the path"
+            )
+        unknown = set(settings or {}) - set(DEFAULT_SETTINGS)
+        if unknown:
+            raise RunFormatError(
+                f"unknown run setting(s) {sorted(unknown)}; valid: {sorted(DEFAULT_SETTINGS)}"
+            )
+        self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "settings": self._settings}
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+            self.publish_json(FORMAT_FILE, doc)
+        except PermissionError as exc:
+            raise RunFormatError(
+                f"run directory {self.url} is not writable ({exc.strerror or exc}); expected a "
+                "directory this process can create files in. Fix its permissions or choose "
+                "another location"
+            ) from exc
+
+    def _read_format(self, fmt_path: str) -> dict[str, Any]:
+        try:
+            info = json.loads(self.fs.cat_file(fmt_path))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunFormatError(f"{fmt_path}: not valid JSON ({exc})") from exc
+        if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
+            raise RunFormatError(
+                f"{fmt_path}: format {info.get('format') if isinstance(info, dict) else info!r}, "
+                f"expected {FORMAT_NAME!r}; this directory was not written by seta_stream"
+            )
+        version = info.get("version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise RunFormatError(
+                f"{fmt_path}: format version {version!r} is newer than this seta_stream "
+                f"understands (<= {FORMAT_VERSION}); upgrade seta_stream to read this run"
+            )
+        return info
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Run-level settings (``shard_depth``, ``ema_beta2``, ``dataset_size``)."""
+        assert self._settings is not None
+        return dict(self._settings)
+
+    # ------------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        """Absolute storage path (in ``self.fs``) of a path relative to the run directory."""
+        rel = "/".join(p.strip("/") for p in parts if p)
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def rel(self, path: str) -> str:
+        """Path relative to the run directory of an absolute storage path."""
+        prefix = self.root + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+
+    def display(self, *parts: str) -> str:
+        """Path for messages: the URL the user gave joined with ``parts``."""
+        rel = "/".join(p.strip("/") for p in parts if p)
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+    def local_path(self, *parts: str) -> str | None:
+        """Local filesystem path (for memory-mapping), or None for remote storage."""
+        return self.path(*parts) if self.is_local else None
+
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.exists(self.path(*parts)))
+
+    def glob(self, pattern: str) -> list[str]:
+        """Sorted relative paths matching a glob relative to the run directory."""
+        return sorted(self.rel(p) for p in self.fs.glob(self.path(pattern)))
+
+    def makedirs(self, *parts: str) -> None:
+        self.fs.makedirs(self.path(*parts), exist_ok=True)
+
+    # ------------------------------------------------------------------ reading
+    def read_bytes(self, *parts: str) -> bytes:
+        return bytes(self.fs.cat_file(self.path(*parts)))
+
+    def read_json(self, *parts: str, default: Any = None) -> Any:
+        path = self.path(*parts)
+        try:
+            data = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return default
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise RunFormatError(f"{self.display(*parts)}: not valid JSON ({exc})") from exc
+
+    def read_parquet(self, *parts: str, columns: list[str] | None = None) -> pa.Table:
+        path = self.path(*parts)
+        if self.is_local:
+            return pq.read_table(path, columns=columns, memory_map=True)
+        with self.fs.open(path, "rb") as fh:
+            return pq.read_table(fh, columns=columns)
+
+    def open(self, *parts: str, mode: str = "rb") -> Any:
+        return self.fs.open(self.path(*parts), mode)
+
+    # ------------------------------------------------------------------ publishing
+    def publish_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``data`` to ``rel`` atomically (temp + rename locally; one PUT remotely)."""
+        path = self.path(rel)
+        parent = path.rsplit("/", 1)[0]
+        if self.is_local:
+            os.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        else:
+            self.fs.makedirs(parent, exist_ok=True)
+            self.fs.pipe_file(path, data)
+
+    def publish_json(self, rel: str, obj: Any) -> None:
+        self.publish_bytes(rel, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
+
+    def publish_parquet(self, rel: str, table: pa.Table, **write_options: Any) -> None:
+        """Write a Parquet file atomically (streams to a temp file locally)."""
+        write_options.setdefault("compression", "zstd")
+        path = self.path(rel)
+        if self.is_local:
+            parent = path.rsplit("/", 1)[0]
+            os.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+            try:
+                pq.write_table(table, tmp, **write_options)
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        else:
+            buf = io.BytesIO()
+            pq.write_table(table, buf, **write_options)
+            self.publish_bytes(rel, buf.getvalue())
+
+    def publish_arrow(self, rel: str, table: pa.Table) -> None:
+        """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        self.publish_bytes(rel, sink.getvalue().to_pybytes())
+
+    def move(self, src_rel: str, dst_rel: str) -> None:
+        """Move a file inside the run (used to set corrupt parts aside)."""
+        dst = self.path(dst_rel)
+        self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.mv(self.path(src_rel), dst)
+
+    def remove(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.path(rel))
+
+    # ------------------------------------------------------------------ locks
+    @contextlib.contextmanager
+    def lock(self, name: str, *, wait: float = 0.0, poll: float = 0.2) -> Iterator[None]:
+        """Hold ``locks/<name>.lock`` for the duration of the block.
+
+        Another live holder makes this wait up to ``wait`` seconds, then raise
+        :class:`RunLockedError` naming the holder. A lock left by a process that died on
+        this host (kill -9) is detected by its pid and broken. On remote storage the lock is
+        best effort (create-if-absent is not atomic on every object store); the table
+        manifest's generation check still prevents a lost update.
+        """
+        rel = f"locks/{name}.lock"
+        token = uuid.uuid4().hex
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "time": time.time()}
+        deadline = time.monotonic() + wait
+        while True:
+            if self._try_acquire(rel, me):
+                break
+            holder = self.read_json(rel, default=None) or {}
+            if self._is_stale(holder):
+                self.remove(rel)
+                continue
+            if time.monotonic() >= deadline:
+                raise RunLockedError(
+                    f"{self.display(rel)} is held by pid {holder.get('pid')} on host "
+                    f"{holder.get('host')!r} since {time.ctime(holder.get('time', 0))}; expected "
+                    f"no other {name} running on this run. Wait for it to finish, or pass a "
+                    "longer wait; if that process is gone from another host, delete the lock file"
+                )
+            time.sleep(poll)
+        try:
+            yield
+        finally:
+            current = self.read_json(rel, default=None) or {}
+            if current.get("token") == token:
+                self.remove(rel)
+
+    def _try_acquire(self, rel: str, me: dict[str, Any]) -> bool:
+        data = json.dumps(me).encode()
+        if self.is_local:
+            path = self.path(rel)
+            os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return True
+        if self.exists(rel):
+            return False
+        self.publish_bytes(rel, data)
+        return bool((self.read_json(rel, default={}) or {}).get("token") == me["token"])
+
+    @staticmethod
+    def _is_stale(holder: dict[str, Any]) -> bool:
+        if not holder:
+            return True  # lock file vanished or is empty/partial
+        if holder.get("host") != socket.gethostname():
+            return False
+        pid = holder.get("pid")
+        if not isinstance(pid, int):
+            return True
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+def _reopen(url: str, storage_options: dict[str, Any]) -> RunDir:
+    return RunDir(url, create=False, storage_options=storage_options)
