@@ -123,7 +123,7 @@ class RunDir:
         try:
             self.fs.makedirs(self.root, exist_ok=True)
             self.publish_json(FORMAT_FILE, doc)
-        except PermissionError as exc:
+        except OSError as exc:  # PermissionError, NotADirectoryError, read-only file system...
             raise RunFormatError(
                 f"run directory {self.url} is not writable ({exc.strerror or exc}); expected a "
                 "directory this process can create files in. Fix its permissions or choose "

@@ -1,0 +1,205 @@
+"""The training-loop integration: one object that records, compacts and plans at epoch boundaries.
+
+:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream.record.LossRecorder`,
+:func:`~seta_stream.table.compact` and :func:`~seta_stream.plan.plan_epoch` in the right order
+and on the right rank::
+
+    pruner = seta_stream.Pruner(run_dir, policy="seta", params=dict(r=0.1, k=5, alpha=0.9),
+                                epochs=E, seed=0)
+    for epoch in range(start_epoch, E):
+        pruner.start_epoch(epoch)          # before iter(loader): publishes the plan of `epoch`
+        for batch in loader:
+            losses = criterion(model(x), y)            # reduction="none"
+            pruner.record(batch["__key__"], batch["__url__"], losses)
+            seta_stream.weighted_mean(losses, batch["__weight__"]).backward()
+        save_checkpoint(epoch)             # before the next start_epoch
+    pruner.close()
+
+Epoch boundary contract (also under torch.distributed): every rank flushes its recorder; rank
+0 compacts the new parts and plans ``epoch`` while the other ranks wait in a collective; then
+every rank reads the same published plan. If rank 0 fails, every rank raises the same error
+instead of hanging.
+
+Resume contract: after a restart from the checkpoint of epoch e-1, call ``start_epoch(e)``.
+The plan of e is read back (plans are never recomputed), and loss parts recorded in epoch >= e
+by the interrupted attempt are moved to ``losses-superseded/`` (kept, reported, not folded),
+because epoch e is being trained again and records each sample anew. Parts of earlier epochs
+are folded exactly once, so no flushed loss is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import SetaStreamError
+from .plan import load_summary, plan_epoch, set_current_epoch
+from .record import LossRecorder
+from .runfs import RunDir
+from .table import compact
+
+__all__ = ["Pruner", "supersede_parts"]
+
+_PART_EPOCH = re.compile(r"losses/rank=(\d+)/epoch=(\d+)/")
+
+
+def supersede_parts(run: RunDir, from_epoch: int) -> list[str]:
+    """Move unfolded loss parts of epochs >= ``from_epoch`` to ``losses-superseded/``.
+
+    Used when a run resumes at ``from_epoch``: those parts come from an interrupted attempt
+    of an epoch that is trained again. Returns the moved parts (relative paths).
+    """
+    folded = set((run.read_json("table/manifest.json", default=None) or {}).get("folded", []))
+    moved = []
+    for rel in run.glob("losses/rank=*/epoch=*/part-*.parquet"):
+        m = _PART_EPOCH.match(rel)
+        if m is None or rel in folded or int(m.group(2)) < from_epoch:
+            continue
+        run.move(rel, "losses-superseded/" + rel[len("losses/") :])
+        moved.append(rel)
+    return moved
+
+
+def _dist() -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch is optional for the core
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+class Pruner:
+    """Record per-sample losses and publish each epoch's plan (see the module docstring).
+
+    Args:
+        run: run directory (path or fsspec URL).
+        policy: policy name (``seta_stream.policies.POLICIES``), e.g. ``"seta"``, ``"full"``.
+        params: policy parameters (``dict(r=0.1, k=5, alpha=0.9)``).
+        epochs: total epochs E of the run (schedules such as SeTa's annealing depend on it).
+        seed: run seed; same table + seed + epoch gives the same plan on any machine.
+        rank: this process's rank (default: torch.distributed rank, else 0).
+        population: optional listing of every (shard, key) of the data set, so that epoch 0
+            can be planned exactly (see plan_epoch).
+        settings: run settings for a new run directory (``shard_depth``...).
+        flush_rows: records buffered per rank before a part is written (what a crash can lose).
+        verbose: print one line per epoch boundary (kept, pruned, compaction/planning time).
+    """
+
+    def __init__(
+        self,
+        run: str | RunDir,
+        *,
+        policy: str = "seta",
+        params: dict[str, Any] | None = None,
+        epochs: int,
+        seed: int = 0,
+        rank: int | None = None,
+        population: Any = None,
+        settings: dict[str, Any] | None = None,
+        flush_rows: int = 65536,
+        storage_options: dict[str, Any] | None = None,
+        verbose: bool = False,
+    ) -> None:
+        dist = _dist()
+        self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
+        self.run = RunDir(run, create=True, settings=settings, storage_options=storage_options)
+        self.policy = policy
+        self.params = dict(params or {})
+        self.epochs = epochs
+        self.seed = seed
+        self.population = population
+        self.verbose = verbose
+        self.recorder = LossRecorder(self.run, rank=self.rank, flush_rows=flush_rows)
+        self.epoch: int | None = None
+        self.superseded: list[str] = []
+        #: timings of the last epoch boundary: compact_s, plan_s, wait_s (seconds)
+        self.last_boundary: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ loop API
+    def start_epoch(self, epoch: int) -> dict[str, Any]:
+        """Flush, compact and publish the plan of ``epoch``; call before ``iter(loader)``.
+
+        Returns the plan summary (``kept``, ``n``, ``pruned_fraction``, ``phase``...).
+        """
+        first_call = self.epoch is None
+        self.recorder.flush()
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+
+        def work() -> None:
+            if first_call:
+                self.superseded = supersede_parts(self.run, epoch)
+            t = time.perf_counter()
+            compact(self.run)
+            timings["compact_s"] = time.perf_counter() - t
+            t = time.perf_counter()
+            plan_epoch(
+                self.run,
+                epoch,
+                policy=self.policy,
+                params=self.params,
+                epochs=self.epochs,
+                seed=self.seed,
+                population=self.population,
+            )
+            set_current_epoch(self.run, epoch)
+            timings["plan_s"] = time.perf_counter() - t
+
+        self._on_rank0(work)
+        summary = load_summary(self.run, epoch)
+        self.recorder.set_epoch(epoch)
+        self.epoch = epoch
+        self.last_boundary = {
+            "compact_s": timings.get("compact_s", 0.0),
+            "plan_s": timings.get("plan_s", 0.0),
+            "wait_s": time.perf_counter() - t0,
+        }
+        if self.verbose and self.rank == 0:
+            print(
+                f"[seta_stream] epoch {epoch}: keep {summary['kept']}/{summary['n']} "
+                f"({summary['phase']}), pruned so far {100 * summary.get('pruned_so_far', 0):.1f}%,"
+                f" compact {self.last_boundary['compact_s']:.2f}s,"
+                f" plan {self.last_boundary['plan_s']:.2f}s"
+            )
+        return summary
+
+    def record(self, keys: Sequence[str], urls: Sequence[str], losses: Any) -> None:
+        """Record the unweighted per-sample losses of a batch (see LossRecorder.record)."""
+        self.recorder.record(keys, urls, losses)
+
+    def close(self) -> None:
+        """Flush every rank and fold the last epoch's losses into the table (rank 0)."""
+        self.recorder.flush()
+        self._on_rank0(lambda: compact(self.run))
+        self.recorder.close()
+
+    def __enter__(self) -> Pruner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self.recorder.close()
+
+    # ------------------------------------------------------------------ ranks
+    def _on_rank0(self, fn: Any) -> None:
+        """Run ``fn`` on rank 0 while the other ranks wait; re-raise rank 0's error everywhere."""
+        dist = _dist()
+        if dist is None:
+            fn()
+            return
+        dist.barrier()  # every rank has flushed its parts
+        status: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                fn()
+            except Exception as exc:  # propagated to every rank below
+                status = [f"{type(exc).__name__}: {exc}"]
+                dist.broadcast_object_list(status, src=0)
+                raise
+        dist.broadcast_object_list(status, src=0)
+        if status[0] is not None:
+            raise SetaStreamError(f"rank 0 failed at the epoch boundary: {status[0]}")

@@ -1,0 +1,111 @@
+"""Run directory: format file and version check, atomic publish, locks, fsspec URLs."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from seta_stream.errors import RunFormatError, RunLockedError
+from seta_stream.runfs import FORMAT_VERSION, RunDir
+
+
+def test_create_and_reopen(tmp_path):
+    run = RunDir(tmp_path / "r", create=True, settings={"shard_depth": 2})
+    doc = json.loads((tmp_path / "r" / "seta-stream.json").read_text())
+    assert doc == {
+        "format": "seta-stream-run",
+        "version": FORMAT_VERSION,
+        "settings": {"shard_depth": 2, "ema_beta2": 0.9, "dataset_size": None},
+    }
+    assert RunDir(tmp_path / "r").settings["shard_depth"] == 2
+    assert run.settings["ema_beta2"] == 0.9
+
+
+def test_missing_run_is_refused(tmp_path):
+    with pytest.raises(RunFormatError, match=r"run directory .*/nope does not exist \(no seta-stream.json\)"):
+        RunDir(tmp_path / "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(RunFormatError, match="is not a seta_stream run"):
+        RunDir(tmp_path / "plain")
+
+
+def test_newer_version_and_foreign_format_refused(tmp_path):
+    RunDir(tmp_path / "r", create=True)
+    f = tmp_path / "r" / "seta-stream.json"
+    f.write_text(json.dumps({"format": "seta-stream-run", "version": FORMAT_VERSION + 1}))
+    with pytest.raises(RunFormatError, match=r"format version 2 is newer than this seta_stream understands \(<= 1\); upgrade"):
+        RunDir(tmp_path / "r")
+    f.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(RunFormatError, match="format 'other', expected 'seta-stream-run'"):
+        RunDir(tmp_path / "r")
+
+
+def test_settings_are_fixed_and_validated(tmp_path):
+    RunDir(tmp_path / "r", create=True)
+    with pytest.raises(RunFormatError, match="ema_beta2: run has 0.9, asked 0.8"):
+        RunDir(tmp_path / "r", create=True, settings={"ema_beta2": 0.8})
+    with pytest.raises(RunFormatError, match=r"unknown run setting\(s\) \['bogus'\]"):
+        RunDir(tmp_path / "q", create=True, settings={"bogus": 1})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_directory(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o500)
+    with pytest.raises(RunFormatError, match="is not writable"):
+        RunDir(d / "run", create=True)
+
+
+def test_unwritable_directory_as_root(tmp_path):
+    # A path below a regular file can never be created, whoever we are.
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(RunFormatError, match=r"run directory .*/file/run is not writable \(.*\); expected a directory this process can create files in"):
+        RunDir(f / "run", create=True)
+
+
+@pytest.mark.parametrize("scheme", ["local", "file", "memory"])
+def test_publish_and_read_back(tmp_path, scheme):
+    url = {"local": str(tmp_path / "r"), "file": f"file://{tmp_path}/r", "memory": f"memory://{tmp_path.name}/r"}[scheme]
+    run = RunDir(url, create=True)
+    run.publish_json("state.json", {"a": 1})
+    run.publish_parquet("table/t.parquet", pa.table({"x": [1, 2, 3]}))
+    run.publish_arrow("plans/epoch=0/lookup.arrow", pa.table({"k": ["a"]}))
+    assert run.read_json("state.json") == {"a": 1}
+    assert run.read_parquet("table/t.parquet").column("x").to_pylist() == [1, 2, 3]
+    assert run.glob("*/*.parquet") == ["table/t.parquet"]
+    assert run.read_json("missing.json", default="d") == "d"
+    clone = pickle.loads(pickle.dumps(run))
+    assert clone.read_json("state.json") == {"a": 1}
+    if scheme != "memory":
+        leftovers = [p for p in os.listdir(tmp_path / "r" / "table") if p.startswith(".tmp-")]
+        assert leftovers == []
+
+
+def test_lock_excludes_and_reports_holder(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    with run.lock("compact"):
+        with pytest.raises(RunLockedError, match=rf"locks/compact.lock is held by pid {os.getpid()}"):
+            with run.lock("compact"):
+                pass
+    with run.lock("compact"):  # released
+        pass
+
+
+def test_stale_lock_of_killed_process_is_broken(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    code = (
+        "import os, signal, sys; from seta_stream.runfs import RunDir\n"
+        f"r = RunDir({str(tmp_path / 'r')!r})\n"
+        "cm = r.lock('compact'); cm.__enter__(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code])
+    assert proc.returncode == -9
+    assert (tmp_path / "r" / "locks" / "compact.lock").exists()
+    with run.lock("compact"):
+        pass
