@@ -1,0 +1,266 @@
+"""LossRecorder: per-sample losses from the training loop into immutable Parquet parts.
+
+One recorder per rank, in the main process. ``record()`` only validates lengths and shapes and
+appends references to a buffer (no device sync, no conversion); ``flush()`` converts the
+buffered losses to float32, computes shard names (once per distinct ``__url__``) and uids, and
+publishes one part atomically under ``losses/rank=R/epoch=E/``.
+
+What a crash can lose: the unflushed buffer, at most ``flush_rows`` records (plus one batch)
+per rank. Every published part is complete (temporary name, then rename). On a normal exit,
+including one that never calls ``close()``, the buffer is flushed by an ``atexit`` hook.
+
+Non-finite losses (NaN, +-inf) are stored as NaN and counted in ``stats["nonfinite"]``; the
+loss table counts them per sample and the policies treat such samples as unseen.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import InvalidInputError
+from .ids import sample_uids, shard_name
+from .runfs import FORMAT_VERSION, RunDir
+
+__all__ = ["LossRecorder", "PART_SCHEMA", "part_name"]
+
+PART_SCHEMA = pa.schema(
+    [
+        ("shard", pa.string()),
+        ("key", pa.string()),
+        ("uid", pa.uint64()),
+        ("loss", pa.float32()),
+        ("epoch", pa.int32()),
+        ("rank", pa.int32()),
+        ("seq", pa.int64()),
+    ],
+    metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
+)
+
+
+def part_name(rank: int, epoch: int, seq0: int) -> str:
+    """Relative path of a new part (docs/format.md)."""
+    return (
+        f"losses/rank={rank}/epoch={epoch}/"
+        f"part-R{rank:05d}-E{epoch:06d}-{seq0:020d}-{uuid.uuid4().hex[:8]}.parquet"
+    )
+
+
+def _dist_rank() -> int:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _loss_length(loss: Any) -> tuple[int, str]:
+    """(number of per-sample values, kind) without copying or syncing a device."""
+    shape = tuple(getattr(loss, "shape", ()))
+    kind = type(loss).__module__.split(".", 1)[0]
+    if kind == "torch":
+        if not loss.is_floating_point():
+            raise InvalidInputError(
+                f"loss tensor has dtype {loss.dtype}; expected a floating point per-sample loss"
+            )
+    elif isinstance(loss, np.ndarray):
+        if not np.issubdtype(loss.dtype, np.floating):
+            raise InvalidInputError(
+                f"loss array has dtype {loss.dtype}; expected a floating point per-sample loss"
+            )
+    else:
+        raise InvalidInputError(
+            f"loss is a {type(loss).__name__}; expected a torch tensor or numpy array with one "
+            "value per sample"
+        )
+    if len(shape) == 1:
+        return shape[0], kind
+    if len(shape) == 2 and shape[1] == 1:
+        return shape[0], kind
+    raise InvalidInputError(
+        f"loss has shape {shape}; expected one value per sample, shape (batch,) or (batch, 1). "
+        "Compute it with reduction='none' (and average token losses per sample)"
+    )
+
+
+class LossRecorder:
+    """Buffer per-sample losses and write them as Parquet parts of a run directory.
+
+    Args:
+        run: run directory (path, fsspec URL or RunDir); created if missing.
+        rank: writer rank (default: torch.distributed rank if initialised, else 0).
+        epoch: epoch of the records until :meth:`set_epoch` changes it.
+        flush_rows: records buffered before a part is written.
+    """
+
+    def __init__(
+        self,
+        run: str | RunDir,
+        *,
+        rank: int | None = None,
+        epoch: int = 0,
+        flush_rows: int = 65536,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.run = run if isinstance(run, RunDir) else RunDir(run, create=True, storage_options=storage_options)
+        self.rank = _dist_rank() if rank is None else int(rank)
+        if flush_rows < 1:
+            raise InvalidInputError(f"flush_rows must be >= 1, found {flush_rows}")
+        self.flush_rows = flush_rows
+        self.epoch = int(epoch)
+        self._depth = int(self.run.settings["shard_depth"])
+        self._seq = time.time_ns()  # strictly increasing per rank, also across restarts
+        self._keys: list[Sequence[str]] = []
+        self._urls: list[Sequence[str]] = []
+        self._losses: list[Any] = []
+        self._rows = 0
+        self._shard_of_url: dict[str, str] = {}
+        self._url_of_shard: dict[str, str] = {}
+        self.stats = {"records": 0, "nonfinite": 0, "parts": 0}
+        self.closed = False
+        ref = weakref.ref(self)
+        self._atexit = lambda: (lambda r: r.close() if r is not None else None)(ref())
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------ API
+    def set_epoch(self, epoch: int) -> None:
+        """Start recording for ``epoch``; rows buffered for the previous epoch are flushed."""
+        if int(epoch) != self.epoch:
+            self.flush()
+            self.epoch = int(epoch)
+
+    def record(self, keys: Sequence[str], urls: Sequence[str], loss: Any) -> None:
+        """Buffer one batch: its ``__key__`` and ``__url__`` lists and per-sample loss.
+
+        ``loss`` is the unweighted per-sample loss: a torch tensor (any float dtype, any
+        device) or numpy array of shape (batch,) or (batch, 1).
+        """
+        if self.closed:
+            raise InvalidInputError("record() after close(); create a new LossRecorder")
+        n, kind = _loss_length(loss)
+        if len(keys) != n or len(urls) != n:
+            raise InvalidInputError(
+                f"batch has {len(keys)} keys, {len(urls)} urls and {n} losses; expected one "
+                "__key__, one __url__ and one loss per sample"
+            )
+        if n == 0:
+            return
+        if not isinstance(keys[0], str) or not isinstance(urls[0], str):
+            raise InvalidInputError(
+                f"keys and urls must be strings, found {type(keys[0]).__name__} and "
+                f"{type(urls[0]).__name__}; pass batch['__key__'] and batch['__url__']"
+            )
+        if kind == "torch":
+            loss = loss.detach().reshape(-1)
+        else:
+            loss = np.asarray(loss).reshape(-1)
+        self._keys.append(keys)
+        self._urls.append(urls)
+        self._losses.append(loss)
+        self._rows += n
+        if self._rows >= self.flush_rows:
+            self.flush()
+
+    def flush(self) -> str | None:
+        """Write the buffer as one part; returns its relative path (None if empty)."""
+        if self._rows == 0:
+            return None
+        keys = [k for batch in self._keys for k in batch]
+        urls = [u for batch in self._urls for u in batch]
+        loss = self._to_numpy(self._losses)
+        if not all(isinstance(k, str) for k in keys):
+            bad = next(k for k in keys if not isinstance(k, str))
+            self._clear()
+            raise InvalidInputError(f"__key__ values must be strings, found {bad!r}")
+        shards = self._shards(urls)
+        nonfinite = ~np.isfinite(loss)
+        n_bad = int(nonfinite.sum())
+        if n_bad:
+            loss[nonfinite] = np.nan
+        n = len(keys)
+        shard_arr = pa.array(shards, type=pa.string())
+        key_arr = pa.array(keys, type=pa.string())
+        seq = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        table = pa.Table.from_arrays(
+            [
+                shard_arr,
+                key_arr,
+                pa.array(sample_uids(shard_arr, key_arr), type=pa.uint64()),
+                pa.array(loss, type=pa.float32()),
+                pa.array(np.full(n, self.epoch, dtype=np.int32)),
+                pa.array(np.full(n, self.rank, dtype=np.int32)),
+                pa.array(seq),
+            ],
+            schema=PART_SCHEMA,
+        )
+        rel = part_name(self.rank, self.epoch, self._seq)
+        self.run.publish_parquet(rel, table)
+        self._seq += n
+        self.stats["records"] += n
+        self.stats["nonfinite"] += n_bad
+        self.stats["parts"] += 1
+        self._clear()
+        return rel
+
+    def close(self) -> None:
+        """Flush and stop; further record() calls raise."""
+        if self.closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self.closed = True
+            atexit.unregister(self._atexit)
+
+    def __enter__(self) -> LossRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _clear(self) -> None:
+        self._keys, self._urls, self._losses, self._rows = [], [], [], 0
+
+    @staticmethod
+    def _to_numpy(losses: list[Any]) -> np.ndarray:
+        is_torch = [type(x).__module__.split(".", 1)[0] == "torch" for x in losses]
+        if all(is_torch) and len({x.device for x in losses}) == 1:
+            import torch
+
+            # one device->host copy per flush, in float32 (fp16/bf16 upcast exactly)
+            return torch.cat([x.float() for x in losses]).cpu().numpy().astype(np.float32, copy=True)
+        return np.concatenate(
+            [
+                x.float().cpu().numpy() if t else np.asarray(x, dtype=np.float32)
+                for x, t in zip(losses, is_torch)
+            ]
+        ).astype(np.float32, copy=False)
+
+    def _shards(self, urls: list[str]) -> list[str]:
+        cache = self._shard_of_url
+        out = []
+        for u in urls:
+            s = cache.get(u)
+            if s is None:
+                s = shard_name(u, self._depth)
+                other = self._url_of_shard.get(s)
+                if other is not None and other != u:
+                    self._clear()
+                    raise InvalidInputError(
+                        f"two shards have the same name {s!r}: {other!r} and {u!r}; sample identity "
+                        f"is (shard name, __key__) with shard_depth={self._depth}. Create the run "
+                        "with a larger shard_depth (RunDir(url, create=True, "
+                        "settings={'shard_depth': 2})) so the names differ"
+                    )
+                self._url_of_shard[s] = u
+                cache[u] = s
+            out.append(s)
+        return out
