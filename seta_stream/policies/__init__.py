@@ -1,0 +1,138 @@
+"""Policies: pure functions from loss-table columns to a keep mask and weights.
+
+One module per policy plus this registry. ``run_policy(name, inp, **params)`` validates the
+parameters, runs the policy and :func:`finalize` s the result (empty-plan guard, common summary
+fields). Adding a policy = one module with a params dataclass and a function, plus one
+``register`` call below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .full import FullParams, full
+from .random import RandomParams, StaticParams, random_policy, static_policy
+from .random_draws import STREAM_GUARD, uniforms
+from .seta import SetaParams, seta
+
+__all__ = [
+    "POLICIES",
+    "REASONS",
+    "AbsentRule",
+    "PolicyInput",
+    "PolicyResult",
+    "PolicySpec",
+    "describe_policies",
+    "finalize",
+    "get_policy",
+    "register",
+    "run_policy",
+]
+
+POLICIES: dict[str, PolicySpec] = {}
+
+
+def register(spec: PolicySpec) -> None:
+    """Add a policy to the registry (name must be new)."""
+    if spec.name in POLICIES:
+        raise ValueError(f"policy {spec.name!r} is already registered")
+    POLICIES[spec.name] = spec
+
+
+register(PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)"))
+register(PolicySpec("random", RandomParams, random_policy,
+                    "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)"))
+register(PolicySpec("static", StaticParams, static_policy,
+                    "static random: one uniform (1-r) subset for the whole run (baseline)"))
+register(PolicySpec("seta", SetaParams, seta,
+                    "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard "
+                    "window, partial annealing"))
+
+
+def get_policy(name: str) -> PolicySpec:
+    """The registered policy ``name`` (ValueError listing the valid names otherwise)."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(sorted(POLICIES))}") from None
+
+
+def describe_policies() -> list[dict[str, Any]]:
+    """Name, description and parameters (with defaults) of every policy, for the CLI."""
+    out = []
+    for name in sorted(POLICIES):
+        spec = POLICIES[name]
+        params = [
+            {"name": f.name, "default": f.default if f.default is not dataclasses.MISSING else None}
+            for f in dataclasses.fields(spec.params_type)
+        ]
+        out.append({"name": name, "description": spec.description, "params": params})
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and x != x:
+        return None
+    return x
+
+
+def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> PolicyResult:
+    """Apply the empty-plan guard (§0.7) and add the common summary fields."""
+    n = inp.n
+    guard = False
+    if n > 0 and not result.keep.any():
+        u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
+        i = int(np.lexsort((inp.uid, u))[0])
+        result.keep[i] = True
+        result.weight[i] = 1.0
+        result.reason[i] = reason_code("empty_plan_guard")
+        guard = True
+    result.weight = np.where(result.keep, result.weight, 0.0).astype(np.float32)
+    kept = int(result.keep.sum())
+    finite = np.isfinite(inp.last_loss)
+    unseen = int(np.count_nonzero(~((inp.seen > 0) & finite)))
+    values, counts = np.unique(result.weight[result.keep], return_counts=True)
+    reasons = np.bincount(result.reason.astype(np.int64), minlength=len(REASONS))
+    kept_reasons = np.bincount(result.reason[result.keep].astype(np.int64), minlength=len(REASONS))
+    summary = {
+        "policy": name,
+        "params": dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params),
+        "epoch": inp.epoch,
+        "epochs": inp.epochs,
+        "seed": inp.seed,
+        "n": n,
+        "kept": kept,
+        "pruned_fraction": (1.0 - kept / n) if n else 0.0,
+        "unseen": unseen,
+        "nonfinite": int(np.count_nonzero((inp.seen > 0) & ~finite)),
+        "weight_histogram": {repr(float(v)): int(c) for v, c in zip(values, counts)},
+        "empty_plan_guard": guard,
+        "absent_rule": result.absent_rule.to_json(),
+        "rows_by_reason": {REASONS[i]: int(c) for i, c in enumerate(reasons) if c},
+        "kept_by_reason": {REASONS[i]: int(c) for i, c in enumerate(kept_reasons) if c},
+    }
+    result.summary = _jsonable({**summary, **result.summary})
+    return result
+
+
+def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
+    """Validate ``params`` for policy ``name``, run it and finalize the result."""
+    spec = get_policy(name)
+    known = {f.name for f in dataclasses.fields(spec.params_type)}
+    unknown = set(params) - known
+    if unknown:
+        raise ValueError(
+            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}"
+        )
+    p = spec.make_params(**params)
+    return finalize(spec.fn(inp, p), inp, name, p)

@@ -110,9 +110,10 @@ class AbsentRule:
     kind: Literal["keep", "bernoulli"] = "keep"
     fraction: float = 1.0
     stream: int = 1
+    epoch: int | None = None  # epoch of the uniform; None = the planned epoch
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "fraction": self.fraction, "stream": self.stream}
+        return {"kind": self.kind, "fraction": self.fraction, "stream": self.stream, "epoch": self.epoch}
 
 
 @dataclass

@@ -1,0 +1,24 @@
+"""`full`: keep every sample with weight 1 in every epoch (algorithms.md §1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import PolicyInput, PolicyResult, reason_code
+
+
+@dataclass(frozen=True)
+class FullParams:
+    """The full policy has no parameters."""
+
+
+def full(inp: PolicyInput, params: FullParams) -> PolicyResult:
+    n = inp.n
+    return PolicyResult(
+        keep=np.ones(n, dtype=bool),
+        weight=np.ones(n, dtype=np.float32),
+        reason=np.full(n, reason_code("all"), dtype=np.int8),
+        summary={"phase": "prune"},
+    )

@@ -1,0 +1,84 @@
+"""`random` (dynamic: a fresh uniform subset every epoch) and `static` (one subset for the run).
+
+algorithms.md §2. Score-free: seen and unseen samples are treated alike (§0.5). Samples
+absent from the plan (no listing) are kept by the stage with probability 1 - r using the same
+per-sample uniform (§0.2), so epoch 0 is down-sampled too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .base import AbsentRule, PolicyInput, PolicyResult, reason_code
+from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
+
+
+@dataclass(frozen=True)
+class RandomParams:
+    """r: fraction removed (keep 1 - r); delta: dynamic only, epochs >= floor(delta E) keep all."""
+
+    r: float = 0.3
+    mode: Literal["dynamic", "static"] = "dynamic"
+    delta: float | None = None
+    prune_epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.r < 1:
+            raise ValueError(f"random: r={self.r} is outside the valid range 0 <= r < 1")
+        if self.mode not in ("dynamic", "static"):
+            raise ValueError(f"random: mode={self.mode!r}, expected 'dynamic' or 'static'")
+        if self.delta is not None and not 0 <= self.delta <= 1:
+            raise ValueError(f"random: delta={self.delta} is outside the valid range 0 <= delta <= 1")
+        if self.mode == "static" and self.delta is not None:
+            raise ValueError("random: delta applies to mode='dynamic' only")
+        if self.prune_epochs is not None and self.prune_epochs < 0:
+            raise ValueError(f"random: prune_epochs={self.prune_epochs} must be >= 0")
+
+
+@dataclass(frozen=True)
+class StaticParams:
+    """r: fraction removed; the same uniform subset (stream 5, epoch 0) in every epoch."""
+
+    r: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.r < 1:
+            raise ValueError(f"static: r={self.r} is outside the valid range 0 <= r < 1")
+
+
+def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
+    n, f = inp.n, 1.0 - params.r
+    if params.mode == "static":
+        stream, epoch, phase = STREAM_STATIC, 0, "prune"
+    else:
+        stream, epoch = STREAM_RANDOM, inp.epoch
+        anneal_from = (
+            prune_epochs(params.delta, inp.epochs, params.prune_epochs)
+            if params.delta is not None or params.prune_epochs is not None
+            else inp.epochs
+        )
+        if inp.epoch >= anneal_from:
+            return PolicyResult(
+                keep=np.ones(n, dtype=bool),
+                weight=np.ones(n, dtype=np.float32),
+                reason=np.full(n, reason_code("anneal"), dtype=np.int8),
+                summary={"phase": "anneal"},
+            )
+        phase = "prune"
+    u = uniforms(inp.uid, inp.seed, epoch, stream)
+    keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u, inp.uid)
+    reason = np.where(keep, reason_code("kept"), reason_code("dropped")).astype(np.int8)
+    return PolicyResult(
+        keep=keep,
+        weight=keep.astype(np.float32),
+        reason=reason,
+        summary={"phase": phase, "keep_fraction": f},
+        absent_rule=AbsentRule("bernoulli", f, stream, epoch),
+    )
+
+
+def static_policy(inp: PolicyInput, params: StaticParams) -> PolicyResult:
+    return random_policy(inp, RandomParams(r=params.r, mode="static"))
