@@ -1,5 +1,12 @@
-"""seta_stream: loss-guided dynamic data pruning for streamed WebDataset shards."""
+"""seta_stream: loss-guided dynamic data pruning for streamed WebDataset shards.
 
+Record per-sample losses (:class:`LossRecorder` / :class:`Pruner`), fold them into a loss table
+(:func:`compact`), plan each epoch with a policy (:func:`plan_epoch`), and skip what the plan
+drops inside the webdataset pipeline (:func:`attach`, :func:`keep_filter`,
+:func:`skip_shards`). See README.md and docs/.
+"""
+
+from . import inspect
 from .errors import (
     CorruptPartError,
     EpochOrderError,
@@ -10,19 +17,48 @@ from .errors import (
     SampleIdCollisionError,
     SetaStreamError,
 )
+from .ids import sample_uid, shard_name
+from .plan import load_plan, load_summary, plan_epoch, set_current_epoch
+from .policies import POLICIES, PolicyInput, describe_policies, run_policy
+from .record import LossRecorder
 from .runfs import RunDir
+from .session import Pruner
+from .stage import PlanView, attach, keep_filter, skip_shards, stage_counters, weighted_mean
+from .table import CompactionReport, compact, load_table
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "POLICIES",
+    "CompactionReport",
     "CorruptPartError",
     "EpochOrderError",
     "InvalidInputError",
+    "LossRecorder",
     "PlanMissingError",
+    "PlanView",
+    "PolicyInput",
+    "Pruner",
     "RunDir",
     "RunFormatError",
     "RunLockedError",
     "SampleIdCollisionError",
     "SetaStreamError",
     "__version__",
+    "attach",
+    "compact",
+    "describe_policies",
+    "inspect",
+    "keep_filter",
+    "load_plan",
+    "load_summary",
+    "load_table",
+    "plan_epoch",
+    "run_policy",
+    "sample_uid",
+    "set_current_epoch",
+    "shard_name",
+    "skip_shards",
+    "stage_counters",
+    "weighted_mean",
 ]

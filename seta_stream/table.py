@@ -1,7 +1,7 @@
 """Compaction: fold loss parts into the loss table, exactly once, crash-safe.
 
 The loss table has one row per sample ever recorded (docs/format.md, "Loss table"), sorted by
-uid. ``table/manifest.json`` names the current table file *and* the parts folded into it; both
+(shard, uid): plans keep that order, so their rows come grouped by shard for the stage. ``table/manifest.json`` names the current table file *and* the parts folded into it; both
 change in one atomic replacement of the manifest, so:
 
 * a part is in the table iff the manifest lists it (exactly-once folding);
@@ -309,9 +309,12 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
         t_uid = np.zeros(0, dtype=np.uint64)
     else:
         t_uid = _np(old.column("uid"))
-        idx = np.searchsorted(t_uid, g_uid)
-        idx_c = np.minimum(idx, len(t_uid) - 1)
-        matched = (idx < len(t_uid)) & (t_uid[idx_c] == g_uid)
+        t_order = np.argsort(t_uid)  # the table is sorted by (shard, uid), not by uid
+        t_sorted = t_uid[t_order]
+        pos = np.searchsorted(t_sorted, g_uid)
+        pos_c = np.minimum(pos, len(t_uid) - 1)
+        matched = (pos < len(t_uid)) & (t_sorted[pos_c] == g_uid)
+        idx = t_order[pos_c]
     new_mask = ~matched
     n_new = int(new_mask.sum())
     n_total = len(t_uid) + n_new
@@ -344,7 +347,7 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
             "last_rank": g_rank.astype(np.int32),
             "last_seq": g_seq.astype(np.int64),
         }
-        return pa.Table.from_pydict(cols, schema=TABLE_SCHEMA), n_new
+        return _sort_by_shard(pa.Table.from_pydict(cols, schema=TABLE_SCHEMA)), n_new
 
     # update matched rows
     ti = idx[matched]
@@ -418,6 +421,15 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
         },
         schema=TABLE_SCHEMA,
     )
-    merged = pa.concat_tables([updated, added]).combine_chunks()
-    perm = np.argsort(_np(merged.column("uid")), kind="stable")
-    return merged.take(pa.array(perm)), n_new
+    return _sort_by_shard(pa.concat_tables([updated, added]).combine_chunks()), n_new
+
+
+def _sort_by_shard(table: pa.Table) -> pa.Table:
+    """Order rows by (shard, uid)."""
+    enc = pc.dictionary_encode(table.column("shard")).combine_chunks()
+    names = enc.dictionary.to_pylist()
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    codes = rank[enc.indices.to_numpy(zero_copy_only=False)]
+    perm = np.lexsort((_np(table.column("uid")), codes))
+    return table.take(pa.array(perm)).combine_chunks()

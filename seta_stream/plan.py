@@ -1,0 +1,336 @@
+"""Planning: run a policy on the loss table and publish the plan of an epoch.
+
+``plan_epoch(run, e)`` reads the table columns the policies need, adds listed-but-unrecorded
+samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``:
+
+* ``plan.parquet``: one row per known sample (docs/format.md, "Plans");
+* ``lookup.arrow`` + ``shards.arrow``: what the stage memory-maps (rows grouped by shard);
+* ``summary.json``: written last, so its presence means the plan is complete;
+
+then ``state.json`` (policy, params, seed, epochs, per-epoch history, ``current_epoch``).
+
+Invariants: a plan, once published, is never recomputed unless ``force=True`` (a resumed run
+gets exactly the plans of an uninterrupted one); the settings of a run (policy, params, seed,
+epochs) are fixed by its first plan; planning an epoch below the last planned one whose plan is
+missing is refused. Plans are deterministic: same table + seed + epoch -> same plan.
+
+Fault injection for tests: ``SETA_STREAM_FAULT=plan:after_plan_file`` or
+``plan:after_summary`` SIGKILLs the process at that point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError
+from .ids import sample_uids
+from .policies import REASONS, PolicyInput, run_policy
+from .runfs import RunDir
+from .table import load_table
+
+__all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
+
+PLAN_SCHEMA = pa.schema(
+    [
+        ("shard", pa.string()),
+        ("key", pa.string()),
+        ("uid", pa.uint64()),
+        ("loss", pa.float32()),
+        ("cluster", pa.int16()),
+        ("keep", pa.bool_()),
+        ("weight", pa.float32()),
+        ("reason", pa.dictionary(pa.int8(), pa.string())),
+    ]
+)
+
+_TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
+
+
+def _fault(point: str) -> None:
+    if os.environ.get("SETA_STREAM_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run(run: str | RunDir) -> RunDir:
+    return run if isinstance(run, RunDir) else RunDir(run)
+
+
+def read_state(run: str | RunDir) -> dict[str, Any]:
+    """Contents of state.json ({} for a run never planned)."""
+    return dict(_run(run).read_json("state.json", default=None) or {})
+
+
+def plan_dir(epoch: int) -> str:
+    return f"plans/epoch={int(epoch)}"
+
+
+def load_summary(run: str | RunDir, epoch: int) -> dict[str, Any]:
+    """The summary of the plan of ``epoch`` (PlanMissingError if it was never planned)."""
+    run = _run(run)
+    s = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
+    if s is None:
+        raise PlanMissingError(
+            f"{run.display(plan_dir(epoch), 'summary.json')}: no plan for epoch {epoch}; call "
+            f"seta_stream.plan_epoch(run, {epoch}) (or pruner.start_epoch({epoch})) before "
+            "iterating the loader of that epoch"
+        )
+    return dict(s)
+
+
+def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -> pa.Table:
+    """plan.parquet of ``epoch`` as an Arrow table."""
+    run = _run(run)
+    load_summary(run, epoch)  # raises PlanMissingError with a hint
+    return run.read_parquet(f"{plan_dir(epoch)}/plan.parquet", columns=columns)
+
+
+def set_current_epoch(run: str | RunDir, epoch: int) -> None:
+    """Mark ``epoch`` as the one the stages use when a DataLoader iterator starts."""
+    run = _run(run)
+    load_summary(run, epoch)
+    state = read_state(run)
+    if state.get("current_epoch") != epoch:
+        state["current_epoch"] = int(epoch)
+        run.publish_json("state.json", state)
+
+
+def _population_table(population: Any) -> pa.Table:
+    if isinstance(population, pa.Table):
+        t = population
+    elif isinstance(population, dict):
+        t = pa.table({"shard": population["shard"], "key": population["key"]})
+    else:
+        pairs = list(population)
+        t = pa.table({"shard": [p[0] for p in pairs], "key": [p[1] for p in pairs]})
+    missing = {"shard", "key"} - set(t.column_names)
+    if missing:
+        raise InvalidInputError(f"population lacks column(s) {sorted(missing)}; expected shard and key")
+    return t.select(["shard", "key"]).cast(pa.schema([("shard", pa.string()), ("key", pa.string())]))
+
+
+def _with_population(table: pa.Table, population: Any) -> pa.Table:
+    pop = _population_table(population)
+    if pop.num_rows == 0:
+        return table
+    uid = sample_uids(pop.column("shard"), pop.column("key"))
+    uid, first = np.unique(uid, return_index=True)
+    pop = pop.take(pa.array(first))
+    known = np.isin(uid, table.column("uid").to_numpy())
+    add = np.flatnonzero(~known)
+    if len(add) == 0:
+        return table
+    n = len(add)
+    extra = pa.table(
+        {
+            "shard": pop.column("shard").take(pa.array(add)),
+            "key": pop.column("key").take(pa.array(add)),
+            "uid": pa.array(uid[add], type=pa.uint64()),
+            "last_loss": pa.array(np.full(n, np.nan, dtype=np.float32)),
+            "last_epoch": pa.array(np.full(n, -1, dtype=np.int32)),
+            "seen": pa.array(np.zeros(n, dtype=np.int32)),
+            "ema": pa.array(np.full(n, np.nan)),
+        }
+    )
+    merged = pa.concat_tables([table.select(_TABLE_COLUMNS).cast(extra.schema), extra]).combine_chunks()
+    # keep rows grouped by shard (stable: table order within a shard, then new rows)
+    enc = pc.dictionary_encode(merged.column("shard")).combine_chunks()
+    names = np.array(enc.dictionary.to_pylist(), dtype=object)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(names, kind="stable")] = np.arange(len(names))
+    perm = np.argsort(rank[enc.indices.to_numpy(zero_copy_only=False)], kind="stable")
+    return merged.take(pa.array(perm))
+
+
+def _resolve_settings(
+    state: dict[str, Any], policy: str | None, params: dict[str, Any] | None,
+    epochs: int | None, seed: int | None, force: bool, run: RunDir,
+) -> dict[str, Any]:
+    given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
+    if not state.get("policy"):
+        if policy is None or epochs is None:
+            raise InvalidInputError(
+                f"{run.display('state.json')}: this run has no plan yet, so its first plan needs "
+                "policy= and epochs= (CLI: --policy NAME --epochs N); seed defaults to 0"
+            )
+        return {"policy": policy, "params": dict(params or {}), "epochs": int(epochs),
+                "seed": int(seed or 0)}
+    resolved = {k: state[k] for k in ("policy", "params", "epochs", "seed")}
+    for k, v in given.items():
+        if v is None:
+            continue
+        if k == "params":
+            v = dict(v)
+        if v != resolved[k]:
+            if not force:
+                raise InvalidInputError(
+                    f"{run.display('state.json')}: the run was planned with {k}={resolved[k]!r}, "
+                    f"this call asks {k}={v!r}; a run's settings are fixed by its first plan. Use "
+                    "a new run directory, or pass force=True (CLI: --force) to change them from "
+                    "this epoch on"
+                )
+            resolved[k] = v
+    return resolved
+
+
+def plan_epoch(
+    run: str | RunDir,
+    epoch: int,
+    *,
+    policy: str | None = None,
+    params: dict[str, Any] | None = None,
+    epochs: int | None = None,
+    seed: int | None = None,
+    population: Iterable[tuple[str, str]] | pa.Table | dict[str, Any] | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Plan ``epoch`` (0-based) and publish it; returns the summary dict.
+
+    The first plan of a run fixes ``policy``, ``params``, ``epochs`` and ``seed`` (stored in
+    state.json); later calls may omit them. If the plan of ``epoch`` exists it is returned as
+    it is (plans are never recomputed silently) unless ``force=True``. ``population`` lists
+    every (shard, key) of the data set so that samples never recorded are planned as unseen
+    rows (otherwise the stage applies the plan's absent rule to them). The planned epoch
+    becomes the stages' current epoch.
+    """
+    run = _run(run)
+    epoch = int(epoch)
+    if epoch < 0:
+        raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
+    with run.lock("plan", wait=120):
+        state = read_state(run)
+        cfg = _resolve_settings(state, policy, params, epochs, seed, force, run)
+        if not 0 <= epoch < cfg["epochs"]:
+            raise InvalidInputError(
+                f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs"
+            )
+        existing = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
+        if existing is not None and not force:
+            if state.get("current_epoch") != epoch:
+                state["current_epoch"] = epoch
+                run.publish_json("state.json", state)
+            return dict(existing)
+        last = int(state.get("last_planned_epoch", -1))
+        if epoch < last and not force:
+            raise EpochOrderError(
+                f"{run.display(plan_dir(epoch))}: epoch {epoch} has no plan but epoch {last} was "
+                f"already planned; plans are made in epoch order (a resumed run finds its plans "
+                f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
+            )
+        table = load_table(run, columns=_TABLE_COLUMNS)
+        if population is not None:
+            table = _with_population(table, population)
+        summary = _plan_and_publish(run, table, epoch, cfg, state, population is not None)
+        return summary
+
+
+def _np(col: Any) -> np.ndarray:
+    return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
+
+
+def _plan_and_publish(
+    run: RunDir, table: pa.Table, epoch: int, cfg: dict[str, Any], state: dict[str, Any],
+    population_listed: bool,
+) -> dict[str, Any]:
+    n = table.num_rows
+    manifest = run.read_json("table/manifest.json", default=None) or {}
+    inp = PolicyInput(
+        uid=_np(table.column("uid")),
+        last_loss=_np(table.column("last_loss")),
+        ema=_np(table.column("ema")),
+        seen=_np(table.column("seen")),
+        last_epoch=_np(table.column("last_epoch")),
+        epoch=epoch,
+        epochs=cfg["epochs"],
+        seed=cfg["seed"],
+        n_ref=int(manifest.get("n_ref") or 0),
+    )
+    result = run_policy(cfg["policy"], inp, **cfg["params"])
+    summary = dict(result.summary)
+
+    d = plan_dir(epoch)
+    reason = pa.DictionaryArray.from_arrays(
+        pa.array(result.reason, type=pa.int8()), pa.array(list(REASONS), type=pa.string())
+    )
+    cluster = result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16)
+    cols = [
+        table.column("shard"),
+        table.column("key"),
+        table.column("uid"),
+        pa.array(inp.last_loss, type=pa.float32()),
+        pa.array(cluster, type=pa.int16()),
+        pa.array(result.keep, type=pa.bool_()),
+        pa.array(result.weight, type=pa.float32()),
+        reason,
+    ]
+    schema = PLAN_SCHEMA
+    if result.score is not None:
+        cols.append(pa.array(result.score, type=pa.float64()))
+        schema = schema.append(pa.field("score", pa.float64()))
+    plan = pa.Table.from_arrays(cols, schema=schema)
+    run.publish_parquet(f"{d}/plan.parquet", plan, compression="lz4", use_dictionary=["shard", "reason"])
+    _fault("plan:after_plan_file")
+
+    # stage lookup: rows grouped by shard (the table is sorted by (shard, uid))
+    lookup_cols = {"key": table.column("key"), "keep": plan.column("keep"), "weight": plan.column("weight")}
+    if result.score is not None:
+        lookup_cols["score"] = plan.column("score")
+    run.publish_arrow(f"{d}/lookup.arrow", pa.table(lookup_cols).combine_chunks())
+    run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(table.column("shard"), result.keep))
+
+    history = dict(state.get("history", {}))
+    history[str(epoch)] = {"n": n, "kept": int(summary["kept"])}
+    upto = [v for k, v in history.items() if int(k) <= epoch]
+    total_n = sum(v["n"] for v in upto)
+    summary["pruned_so_far"] = (1.0 - sum(v["kept"] for v in upto) / total_n) if total_n else 0.0
+    summary["phase"] = summary.get("phase", "prune")
+    summary["table_generation"] = int(manifest.get("generation", 0))
+    summary["population_listed"] = population_listed
+    run.publish_json(f"{d}/summary.json", summary)
+    _fault("plan:after_summary")
+    new_state = {
+        **state,
+        "policy": cfg["policy"],
+        "params": cfg["params"],
+        "seed": cfg["seed"],
+        "epochs": cfg["epochs"],
+        "history": history,
+        "last_planned_epoch": max(epoch, int(state.get("last_planned_epoch", -1))),
+        "current_epoch": epoch,
+    }
+    run.publish_json("state.json", new_state)
+    return summary
+
+
+def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Table:
+    """One row per shard: row range [start, stop) in lookup.arrow, n, kept; sorted by shard."""
+    if isinstance(shard, pa.ChunkedArray):
+        shard = shard.combine_chunks()
+    n = len(shard)
+    if n == 0:
+        return pa.table({"shard": pa.array([], pa.string()), "start": pa.array([], pa.int64()),
+                         "stop": pa.array([], pa.int64()), "n": pa.array([], pa.int64()),
+                         "kept": pa.array([], pa.int64())})
+    enc = pc.dictionary_encode(shard)
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts = np.concatenate([[0], change]).astype(np.int64)
+    stops = np.concatenate([change, [n]]).astype(np.int64)
+    names = enc.dictionary.take(pa.array(codes[starts]))
+    if len(set(codes[starts].tolist())) != len(starts):
+        raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
+    kept_cum = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    t = pa.table({
+        "shard": names,
+        "start": starts,
+        "stop": stops,
+        "n": stops - starts,
+        "kept": kept_cum[stops] - kept_cum[starts],
+    })
+    return t.sort_by("shard")
