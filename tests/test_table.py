@@ -1,0 +1,236 @@
+"""Compaction: exact folding, EMA, idempotence, corrupt parts, locks, crash safety (real kills)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from seta_stream import (
+    CorruptPartError,
+    LossRecorder,
+    RunDir,
+    RunLockedError,
+    SampleIdCollisionError,
+    compact,
+    load_table,
+)
+from seta_stream.record import PART_SCHEMA
+
+
+def record_epochs(run, epochs=3, ranks=2, n=12, flush_rows=5):
+    """Deterministic records: loss = (rank + 1) * 10 + epoch + i / 100 for key k{i} of s{rank}."""
+    expected = {}
+    for e in range(epochs):
+        for rank in range(ranks):
+            with LossRecorder(run, rank=rank, epoch=e, flush_rows=flush_rows) as rec:
+                for i in range(0, n, 4):
+                    keys = [f"k{j}" for j in range(i, min(n, i + 4))]
+                    urls = [f"/data/s{j % 2}.tar" for j in range(i, min(n, i + 4))]
+                    losses = torch.tensor([(rank + 1) * 10 + e + j / 100 for j in range(i, i + len(keys))])
+                    rec.record(keys, urls, losses)
+                    for k, u, v in zip(keys, urls, losses.tolist()):
+                        expected.setdefault((u.rsplit("/", 1)[1], k), []).append((e, rank, v))
+    return expected
+
+
+def test_table_rows_match_a_direct_computation(tmp_path):
+    run = RunDir(tmp_path / "r", create=True, settings={"ema_beta2": 0.8})
+    expected = record_epochs(run)
+    report = compact(run)
+    assert report.new_samples == len(expected) and report.rows_folded == 72
+    table = load_table(run)
+    assert table.schema.names == ["shard", "key", "uid", "last_loss", "last_epoch", "seen",
+                                  "nonfinite", "ema", "last_rank", "last_seq"]
+    rows = {(r["shard"], r["key"]): r for r in table.to_pylist()}
+    assert set(rows) == set(expected)
+    n_ref = len(expected)
+    for ident, recs in expected.items():
+        recs = sorted(recs, key=lambda x: (x[0], x[1]))
+        s = 1.0 / n_ref
+        for _, _, v in recs:  # decoupled EMA, one step per record in (epoch, rank, seq) order
+            s = 0.8 * s + 0.2 * float(np.float32(v))
+        r = rows[ident]
+        assert r["seen"] == len(recs)
+        assert r["last_loss"] == pytest.approx(recs[-1][2], abs=1e-6)
+        assert (r["last_epoch"], r["last_rank"]) == recs[-1][:2]
+        assert r["ema"] == pytest.approx(s, rel=1e-12)
+    # sorted by (shard, uid)
+    pairs = list(zip(table.column("shard").to_pylist(), table.column("uid").to_pylist()))
+    assert pairs == sorted(pairs)
+
+
+def test_incremental_equals_one_shot_and_is_idempotent(tmp_path):
+    # with a fixed dataset_size the EMA start value 1/n does not depend on when a sample is folded
+    settings = {"dataset_size": 100}
+    a = RunDir(tmp_path / "a", create=True, settings=settings)
+    b = RunDir(tmp_path / "b", create=True, settings=settings)
+    for e in range(3):
+        for run in (a, b):
+            with LossRecorder(run, epoch=e) as rec:
+                rec.record(["x", "y", f"new{e}"], ["s.tar"] * 3, torch.tensor([1.0 + e, 2.0, 3.0]))
+        compact(a)  # after every epoch
+    compact(b)  # once at the end
+    cols = ["shard", "key", "last_loss", "last_epoch", "seen", "ema"]
+    ta, tb = load_table(a).select(cols), load_table(b).select(cols)
+    assert ta.sort_by("key").to_pylist() == tb.sort_by("key").to_pylist()
+    again = compact(a)
+    assert (again.parts_folded, again.rows_folded) == (0, 0)
+    assert load_table(a).equals(load_table(a))
+    manifest = json.loads((tmp_path / "a/table/manifest.json").read_text())
+    assert len(manifest["folded"]) == 3 and manifest["generation"] == 3
+
+
+def write_part(run_dir, name, table, metadata=None):
+    path = run_dir / "losses/rank=0/epoch=0" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if metadata is not None:
+        table = table.replace_schema_metadata(metadata)
+    pq.write_table(table, path)
+    return path
+
+
+def good_part_table(keys=("a",)):
+    from seta_stream.ids import sample_uid
+
+    n = len(keys)
+    return pa.table({
+        "shard": ["s.tar"] * n, "key": list(keys),
+        "uid": pa.array([sample_uid("s.tar", k) for k in keys], pa.uint64()),
+        "loss": pa.array([1.0] * n, pa.float32()), "epoch": pa.array([0] * n, pa.int32()),
+        "rank": pa.array([0] * n, pa.int32()), "seq": pa.array(list(range(n)), pa.int64()),
+    })
+
+
+META = {b"seta_stream.format_version": b"1"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("truncated", r"part-bad.parquet: cannot be read as Parquet .*truncated or foreign file"),
+        ("schema", r"part-bad.parquet: wrong schema: missing column 'loss' \(float\)"),
+        ("dtype", r"part-bad.parquet: wrong schema: column 'loss' is string, expected float"),
+        ("newer", r"part-bad.parquet: part format version '2', this seta_stream reads versions 1..1; upgrade"),
+        ("foreign", r"part-bad.parquet: no 'seta_stream.format_version' metadata"),
+    ],
+)
+def test_corrupt_parts_are_named_and_can_be_quarantined(tmp_path, kind, message):
+    run = RunDir(tmp_path / "r", create=True)
+    with LossRecorder(run) as rec:
+        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+    t = good_part_table()
+    if kind == "truncated":
+        path = write_part(tmp_path / "r", "part-bad.parquet", t, META)
+        path.write_bytes(path.read_bytes()[:-40])
+    elif kind == "schema":
+        write_part(tmp_path / "r", "part-bad.parquet", t.drop_columns(["loss"]), META)
+    elif kind == "dtype":
+        write_part(tmp_path / "r", "part-bad.parquet", t.set_column(3, "loss", pa.array(["x"])), META)
+    elif kind == "newer":
+        write_part(tmp_path / "r", "part-bad.parquet", t, {b"seta_stream.format_version": b"2"})
+    else:
+        write_part(tmp_path / "r", "part-bad.parquet", t, {})
+    with pytest.raises(CorruptPartError, match=message) as info:
+        compact(run)
+    assert "on_corrupt='skip'" in str(info.value)
+    assert not (tmp_path / "r/table/manifest.json").exists()  # nothing half-done
+    report = compact(run, on_corrupt="skip")
+    assert report.quarantined == ["losses/rank=0/epoch=0/part-bad.parquet"]
+    assert (tmp_path / "r/losses-quarantine/rank=0/epoch=0/part-bad.parquet").exists()
+    assert load_table(run).column("key").to_pylist() == ["good"]
+    manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())
+    assert manifest["quarantined"] == ["losses/rank=0/epoch=0/part-bad.parquet"]
+
+
+def test_part_with_wrong_uids_is_rejected(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
+    write_part(tmp_path / "r", "part-x.parquet", t, META)
+    with pytest.raises(CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x"):
+        compact(run)
+
+
+def test_uid_collision_with_the_table_is_rejected(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    with LossRecorder(run) as rec:
+        rec.record(["a"], ["s.tar"], torch.tensor([1.0]))
+    compact(run)
+    from seta_stream.ids import sample_uid
+
+    forged = good_part_table(("zzz",)).set_column(2, "uid", pa.array([sample_uid("s.tar", "a")], pa.uint64()))
+    write_part(tmp_path / "r", "part-y.parquet", forged, META)
+    with pytest.raises(SampleIdCollisionError, match=r"\('s.tar', 'zzz'\) has uid .* which the table already holds for \('s.tar', 'a'\)"):
+        compact(run)
+
+
+def test_same_key_in_two_shards_is_two_samples(tmp_path):
+    with LossRecorder(tmp_path / "r") as rec:
+        rec.record(["k", "k"], ["/a/one.tar", "/a/two.tar"], torch.tensor([1.0, 2.0]))
+    compact(tmp_path / "r")
+    rows = sorted((r["shard"], r["key"], r["last_loss"]) for r in load_table(tmp_path / "r").to_pylist())
+    assert rows == [("one.tar", "k", 1.0), ("two.tar", "k", 2.0)]
+
+
+def test_keys_with_dots_slashes_spaces_and_unicode_round_trip(tmp_path):
+    keys = ["a.b.c", "dir/sub/x", "with space", "ключ-ü", "emoji🙂"]
+    with LossRecorder(tmp_path / "r") as rec:
+        rec.record(keys, ["s.tar"] * 5, torch.arange(5, dtype=torch.float32))
+    compact(tmp_path / "r")
+    t = load_table(tmp_path / "r")
+    assert dict(zip(t.column("key").to_pylist(), t.column("last_loss").to_pylist())) == {
+        k: float(i) for i, k in enumerate(keys)}
+
+
+def test_concurrent_compaction_is_refused_with_the_holder_named(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    with run.lock("compact"):
+        with pytest.raises(RunLockedError, match=rf"locks/compact.lock is held by pid {os.getpid()}"):
+            compact(run)
+
+
+def test_two_compaction_processes_at_once_leave_a_consistent_table(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    with LossRecorder(run, flush_rows=500) as rec:
+        for i in range(0, 20000, 500):
+            rec.record([f"k{j}" for j in range(i, i + 500)], ["s.tar"] * 500, torch.rand(500))
+    code = ("import sys; from seta_stream import compact, RunLockedError\n"
+            f"try:\n    r = compact({str(tmp_path / 'r')!r}); print('done', r.parts_folded)\n"
+            "except RunLockedError as e:\n    print('locked', e)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    done = [o for o in outs if o.startswith("done")]
+    assert len(done) >= 1 and all(o.startswith(("done", "locked")) for o in outs)
+    assert load_table(run).num_rows == 20000
+    assert compact(run).parts_folded == 0
+
+
+@pytest.mark.parametrize("point", ["compact:after_read", "compact:after_table_write", "compact:after_manifest"])
+def test_killed_compaction_converges_on_rerun(tmp_path, point):
+    def make(path):
+        run = RunDir(path, create=True)
+        for e in range(2):
+            with LossRecorder(run, epoch=e, flush_rows=7) as rec:
+                rec.record([f"k{i}" for i in range(20)], ["s.tar"] * 20, torch.arange(20.0) + e)
+        return run
+
+    ref, run = make(tmp_path / "ref"), make(tmp_path / "r")
+    compact(ref)
+    code = f"from seta_stream import compact; compact({str(tmp_path / 'r')!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SETA_STREAM_FAULT": point})
+    assert proc.returncode == -9
+    compact(run, lock_wait=0)  # the dead process's lock is broken (same host, pid gone)
+    cols = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "nonfinite", "ema"]
+    assert load_table(run).select(cols).equals(load_table(ref).select(cols))
+    m_ref = json.loads((tmp_path / "ref/table/manifest.json").read_text())
+    m = json.loads((tmp_path / "r/table/manifest.json").read_text())
+    assert len(m["folded"]) == len(m_ref["folded"]) == len(set(m["folded"])) == 2
+    assert m["rows"] == 20
