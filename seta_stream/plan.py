@@ -212,9 +212,10 @@ def plan_epoch(
             )
         existing = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
         if existing is not None and not force:
-            if state.get("current_epoch") != epoch:
-                state["current_epoch"] = epoch
-                run.publish_json("state.json", state)
+            # also completes state.json if a crash came between the summary and the state
+            new_state = _state_with(state, cfg, epoch, existing)
+            if new_state != state:
+                run.publish_json("state.json", new_state)
             return dict(existing)
         last = int(state.get("last_planned_epoch", -1))
         if epoch < last and not force:
@@ -294,7 +295,15 @@ def _plan_and_publish(
     summary["population_listed"] = population_listed
     run.publish_json(f"{d}/summary.json", summary)
     _fault("plan:after_summary")
-    new_state = {
+    run.publish_json("state.json", _state_with(state, cfg, epoch, summary))
+    return summary
+
+
+def _state_with(state: dict[str, Any], cfg: dict[str, Any], epoch: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """state.json after publishing the plan of ``epoch`` (which becomes the current epoch)."""
+    history = dict(state.get("history", {}))
+    history[str(epoch)] = {"n": int(summary["n"]), "kept": int(summary["kept"])}
+    return {
         **state,
         "policy": cfg["policy"],
         "params": cfg["params"],
@@ -304,8 +313,6 @@ def _plan_and_publish(
         "last_planned_epoch": max(epoch, int(state.get("last_planned_epoch", -1))),
         "current_epoch": epoch,
     }
-    run.publish_json("state.json", new_state)
-    return summary
 
 
 def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Table:

@@ -1,0 +1,152 @@
+"""plan_epoch: files and dtypes, idempotence, epoch order, settings, population, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from seta_stream import (
+    EpochOrderError,
+    InvalidInputError,
+    LossRecorder,
+    PlanMissingError,
+    RunDir,
+    compact,
+    load_plan,
+    load_summary,
+    plan_epoch,
+)
+
+
+def seeded_run(path, n=200, shards=4, epochs=1):
+    run = RunDir(path, create=True)
+    rng = np.random.default_rng(0)
+    with LossRecorder(run, epoch=0) as rec:
+        keys = [f"k{i:04d}" for i in range(n)]
+        urls = [f"/d/shard-{i % shards}.tar" for i in range(n)]
+        rec.record(keys, urls, torch.tensor(rng.lognormal(size=n), dtype=torch.float32))
+    compact(run)
+    return run
+
+
+SETA = dict(policy="seta", params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)
+
+
+def test_plan_files_columns_and_summary(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    summary = plan_epoch(run, 1, **SETA)
+    plan = pq.read_table(tmp_path / "r/plans/epoch=1/plan.parquet")
+    assert plan.schema.names == ["shard", "key", "uid", "loss", "cluster", "keep", "weight", "reason"]
+    assert [str(t) for t in plan.schema.types] == [
+        "string", "string", "uint64", "float", "int16", "bool", "float", "dictionary<values=string, indices=int8, ordered=0>"]
+    assert plan.num_rows == 200 == summary["n"]
+    keep = plan.column("keep").to_numpy(zero_copy_only=False)
+    assert int(keep.sum()) == summary["kept"]
+    assert set(plan.column("weight").to_numpy()[keep]) == {1.0}
+    assert set(plan.column("weight").to_numpy()[~keep]) == {0.0}
+    assert summary["policy"] == "seta" and summary["epoch"] == 1 and summary["phase"] == "prune"
+    assert summary["k_eff"] == 5 and summary["w"] == 3 and summary["s"] == 1
+    assert sum(summary["cluster_sizes"]) == summary["n_downsampled"] - summary["n_unseen_in_R"] == 180
+    assert summary["pruned_so_far"] == pytest.approx(1 - summary["kept"] / 200)
+    reasons = set(plan.column("reason").to_pylist())
+    assert reasons == {"window", "outside_window", "downsampled_out"}
+    clusters = plan.column("cluster").to_numpy()
+    in_window = (clusters >= 1) & (clusters <= 3)
+    assert np.array_equal(keep, in_window)
+    # stage lookup: grouped by shard, same decisions
+    import pyarrow.ipc as ipc
+
+    lookup = ipc.open_file(str(tmp_path / "r/plans/epoch=1/lookup.arrow")).read_all()
+    shards = ipc.open_file(str(tmp_path / "r/plans/epoch=1/shards.arrow")).read_all().to_pylist()
+    assert [s["shard"] for s in shards] == [f"shard-{i}.tar" for i in range(4)]
+    assert sum(s["n"] for s in shards) == 200 and sum(s["kept"] for s in shards) == summary["kept"]
+    for s in shards:
+        part = plan.slice(s["start"], s["n"])
+        assert set(part.column("shard").to_pylist()) == {s["shard"]}
+        assert lookup.slice(s["start"], s["n"]).column("key").to_pylist() == part.column("key").to_pylist()
+    state = json.loads((tmp_path / "r/state.json").read_text())
+    assert state["current_epoch"] == 1 and state["last_planned_epoch"] == 1
+    assert state["history"] == {"1": {"n": 200, "kept": summary["kept"]}}
+
+
+def test_plans_are_deterministic_and_reused(tmp_path):
+    a, b = seeded_run(tmp_path / "a"), seeded_run(tmp_path / "b")
+    sa, sb = plan_epoch(a, 1, **SETA), plan_epoch(b, 1, **SETA)
+    assert load_plan(a, 1).equals(load_plan(b, 1))
+    before = (tmp_path / "a/plans/epoch=1/plan.parquet").stat().st_mtime_ns
+    assert plan_epoch(a, 1) == sa  # settings from state.json; existing plan returned
+    assert (tmp_path / "a/plans/epoch=1/plan.parquet").stat().st_mtime_ns == before
+    other_seed = plan_epoch(a, 1, force=True, seed=4)
+    assert other_seed["seed"] == 4
+    assert not load_plan(a, 1).equals(load_plan(b, 1))
+    assert sb["kept"] == sa["kept"]
+
+
+def test_first_plan_needs_policy_and_epochs_and_settings_are_fixed(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    with pytest.raises(InvalidInputError, match="first plan needs policy= and epochs="):
+        plan_epoch(run, 0)
+    plan_epoch(run, 0, **SETA)
+    with pytest.raises(InvalidInputError, match=r"planned with seed=3, this call asks seed=5.*force=True"):
+        plan_epoch(run, 1, seed=5)
+    with pytest.raises(InvalidInputError, match="epoch 10 is outside the run's epochs 0..9"):
+        plan_epoch(run, 10)
+    with pytest.raises(ValueError, match=r"seta: r=0.95 is outside the valid range 0 <= r <= 0.9"):
+        plan_epoch(tmp_path / "r", 2, params=dict(r=0.95), force=True)
+
+
+def test_epoch_below_the_last_planned_one(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    plan_epoch(run, 0, **SETA)
+    plan_epoch(run, 3)
+    assert plan_epoch(run, 0)["epoch"] == 0  # exists: returned as is
+    with pytest.raises(EpochOrderError, match=r"epoch 2 has no plan but epoch 3 was already planned"):
+        plan_epoch(run, 2)
+
+
+def test_missing_plan_errors(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    with pytest.raises(PlanMissingError, match=r"plans/epoch=4/summary.json: no plan for epoch 4; call seta_stream.plan_epoch\(run, 4\)"):
+        load_summary(run, 4)
+
+
+def test_population_adds_unseen_rows_kept_by_seta(tmp_path):
+    run = seeded_run(tmp_path / "r", n=50, shards=1)
+    pop = [("shard-0.tar", f"k{i:04d}") for i in range(60)] + [("new.tar", "x")]
+    s = plan_epoch(run, 1, **SETA, population=pop)
+    plan = load_plan(run, 1)
+    assert plan.num_rows == 61 and s["unseen"] == 11 and s["population_listed"] is True
+    rows = {(r["shard"], r["key"]): r for r in plan.to_pylist()}
+    for ident in [("shard-0.tar", f"k{i:04d}") for i in range(50, 60)] + [("new.tar", "x")]:
+        assert rows[ident]["reason"] in ("unseen", "downsampled_out")
+        assert rows[ident]["keep"] == (rows[ident]["reason"] == "unseen")
+
+
+def test_empty_table_plans_an_empty_plan_with_absent_rule(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    s = plan_epoch(run, 0, **SETA)
+    assert (s["n"], s["kept"], s["empty_plan_guard"]) == (0, 0, False)
+    assert s["absent_rule"] == {"kind": "bernoulli", "fraction": 0.9, "stream": 1, "epoch": None}
+
+
+@pytest.mark.parametrize("point", ["plan:after_plan_file", "plan:after_summary"])
+def test_killed_planning_converges_on_rerun(tmp_path, point):
+    ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
+    plan_epoch(ref, 1, **SETA)
+    code = (f"from seta_stream import plan_epoch; plan_epoch({str(tmp_path / 'r')!r}, 1, policy='seta', "
+            "params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SETA_STREAM_FAULT": point})
+    assert proc.returncode == -9
+    s = plan_epoch(run, 1, **SETA)
+    assert load_plan(run, 1).equals(load_plan(ref, 1))
+    assert s["kept"] == load_summary(ref, 1)["kept"]
+    state = json.loads((tmp_path / "r/state.json").read_text())
+    assert state["last_planned_epoch"] == 1 and state["current_epoch"] == 1
