@@ -52,6 +52,12 @@ def main() -> None:
     if args.dist:
         torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank() if args.dist else 0
+    # a listing of every sample: plans then cover the whole data set (exact accounting)
+    population = [
+        (shard_name(u), sample["__key__"])
+        for u in args.shards
+        for sample in wds.DataPipeline(wds.SimpleShardList([u]), wds.tarfile_to_samples())
+    ]
     pruner = seta.Pruner(
         args.run,
         policy=args.policy,
@@ -59,6 +65,7 @@ def main() -> None:
         epochs=args.epochs,
         seed=7,
         flush_rows=args.flush_rows,
+        population=population,
         verbose=True,
     )
     ds = seta.attach(
