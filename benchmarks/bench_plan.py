@@ -1,0 +1,69 @@
+"""Planning one SeTa epoch for N samples from an existing loss table (issue target at 15M:
+<= 3 s wall, <= 2 GB peak RSS), beside the reference approach to the same step.
+
+The reference implementation clusters the losses with scikit-learn ``KMeans(n_clusters=k,
+random_state=0)`` and then walks the clusters in a Python loop (measured on this machine at
+15M: 285 s and 16.2 GB, algorithms.md §11). The baseline here runs only its k-means call on the
+same 1-D losses (the cheapest part of the reference step), at a subsample when N is large, and
+extrapolates linearly to N; ratios are against that lower bound of the reference's time.
+
+    python benchmarks/bench_plan.py --n 15000000 [--baseline-n 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import OUT, machine, make_table_run, measure
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=15_000_000)
+    p.add_argument("--baseline-n", type=int, default=1_000_000)
+    p.add_argument("--k", type=int, default=10)
+    args = p.parse_args()
+    run = make_table_run(OUT / f"plan-{args.n}", args.n)
+    setup = f"""
+        import seta_stream, shutil, os
+        from seta_stream import plan_epoch, RunDir
+        run = RunDir({str(run)!r})
+        shutil.rmtree(os.path.join({str(run)!r}, 'plans'), ignore_errors=True)
+        if os.path.exists(os.path.join({str(run)!r}, 'state.json')): os.remove(os.path.join({str(run)!r}, 'state.json'))
+    """
+    ours = measure(
+        f"s = plan_epoch(run, 1, policy='seta', params=dict(r=0.0, k={args.k}, alpha=0.5), epochs=10, seed=0)",
+        setup,
+    )
+    base_n = min(args.n, args.baseline_n)
+    base = measure(
+        f"""
+        KMeans(n_clusters={args.k}, random_state=0).fit(loss.reshape(-1, 1))
+        """,
+        f"""
+        import numpy as np
+        from sklearn.cluster import KMeans
+        loss = np.random.default_rng(0).lognormal(size={base_n}).astype(np.float32)
+        """,
+    )
+    scale = args.n / base_n
+    rows = [
+        ("seta_stream plan_epoch (SeTa, k=%d): read table, policy, write plan + lookup" % args.k,
+         args.n, ours["wall_s"], ours["peak_rss_mb"]),
+        ("baseline: sklearn KMeans fit only (reference's clustering call)", base_n, base["wall_s"],
+         base["peak_rss_mb"]),
+    ]
+    print(f"## Planning one SeTa epoch ({machine()})\n")
+    print("| what | N | wall s | peak RSS MB |")
+    print("| --- | --- | --- | --- |")
+    for what, n, wall, rss in rows:
+        print(f"| {what} | {n:,} | {wall:.2f} | {rss:.0f} |")
+    est = base["wall_s"] * scale
+    print(f"\nBaseline extrapolated to N={args.n:,}: {est:.1f} s for the k-means call alone "
+          f"(reference's whole step, measured in algorithms.md §11: 285 s, 16.2 GB at 15M).")
+    print(f"Speed-up vs the extrapolated k-means call: {est / ours['wall_s']:.1f}x; "
+          f"vs the reference's whole step: {285 / ours['wall_s']:.0f}x.")
+
+
+if __name__ == "__main__":
+    main()

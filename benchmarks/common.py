@@ -1,0 +1,87 @@
+"""Shared helpers for the benchmarks: synthetic ST+MJ-sized run directories, and timing of a
+code snippet in a fresh subprocess (wall time and peak RSS from the kernel's ru_maxrss)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench-out"
+
+
+def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array]:
+    """(shard, key) arrays shaped like ST+MJ: 5,000 samples per shard, MJSynth-like keys."""
+    idx = np.arange(n)
+    shard_ids = idx // shard_size
+    n_shards = int(shard_ids[-1]) + 1 if n else 0
+    names = pa.array([f"stmj-train-{s:06d}.tar" for s in range(n_shards)])
+    shards = pa.DictionaryArray.from_arrays(pa.array(shard_ids.astype(np.int32)), names)
+    keys = pa.array([f"mj/{i // 1000 % 3000:04d}/{i % 7}/{i:08d}_Word" for i in range(n)], pa.string())
+    return shards.dictionary_decode(), keys
+
+
+def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
+    """A run directory whose loss table has n rows (log-normal losses), built directly."""
+    from seta_stream.ids import sample_uids
+    from seta_stream.runfs import RunDir
+    from seta_stream.table import TABLE_SCHEMA, _sort_by_shard
+
+    if (path / "table/manifest.json").exists():
+        return path
+    run = RunDir(path, create=True)
+    shards, keys = st_mj_identities(n)
+    rng = np.random.default_rng(seed)
+    loss = rng.lognormal(size=n).astype(np.float32)
+    table = pa.Table.from_pydict(
+        {
+            "shard": shards, "key": keys, "uid": sample_uids(shards, keys), "last_loss": loss,
+            "last_epoch": np.zeros(n, np.int32), "seen": np.ones(n, np.int32),
+            "nonfinite": np.zeros(n, np.int32), "ema": loss.astype(np.float64),
+            "last_rank": np.zeros(n, np.int32), "last_seq": np.arange(n, dtype=np.int64),
+        },
+        schema=TABLE_SCHEMA,
+    )
+    table = _sort_by_shard(table)
+    rel = "table/table-000001-bench.parquet"
+    run.publish_parquet(rel, table)
+    run.publish_json("table/manifest.json", {"generation": 1, "table": rel, "rows": n, "folded": [],
+                                             "quarantined": [], "n_ref": n, "format_version": 1})
+    return path
+
+
+def measure(code: str, setup: str = "") -> dict:
+    """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code`` and peak RSS.
+
+    ``rss_before`` is the peak RSS after ``setup``; ``peak_rss`` the peak over the whole process.
+    """
+    prog = textwrap.dedent(f"""
+        import json, resource, time, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        {textwrap.indent(textwrap.dedent(setup), '        ').strip()}
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        {textwrap.indent(textwrap.dedent(code), '        ').strip()}
+        wall = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print("RESULT" + json.dumps({{"wall_s": wall, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark subprocess failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def machine() -> str:
+    import platform
+
+    return f"{platform.python_version()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}"
