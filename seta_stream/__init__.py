@@ -18,6 +18,7 @@ from .errors import (
     SetaStreamError,
 )
 from .ids import sample_uid, shard_name
+from .listing import list_samples
 from .plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from .policies import POLICIES, PolicyInput, describe_policies, run_policy
 from .record import LossRecorder
@@ -50,6 +51,7 @@ __all__ = [
     "describe_policies",
     "inspect",
     "keep_filter",
+    "list_samples",
     "load_plan",
     "load_summary",
     "load_table",

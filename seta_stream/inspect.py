@@ -84,7 +84,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
         "table": {"rows": manifest.get("rows", 0), "generation": manifest.get("generation", 0)},
         "epochs": epochs,
     }
-    if planned:
+    if planned or epoch is not None:
         sel = planned[-1] if epoch is None else epoch
         selected = _summary(run, sel)
         selected.update(_shard_losses(run, sel, top_shards))

@@ -1,0 +1,25 @@
+"""The public API: exactly the names in __all__, each importable."""
+
+import seta_stream
+
+EXPECTED = {
+    "POLICIES", "CompactionReport", "CorruptPartError", "EpochOrderError", "InvalidInputError",
+    "LossRecorder", "PlanMissingError", "PlanView", "PolicyInput", "Pruner", "RunDir",
+    "RunFormatError", "RunLockedError", "SampleIdCollisionError", "SetaStreamError", "__version__",
+    "attach", "compact", "describe_policies", "inspect", "keep_filter", "list_samples", "load_plan",
+    "load_summary", "load_table", "plan_epoch", "run_policy", "sample_uid", "set_current_epoch",
+    "shard_name", "skip_shards", "stage_counters", "weighted_mean",
+}
+
+
+def test_all_is_the_curated_api():
+    assert set(seta_stream.__all__) == EXPECTED
+    for name in seta_stream.__all__:
+        assert getattr(seta_stream, name) is not None
+
+
+def test_every_error_derives_from_the_base():
+    for name in ("CorruptPartError", "EpochOrderError", "InvalidInputError", "PlanMissingError",
+                 "RunFormatError", "RunLockedError", "SampleIdCollisionError"):
+        assert issubclass(getattr(seta_stream, name), seta_stream.SetaStreamError)
+    assert issubclass(seta_stream.InvalidInputError, ValueError)
