@@ -48,10 +48,18 @@ def main() -> None:
     )
     scale = args.n / base_n
     rows = [
-        ("seta_stream plan_epoch (SeTa, k=%d): read table, policy, write plan + lookup" % args.k,
-         args.n, ours["wall_s"], ours["peak_rss_mb"]),
-        ("baseline: sklearn KMeans fit only (reference's clustering call)", base_n, base["wall_s"],
-         base["peak_rss_mb"]),
+        (
+            f"seta_stream plan_epoch (SeTa, k={args.k}): read table, policy, write plan + lookup",
+            args.n,
+            ours["wall_s"],
+            ours["peak_rss_mb"],
+        ),
+        (
+            "baseline: sklearn KMeans fit only (reference's clustering call)",
+            base_n,
+            base["wall_s"],
+            base["peak_rss_mb"],
+        ),
     ]
     print(f"## Planning one SeTa epoch ({machine()})\n")
     print("| what | N | wall s | peak RSS MB |")
@@ -59,10 +67,14 @@ def main() -> None:
     for what, n, wall, rss in rows:
         print(f"| {what} | {n:,} | {wall:.2f} | {rss:.0f} |")
     est = base["wall_s"] * scale
-    print(f"\nBaseline extrapolated to N={args.n:,}: {est:.1f} s for the k-means call alone "
-          f"(reference's whole step, measured in algorithms.md §11: 285 s, 16.2 GB at 15M).")
-    print(f"Speed-up vs the extrapolated k-means call: {est / ours['wall_s']:.1f}x; "
-          f"vs the reference's whole step: {285 / ours['wall_s']:.0f}x.")
+    print(
+        f"\nBaseline extrapolated to N={args.n:,}: {est:.1f} s for the k-means call alone "
+        f"(reference's whole step, measured in algorithms.md §11: 285 s, 16.2 GB at 15M)."
+    )
+    print(
+        f"Speed-up vs the extrapolated k-means call: {est / ours['wall_s']:.1f}x; "
+        f"vs the reference's whole step: {285 / ours['wall_s']:.0f}x."
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import tempfile
 import time
 
 import torch
-
 from common import machine
 
 

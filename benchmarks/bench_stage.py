@@ -20,7 +20,6 @@ import shutil
 import time
 
 import webdataset as wds
-
 from common import OUT, ROOT, machine
 
 
@@ -60,8 +59,9 @@ def main() -> None:
     for path in (full_run, half_run):
         shutil.rmtree(path, ignore_errors=True)
     seta.plan_epoch(seta.RunDir(full_run, create=True), 0, policy="full", epochs=1, population=pop)
-    seta.plan_epoch(seta.RunDir(half_run, create=True), 0, policy="random", params={"r": 0.5},
-                    epochs=1, seed=0, population=pop)
+    seta.plan_epoch(
+        seta.RunDir(half_run, create=True), 0, policy="random", params={"r": 0.5}, epochs=1, seed=0, population=pop
+    )
 
     def src() -> list:
         return [wds.SimpleShardList(urls), wds.tarfile_to_samples()]

@@ -43,18 +43,26 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     loss = rng.lognormal(size=n).astype(np.float32)
     table = pa.Table.from_pydict(
         {
-            "shard": shards, "key": keys, "uid": sample_uids(shards, keys), "last_loss": loss,
-            "last_epoch": np.zeros(n, np.int32), "seen": np.ones(n, np.int32),
-            "nonfinite": np.zeros(n, np.int32), "ema": loss.astype(np.float64),
-            "last_rank": np.zeros(n, np.int32), "last_seq": np.arange(n, dtype=np.int64),
+            "shard": shards,
+            "key": keys,
+            "uid": sample_uids(shards, keys),
+            "last_loss": loss,
+            "last_epoch": np.zeros(n, np.int32),
+            "seen": np.ones(n, np.int32),
+            "nonfinite": np.zeros(n, np.int32),
+            "ema": loss.astype(np.float64),
+            "last_rank": np.zeros(n, np.int32),
+            "last_seq": np.arange(n, dtype=np.int64),
         },
         schema=TABLE_SCHEMA,
     )
     table = _sort_by_shard(table)
     rel = "table/table-000001-bench.parquet"
     run.publish_parquet(rel, table)
-    run.publish_json("table/manifest.json", {"generation": 1, "table": rel, "rows": n, "folded": [],
-                                             "quarantined": [], "n_ref": n, "format_version": 1})
+    run.publish_json(
+        "table/manifest.json",
+        {"generation": 1, "table": rel, "rows": n, "folded": [], "quarantined": [], "n_ref": n, "format_version": 1},
+    )
     return path
 
 
@@ -66,10 +74,10 @@ def measure(code: str, setup: str = "") -> dict:
     prog = textwrap.dedent(f"""
         import json, resource, time, sys
         sys.path.insert(0, {str(ROOT)!r})
-        {textwrap.indent(textwrap.dedent(setup), '        ').strip()}
+        {textwrap.indent(textwrap.dedent(setup), "        ").strip()}
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.perf_counter()
-        {textwrap.indent(textwrap.dedent(code), '        ').strip()}
+        {textwrap.indent(textwrap.dedent(code), "        ").strip()}
         wall = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print("RESULT" + json.dumps({{"wall_s": wall, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}))
@@ -78,7 +86,7 @@ def measure(code: str, setup: str = "") -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark subprocess failed:\n{proc.stderr[-3000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 def machine() -> str:

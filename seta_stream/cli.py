@@ -1,9 +1,9 @@
 """`seta-stream` command line: thin wrappers that parse arguments and call library functions.
 
-    seta-stream compact RUN_DIR [--skip-corrupt] [--wait S] [--json]
-    seta-stream plan RUN_DIR --epoch E [--policy seta --epochs N --seed S -p k=5 -p alpha=0.9]
-    seta-stream policies [--json]
-    seta-stream inspect RUN_DIR [--epoch E] [--plot out.png] [--json]
+seta-stream compact RUN_DIR [--skip-corrupt] [--wait S] [--json]
+seta-stream plan RUN_DIR --epoch E [--policy seta --epochs N --seed S -p k=5 -p alpha=0.9]
+seta-stream policies [--json]
+seta-stream inspect RUN_DIR [--epoch E] [--plot out.png] [--json]
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
         print(
             f"folded {out.get('parts_folded')} part(s), {out.get('rows_folded')} record(s); table: "
             f"{out.get('samples_total')} samples ({out.get('new_samples')} new), generation "
-            f"{out.get('generation')}"
-            + (f"; quarantined {len(out['quarantined'])}" if out.get("quarantined") else "")
+            f"{out.get('generation')}" + (f"; quarantined {len(out['quarantined'])}" if out.get("quarantined") else "")
         )
     return out
 
@@ -131,10 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compact", help="fold new loss parts into the loss table")
     p.add_argument("run_dir", help="run directory (path or fsspec URL)")
-    p.add_argument("--skip-corrupt", action="store_true",
-                   help="move unreadable parts to losses-quarantine/ and continue")
-    p.add_argument("--wait", type=float, default=0.0,
-                   help="seconds to wait for another compaction to finish (default: fail at once)")
+    p.add_argument(
+        "--skip-corrupt", action="store_true", help="move unreadable parts to losses-quarantine/ and continue"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="seconds to wait for another compaction to finish (default: fail at once)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(fn=_cmd_compact)
 
@@ -149,10 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="policy name (first plan of a run; later taken from state.json)")
     p.add_argument("--epochs", type=int, help="total epochs of the run (first plan of a run)")
     p.add_argument("--seed", type=int, help="run seed (first plan of a run)")
-    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="policy parameter, repeatable: -p r=0.1 -p k=5")
-    p.add_argument("--force", action="store_true",
-                   help="re-plan even if the plan exists or the settings differ from state.json")
+    p.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="policy parameter, repeatable: -p r=0.1 -p k=5",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="re-plan even if the plan exists or the settings differ from state.json"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(fn=_cmd_plan)
 

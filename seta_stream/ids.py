@@ -53,9 +53,7 @@ def shard_name(url: str, depth: int = 1) -> str:
     with ``depth=2`` it is ``"train/shard-000.tar"``.
     """
     if not isinstance(url, str) or not url:
-        raise InvalidInputError(
-            f"__url__ must be a non-empty string, found {url!r}; pass the batch's '__url__' list"
-        )
+        raise InvalidInputError(f"__url__ must be a non-empty string, found {url!r}; pass the batch's '__url__' list")
     if depth < 1:
         raise InvalidInputError(f"shard_depth must be >= 1, found {depth}")
     text = url
@@ -133,9 +131,7 @@ def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         raise InvalidInputError(f"string array has {arr.null_count} null value(s)")
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = (
-        np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    )
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     return offsets, data
 
 
@@ -147,9 +143,7 @@ def sample_uids(
     shards_arr = shards if isinstance(shards, (pa.Array, pa.ChunkedArray)) else pa.array(shards)
     keys_arr = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys)
     if len(shards_arr) != len(keys_arr):
-        raise InvalidInputError(
-            f"{len(shards_arr)} shard names but {len(keys_arr)} keys; one shard per key expected"
-        )
+        raise InvalidInputError(f"{len(shards_arr)} shard names but {len(keys_arr)} keys; one shard per key expected")
     n = len(keys_arr)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)

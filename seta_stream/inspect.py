@@ -132,9 +132,10 @@ def format_summary(s: dict[str, Any]) -> str:
     for title, key in (("lost most", "shards_lost_most"), ("lost least", "shards_lost_least")):
         rows = sel.get(key) or []
         if rows:
-            lines.append(f"  shards that {title}: " + ", ".join(
-                f"{r['shard']} ({_pct(r['pruned_fraction'])} of {r['n']})" for r in rows
-            ))
+            lines.append(
+                f"  shards that {title}: "
+                + ", ".join(f"{r['shard']} ({_pct(r['pruned_fraction'])} of {r['n']})" for r in rows)
+            )
     return "\n".join(lines)
 
 
@@ -170,8 +171,13 @@ def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
             ax.axvline(b, color="#d62728", lw=0.8, ls="--")
         s, w = summary.get("s"), summary.get("w")
         if isinstance(s, int) and w and summary.get("cluster_min"):
-            ax.axvspan(summary["cluster_min"][s], summary["cluster_max"][s + w - 1],
-                       color="#2ca02c", alpha=0.12, label=f"window: clusters {s}..{s + w - 1}")
+            ax.axvspan(
+                summary["cluster_min"][s],
+                summary["cluster_max"][s + w - 1],
+                color="#2ca02c",
+                alpha=0.12,
+                label=f"window: clusters {s}..{s + w - 1}",
+            )
         ax.legend(loc="upper right", fontsize=8)
     ax.set_title(f"epoch {sel}: loss histogram ({summary.get('policy')}, {summary.get('phase')})")
     ax.set_xlabel("last recorded loss")

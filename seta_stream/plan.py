@@ -149,8 +149,13 @@ def _with_population(table: pa.Table, population: Any) -> pa.Table:
 
 
 def _resolve_settings(
-    state: dict[str, Any], policy: str | None, params: dict[str, Any] | None,
-    epochs: int | None, seed: int | None, force: bool, run: RunDir,
+    state: dict[str, Any],
+    policy: str | None,
+    params: dict[str, Any] | None,
+    epochs: int | None,
+    seed: int | None,
+    force: bool,
+    run: RunDir,
 ) -> dict[str, Any]:
     given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
     if not state.get("policy"):
@@ -159,8 +164,7 @@ def _resolve_settings(
                 f"{run.display('state.json')}: this run has no plan yet, so its first plan needs "
                 "policy= and epochs= (CLI: --policy NAME --epochs N); seed defaults to 0"
             )
-        return {"policy": policy, "params": dict(params or {}), "epochs": int(epochs),
-                "seed": int(seed or 0)}
+        return {"policy": policy, "params": dict(params or {}), "epochs": int(epochs), "seed": int(seed or 0)}
     resolved = {k: state[k] for k in ("policy", "params", "epochs", "seed")}
     for k, v in given.items():
         if v is None:
@@ -207,9 +211,7 @@ def plan_epoch(
         state = read_state(run)
         cfg = _resolve_settings(state, policy, params, epochs, seed, force, run)
         if not 0 <= epoch < cfg["epochs"]:
-            raise InvalidInputError(
-                f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs"
-            )
+            raise InvalidInputError(f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs")
         existing = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
         if existing is not None and not force:
             # also completes state.json if a crash came between the summary and the state
@@ -236,7 +238,11 @@ def _np(col: Any) -> np.ndarray:
 
 
 def _plan_and_publish(
-    run: RunDir, table: pa.Table, epoch: int, cfg: dict[str, Any], state: dict[str, Any],
+    run: RunDir,
+    table: pa.Table,
+    epoch: int,
+    cfg: dict[str, Any],
+    state: dict[str, Any],
     population_listed: bool,
 ) -> dict[str, Any]:
     n = table.num_rows
@@ -321,9 +327,15 @@ def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Tab
         shard = shard.combine_chunks()
     n = len(shard)
     if n == 0:
-        return pa.table({"shard": pa.array([], pa.string()), "start": pa.array([], pa.int64()),
-                         "stop": pa.array([], pa.int64()), "n": pa.array([], pa.int64()),
-                         "kept": pa.array([], pa.int64())})
+        return pa.table(
+            {
+                "shard": pa.array([], pa.string()),
+                "start": pa.array([], pa.int64()),
+                "stop": pa.array([], pa.int64()),
+                "n": pa.array([], pa.int64()),
+                "kept": pa.array([], pa.int64()),
+            }
+        )
     enc = pc.dictionary_encode(shard)
     codes = enc.indices.to_numpy(zero_copy_only=False)
     change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
@@ -333,11 +345,13 @@ def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Tab
     if len(set(codes[starts].tolist())) != len(starts):
         raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
     kept_cum = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
-    t = pa.table({
-        "shard": names,
-        "start": starts,
-        "stop": stops,
-        "n": stops - starts,
-        "kept": kept_cum[stops] - kept_cum[starts],
-    })
+    t = pa.table(
+        {
+            "shard": names,
+            "start": starts,
+            "stop": stops,
+            "n": stops - starts,
+            "kept": kept_cum[stops] - kept_cum[starts],
+        }
+    )
     return t.sort_by("shard")

@@ -47,10 +47,7 @@ PART_SCHEMA = pa.schema(
 
 def part_name(rank: int, epoch: int, seq0: int) -> str:
     """Relative path of a new part (docs/format.md)."""
-    return (
-        f"losses/rank={rank}/epoch={epoch}/"
-        f"part-R{rank:05d}-E{epoch:06d}-{seq0:020d}-{uuid.uuid4().hex[:8]}.parquet"
-    )
+    return f"losses/rank={rank}/epoch={epoch}/part-R{rank:05d}-E{epoch:06d}-{seq0:020d}-{uuid.uuid4().hex[:8]}.parquet"
 
 
 def _dist_rank() -> int:
@@ -67,18 +64,13 @@ def _loss_length(loss: Any) -> tuple[int, str]:
     kind = type(loss).__module__.split(".", 1)[0]
     if kind == "torch":
         if not loss.is_floating_point():
-            raise InvalidInputError(
-                f"loss tensor has dtype {loss.dtype}; expected a floating point per-sample loss"
-            )
+            raise InvalidInputError(f"loss tensor has dtype {loss.dtype}; expected a floating point per-sample loss")
     elif isinstance(loss, np.ndarray):
         if not np.issubdtype(loss.dtype, np.floating):
-            raise InvalidInputError(
-                f"loss array has dtype {loss.dtype}; expected a floating point per-sample loss"
-            )
+            raise InvalidInputError(f"loss array has dtype {loss.dtype}; expected a floating point per-sample loss")
     else:
         raise InvalidInputError(
-            f"loss is a {type(loss).__name__}; expected a torch tensor or numpy array with one "
-            "value per sample"
+            f"loss is a {type(loss).__name__}; expected a torch tensor or numpy array with one value per sample"
         )
     if len(shape) == 1:
         return shape[0], kind
@@ -238,10 +230,7 @@ class LossRecorder:
             # one device->host copy per flush, in float32 (fp16/bf16 upcast exactly)
             return torch.cat([x.float() for x in losses]).cpu().numpy().astype(np.float32, copy=True)
         return np.concatenate(
-            [
-                x.float().cpu().numpy() if t else np.asarray(x, dtype=np.float32)
-                for x, t in zip(losses, is_torch)
-            ]
+            [x.float().cpu().numpy() if t else np.asarray(x, dtype=np.float32) for x, t in zip(losses, is_torch)]
         ).astype(np.float32, copy=False)
 
     def _shards(self, urls: list[str]) -> list[str]:

@@ -94,11 +94,7 @@ class RunDir:
             info = self._read_format(fmt_path)
             self._settings = {**DEFAULT_SETTINGS, **info.get("settings", {})}
             if settings:
-                differing = {
-                    k: (self._settings.get(k), v)
-                    for k, v in settings.items()
-                    if self._settings.get(k) != v
-                }
+                differing = {k: (self._settings.get(k), v) for k, v in settings.items() if self._settings.get(k) != v}
                 if differing:
                     detail = ", ".join(f"{k}: run has {a!r}, asked {b!r}" for k, (a, b) in differing.items())
                     raise RunFormatError(
@@ -115,9 +111,7 @@ class RunDir:
             )
         unknown = set(settings or {}) - set(DEFAULT_SETTINGS)
         if unknown:
-            raise RunFormatError(
-                f"unknown run setting(s) {sorted(unknown)}; valid: {sorted(DEFAULT_SETTINGS)}"
-            )
+            raise RunFormatError(f"unknown run setting(s) {sorted(unknown)}; valid: {sorted(DEFAULT_SETTINGS)}")
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
         doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "settings": self._settings}
         try:

@@ -92,8 +92,7 @@ class PlanView:
         self.lookup = _read_arrow(self.run, f"{d}/lookup.arrow")
         shards = _read_arrow(self.run, f"{d}/shards.arrow").to_pydict()
         self.shards = {
-            s: (a, b, k)
-            for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])
+            s: (a, b, k) for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])
         }
         self.has_score = "score" in self.lookup.column_names
         self._cache_name: str | None = None
@@ -108,9 +107,7 @@ class PlanView:
         entry = self.shards.get(shard)
         if entry is None or entry[2] > 0:
             return False
-        return self.population_listed or (
-            self.absent_kind == "bernoulli" and self.absent_fraction <= 0.0
-        )
+        return self.population_listed or (self.absent_kind == "bernoulli" and self.absent_fraction <= 0.0)
 
     def _load_shard(self, shard: str) -> None:
         entry = self.shards.get(shard)
@@ -210,13 +207,11 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     if pipeline is None:
         raise TypeError(f"attach() needs a wds.WebDataset or wds.DataPipeline, got {type(ds).__name__}")
     opener = next(
-        (i for i, st in enumerate(pipeline)
-         if isinstance(st, (wds_cache.StreamingOpen, wds_cache.FileCache))),
+        (i for i, st in enumerate(pipeline) if isinstance(st, (wds_cache.StreamingOpen, wds_cache.FileCache))),
         None,
     )
     grouper = next(
-        (i for i, st in enumerate(pipeline)
-         if getattr(st, "f", None) is group_by_keys or st is wds.tarfile_to_samples),
+        (i for i, st in enumerate(pipeline) if getattr(st, "f", None) is group_by_keys or st is wds.tarfile_to_samples),
         None,
     )
     if grouper is None:

@@ -1,7 +1,8 @@
 """Compaction: fold loss parts into the loss table, exactly once, crash-safe.
 
 The loss table has one row per sample ever recorded (docs/format.md, "Loss table"), sorted by
-(shard, uid): plans keep that order, so their rows come grouped by shard for the stage. ``table/manifest.json`` names the current table file *and* the parts folded into it; both
+(shard, uid): plans keep that order, so their rows come grouped by shard for the stage.
+``table/manifest.json`` names the current table file *and* the parts folded into it; both
 change in one atomic replacement of the manifest, so:
 
 * a part is in the table iff the manifest lists it (exactly-once folding);
@@ -140,9 +141,7 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
     for f in PART_SCHEMA:
         if f.name not in found:
             problems.append(f"missing column {f.name!r} ({f.type})")
-        elif found[f.name] != f.type and not (
-            f.type == pa.string() and found[f.name] == pa.large_string()
-        ):
+        elif found[f.name] != f.type and not (f.type == pa.string() and found[f.name] == pa.large_string()):
             problems.append(f"column {f.name!r} is {found[f.name]}, expected {f.type}")
     if problems:
         raise CorruptPartError(f"{where}: wrong schema: {'; '.join(problems)}. {hint}", path=rel)

@@ -19,8 +19,11 @@ def recorded_run(path, n=300):
     run = RunDir(path, create=True)
     rng = np.random.default_rng(0)
     with LossRecorder(run, epoch=0) as rec:
-        rec.record([f"k{i:04d}" for i in range(n)], [f"/d/shard-{i % 3}.tar" for i in range(n)],
-                   torch.tensor(rng.lognormal(size=n), dtype=torch.float32))
+        rec.record(
+            [f"k{i:04d}" for i in range(n)],
+            [f"/d/shard-{i % 3}.tar" for i in range(n)],
+            torch.tensor(rng.lognormal(size=n), dtype=torch.float32),
+        )
     return run
 
 
@@ -29,8 +32,29 @@ def test_compact_plan_inspect_round_trip(tmp_path, capsys):
     assert main(["compact", str(tmp_path / "r"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["parts_folded"], report["rows_folded"], report["samples_total"]) == (1, 300, 300)
-    assert main(["plan", str(tmp_path / "r"), "--epoch", "1", "--policy", "seta", "--epochs", "8",
-                 "--seed", "2", "-p", "r=0.1", "-p", "k=4", "-p", "alpha=0.5"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                str(tmp_path / "r"),
+                "--epoch",
+                "1",
+                "--policy",
+                "seta",
+                "--epochs",
+                "8",
+                "--seed",
+                "2",
+                "-p",
+                "r=0.1",
+                "-p",
+                "k=4",
+                "-p",
+                "alpha=0.5",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("epoch 1 (seta, prune): keep ")
     assert main(["inspect", str(tmp_path / "r"), "--json", "--plot", str(tmp_path / "p.png")]) == 0

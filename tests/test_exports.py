@@ -3,12 +3,39 @@
 import seta_stream
 
 EXPECTED = {
-    "POLICIES", "CompactionReport", "CorruptPartError", "EpochOrderError", "InvalidInputError",
-    "LossRecorder", "PlanMissingError", "PlanView", "PolicyInput", "Pruner", "RunDir",
-    "RunFormatError", "RunLockedError", "SampleIdCollisionError", "SetaStreamError", "__version__",
-    "attach", "compact", "describe_policies", "inspect", "keep_filter", "list_samples", "load_plan",
-    "load_summary", "load_table", "plan_epoch", "run_policy", "sample_uid", "set_current_epoch",
-    "shard_name", "skip_shards", "stage_counters", "weighted_mean",
+    "POLICIES",
+    "CompactionReport",
+    "CorruptPartError",
+    "EpochOrderError",
+    "InvalidInputError",
+    "LossRecorder",
+    "PlanMissingError",
+    "PlanView",
+    "PolicyInput",
+    "Pruner",
+    "RunDir",
+    "RunFormatError",
+    "RunLockedError",
+    "SampleIdCollisionError",
+    "SetaStreamError",
+    "__version__",
+    "attach",
+    "compact",
+    "describe_policies",
+    "inspect",
+    "keep_filter",
+    "list_samples",
+    "load_plan",
+    "load_summary",
+    "load_table",
+    "plan_epoch",
+    "run_policy",
+    "sample_uid",
+    "set_current_epoch",
+    "shard_name",
+    "skip_shards",
+    "stage_counters",
+    "weighted_mean",
 }
 
 
@@ -19,7 +46,14 @@ def test_all_is_the_curated_api():
 
 
 def test_every_error_derives_from_the_base():
-    for name in ("CorruptPartError", "EpochOrderError", "InvalidInputError", "PlanMissingError",
-                 "RunFormatError", "RunLockedError", "SampleIdCollisionError"):
+    for name in (
+        "CorruptPartError",
+        "EpochOrderError",
+        "InvalidInputError",
+        "PlanMissingError",
+        "RunFormatError",
+        "RunLockedError",
+        "SampleIdCollisionError",
+    ):
         assert issubclass(getattr(seta_stream, name), seta_stream.SetaStreamError)
     assert issubclass(seta_stream.InvalidInputError, ValueError)

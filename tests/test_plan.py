@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -46,7 +45,15 @@ def test_plan_files_columns_and_summary(tmp_path):
     plan = pq.read_table(tmp_path / "r/plans/epoch=1/plan.parquet")
     assert plan.schema.names == ["shard", "key", "uid", "loss", "cluster", "keep", "weight", "reason"]
     assert [str(t) for t in plan.schema.types] == [
-        "string", "string", "uint64", "float", "int16", "bool", "float", "dictionary<values=string, indices=int8, ordered=0>"]
+        "string",
+        "string",
+        "uint64",
+        "float",
+        "int16",
+        "bool",
+        "float",
+        "dictionary<values=string, indices=int8, ordered=0>",
+    ]
     assert plan.num_rows == 200 == summary["n"]
     keep = plan.column("keep").to_numpy(zero_copy_only=False)
     assert int(keep.sum()) == summary["kept"]
@@ -114,7 +121,10 @@ def test_epoch_below_the_last_planned_one(tmp_path):
 
 def test_missing_plan_errors(tmp_path):
     run = seeded_run(tmp_path / "r")
-    with pytest.raises(PlanMissingError, match=r"plans/epoch=4/summary.json: no plan for epoch 4; call seta_stream.plan_epoch\(run, 4\)"):
+    with pytest.raises(
+        PlanMissingError,
+        match=r"plans/epoch=4/summary.json: no plan for epoch 4; call seta_stream.plan_epoch\(run, 4\)",
+    ):
         load_summary(run, 4)
 
 
@@ -141,8 +151,10 @@ def test_empty_table_plans_an_empty_plan_with_absent_rule(tmp_path):
 def test_killed_planning_converges_on_rerun(tmp_path, point):
     ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
     plan_epoch(ref, 1, **SETA)
-    code = (f"from seta_stream import plan_epoch; plan_epoch({str(tmp_path / 'r')!r}, 1, policy='seta', "
-            "params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)")
+    code = (
+        f"from seta_stream import plan_epoch; plan_epoch({str(tmp_path / 'r')!r}, 1, policy='seta', "
+        "params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SETA_STREAM_FAULT": point})
     assert proc.returncode == -9
     s = plan_epoch(run, 1, **SETA)

@@ -84,7 +84,14 @@ def test_weighted_subset_inclusion_follows_successive_sampling():
 
 # ---------------------------------------------------------------- SeTa
 def test_window_width_and_start_follow_the_spec_examples():
-    assert [window_width(k, a) for k, a in [(10, 0.5), (5, 0.9), (5, 0.6), (10, 0.6), (5, 0.5), (5, 0.3)]] == [5, 4, 3, 6, 2, 2]
+    assert [window_width(k, a) for k, a in [(10, 0.5), (5, 0.9), (5, 0.6), (10, 0.6), (5, 0.5), (5, 0.3)]] == [
+        5,
+        4,
+        3,
+        6,
+        2,
+        2,
+    ]
     assert [window_start(e, 10, 5) for e in range(1, 9)] == [1, 2, 3, 4, 5, 0, 1, 2]
     assert [window_start(e, 5, 4) for e in range(1, 5)] == [1, 0, 1, 0]
     assert [window_start(e, 5, 3) for e in range(1, 7)] == [1, 2, 0, 1, 2, 0]
@@ -140,8 +147,11 @@ def test_seta_degenerate_losses():
 
 def test_seta_kept_fraction_swings_like_the_reference_cifar_recipe():
     # algorithms.md §11: CIFAR recipe alternates ~0.90 / ~0.26-0.31
-    fr = [run_policy("seta", make_input(n=20000, epoch=e, epochs=10), **vars(SetaParams.preset("cifar"))).summary["kept"] / 20000
-          for e in range(1, 5)]
+    fr = [
+        run_policy("seta", make_input(n=20000, epoch=e, epochs=10), **vars(SetaParams.preset("cifar"))).summary["kept"]
+        / 20000
+        for e in range(1, 5)
+    ]
     assert fr[0] < 0.4 and fr[1] > 0.85 and fr[2] < 0.4 and fr[3] > 0.85
 
 
@@ -151,16 +161,22 @@ def test_seta_budget_holds_within_two_points_on_skewed_losses():
         r = run_policy("seta", inp, r=0.1, k=10, alpha=0.5, target_keep=0.5)
         assert abs(r.summary["kept"] / 20000 - 0.5) <= 0.02
         # the band follows the window: its mean loss moves with the window start
-    lows = [run_policy("seta", make_input(n=20000, epoch=e, epochs=10), r=0.0, k=10, alpha=0.5,
-                       target_keep=0.3) for e in (1, 5)]
+    lows = [
+        run_policy("seta", make_input(n=20000, epoch=e, epochs=10), r=0.0, k=10, alpha=0.5, target_keep=0.3)
+        for e in (1, 5)
+    ]
     m1, m5 = (float(np.mean(make_input(n=20000, epoch=e, epochs=10).last_loss[x.keep])) for e, x in zip((1, 5), lows))
     assert m5 > m1  # later window start = harder band
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.integers(1, 400), st.integers(0, 12), st.floats(0, 0.9), st.integers(1, 12),
-    st.floats(0.1, 1.0), st.integers(0, 2**32),
+    st.integers(1, 400),
+    st.integers(0, 12),
+    st.floats(0, 0.9),
+    st.integers(1, 12),
+    st.floats(0.1, 1.0),
+    st.integers(0, 2**32),
 )
 def test_seta_properties(n, epoch, r, k, alpha, seed):
     if round(alpha * k) < 1:
@@ -170,8 +186,9 @@ def test_seta_properties(n, epoch, r, k, alpha, seed):
     assert 0 <= a.summary["kept"] <= n
     assert a.summary["kept"] >= 1  # guard
     perm = np.random.default_rng(seed % 1000).permutation(n)
-    shuffled = PolicyInput(inp.uid[perm], inp.last_loss[perm], inp.ema[perm], inp.seen[perm],
-                           inp.last_epoch[perm], epoch, 13, seed)
+    shuffled = PolicyInput(
+        inp.uid[perm], inp.last_loss[perm], inp.ema[perm], inp.seen[perm], inp.last_epoch[perm], epoch, 13, seed
+    )
     b = run_policy("seta", shuffled, r=r, k=k, alpha=alpha)
     assert set(inp.uid[a.keep]) == set(shuffled.uid[b.keep])  # same plan in any row order
     again = run_policy("seta", inp, r=r, k=k, alpha=alpha)
@@ -202,7 +219,11 @@ def test_dynamic_random_redraws_and_static_does_not():
         ("seta", {"alpha": 0.05, "k": 5}, r"round\(alpha\*k\) = 0"),
         ("seta", {"delta": 1.5}, r"seta: delta=1.5 is outside the valid range 0 <= delta <= 1"),
         ("seta", {"order": "x"}, r"seta: order='x', expected 'e2h' or 'h2e'"),
-        ("seta", {"r": 0.5, "target_keep": 0.6}, r"target_keep=0.6 is outside the valid range 0 < target_keep <= 1 - r = 0.5"),
+        (
+            "seta",
+            {"r": 0.5, "target_keep": 0.6},
+            r"target_keep=0.6 is outside the valid range 0 < target_keep <= 1 - r = 0.5",
+        ),
         ("random", {"r": 1.0}, r"random: r=1.0 is outside the valid range 0 <= r < 1"),
         ("random", {"mode": "x"}, r"random: mode='x', expected 'dynamic' or 'static'"),
         ("seta", {"bogus": 1}, r"seta: unknown parameter\(s\) \['bogus'\]"),
@@ -224,10 +245,30 @@ def test_registry_describes_every_policy():
 
 def test_common_summary_fields():
     s = run_policy("seta", make_input(epoch=2), r=0.1, k=5, alpha=0.6).summary
-    for field in ("policy", "params", "epoch", "epochs", "phase", "n", "kept", "pruned_fraction",
-                  "unseen", "nonfinite", "weight_histogram", "empty_plan_guard", "absent_rule",
-                  "k_eff", "w", "s", "cluster_sizes", "centroids", "cluster_min", "cluster_max",
-                  "n_downsampled", "kept_by_reason"):
+    for field in (
+        "policy",
+        "params",
+        "epoch",
+        "epochs",
+        "phase",
+        "n",
+        "kept",
+        "pruned_fraction",
+        "unseen",
+        "nonfinite",
+        "weight_histogram",
+        "empty_plan_guard",
+        "absent_rule",
+        "k_eff",
+        "w",
+        "s",
+        "cluster_sizes",
+        "centroids",
+        "cluster_min",
+        "cluster_max",
+        "n_downsampled",
+        "kept_by_reason",
+    ):
         assert field in s, field
     assert s["weight_histogram"] == {"1.0": s["kept"]}
     assert s["pruned_fraction"] == pytest.approx(1 - s["kept"] / 2000)

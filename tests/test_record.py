@@ -31,8 +31,12 @@ def test_parts_have_the_documented_schema_and_rows(tmp_path):
     assert t.column("shard").to_pylist() == ["s0.tar", "s0.tar", "s1.tar", "s1.tar"]
     assert t.column("key").to_pylist() == ["a", "b", "a", "c"]
     assert t.column("loss").to_pylist() == [0.5, 1.5, 2.5, 3.5]
-    assert t.column("uid").to_pylist() == [sample_uid("s0.tar", "a"), sample_uid("s0.tar", "b"),
-                                           sample_uid("s1.tar", "a"), sample_uid("s1.tar", "c")]
+    assert t.column("uid").to_pylist() == [
+        sample_uid("s0.tar", "a"),
+        sample_uid("s0.tar", "b"),
+        sample_uid("s1.tar", "a"),
+        sample_uid("s1.tar", "c"),
+    ]
     seq = t.column("seq").to_pylist()
     assert seq == list(range(seq[0], seq[0] + 4))
     assert rec.stats == {"records": 4, "nonfinite": 0, "parts": 1}
@@ -47,8 +51,7 @@ def test_low_precision_losses_land_on_the_right_keys_at_large_sizes(tmp_path, dt
     values = torch.arange(n, dtype=torch.float32) % 7 + 0.5  # exactly representable in bf16
     with LossRecorder(tmp_path / "r", flush_rows=30_000) as rec:
         for lo in range(0, n, 4096):
-            rec.record(keys[lo : lo + 4096], ["/x/s.tar"] * len(keys[lo : lo + 4096]),
-                       values[lo : lo + 4096].to(dtype))
+            rec.record(keys[lo : lo + 4096], ["/x/s.tar"] * len(keys[lo : lo + 4096]), values[lo : lo + 4096].to(dtype))
     compact(tmp_path / "r")
     t = load_table(tmp_path / "r").sort_by("key")
     assert t.num_rows == n
@@ -74,7 +77,12 @@ def test_nonfinite_losses_are_stored_as_nan_and_counted(tmp_path):
     [
         (["a", "b"], ["s.tar"], torch.zeros(2), "batch has 2 keys, 1 urls and 2 losses"),
         (["a", "b"], ["s.tar"] * 2, torch.zeros(3), "batch has 2 keys, 2 urls and 3 losses"),
-        (["a", "b"], ["s.tar"] * 2, torch.tensor(1.0), r"loss has shape \(\); expected one value per sample.*reduction='none'"),
+        (
+            ["a", "b"],
+            ["s.tar"] * 2,
+            torch.tensor(1.0),
+            r"loss has shape \(\); expected one value per sample.*reduction='none'",
+        ),
         (["a", "b"], ["s.tar"] * 2, torch.zeros(2, 5), r"loss has shape \(2, 5\)"),
         (["a", "b"], ["s.tar"] * 2, torch.zeros(2, dtype=torch.long), "loss tensor has dtype torch.int64"),
         (["a", "b"], ["s.tar"] * 2, [0.1, 0.2], "loss is a list; expected a torch tensor or numpy array"),

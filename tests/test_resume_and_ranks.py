@@ -36,7 +36,10 @@ def write_shards(root: Path, n_shards: int, per_shard: int) -> list[str]:
 
 def run_script(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [PY, str(SCRIPT), *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
+        [PY, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
         timeout=300,
     )
     if check and proc.returncode != 0:
@@ -71,16 +74,52 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(tmp_path):
     urls = write_shards(tmp_path / "shards", 3, 40)
     epochs = "5"
     run_a, run_b = tmp_path / "run_a", tmp_path / "run_b"
-    run_script("--run", str(run_a), "--shards", *urls, "--out", str(tmp_path / "out_a"),
-               "--epochs", epochs, "--flush-rows", "8")
-    killed = run_script("--run", str(run_b), "--shards", *urls, "--out", str(tmp_path / "out_b"),
-                        "--epochs", epochs, "--kill-epoch", "2", "--kill-batch", "3", "--flush-rows", "8",
-                        check=False)
+    run_script(
+        "--run",
+        str(run_a),
+        "--shards",
+        *urls,
+        "--out",
+        str(tmp_path / "out_a"),
+        "--epochs",
+        epochs,
+        "--flush-rows",
+        "8",
+    )
+    killed = run_script(
+        "--run",
+        str(run_b),
+        "--shards",
+        *urls,
+        "--out",
+        str(tmp_path / "out_b"),
+        "--epochs",
+        epochs,
+        "--kill-epoch",
+        "2",
+        "--kill-batch",
+        "3",
+        "--flush-rows",
+        "8",
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr
     # the interrupted attempt of epoch 2 flushed parts (flush every 8 records)
     assert list((run_b / "losses/rank=0/epoch=2").glob("part-*.parquet"))
-    run_script("--run", str(run_b), "--shards", *urls, "--out", str(tmp_path / "out_b"),
-               "--epochs", epochs, "--start-epoch", "2", "--flush-rows", "8")
+    run_script(
+        "--run",
+        str(run_b),
+        "--shards",
+        *urls,
+        "--out",
+        str(tmp_path / "out_b"),
+        "--epochs",
+        epochs,
+        "--start-epoch",
+        "2",
+        "--flush-rows",
+        "8",
+    )
     resumed = json.loads((tmp_path / "out_b" / "rank0-epoch2.json").read_text())
     assert resumed["superseded"], "the interrupted epoch's parts must be set aside"
     assert all("epoch=2" in p for p in resumed["superseded"])
@@ -112,12 +151,37 @@ def test_two_gloo_ranks_train_exactly_the_plan(tmp_path, context):
     epochs = 4 if context == "fork" else 2
     procs = []
     for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-               "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
-        procs.append(subprocess.Popen(
-            [PY, str(SCRIPT), "--run", str(run), "--shards", *urls, "--out", str(out),
-             "--epochs", str(epochs), "--dist", "--context", context],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    PY,
+                    str(SCRIPT),
+                    "--run",
+                    str(run),
+                    "--shards",
+                    *urls,
+                    "--out",
+                    str(out),
+                    "--epochs",
+                    str(epochs),
+                    "--dist",
+                    "--context",
+                    context,
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for p in procs:
         stdout, stderr = p.communicate(timeout=300)
         assert p.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr}"

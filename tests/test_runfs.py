@@ -37,7 +37,9 @@ def test_newer_version_and_foreign_format_refused(tmp_path):
     RunDir(tmp_path / "r", create=True)
     f = tmp_path / "r" / "seta-stream.json"
     f.write_text(json.dumps({"format": "seta-stream-run", "version": FORMAT_VERSION + 1}))
-    with pytest.raises(RunFormatError, match=r"format version 2 is newer than this seta_stream understands \(<= 1\); upgrade"):
+    with pytest.raises(
+        RunFormatError, match=r"format version 2 is newer than this seta_stream understands \(<= 1\); upgrade"
+    ):
         RunDir(tmp_path / "r")
     f.write_text(json.dumps({"format": "other"}))
     with pytest.raises(RunFormatError, match="format 'other', expected 'seta-stream-run'"):
@@ -65,13 +67,18 @@ def test_unwritable_directory_as_root(tmp_path):
     # A path below a regular file can never be created, whoever we are.
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(RunFormatError, match=r"run directory .*/file/run is not writable \(.*\); expected a directory this process can create files in"):
+    with pytest.raises(
+        RunFormatError,
+        match=r"run directory .*/file/run is not writable \(.*\); expected a directory this process can create",
+    ):
         RunDir(f / "run", create=True)
 
 
 @pytest.mark.parametrize("scheme", ["local", "file", "memory"])
 def test_publish_and_read_back(tmp_path, scheme):
-    url = {"local": str(tmp_path / "r"), "file": f"file://{tmp_path}/r", "memory": f"memory://{tmp_path.name}/r"}[scheme]
+    url = {"local": str(tmp_path / "r"), "file": f"file://{tmp_path}/r", "memory": f"memory://{tmp_path.name}/r"}[
+        scheme
+    ]
     run = RunDir(url, create=True)
     run.publish_json("state.json", {"a": 1})
     run.publish_parquet("table/t.parquet", pa.table({"x": [1, 2, 3]}))

@@ -6,7 +6,6 @@ import pickle
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 import webdataset as wds
@@ -43,13 +42,20 @@ def population(urls):
 
 def kept_set(run, epoch):
     plan = seta.load_plan(run, epoch)
-    return {(s, k) for s, k, keep in zip(plan.column("shard").to_pylist(), plan.column("key").to_pylist(),
-                                         plan.column("keep").to_pylist()) if keep}
+    return {
+        (s, k)
+        for s, k, keep in zip(
+            plan.column("shard").to_pylist(), plan.column("key").to_pylist(), plan.column("keep").to_pylist()
+        )
+        if keep
+    }
 
 
 def iterate(ds, workers=0, context=None, persistent=False, epochs=None, on_epoch=None):
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=None, num_workers=workers,
+        ds,
+        batch_size=None,
+        num_workers=workers,
         multiprocessing_context=context if workers else None,
         persistent_workers=persistent if workers else False,
     )
@@ -66,10 +72,13 @@ def iterate(ds, workers=0, context=None, persistent=False, epochs=None, on_epoch
 
 def test_keep_filter_in_a_datapipeline_yields_exactly_the_plan(tmp_path, shards):
     run = tmp_path / "run"
-    plan_epoch(RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=3, seed=1,
-               population=population(shards))
+    plan_epoch(
+        RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=3, seed=1, population=population(shards)
+    )
     ds = wds.DataPipeline(
-        wds.SimpleShardList(shards), seta.skip_shards(str(run)), wds.tarfile_to_samples(),
+        wds.SimpleShardList(shards),
+        seta.skip_shards(str(run)),
+        wds.tarfile_to_samples(),
         seta.keep_filter(str(run)),
     )
     (got,) = iterate(ds)
@@ -110,8 +119,11 @@ def test_shards_without_kept_samples_are_not_opened(tmp_path, shards):
             yield item
 
     ds = wds.DataPipeline(
-        wds.SimpleShardList(shards + [missing]), seta.skip_shards(str(tmp_path / "run")), spy,
-        wds.tarfile_to_samples(), seta.keep_filter(str(tmp_path / "run")),
+        wds.SimpleShardList(shards + [missing]),
+        seta.skip_shards(str(tmp_path / "run")),
+        spy,
+        wds.tarfile_to_samples(),
+        seta.keep_filter(str(tmp_path / "run")),
     )
     (got,) = iterate(ds)
     assert opened == ["part-0000.tar", "part-0002.tar", "part-0003.tar"]
@@ -125,7 +137,9 @@ def test_unknown_shards_and_keys_are_kept_and_counted(tmp_path, shards):
     pop = [("part-0000.tar", f"sample{i:04d}") for i in range(20)]
     plan_epoch(run, 0, policy="full", epochs=1, population=pop)
     before = seta.stage_counters()
-    ds = wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(tmp_path / "run")))
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(tmp_path / "run"))
+    )
     (got,) = iterate(ds)
     assert len(got) == 120
     after = seta.stage_counters()
@@ -137,7 +151,9 @@ def test_absent_samples_follow_the_bernoulli_rule_of_the_planner(tmp_path, shard
     # empty table: SeTa epoch 0 keeps an absent sample iff its stream-1 uniform < 1 - r
     run = RunDir(tmp_path / "run", create=True)
     plan_epoch(run, 0, policy="seta", params={"r": 0.3}, epochs=4, seed=11)
-    ds = wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(tmp_path / "run")))
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(tmp_path / "run"))
+    )
     (got,) = iterate(ds)
     from seta_stream.policies.random_draws import uniforms
 
@@ -164,12 +180,16 @@ def test_resampled_and_split_by_node(tmp_path, shards):
     assert len(got) == 200 and set(got) <= kept
     union = set()
     for rank in range(2):
+
         def node_split(src, rank=rank):
             for i, item in enumerate(src):
                 if i % 2 == rank:
                     yield item
-        ds = seta.attach(wds.WebDataset(shards, shardshuffle=False, nodesplitter=node_split, empty_check=False),
-                         str(tmp_path / "run"))
+
+        ds = seta.attach(
+            wds.WebDataset(shards, shardshuffle=False, nodesplitter=node_split, empty_check=False),
+            str(tmp_path / "run"),
+        )
         keys = {(s["__url__"].rsplit("/", 1)[1], s["__key__"]) for s in ds}
         assert not keys & union
         union |= keys

@@ -22,7 +22,6 @@ from seta_stream import (
     compact,
     load_table,
 )
-from seta_stream.record import PART_SCHEMA
 
 
 def record_epochs(run, epochs=3, ranks=2, n=12, flush_rows=5):
@@ -47,8 +46,18 @@ def test_table_rows_match_a_direct_computation(tmp_path):
     report = compact(run)
     assert report.new_samples == len(expected) and report.rows_folded == 72
     table = load_table(run)
-    assert table.schema.names == ["shard", "key", "uid", "last_loss", "last_epoch", "seen",
-                                  "nonfinite", "ema", "last_rank", "last_seq"]
+    assert table.schema.names == [
+        "shard",
+        "key",
+        "uid",
+        "last_loss",
+        "last_epoch",
+        "seen",
+        "nonfinite",
+        "ema",
+        "last_rank",
+        "last_seq",
+    ]
     rows = {(r["shard"], r["key"]): r for r in table.to_pylist()}
     assert set(rows) == set(expected)
     n_ref = len(expected)
@@ -101,12 +110,17 @@ def good_part_table(keys=("a",)):
     from seta_stream.ids import sample_uid
 
     n = len(keys)
-    return pa.table({
-        "shard": ["s.tar"] * n, "key": list(keys),
-        "uid": pa.array([sample_uid("s.tar", k) for k in keys], pa.uint64()),
-        "loss": pa.array([1.0] * n, pa.float32()), "epoch": pa.array([0] * n, pa.int32()),
-        "rank": pa.array([0] * n, pa.int32()), "seq": pa.array(list(range(n)), pa.int64()),
-    })
+    return pa.table(
+        {
+            "shard": ["s.tar"] * n,
+            "key": list(keys),
+            "uid": pa.array([sample_uid("s.tar", k) for k in keys], pa.uint64()),
+            "loss": pa.array([1.0] * n, pa.float32()),
+            "epoch": pa.array([0] * n, pa.int32()),
+            "rank": pa.array([0] * n, pa.int32()),
+            "seq": pa.array(list(range(n)), pa.int64()),
+        }
+    )
 
 
 META = {b"seta_stream.format_version": b"1"}
@@ -167,7 +181,10 @@ def test_uid_collision_with_the_table_is_rejected(tmp_path):
 
     forged = good_part_table(("zzz",)).set_column(2, "uid", pa.array([sample_uid("s.tar", "a")], pa.uint64()))
     write_part(tmp_path / "r", "part-y.parquet", forged, META)
-    with pytest.raises(SampleIdCollisionError, match=r"\('s.tar', 'zzz'\) has uid .* which the table already holds for \('s.tar', 'a'\)"):
+    with pytest.raises(
+        SampleIdCollisionError,
+        match=r"\('s.tar', 'zzz'\) has uid .* which the table already holds for \('s.tar', 'a'\)",
+    ):
         compact(run)
 
 
@@ -186,7 +203,8 @@ def test_keys_with_dots_slashes_spaces_and_unicode_round_trip(tmp_path):
     compact(tmp_path / "r")
     t = load_table(tmp_path / "r")
     assert dict(zip(t.column("key").to_pylist(), t.column("last_loss").to_pylist())) == {
-        k: float(i) for i, k in enumerate(keys)}
+        k: float(i) for i, k in enumerate(keys)
+    }
 
 
 def test_concurrent_compaction_is_refused_with_the_holder_named(tmp_path):
@@ -201,9 +219,11 @@ def test_two_compaction_processes_at_once_leave_a_consistent_table(tmp_path):
     with LossRecorder(run, flush_rows=500) as rec:
         for i in range(0, 20000, 500):
             rec.record([f"k{j}" for j in range(i, i + 500)], ["s.tar"] * 500, torch.rand(500))
-    code = ("import sys; from seta_stream import compact, RunLockedError\n"
-            f"try:\n    r = compact({str(tmp_path / 'r')!r}); print('done', r.parts_folded)\n"
-            "except RunLockedError as e:\n    print('locked', e)\n")
+    code = (
+        "import sys; from seta_stream import compact, RunLockedError\n"
+        f"try:\n    r = compact({str(tmp_path / 'r')!r}); print('done', r.parts_folded)\n"
+        "except RunLockedError as e:\n    print('locked', e)\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)

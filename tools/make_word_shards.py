@@ -40,9 +40,11 @@ def _fonts(sizes: list[int]) -> list:
     from PIL import ImageFont
 
     fonts = [ImageFont.load_default(size=s) for s in sizes]
-    for path in ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-                 "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
-                 "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"):
+    for path in (
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
+    ):
         if os.path.exists(path):  # optional extra faces when the system has them
             fonts += [ImageFont.truetype(path, s) for s in sizes]
     return fonts
@@ -69,8 +71,11 @@ def render(word: str, rng: random.Random, fonts: list, hard: bool) -> bytes:
     draw = ImageDraw.Draw(img)
     for _ in range(rng.randint(4, 14) if hard else rng.randint(0, 3)):  # clutter strokes
         xa, ya = rng.randint(0, WIDTH), rng.randint(0, HEIGHT)
-        draw.line((xa, ya, xa + rng.randint(-30, 30), ya + rng.randint(-8, 8)),
-                  fill=rng.randint(0, 255), width=rng.randint(1, 2))
+        draw.line(
+            (xa, ya, xa + rng.randint(-30, 30), ya + rng.randint(-8, 8)),
+            fill=rng.randint(0, 255),
+            width=rng.randint(1, 2),
+        )
     if hard and rng.random() < 0.5:  # occlusion
         xa = rng.randint(0, WIDTH - 20)
         draw.rectangle((xa, 0, xa + rng.randint(10, 30), HEIGHT), fill=rng.randint(0, 255))
@@ -106,15 +111,22 @@ def _make_shard(job: dict) -> dict:
     return counts
 
 
-def make_split(out: Path, split: str, n: int, shard_size: int, seed: int, vocab: int,
-               hard: float, label_noise: float, workers: int) -> dict:
+def make_split(
+    out: Path, split: str, n: int, shard_size: int, seed: int, vocab: int, hard: float, label_noise: float, workers: int
+) -> dict:
     jobs = []
     for s, start in enumerate(range(0, n, shard_size)):
-        jobs.append({
-            "path": str(out / f"stmj-{split}-{s:06d}.tar"), "start": start,
-            "stop": min(n, start + shard_size), "seed": seed * 1_000_003 + s * 7919 + (split == "test"),
-            "vocab": vocab, "hard": hard, "label_noise": label_noise,
-        })
+        jobs.append(
+            {
+                "path": str(out / f"stmj-{split}-{s:06d}.tar"),
+                "start": start,
+                "stop": min(n, start + shard_size),
+                "seed": seed * 1_000_003 + s * 7919 + (split == "test"),
+                "vocab": vocab,
+                "hard": hard,
+                "label_noise": label_noise,
+            }
+        )
     totals = {"hard": 0, "noisy_label": 0}
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
@@ -135,8 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shard-size", type=int, default=1000, help="samples per shard")
     p.add_argument("--vocab", type=int, default=50, help=f"vocabulary size (<= {len(VOCAB)})")
     p.add_argument("--hard", type=float, default=0.15, help="share of heavily distorted samples")
-    p.add_argument("--label-noise", type=float, default=0.03,
-                   help="share of training samples with a random label")
+    p.add_argument("--label-noise", type=float, default=0.03, help="share of training samples with a random label")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = p.parse_args(argv)
@@ -147,10 +158,12 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     info = {
         "vocab": VOCAB[: args.vocab],
-        "train": make_split(out, "train", args.train, args.shard_size, args.seed, args.vocab,
-                            args.hard, args.label_noise, args.workers),
-        "test": make_split(out, "test", args.test, args.shard_size, args.seed, args.vocab,
-                           args.hard, 0.0, args.workers),
+        "train": make_split(
+            out, "train", args.train, args.shard_size, args.seed, args.vocab, args.hard, args.label_noise, args.workers
+        ),
+        "test": make_split(
+            out, "test", args.test, args.shard_size, args.seed, args.vocab, args.hard, 0.0, args.workers
+        ),
         "seed": args.seed,
     }
     (out / "info.json").write_text(json.dumps(info, indent=1))

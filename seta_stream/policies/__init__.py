@@ -44,13 +44,24 @@ def register(spec: PolicySpec) -> None:
 
 
 register(PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)"))
-register(PolicySpec("random", RandomParams, random_policy,
-                    "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)"))
-register(PolicySpec("static", StaticParams, static_policy,
-                    "static random: one uniform (1-r) subset for the whole run (baseline)"))
-register(PolicySpec("seta", SetaParams, seta,
-                    "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard "
-                    "window, partial annealing"))
+register(
+    PolicySpec(
+        "random", RandomParams, random_policy, "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)"
+    )
+)
+register(
+    PolicySpec(
+        "static", StaticParams, static_policy, "static random: one uniform (1-r) subset for the whole run (baseline)"
+    )
+)
+register(
+    PolicySpec(
+        "seta",
+        SetaParams,
+        seta,
+        "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard window, partial annealing",
+    )
+)
 
 
 def get_policy(name: str) -> PolicySpec:
@@ -131,8 +142,6 @@ def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
     known = {f.name for f in dataclasses.fields(spec.params_type)}
     unknown = set(params) - known
     if unknown:
-        raise ValueError(
-            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}"
-        )
+        raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}")
     p = spec.make_params(**params)
     return finalize(spec.fn(inp, p), inp, name, p)

@@ -100,9 +100,7 @@ def uniform_subset(candidates: np.ndarray, m: int, u: np.ndarray, uid: np.ndarra
     return out
 
 
-def weighted_subset(
-    candidates: np.ndarray, weights: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray
-) -> np.ndarray:
+def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
     """Bool mask: successive sampling without replacement proportional to ``weights`` (§0.4).
 
     Efraimidis-Spirakis keys k_i = -ln(1 - u_i) / w_i (+inf for w_i = 0), the m smallest keys;

@@ -119,8 +119,14 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u, inp.uid)
         reason[:] = np.where(keep, reason_code("anneal"), reason_code("anneal_dropped"))
         summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
-        return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster,
-                            absent_rule=AbsentRule("bernoulli", f, STREAM_ANNEAL))
+        return PolicyResult(
+            keep,
+            keep.astype(np.float32),
+            reason,
+            summary,
+            cluster,
+            absent_rule=AbsentRule("bernoulli", f, STREAM_ANNEAL),
+        )
 
     u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
     everyone = np.ones(n, dtype=bool)
@@ -141,10 +147,15 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         else:
             keep[Rs] = True
             reason[Rs] = reason_code("no_window")
-        summary.update(k_eff=None, w=None, s="all", cluster_sizes=[], centroids=[],
-                       cluster_min=[], cluster_max=[])
-        return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster,
-                            absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM))
+        summary.update(k_eff=None, w=None, s="all", cluster_sizes=[], centroids=[], cluster_min=[], cluster_max=[])
+        return PolicyResult(
+            keep,
+            keep.astype(np.float32),
+            reason,
+            summary,
+            cluster,
+            absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM),
+        )
 
     idx = np.flatnonzero(Rs)
     vals = loss[idx]
@@ -181,13 +192,17 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         cluster_max=[float(x) for x in cmax],
         sse=float(km.sse),
     )
-    return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster,
-                        absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM))
+    return PolicyResult(
+        keep,
+        keep.astype(np.float32),
+        reason,
+        summary,
+        cluster,
+        absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM),
+    )
 
 
-def _budget_band(
-    vals: np.ndarray, uid: np.ndarray, c: np.ndarray, s: int, w: int, m: int, order: str
-) -> np.ndarray:
+def _budget_band(vals: np.ndarray, uid: np.ndarray, c: np.ndarray, s: int, w: int, m: int, order: str) -> np.ndarray:
     """Contiguous band of m samples in loss order centred on the window's clusters."""
     M = len(vals)
     m = min(m, M)

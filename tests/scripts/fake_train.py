@@ -25,10 +25,7 @@ from seta_stream.ids import sample_uid, shard_name
 
 
 def fake_loss(urls: list[str], keys: list[str], epoch: int) -> torch.Tensor:
-    vals = [
-        ((sample_uid(shard_name(u), k) % 997) / 100.0 + 0.05) * (1.0 + 0.3 * epoch)
-        for u, k in zip(urls, keys)
-    ]
+    vals = [((sample_uid(shard_name(u), k) % 997) / 100.0 + 0.05) * (1.0 + 0.3 * epoch) for u, k in zip(urls, keys)]
     return torch.tensor(vals, dtype=torch.float32)
 
 
@@ -96,9 +93,15 @@ def main() -> None:
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
         with open(os.path.join(args.out, f"rank{rank}-epoch{epoch}.json"), "w") as fh:
-            json.dump({"trained": trained, "summary_kept": summary["kept"],
-                       "superseded": pruner.superseded,
-                       "boundary": pruner.last_boundary}, fh)
+            json.dump(
+                {
+                    "trained": trained,
+                    "summary_kept": summary["kept"],
+                    "superseded": pruner.superseded,
+                    "boundary": pruner.last_boundary,
+                },
+                fh,
+            )
     pruner.close()
     if args.dist:
         torch.distributed.destroy_process_group()
