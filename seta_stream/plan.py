@@ -258,6 +258,7 @@ def _plan_and_publish(
         seed=cfg["seed"],
         n_ref=int(manifest.get("n_ref") or 0),
     )
+    _check_ema_setting(run, cfg)
     result = run_policy(cfg["policy"], inp, **cfg["params"])
     summary = dict(result.summary)
 
@@ -319,6 +320,22 @@ def _state_with(state: dict[str, Any], cfg: dict[str, Any], epoch: int, summary:
         "last_planned_epoch": max(epoch, int(state.get("last_planned_epoch", -1))),
         "current_epoch": epoch,
     }
+
+
+def _check_ema_setting(run: RunDir, cfg: dict[str, Any]) -> None:
+    """ES/ESWP read the table's EMA, whose beta2 is fixed by the run; the two must agree."""
+    from .policies import get_policy
+
+    if cfg["policy"] not in ("es", "eswp"):
+        return
+    beta2 = get_policy(cfg["policy"]).make_params(**cfg["params"]).beta2
+    if beta2 != run.settings["ema_beta2"]:
+        raise InvalidInputError(
+            f"{run.display('seta-stream.json')}: the loss table's EMA uses beta2="
+            f"{run.settings['ema_beta2']}, policy {cfg['policy']} asks beta2={beta2}; beta2 is fixed "
+            f"when the run is created. Create the run with settings={{'ema_beta2': {beta2}}} "
+            "(Pruner does this for es/eswp), or pass the run's beta2"
+        )
 
 
 def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Table:

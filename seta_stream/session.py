@@ -104,6 +104,12 @@ class Pruner:
     ) -> None:
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
+        if policy in ("es", "eswp") and not (settings or {}).get("ema_beta2"):
+            # the table's EMA must use the policy's beta2 (fixed at run creation)
+            from .policies import get_policy
+
+            beta2 = get_policy(policy).make_params(**(params or {})).beta2
+            settings = {**(settings or {}), "ema_beta2": beta2}
         self.run = RunDir(run, create=True, settings=settings, storage_options=storage_options)
         self.policy = policy
         self.params = dict(params or {})

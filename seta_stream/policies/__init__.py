@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .evolved import EsParams, EswpParams, es, es_select, eswp
 from .full import FullParams, full
+from .infobatch import InfoBatchParams, infobatch
 from .random import RandomParams, StaticParams, random_policy, static_policy
 from .random_draws import STREAM_GUARD, uniforms
 from .seta import SetaParams, seta
@@ -27,6 +29,7 @@ __all__ = [
     "PolicyResult",
     "PolicySpec",
     "describe_policies",
+    "es_select",
     "finalize",
     "get_policy",
     "register",
@@ -53,6 +56,18 @@ register(
     PolicySpec(
         "static", StaticParams, static_policy, "static random: one uniform (1-r) subset for the whole run (baseline)"
     )
+)
+register(
+    PolicySpec(
+        "infobatch",
+        InfoBatchParams,
+        infobatch,
+        "InfoBatch: prune a (r) share of below-mean-loss samples, rescale the kept ones by 1/(1-r)",
+    )
+)
+register(PolicySpec("es", EsParams, es, "Evolved Sampling: keep all; select per meta-batch with es_select"))
+register(
+    PolicySpec("eswp", EswpParams, eswp, "Evolved Sampling with Pruning: keep (1-r) of samples drawn by EMA loss score")
 )
 register(
     PolicySpec(

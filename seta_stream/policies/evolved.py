@@ -1,0 +1,173 @@
+"""`es` and `eswp`: Evolved Sampling, with set-level Pruning (algorithms.md §5).
+
+The score s_i is the loss table's ``ema`` column: the decoupled EMA s <- beta2 s + (1 - beta2)
+loss over every recorded loss, from 1/n (compaction keeps it; beta2 is the run setting
+``ema_beta2``). Epochs are split into warm-up e < E_a, active E_a <= e < E - E_a and annealing
+e >= E - E_a, with E_a = ceil(anneal_ratio * E - 1e-9).
+
+* ``eswp`` (set level, the plan): in active epochs keep (1 - r) of the seen samples drawn
+  without replacement with probability proportional to s_i (successive sampling, stream 4)
+  plus every unseen sample; weight 1. Otherwise everything.
+* ``es``: the plan keeps everything; selection happens per meta-batch in the training loop
+  with :func:`es_select` (w_i = beta1 s_i + (1 - beta1) loss_i, b = ceil(mini_ratio B) samples,
+  stream 6). Both attach ``score`` to the plan, which the stage passes on as ``__score__``.
+
+Training pattern that saves time with ES: forward the whole meta-batch of B samples without
+gradients, record all B losses, select b with :func:`es_select`, then forward and backward only
+those b (the loss is their plain mean).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ids import mix64, mix64_array
+from .base import PolicyInput, PolicyResult, reason_code
+from .random_draws import (
+    STREAM_ES_BATCH,
+    STREAM_ESWP,
+    _smallest,
+    keep_count,
+    salt,
+    uniforms,
+    weighted_subset,
+)
+
+__all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs"]
+
+
+def _check(name: str, beta1: float, beta2: float, r: float, mini_ratio: float, anneal_ratio: float) -> None:
+    if not 0 <= beta1 <= 1:
+        raise ValueError(f"{name}: beta1={beta1} is outside the valid range 0 <= beta1 <= 1")
+    if not 0 <= beta2 < 1:
+        raise ValueError(f"{name}: beta2={beta2} is outside the valid range 0 <= beta2 < 1")
+    if not 0 <= r < 1:
+        raise ValueError(f"{name}: r={r} is outside the valid range 0 <= r < 1")
+    if not 0 < mini_ratio <= 1:
+        raise ValueError(f"{name}: mini_ratio={mini_ratio} is outside the valid range 0 < mini_ratio <= 1")
+    if not 0 <= anneal_ratio <= 0.5:
+        raise ValueError(f"{name}: anneal_ratio={anneal_ratio} is outside the valid range 0 <= anneal_ratio <= 0.5")
+
+
+@dataclass(frozen=True)
+class EsParams:
+    """ES (batch-level selection in the loop): defaults from the paper's §3.1."""
+
+    beta1: float = 0.2
+    beta2: float = 0.9
+    r: float = 0.0
+    mini_ratio: float = 0.25
+    anneal_ratio: float = 0.05
+
+    def __post_init__(self) -> None:
+        _check("es", self.beta1, self.beta2, self.r, self.mini_ratio, self.anneal_ratio)
+        if self.r != 0:
+            raise ValueError(f"es: r={self.r}; ES has no set-level pruning (use policy 'eswp')")
+
+
+@dataclass(frozen=True)
+class EswpParams:
+    """ESWP (set-level weighted pruning + batch-level selection): defaults from §3.1."""
+
+    beta1: float = 0.2
+    beta2: float = 0.8
+    r: float = 0.2
+    mini_ratio: float = 0.25
+    anneal_ratio: float = 0.05
+
+    def __post_init__(self) -> None:
+        _check("eswp", self.beta1, self.beta2, self.r, self.mini_ratio, self.anneal_ratio)
+
+
+def anneal_epochs(anneal_ratio: float, epochs: int) -> int:
+    """E_a = ceil(rho E - 1e-9) (algorithms.md A10)."""
+    return int(math.ceil(anneal_ratio * epochs - 1e-9))
+
+
+def _phase(e: int, E: int, Ea: int) -> str:
+    if e < Ea:
+        return "warmup"
+    if e >= E - Ea:
+        return "anneal"
+    return "prune"
+
+
+def _scores(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray]:
+    seen = (inp.seen > 0) & np.isfinite(inp.ema)
+    n_ref = inp.n_ref or inp.n or 1
+    return seen, np.where(seen, inp.ema, 1.0 / n_ref)
+
+
+def _run(inp: PolicyInput, p: Any, set_level: bool) -> PolicyResult:
+    n, e, E = inp.n, inp.epoch, inp.epochs
+    Ea = anneal_epochs(p.anneal_ratio, E)
+    phase = _phase(e, E, Ea)
+    seen, score = _scores(inp)
+    keep = np.ones(n, dtype=bool)
+    reason = np.full(n, reason_code("all"), dtype=np.int8)
+    summary: dict[str, Any] = {"phase": phase, "E_a": Ea, "active": Ea <= e < E - Ea}
+    if E - 2 * Ea <= 0:
+        summary["warning"] = "no active epoch (E - 2 E_a <= 0): the policy is 'full'"
+    if seen.any():
+        q = np.quantile(score[seen], [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+        summary["score_quantiles"] = dict(zip(["0", "0.1", "0.25", "0.5", "0.75", "0.9", "1"], q.tolist()))
+    if set_level and phase == "prune":
+        m = keep_count(1.0 - p.r, int(seen.sum()))
+        u = uniforms(inp.uid, inp.seed, e, STREAM_ESWP)
+        drawn = weighted_subset(seen, np.where(seen, np.maximum(score, 0.0), 0.0), m, u, inp.uid)
+        keep = drawn | ~seen
+        reason = np.where(drawn, reason_code("drawn"), reason_code("not_drawn")).astype(np.int8)
+        reason[~seen] = reason_code("unseen")
+        summary.update(n_seen=int(seen.sum()), m=m)
+    return PolicyResult(keep, keep.astype(np.float32), reason, summary, score=score.astype(np.float64))
+
+
+def es(inp: PolicyInput, p: EsParams) -> PolicyResult:
+    return _run(inp, p, set_level=False)
+
+
+def eswp(inp: PolicyInput, p: EswpParams) -> PolicyResult:
+    return _run(inp, p, set_level=True)
+
+
+_TWO_M53 = 2.0**-53
+
+
+def es_select(
+    losses: Any,
+    scores: Any,
+    mini_ratio: float = 0.25,
+    beta1: float = 0.2,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    step: int,
+    uids: Any,
+) -> np.ndarray:
+    """Batch-level selection of ES (algorithms.md §5.4): a bool mask of the b = ceil(mini_ratio B)
+    samples of a meta-batch to back-propagate, drawn without replacement with probability
+    proportional to w_i = beta1 s_i + (1 - beta1) loss_i (successive sampling; stream 6, salt
+    extended with mix(rank * 2^32 + step)). Inputs are numpy arrays or torch tensors.
+    """
+    loss = losses.detach().float().cpu().numpy() if hasattr(losses, "detach") else np.asarray(losses, np.float64)
+    s = scores.detach().double().cpu().numpy() if hasattr(scores, "detach") else np.asarray(scores, np.float64)
+    uid = np.asarray(uids, dtype=np.uint64)
+    B = len(loss)
+    if not (len(s) == B == len(uid)):
+        raise ValueError(f"es_select: {B} losses, {len(s)} scores and {len(uid)} uids; expected one each per sample")
+    b = min(B, int(math.ceil(mini_ratio * B - 1e-9)))
+    w = beta1 * s + (1.0 - beta1) * loss
+    extra = mix64(((int(rank) & 0xFFFFFFFF) << 32) + (int(step) & 0xFFFFFFFF))
+    st = np.uint64(mix64(salt(seed, epoch, STREAM_ES_BATCH) ^ extra))
+    u = (mix64_array(uid ^ st) >> np.uint64(11)) * _TWO_M53
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = -np.log1p(-u) / w  # Efraimidis-Spirakis keys; w <= 0 or NaN -> +inf below
+    keys[~(w > 0)] = np.inf
+    mask = np.zeros(B, dtype=bool)
+    mask[_smallest(keys, u, uid, b)] = True
+    return mask
