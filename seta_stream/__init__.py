@@ -18,9 +18,11 @@ from .errors import (
     SetaStreamError,
 )
 from .ids import sample_uid, shard_name
+from .index import index_shard
 from .listing import list_samples
 from .plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from .policies import POLICIES, PolicyInput, describe_policies, run_policy
+from .reader import read_kept
 from .record import LossRecorder
 from .runfs import RunDir
 from .session import Pruner
@@ -49,6 +51,7 @@ __all__ = [
     "attach",
     "compact",
     "describe_policies",
+    "index_shard",
     "inspect",
     "keep_filter",
     "list_samples",
@@ -56,6 +59,7 @@ __all__ = [
     "load_summary",
     "load_table",
     "plan_epoch",
+    "read_kept",
     "run_policy",
     "sample_uid",
     "set_current_epoch",

@@ -4,6 +4,7 @@ seta-stream compact RUN_DIR [--skip-corrupt] [--wait S] [--json]
 seta-stream plan RUN_DIR --epoch E [--policy seta --epochs N --seed S -p k=5 -p alpha=0.9]
 seta-stream policies [--json]
 seta-stream inspect RUN_DIR [--epoch E] [--plot out.png] [--json]
+seta-stream index SHARD.tar... [--index-dir DIR] [--force]
 """
 
 from __future__ import annotations
@@ -120,6 +121,21 @@ def _cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def _cmd_index(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import time
+
+    from .index import index_shard
+
+    out = []
+    for shard in args.shards:
+        t0 = time.perf_counter()
+        path = index_shard(shard, args.index_dir, force=args.force)
+        out.append({"shard": shard, "index": path, "seconds": round(time.perf_counter() - t0, 4)})
+        if not args.json:
+            print(f"{shard}: {path} ({out[-1]['seconds']:.3f}s)")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="seta-stream",
@@ -177,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="write the loss histogram with clusters and window")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(fn=_cmd_inspect)
+
+    p = sub.add_parser("index", help="write byte-offset indexes of tar shards (for kept-only reading)")
+    p.add_argument("shards", nargs="+", help="uncompressed .tar shards (paths or fsspec URLs)")
+    p.add_argument("--index-dir", help="write the indexes here instead of next to the shards")
+    p.add_argument("--force", action="store_true", help="rebuild even if an index is up to date")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=_cmd_index)
     return parser
 
 

@@ -20,6 +20,8 @@ EXPECTED = {
     "SetaStreamError",
     "__version__",
     "attach",
+    "index_shard",
+    "read_kept",
     "compact",
     "describe_policies",
     "inspect",
