@@ -17,7 +17,6 @@ import shutil
 import time
 
 import webdataset as wds
-
 from bench_stage import plain_shards
 from common import OUT, ROOT, machine
 
@@ -50,7 +49,9 @@ def main() -> None:
         path = str(OUT / f"reader-{int(fraction * 100)}")
         shutil.rmtree(path, ignore_errors=True)
         policy, params = ("full", {}) if fraction >= 1 else ("random", {"r": 1 - fraction})
-        seta.plan_epoch(seta.RunDir(path, create=True), 0, policy=policy, params=params, epochs=1, seed=0, population=pop)
+        seta.plan_epoch(
+            seta.RunDir(path, create=True), 0, policy=policy, params=params, epochs=1, seed=0, population=pop
+        )
         return path
 
     def best(make) -> tuple[float, int]:
@@ -59,7 +60,9 @@ def main() -> None:
     half = run_for(0.5)
     src = lambda: [wds.SimpleShardList(urls)]  # noqa: E731
     rows = {}
-    rows["stream + keep_filter (50%), no decode"] = best(lambda: src() + [wds.tarfile_to_samples(), seta.keep_filter(half)])
+    rows["stream + keep_filter (50%), no decode"] = best(
+        lambda: src() + [wds.tarfile_to_samples(), seta.keep_filter(half)]
+    )
     c0 = seta.stage_counters().get("bytes_read", 0)
     rows["read_kept (50%), no decode"] = best(lambda: src() + [read_kept(half)])
     kept_bytes = (seta.stage_counters().get("bytes_read", 0) - c0) / args.repeat
@@ -69,16 +72,20 @@ def main() -> None:
     rows["stream, decode all (unfiltered)"] = best(lambda: src() + [wds.tarfile_to_samples(), wds.decode("pil")])
     rows["read_kept (50%) + decode"] = best(lambda: src() + [read_kept(half), wds.decode("pil")])
 
-    print(f"## Kept-only reading on CIFAR-10 train shards, {total:,} samples, {shard_bytes / 1e6:.0f} MB ({machine()})\n")
+    print(
+        f"## Kept-only reading on CIFAR-10 train shards, {total:,} samples, {shard_bytes / 1e6:.0f} MB ({machine()})\n"
+    )
     print(f"Index: {index_s * 1000:.0f} ms per shard of {shard_bytes / len(urls) / 1e6:.1f} MB (headers only).\n")
     print("| pipeline | samples out | wall s | data-set samples/s |")
     print("| --- | --- | --- | --- |")
     for name, (wall, n) in rows.items():
         print(f"| {name} | {n:,} | {wall:.3f} | {total / wall:,.0f} |")
     kept = rows["read_kept (50%), no decode"][1]
-    print("\nBytes read per kept sample at 50%: streaming "
-          f"{shard_bytes / kept:,.0f} B; read_kept (64 KB coalescing) {kept_bytes / kept:,.0f} B; "
-          f"read_kept (gap=0) {exact_bytes / kept:,.0f} B.")
+    print(
+        "\nBytes read per kept sample at 50%: streaming "
+        f"{shard_bytes / kept:,.0f} B; read_kept (64 KB coalescing) {kept_bytes / kept:,.0f} B; "
+        f"read_kept (gap=0) {exact_bytes / kept:,.0f} B."
+    )
     nd = rows["stream + keep_filter (50%), no decode"][0] / rows["read_kept (50%), no decode"][0]
     dec = rows["stream, decode all (unfiltered)"][0] / rows["read_kept (50%) + decode"][0]
     print(f"\nWithout decode: read_kept {nd:.1f}x streaming + stage (target >= 5x).")
@@ -87,8 +94,8 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     for f in (0.1, 0.3, 0.5, 0.7, 1.0):
         path = run_for(f)
-        a = best(lambda: src() + [read_kept(path)])[0]
-        b = best(lambda: src() + [wds.tarfile_to_samples(), seta.keep_filter(path)])[0]
+        a = best(lambda path=path: src() + [read_kept(path)])[0]
+        b = best(lambda path=path: src() + [wds.tarfile_to_samples(), seta.keep_filter(path)])[0]
         print(f"| {f:.0%} | {a:.3f} | {b:.3f} | {b / a:.1f}x |")
 
 
