@@ -13,5 +13,5 @@ fi
 echo "== training a small CNN for 6 epochs with SeTa, then with full data (same seed) =="
 .venv/bin/python examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6 "$@"
 echo "== run directories: demo-out/runs/seta, demo-out/runs/full =="
-.venv/bin/seta-stream inspect demo-out/runs/seta --plot demo-out/runs/seta.png
+.venv/bin/seta-stream inspect demo-out/runs/seta --epoch 4 --plot demo-out/runs/seta.png
 echo "== demo finished in $(( $(date +%s) - start ))s =="
