@@ -254,3 +254,20 @@ def test_killed_compaction_converges_on_rerun(tmp_path, point):
     m = json.loads((tmp_path / "r/table/manifest.json").read_text())
     assert len(m["folded"]) == len(m_ref["folded"]) == len(set(m["folded"])) == 2
     assert m["rows"] == 20
+
+
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_record_compact_plan_on_fsspec_urls(tmp_path, scheme):
+    from seta_stream import load_plan, plan_epoch
+
+    url = f"memory://fsspec-{tmp_path.name}/run" if scheme == "memory" else f"file://{tmp_path}/run"
+    with LossRecorder(url, flush_rows=3) as rec:
+        rec.record(["a", "b", "c", "d"], ["s0.tar"] * 4, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    report = compact(url)
+    assert (report.parts_folded, report.samples_total) == (1, 4)
+    plan_epoch(url, 1, policy="infobatch", params={"r": 0.5}, epochs=4, seed=0)
+    plan = load_plan(url, 1)
+    assert sorted(plan.column("key").to_pylist()) == ["a", "b", "c", "d"]
+    # mu = 2.5: a, b below the mean, floor(0.5 * 2) = 1 of them kept with weight 2
+    weights = dict(zip(plan.column("key").to_pylist(), plan.column("weight").to_pylist()))
+    assert weights["c"] == weights["d"] == 1.0 and sorted([weights["a"], weights["b"]]) == [0.0, 2.0]
