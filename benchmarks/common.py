@@ -69,17 +69,22 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
 def measure(code: str, setup: str = "") -> dict:
     """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code`` and peak RSS.
 
-    ``rss_before`` is the peak RSS after ``setup``; ``peak_rss`` the peak over the whole process.
+    Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
+    the forking parent across exec). ``rss_before`` is the peak after ``setup``.
     """
     prog = textwrap.dedent(f"""
-        import json, resource, time, sys
+        import json, time, sys
+        def hwm():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
         sys.path.insert(0, {str(ROOT)!r})
         {textwrap.indent(textwrap.dedent(setup), "        ").strip()}
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        before = hwm()
         t0 = time.perf_counter()
         {textwrap.indent(textwrap.dedent(code), "        ").strip()}
         wall = time.perf_counter() - t0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = hwm()
         print("RESULT" + json.dumps({{"wall_s": wall, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}))
     """)
     proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)

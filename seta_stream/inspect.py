@@ -64,6 +64,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
     epochs = []
     for e in planned:
         s = _summary(run, e)
+        counts = [run.read_json(rel) or {} for rel in run.glob(f"stats/epoch={e}/rank=*.json")]
         epochs.append(
             {
                 "epoch": e,
@@ -72,8 +73,16 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
                 "kept": s.get("kept"),
                 "pruned_fraction": s.get("pruned_fraction"),
                 "pruned_so_far": s.get("pruned_so_far"),
+                # what the training loop reported (Pruner): samples recorded and back-propagated
+                "recorded": sum(c.get("recorded", 0) for c in counts) if counts else None,
+                "trained": sum(c.get("trained", 0) for c in counts) if counts else None,
             }
         )
+    trained = [e for e in epochs if e["trained"] is not None and e["n"]]
+    if trained:
+        out_trained = 1 - sum(e["trained"] for e in trained) / sum(e["n"] for e in trained)
+    else:
+        out_trained = None
     out: dict[str, Any] = {
         "run": run.url,
         "policy": state.get("policy"),
@@ -83,6 +92,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
         "current_epoch": state.get("current_epoch"),
         "table": {"rows": manifest.get("rows", 0), "generation": manifest.get("generation", 0)},
         "epochs": epochs,
+        "pruned_by_training": out_trained,  # 1 - back-propagated / known samples (ES: b/B)
     }
     if planned or epoch is not None:
         sel = planned[-1] if epoch is None else epoch
@@ -102,13 +112,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"run {s['run']}: policy {s.get('policy')} {s.get('params')}, seed {s.get('seed')}, "
         f"{s.get('epochs_total')} epochs; loss table: {s['table']['rows']} samples",
         "",
-        f"{'epoch':>5}  {'phase':<8} {'n':>10} {'kept':>10} {'pruned':>8} {'so far':>8}",
+        f"{'epoch':>5}  {'phase':<8} {'n':>10} {'kept':>10} {'pruned':>8} {'so far':>8} {'trained':>10}",
     ]
     for e in s["epochs"]:
         lines.append(
             f"{e['epoch']:>5}  {str(e['phase']):<8} {e['n']:>10} {e['kept']:>10} "
-            f"{_pct(e['pruned_fraction']):>8} {_pct(e['pruned_so_far']):>8}"
+            f"{_pct(e['pruned_fraction']):>8} {_pct(e['pruned_so_far']):>8} "
+            f"{'-' if e.get('trained') is None else e['trained']:>10}"
         )
+    if s.get("pruned_by_training") is not None:
+        lines.append(f"pruned by training (1 - back-propagated / known samples): {_pct(s['pruned_by_training'])}")
     sel = s.get("selected")
     if not sel:
         lines.append("(no plan yet)")

@@ -39,7 +39,7 @@ __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read
 
 PLAN_SCHEMA = pa.schema(
     [
-        ("shard", pa.string()),
+        ("shard", pa.dictionary(pa.int32(), pa.string())),
         ("key", pa.string()),
         ("uid", pa.uint64()),
         ("loss", pa.float32()),
@@ -226,7 +226,7 @@ def plan_epoch(
                 f"already planned; plans are made in epoch order (a resumed run finds its plans "
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
-        table = load_table(run, columns=_TABLE_COLUMNS)
+        table = load_table(run, columns=_TABLE_COLUMNS, shard_as_dictionary=population is None)
         if population is not None:
             table = _with_population(table, population)
         summary = _plan_and_publish(run, table, epoch, cfg, state, population is not None)
@@ -281,8 +281,11 @@ def _plan_and_publish(
     if result.score is not None:
         cols.append(pa.array(result.score, type=pa.float64()))
         schema = schema.append(pa.field("score", pa.float64()))
+    if not pa.types.is_dictionary(cols[0].type):  # population rows: encode like the table read
+        cols[0] = pc.dictionary_encode(cols[0])
+    cols[0] = cols[0].cast(pa.dictionary(pa.int32(), pa.string()))
     plan = pa.Table.from_arrays(cols, schema=schema)
-    run.publish_parquet(f"{d}/plan.parquet", plan, compression="lz4", use_dictionary=["shard", "reason"])
+    run.publish_parquet(f"{d}/plan.parquet", plan, compression="none", use_dictionary=["shard", "reason"])
     _fault("plan:after_plan_file")
 
     # stage lookup: rows grouped by shard (the table is sorted by (shard, uid))
@@ -353,7 +356,7 @@ def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Tab
                 "kept": pa.array([], pa.int64()),
             }
         )
-    enc = pc.dictionary_encode(shard)
+    enc = shard if pa.types.is_dictionary(shard.type) else pc.dictionary_encode(shard)
     codes = enc.indices.to_numpy(zero_copy_only=False)
     change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
     starts = np.concatenate([[0], change]).astype(np.int64)

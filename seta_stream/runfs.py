@@ -193,12 +193,12 @@ class RunDir:
         except ValueError as exc:
             raise RunFormatError(f"{self.display(*parts)}: not valid JSON ({exc})") from exc
 
-    def read_parquet(self, *parts: str, columns: list[str] | None = None) -> pa.Table:
+    def read_parquet(self, *parts: str, columns: list[str] | None = None, **options: Any) -> pa.Table:
         path = self.path(*parts)
         if self.is_local:
-            return pq.read_table(path, columns=columns, memory_map=True)
+            return pq.read_table(path, columns=columns, memory_map=True, **options)
         with self.fs.open(path, "rb") as fh:
-            return pq.read_table(fh, columns=columns)
+            return pq.read_table(fh, columns=columns, **options)
 
     def open(self, *parts: str, mode: str = "rb") -> Any:
         return self.fs.open(self.path(*parts), mode)
@@ -237,8 +237,6 @@ class RunDir:
             tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
             try:
                 pq.write_table(table, tmp, **write_options)
-                with open(tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
                 os.replace(tmp, path)
             finally:
                 with contextlib.suppress(FileNotFoundError):
@@ -250,6 +248,19 @@ class RunDir:
 
     def publish_arrow(self, rel: str, table: pa.Table) -> None:
         """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
+        if self.is_local:  # stream straight into the temporary file
+            path = self.path(rel)
+            parent = path.rsplit("/", 1)[0]
+            os.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+            try:
+                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            return
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)

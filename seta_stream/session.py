@@ -120,6 +120,8 @@ class Pruner:
         self.recorder = LossRecorder(self.run, rank=self.rank, flush_rows=flush_rows)
         self.epoch: int | None = None
         self.superseded: list[str] = []
+        self._recorded = 0  # samples recorded in the current epoch by this rank
+        self._trained = 0  # of which back-propagated (ES selects a share of each meta-batch)
         #: timings of the last epoch boundary: compact_s, plan_s, wait_s (seconds)
         self.last_boundary: dict[str, float] = {}
 
@@ -130,6 +132,7 @@ class Pruner:
         Returns the plan summary (``kept``, ``n``, ``pruned_fraction``, ``phase``...).
         """
         first_call = self.epoch is None
+        self._publish_counts()
         self.recorder.flush()
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
@@ -171,12 +174,32 @@ class Pruner:
             )
         return summary
 
-    def record(self, keys: Sequence[str], urls: Sequence[str], losses: Any) -> None:
-        """Record the unweighted per-sample losses of a batch (see LossRecorder.record)."""
+    def record(self, keys: Sequence[str], urls: Sequence[str], losses: Any, trained: Any = None) -> None:
+        """Record the unweighted per-sample losses of a batch (see LossRecorder.record).
+
+        ``trained``: optional bool mask of the samples that were back-propagated (ES records
+        the losses of the whole meta-batch but trains a selection); default: all of them. The
+        counts per epoch and rank go to ``stats/`` and ``inspect`` reports them.
+        """
         self.recorder.record(keys, urls, losses)
+        self._recorded += len(keys)
+        if trained is None:
+            self._trained += len(keys)
+        else:
+            self._trained += int(trained.sum()) if hasattr(trained, "sum") else int(sum(bool(t) for t in trained))
+
+    def _publish_counts(self) -> None:
+        if self.epoch is None or self._recorded == 0:
+            return
+        self.run.publish_json(
+            f"stats/epoch={self.epoch}/rank={self.rank}.json",
+            {"epoch": self.epoch, "rank": self.rank, "recorded": self._recorded, "trained": self._trained},
+        )
+        self._recorded = self._trained = 0
 
     def close(self) -> None:
         """Flush every rank and fold the last epoch's losses into the table (rank 0)."""
+        self._publish_counts()
         self.recorder.flush()
         self._on_rank0(lambda: compact(self.run))
         self.recorder.close()

@@ -45,7 +45,7 @@ def test_plan_files_columns_and_summary(tmp_path):
     plan = pq.read_table(tmp_path / "r/plans/epoch=1/plan.parquet")
     assert plan.schema.names == ["shard", "key", "uid", "loss", "cluster", "keep", "weight", "reason"]
     assert [str(t) for t in plan.schema.types] == [
-        "string",
+        "dictionary<values=string, indices=int32, ordered=0>",
         "string",
         "uint64",
         "float",

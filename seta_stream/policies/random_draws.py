@@ -93,6 +93,8 @@ def _smallest(keys: np.ndarray, tie1: np.ndarray, tie2: np.ndarray | None, m: in
 def uniform_subset(candidates: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
     """Bool mask: the m candidates with the smallest u_i, ties by smaller uid (§0.4)."""
     candidates = np.asarray(candidates, dtype=bool)
+    if m >= len(u) and candidates.all():  # keep everything (r = 0): no selection needed
+        return candidates.copy()
     out = np.zeros(len(u), dtype=bool)
     idx = np.flatnonzero(candidates)
     chosen = _smallest(u[idx], uid[idx], None, m)
