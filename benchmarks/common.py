@@ -43,7 +43,7 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     loss = rng.lognormal(size=n).astype(np.float32)
     table = pa.Table.from_pydict(
         {
-            "shard": shards,
+            "shard": shards.dictionary_encode(),
             "key": keys,
             "uid": sample_uids(shards, keys),
             "last_loss": loss,

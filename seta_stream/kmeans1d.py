@@ -112,86 +112,156 @@ def _dp(c: np.ndarray, s: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
     return ends, float(D_prev[B - 1])
 
 
+_CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
+
+
+def _sorted_values(values: np.ndarray) -> np.ndarray:
+    """Sorted copy in float32 when the input is float32 (exact: float32 order is the order of
+    the float64 copies), else in float64."""
+    a = np.asarray(values).ravel()
+    if a.dtype != np.float32 and a.dtype != np.float64:
+        a = a.astype(np.float64)
+    return np.sort(a)
+
+
+def _count_changes(v: np.ndarray) -> int:
+    """Number of positions p >= 1 with v[p] != v[p-1] (blockwise, no M-sized temporaries)."""
+    total = 0
+    for lo in range(0, len(v) - 1, _CHUNK):
+        hi = min(len(v) - 1, lo + _CHUNK)
+        total += int(np.count_nonzero(v[lo + 1 : hi + 1] != v[lo:hi]))
+    return total
+
+
+def _change_positions(v: np.ndarray) -> np.ndarray:
+    """All positions p >= 1 with v[p] != v[p-1] (only called when there are few)."""
+    parts = [np.zeros(0, dtype=np.int64)]
+    for lo in range(0, len(v) - 1, _CHUNK):
+        hi = min(len(v) - 1, lo + _CHUNK)
+        parts.append(np.flatnonzero(v[lo + 1 : hi + 1] != v[lo:hi]).astype(np.int64) + lo + 1)
+    return np.concatenate(parts)
+
+
+class _Prefix:
+    """Prefix sums of x = v - mean and x^2 at chosen positions of the sorted values v.
+
+    ``at`` holds exact block sums at the point boundaries (one blockwise pass); prefix sums at
+    any other position add the partial run from the nearest stored position (Lloyd needs only
+    k' - 1 of them per iteration).
+    """
+
+    def __init__(self, v: np.ndarray, positions: np.ndarray, mean: float) -> None:
+        self.v, self.mean = v, mean
+        self.pos = positions  # sorted, starts with 0, ends with M
+        s1 = np.zeros(len(positions))
+        s2 = np.zeros(len(positions))
+        carry1 = carry2 = 0.0
+        x = np.empty(min(_CHUNK, len(v)), dtype=np.float64)
+        sq = np.empty_like(x)
+        for lo in range(0, len(v), _CHUNK):
+            hi = min(len(v), lo + _CHUNK)
+            xc, qc = x[: hi - lo], sq[: hi - lo]
+            np.subtract(v[lo:hi], mean, out=xc, dtype=np.float64)
+            np.multiply(xc, xc, out=qc)
+            np.cumsum(xc, out=xc)
+            np.cumsum(qc, out=qc)
+            a, b = np.searchsorted(positions, [lo + 1, hi + 1])  # stored positions in (lo, hi]
+            sel = positions[a:b] - lo - 1
+            s1[a:b] = carry1 + xc[sel]
+            s2[a:b] = carry2 + qc[sel]
+            carry1 += float(xc[-1])
+            carry2 += float(qc[-1])
+        self.s1, self.s2 = s1, s2
+
+    def at(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sum of x, sum of x^2) over v[:p] for each position p."""
+        p = np.asarray(p, dtype=np.int64)
+        j = np.searchsorted(self.pos, p, side="right") - 1
+        r1, r2 = self.s1[j].copy(), self.s2[j].copy()
+        for t in np.flatnonzero(self.pos[j] != p):
+            seg = self.v[self.pos[j[t]] : p[t]].astype(np.float64) - self.mean
+            r1[t] += float(seg.sum())
+            r2[t] += float(np.dot(seg, seg))
+        return r1, r2
+
+
 def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 1000) -> KMeans1D:
-    """Cluster 1-D ``values`` (NaN not allowed) into min(k, distinct values) clusters."""
+    """Cluster 1-D ``values`` (NaN not allowed) into min(k, distinct values) clusters (§3.5)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    v = np.sort(np.asarray(values).ravel())  # float32 losses sort exactly as float32
+    if b_max < 2:
+        raise ValueError(f"b_max must be >= 2, got {b_max}")
+    v = _sorted_values(values)
     if len(v) == 0:
         raise ValueError("kmeans1d needs at least one value")
-    if np.isnan(v[-1]) or np.isnan(v[0]):
+    if np.isnan(v[-1]) or np.isnan(v[0]):  # np.sort puts NaN last
         raise ValueError("kmeans1d: values contain NaN")
     M = len(v)
-    chg = np.flatnonzero(v[1:] != v[:-1]) + 1  # positions where the sorted value changes
-    U = len(chg) + 1
+    U = _count_changes(v) + 1
     k_eff = min(k, U)
     mean = float(np.mean(v, dtype=np.float64))
-    if U <= b_max:
-        cuts = chg
+    if U <= b_max:  # points = distinct values with multiplicities: exact optimum (§3.5 item 2)
+        cuts = _change_positions(v)
         binned = False
-    else:
+    else:  # bins: cut floor(t M / B) moved right to the next value change, duplicates dropped
         raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
-        pos = np.searchsorted(chg, raw, side="left")
-        cuts = np.unique(chg[pos[pos < len(chg)]])
+        cuts = np.unique(np.searchsorted(v, v[raw - 1], side="right"))
+        cuts = cuts[cuts < M]
         binned = True
-    starts = np.concatenate([[0], cuts]).astype(np.int64)
-    ends_ex = np.concatenate([cuts, [M]]).astype(np.int64)
-    x = v.astype(np.float64) - mean
-    S1 = np.concatenate([[0.0], np.cumsum(x)])
-    S2 = np.concatenate([[0.0], np.cumsum(x * x)])
-    c = (ends_ex - starts).astype(np.float64)
-    s = S1[ends_ex] - S1[starts]
-    q = S2[ends_ex] - S2[starts]
+    positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
+    pre = _Prefix(v, positions, mean)
+    c = np.diff(positions).astype(np.float64)
+    s = np.diff(pre.s1)
+    q = np.diff(pre.s2)
     if k_eff == 1:
         run_end = np.array([len(c) - 1])
         sse = float(max(q.sum() - s.sum() ** 2 / c.sum(), 0.0))
     else:
         run_end, sse = _dp(c, s, q, k_eff)
-    # boundaries in sorted-value positions (end exclusive)
-    bounds = ends_ex[run_end]
+    bounds = positions[run_end + 1]  # end (exclusive) of each cluster in sorted positions
     if binned:
-        bounds, sse = _lloyd(v, S1, S2, bounds, max_iter, mean)
+        bounds, sse = _lloyd(v, pre, bounds, max_iter, mean)
     lo_idx = np.concatenate([[0], bounds[:-1]])
     counts = bounds - lo_idx
-    sums = S1[bounds] - S1[lo_idx]
+    s_hi, _ = pre.at(bounds)
+    s_lo, _ = pre.at(lo_idx)
     return KMeans1D(
         upper=v[bounds - 1].astype(np.float64),
         lower=v[lo_idx].astype(np.float64),
         counts=counts.astype(np.int64),
-        centroids=sums / counts + mean,
+        centroids=(s_hi - s_lo) / counts + mean,
         sse=sse,
         k_eff=k_eff,
         binned=binned,
     )
 
 
-def _lloyd(
-    v: np.ndarray, S1: np.ndarray, S2: np.ndarray, bounds: np.ndarray, max_iter: int, mean: float
-) -> tuple[np.ndarray, float]:
-    """Lloyd polish on the full sorted values (§3.5 step 4); S1, S2 are prefix sums of
-    (v - mean) and its square."""
+def _sse(pre: _Prefix, bounds: np.ndarray) -> float:
+    lo = np.concatenate([[0], bounds[:-1]])
+    a1, a2 = pre.at(lo)
+    b1, b2 = pre.at(bounds)
+    sm = b1 - a1
+    return float(np.sum(np.maximum(b2 - a2 - sm * sm / (bounds - lo), 0.0)))
+
+
+def _lloyd(v: np.ndarray, pre: _Prefix, bounds: np.ndarray, max_iter: int, mean: float) -> tuple[np.ndarray, float]:
+    """Lloyd polish on the full sorted values (§3.5 item 4): each boundary moves to the midpoint
+    of the neighbouring centroids (ties at the midpoint go to the lower cluster)."""
     M = len(v)
-
-    def sse_of(b: np.ndarray) -> float:
-        lo = np.concatenate([[0], b[:-1]])
-        cnt = b - lo
-        sm = S1[b] - S1[lo]
-        return float(np.sum(np.maximum(S2[b] - S2[lo] - sm * sm / cnt, 0.0)))
-
     for _ in range(max_iter):
         lo = np.concatenate([[0], bounds[:-1]])
-        mu = (S1[bounds] - S1[lo]) / (bounds - lo) + mean
+        mu = (pre.at(bounds)[0] - pre.at(lo)[0]) / (bounds - lo) + mean
         mid = (mu[:-1] + mu[1:]) / 2
-        # count of values <= mid, searched in v's own dtype (no 15M-element cast per call):
-        # the largest value of v's dtype that is <= mid gives the same count
+        # count of values <= mid, searched in v's own dtype (no M-element cast): the largest
+        # value of v's dtype that is <= mid gives the same count
         mid_v = mid.astype(v.dtype)
         over = mid_v.astype(np.float64) > mid
         mid_v[over] = np.nextafter(mid_v[over], v.dtype.type(-np.inf))
         new = np.append(np.searchsorted(v, mid_v, side="right"), M).astype(np.int64)
         lo_new = np.concatenate([[0], new[:-1]])
-        if np.any(new - lo_new <= 0):
+        if np.any(new - lo_new <= 0):  # a cluster would become empty: keep the previous ones
             break
         if np.array_equal(new, bounds):
             break
         bounds = new
-    return bounds, sse_of(bounds)
+    return bounds, _sse(pre, bounds)

@@ -45,7 +45,7 @@ __all__ = ["compact", "load_table", "folded_parts", "CompactionReport", "TABLE_S
 
 TABLE_SCHEMA = pa.schema(
     [
-        ("shard", pa.string()),
+        ("shard", pa.dictionary(pa.int32(), pa.string())),
         ("key", pa.string()),
         ("uid", pa.uint64()),
         ("last_loss", pa.float32()),
@@ -102,8 +102,7 @@ def load_table(run: str | RunDir, columns: list[str] | None = None, *, shard_as_
     if not m.get("table"):
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
         return schema.empty_table()
-    options = {"read_dictionary": ["shard"]} if shard_as_dictionary else {}
-    return run.read_parquet(m["table"], columns=columns, **options)
+    return run.read_parquet(m["table"], columns=columns)
 
 
 def _read_part(run: RunDir, rel: str) -> pa.Table:
@@ -258,49 +257,90 @@ def compact(
         return report
 
 
+def _as_dictionary(col: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """A string column as one dictionary array (chunk dictionaries unified; strings not copied
+    when the column is already dictionary-encoded)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    enc = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c) for c in chunks]
+    typ = pa.dictionary(pa.int32(), pa.string())
+    enc = [c.cast(typ) for c in enc]
+    if not enc:
+        return pa.array([], typ)
+    return pa.chunked_array(enc, type=typ).combine_chunks()
+
+
+def _key_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return _np(pc.binary_length(col)).astype(np.int64)
+
+
+def _verify_uids(records: pa.Table) -> None:
+    """Every record's uid must be the hash of its (shard, key): parts from an incompatible writer
+    or with corrupted ids are rejected. Blockwise, so no 15M-string copies are made."""
+    offset = 0
+    for batch in records.select(["shard", "key", "uid"]).to_batches(max_chunksize=1 << 20):
+        expected = sample_uids(batch.column(0), batch.column(1))
+        got = batch.column(2).to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(expected != got)
+        if len(bad):
+            b = int(bad[0])
+            raise CorruptPartError(
+                f"records of ({batch.column(0)[b].as_py()!r}, {batch.column(1)[b].as_py()!r}) carry uid "
+                f"{int(got[b]):#018x}, expected {int(expected[b]):#018x} (seta_stream.ids.sample_uid); "
+                "the part was written by an incompatible writer or is corrupted. Re-record it with "
+                "LossRecorder, or pass on_corrupt='skip'",
+            )
+        offset += batch.num_rows
+
+
 def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Table, int]:
-    """New table = old table updated with ``records`` (which are in (epoch, rank, seq) order)."""
+    """New table = old table updated with ``records`` (which are in (epoch, rank, seq) order).
+
+    Identity checks without copying strings: every record's uid is verified against the hash
+    of its (shard, key); two identities sharing a uid (a 64-bit collision) are detected by
+    comparing shard and key length with the sample's other records and its table row. (A
+    collision between two keys of equal length in the same shard, probability about 2^-64 per
+    pair, is not detected.)
+    """
     beta2 = float(run.settings["ema_beta2"])
     dataset_size = run.settings.get("dataset_size")
     if records.num_rows == 0:
         return (old if old is not None else TABLE_SCHEMA.empty_table()), 0
+    _verify_uids(records)
     r_uid = _np(records.column("uid"))
     order = np.argsort(r_uid, kind="stable")  # keeps (epoch, rank, seq) order within a sample
     su = r_uid[order]
     starts, ends = _group_bounds(su)
+    sizes = ends - starts
     last = ends - 1
+    src = order[last]  # index in `records` of each sample's last record
     loss = _np(records.column("loss"))[order].astype(np.float64)
     finite = np.isfinite(loss)
 
-    # identity check inside the new records: every record of a group has the group's identity
-    rec_shard = records.column("shard").take(pa.array(order))
-    rec_key = records.column("key").take(pa.array(order))
-    rep = np.repeat(last, ends - starts)
-    rep_idx = pa.array(rep)
-    same = pc.and_(pc.equal(rec_shard, rec_shard.take(rep_idx)), pc.equal(rec_key, rec_key.take(rep_idx)))
-    if not pc.all(same).as_py():
-        i = int(np.flatnonzero(~_np(same))[0])
-        j = int(rep[i])
+    r_shard = _as_dictionary(records.column("shard"))
+    r_names = r_shard.dictionary.to_pylist()
+    r_codes = r_shard.indices.to_numpy(zero_copy_only=False)
+    r_len = _key_lengths(records.column("key"))
+    rep = np.repeat(src, sizes)  # each sorted record's group representative
+    diff = (r_codes[order] != r_codes[rep]) | (r_len[order] != r_len[rep])
+    if diff.any():
+        i, j = int(order[np.flatnonzero(diff)[0]]), int(rep[np.flatnonzero(diff)[0]])
         raise SampleIdCollisionError(
-            f"records ({rec_shard[i].as_py()!r}, {rec_key[i].as_py()!r}) and "
-            f"({rec_shard[j].as_py()!r}, {rec_key[j].as_py()!r}) carry the same uid "
-            f"{int(su[i]):#018x}; expected one uid per identity. A part has wrong uids or two "
-            "keys collide; rename one key or delete the part"
+            f"records ({r_names[r_codes[i]]!r}, {records.column('key')[i].as_py()!r}) and "
+            f"({r_names[r_codes[j]]!r}, {records.column('key')[j].as_py()!r}) carry the same uid "
+            f"{int(r_uid[i]):#018x}; expected one uid per identity. Two keys collide: rename one"
         )
 
     g_uid = su[starts]
-    g_shard = rec_shard.take(pa.array(last))
-    g_key = rec_key.take(pa.array(last))
-    g_count = (ends - starts).astype(np.int32)
+    g_count = sizes.astype(np.int32)
     g_nonfinite = np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
     g_loss = loss[last].astype(np.float32)
-    g_epoch = _np(records.column("epoch"))[order][last]
-    g_rank = _np(records.column("rank"))[order][last]
-    g_seq = _np(records.column("seq"))[order][last]
+    g_epoch = _np(records.column("epoch"))[src]
+    g_rank = _np(records.column("rank"))[src]
+    g_seq = _np(records.column("seq"))[src]
     # EMA over finite records: s_new = b^n s_old + (1-b) sum_j b^(n-1-j) l_j  (§0.6)
     fin_after = np.cumsum(finite[::-1].astype(np.int64))[::-1]  # finite records at >= i
     fin_after_next = np.append(fin_after[1:], 0)
-    group_end_after = np.repeat(np.append(fin_after, 0)[ends], ends - starts)
+    group_end_after = np.repeat(np.append(fin_after, 0)[ends], sizes)
     after_i = fin_after_next - group_end_after  # finite records after i within its group
     contrib = np.where(finite, (1.0 - beta2) * np.power(beta2, after_i) * np.where(finite, loss, 0.0), 0.0)
     g_sum = np.add.reduceat(contrib, starts)
@@ -310,38 +350,25 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
     if old is None or old.num_rows == 0:
         matched = np.zeros(len(g_uid), dtype=bool)
         idx = np.zeros(len(g_uid), dtype=np.int64)
-        t_uid = np.zeros(0, dtype=np.uint64)
+        n_old = 0
     else:
         t_uid = _np(old.column("uid"))
+        n_old = len(t_uid)
         t_order = np.argsort(t_uid)  # the table is sorted by (shard, uid), not by uid
         t_sorted = t_uid[t_order]
         pos = np.searchsorted(t_sorted, g_uid)
-        pos_c = np.minimum(pos, len(t_uid) - 1)
-        matched = (pos < len(t_uid)) & (t_sorted[pos_c] == g_uid)
+        pos_c = np.minimum(pos, n_old - 1)
+        matched = (pos < n_old) & (t_sorted[pos_c] == g_uid)
         idx = t_order[pos_c]
     new_mask = ~matched
     n_new = int(new_mask.sum())
-    n_total = len(t_uid) + n_new
-    n_ref = int(dataset_size) if dataset_size else n_total
+    n_ref = int(dataset_size) if dataset_size else n_old + n_new
 
-    # verify the uids of samples new to the table (a foreign writer may hash differently)
-    if n_new:
-        sel = pa.array(np.flatnonzero(new_mask))
-        recomputed = sample_uids(g_shard.take(sel), g_key.take(sel))
-        bad = np.flatnonzero(recomputed != g_uid[new_mask])
-        if len(bad):
-            b = int(np.flatnonzero(new_mask)[bad[0]])
-            raise CorruptPartError(
-                f"records of ({g_shard[b].as_py()!r}, {g_key[b].as_py()!r}) carry uid "
-                f"{int(g_uid[b]):#018x}, expected {int(recomputed[bad[0]]):#018x} "
-                "(seta_stream.ids.sample_uid); the part was written by an incompatible writer. "
-                "Re-record it with LossRecorder, or pass on_corrupt='skip'",
-            )
-
-    if old is None or old.num_rows == 0:
+    if n_old == 0:
+        sel = pa.array(src)
         cols = {
-            "shard": g_shard,
-            "key": g_key,
+            "shard": _as_dictionary(records.column("shard").take(sel)),
+            "key": records.column("key").take(sel),
             "uid": g_uid,
             "last_loss": g_loss,
             "last_epoch": g_epoch.astype(np.int32),
@@ -353,21 +380,23 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
         }
         return _sort_by_shard(pa.Table.from_pydict(cols, schema=TABLE_SCHEMA)), n_new
 
-    # update matched rows
+    # matched samples: same shard and key length as their table row (else a uid collision)
+    assert old is not None
     ti = idx[matched]
-    ti_arr = pa.array(ti)
     gm = np.flatnonzero(matched)
-    gm_arr = pa.array(gm)
-    same_id = pc.and_(
-        pc.equal(old.column("shard").take(ti_arr), g_shard.take(gm_arr)),
-        pc.equal(old.column("key").take(ti_arr), g_key.take(gm_arr)),
-    )
-    if len(ti) and not pc.all(same_id).as_py():
-        i = int(np.flatnonzero(~_np(same_id))[0])
+    t_shard = _as_dictionary(old.column("shard"))
+    t_code_of = {name: code for code, name in enumerate(t_shard.dictionary.to_pylist())}
+    r_to_t = np.array([t_code_of.get(name, -1) for name in r_names], dtype=np.int64)
+    t_codes = t_shard.indices.to_numpy(zero_copy_only=False)
+    t_len = _key_lengths(old.column("key"))
+    bad = (r_to_t[r_codes[src[gm]]] != t_codes[ti]) | (r_len[src[gm]] != t_len[ti])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        r_i, t_i = int(src[gm[k]]), int(ti[k])
         raise SampleIdCollisionError(
-            f"({g_shard[int(gm[i])].as_py()!r}, {g_key[int(gm[i])].as_py()!r}) has uid "
-            f"{int(g_uid[gm[i]]):#018x}, which the table already holds for "
-            f"({old.column('shard')[int(ti[i])].as_py()!r}, {old.column('key')[int(ti[i])].as_py()!r}); "
+            f"({r_names[r_codes[r_i]]!r}, {records.column('key')[r_i].as_py()!r}) has uid "
+            f"{int(g_uid[gm[k]]):#018x}, which the table already holds for "
+            f"({t_shard[t_i].as_py()!r}, {old.column('key')[t_i].as_py()!r}); "
             "expected distinct uids for distinct samples. Rename one of the keys"
         )
     last_loss = _np(old.column("last_loss")).copy()
@@ -383,19 +412,19 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
         (newer[0] == cur[0]) & ((newer[1] > cur[1]) | ((newer[1] == cur[1]) & (newer[2] > cur[2])))
     )
     upd = ti[is_newer]
-    src = gm[is_newer]
-    last_loss[upd] = g_loss[src]
-    last_epoch[upd] = g_epoch[src]
-    last_rank[upd] = g_rank[src]
-    last_seq[upd] = g_seq[src]
+    srcm = gm[is_newer]
+    last_loss[upd] = g_loss[srcm]
+    last_epoch[upd] = g_epoch[srcm]
+    last_rank[upd] = g_rank[srcm]
+    last_seq[upd] = g_seq[srcm]
     seen[ti] += g_count[gm]
     nonfin[ti] += g_nonfinite[gm]
     ema[ti] = g_decay[gm] * ema[ti] + g_sum[gm]
     updated = pa.Table.from_pydict(
         {
-            "shard": old.column("shard"),
+            "shard": t_shard,
             "key": old.column("key"),
-            "uid": t_uid,
+            "uid": _np(old.column("uid")),
             "last_loss": last_loss,
             "last_epoch": last_epoch,
             "seen": seen,
@@ -409,11 +438,11 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
     if not n_new:
         return updated, 0
     gn = np.flatnonzero(new_mask)
-    gn_arr = pa.array(gn)
+    sel = pa.array(src[gn])
     added = pa.Table.from_pydict(
         {
-            "shard": g_shard.take(gn_arr),
-            "key": g_key.take(gn_arr),
+            "shard": _as_dictionary(records.column("shard").take(sel)),
+            "key": records.column("key").take(sel),
             "uid": g_uid[gn],
             "last_loss": g_loss[gn],
             "last_epoch": g_epoch[gn].astype(np.int32),
@@ -430,7 +459,7 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
 
 def _sort_by_shard(table: pa.Table) -> pa.Table:
     """Order rows by (shard, uid)."""
-    enc = pc.dictionary_encode(table.column("shard")).combine_chunks()
+    enc = _as_dictionary(table.column("shard"))
     names = enc.dictionary.to_pylist()
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))

@@ -168,24 +168,34 @@ def test_part_with_wrong_uids_is_rejected(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
     write_part(tmp_path / "r", "part-x.parquet", t, META)
-    with pytest.raises(CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x"):
+    with pytest.raises(CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x.*incompatible writer"):
         compact(run)
 
 
-def test_uid_collision_with_the_table_is_rejected(tmp_path):
+def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
+    # a real 64-bit collision cannot be constructed; make every key of the same shard collide
+    import seta_stream.ids as ids
+
+    fake = lambda shards, keys: np.full(len(keys), 42, dtype=np.uint64)  # noqa: E731
+    monkeypatch.setattr(ids, "sample_uids", fake)
+    monkeypatch.setattr("seta_stream.record.sample_uids", fake)
+    monkeypatch.setattr("seta_stream.table.sample_uids", fake)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
         rec.record(["a"], ["s.tar"], torch.tensor([1.0]))
     compact(run)
-    from seta_stream.ids import sample_uid
-
-    forged = good_part_table(("zzz",)).set_column(2, "uid", pa.array([sample_uid("s.tar", "a")], pa.uint64()))
-    write_part(tmp_path / "r", "part-y.parquet", forged, META)
+    with LossRecorder(run) as rec:
+        rec.record(["bb"], ["s.tar"], torch.tensor([1.0]))
     with pytest.raises(
         SampleIdCollisionError,
-        match=r"\('s.tar', 'zzz'\) has uid .* which the table already holds for \('s.tar', 'a'\)",
+        match=r"\('s.tar', 'bb'\) has uid 0x000000000000002a, which the table already holds for \('s.tar', 'a'\)",
     ):
         compact(run)
+    run2 = RunDir(tmp_path / "r2", create=True)
+    with LossRecorder(run2) as rec:
+        rec.record(["a", "bb"], ["s.tar", "t.tar"], torch.tensor([1.0, 2.0]))
+    with pytest.raises(SampleIdCollisionError, match=r"carry the same uid 0x000000000000002a"):
+        compact(run2)
 
 
 def test_same_key_in_two_shards_is_two_samples(tmp_path):
