@@ -21,6 +21,7 @@ import numpy as np
 __all__ = ["KMeans1D", "kmeans1d", "assign", "B_MAX"]
 
 B_MAX = 65_536
+_CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,36 @@ class KMeans1D:
 
 
 def assign(values: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """Cluster index of each value: the first cluster whose upper value is >= the value."""
-    idx = np.searchsorted(np.asarray(upper, dtype=np.float64), np.asarray(values, dtype=np.float64), side="left")
-    return np.minimum(idx, len(upper) - 1)
+    """Cluster index (int16 for up to 32,767 clusters, else int32) of each value: the first
+    cluster whose upper value is >= the value; values above the last upper value get the last
+    cluster. Values must not be NaN.
+
+    Counts, block by block, the upper values below each value; the comparison runs in float32
+    when the values are float32 and the upper values are float32-exact (they are, for clusters
+    of float32 values), else in float64.
+    """
+    v = np.asarray(values)
+    up = np.asarray(upper, dtype=np.float64)
+    k = len(up)
+    out = np.zeros(v.shape, dtype=np.int16 if k <= 32_767 else np.int32)
+    if k <= 1 or v.size == 0:
+        return out
+    if v.dtype == np.float32 and np.array_equal(up.astype(np.float32).astype(np.float64), up):
+        thresholds = list(up[:-1].astype(np.float32))
+    else:
+        v = v.astype(np.float64, copy=False) if v.dtype != np.float64 else v
+        thresholds = list(up[:-1])
+    flat, o = v.ravel(), out.ravel()
+    if k > 32:  # binary search beats k comparison passes
+        for lo in range(0, flat.size, _CHUNK):
+            o[lo : lo + _CHUNK] = np.searchsorted(np.asarray(thresholds, flat.dtype), flat[lo : lo + _CHUNK])
+        return out
+    step = _CHUNK // 4
+    for lo in range(0, flat.size, step):
+        seg, dst = flat[lo : lo + step], o[lo : lo + step]
+        for t in thresholds:  # the last cluster takes every value above the previous upper
+            dst += seg > t
+    return out
 
 
 def _segment_argmin(vals: np.ndarray, seg_starts: np.ndarray) -> np.ndarray:
@@ -110,9 +138,6 @@ def _dp(c: np.ndarray, s: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
         i = int(opts[j - 1][i]) - 1
     ends[0] = i
     return ends, float(D_prev[B - 1])
-
-
-_CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
 
 
 def _sorted_values(values: np.ndarray) -> np.ndarray:

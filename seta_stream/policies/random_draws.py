@@ -28,6 +28,8 @@ __all__ = [
     "prune_epochs",
     "uniform_subset",
     "weighted_subset",
+    "smallest_mask",
+    "kth_smallest",
 ]
 
 STREAM_RANDOM, STREAM_ANNEAL, STREAM_INFOBATCH, STREAM_ESWP = 1, 2, 3, 4
@@ -73,7 +75,7 @@ def prune_epochs(delta: float, epochs: int, override: int | None = None) -> int:
 
 
 def _smallest(keys: np.ndarray, tie1: np.ndarray, tie2: np.ndarray | None, m: int) -> np.ndarray:
-    """Indices (into keys) of the m smallest keys; ties broken by tie1 then tie2."""
+    """Indices (into keys) of the m smallest keys; ties broken by tie1 then tie2 (small arrays)."""
     n = len(keys)
     if m <= 0:
         return np.zeros(0, dtype=np.int64)
@@ -90,32 +92,114 @@ def _smallest(keys: np.ndarray, tie1: np.ndarray, tie2: np.ndarray | None, m: in
     return np.concatenate([below, at])
 
 
-def uniform_subset(candidates: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
-    """Bool mask: the m candidates with the smallest u_i, ties by smaller uid (§0.4)."""
-    candidates = np.asarray(candidates, dtype=bool)
-    if m >= len(u) and candidates.all():  # keep everything (r = 0): no selection needed
-        return candidates.copy()
-    out = np.zeros(len(u), dtype=bool)
-    idx = np.flatnonzero(candidates)
-    chosen = _smallest(u[idx], uid[idx], None, m)
-    out[idx[chosen]] = True
+_SAMPLE = 1 << 16
+
+
+def kth_smallest(keys: np.ndarray, r: int) -> float:
+    """The exact value of rank r (0-based) among ``keys`` (no NaN) in O(N) compares.
+
+    A strided sample of 65,536 keys brackets the rank; only the keys inside the bracket (a few
+    percent) are partitioned. Falls back to a full partition if the bracket misses. The value
+    returned does not depend on the row order.
+    """
+    n = len(keys)
+    if n <= 4 * _SAMPLE:
+        return keys[np.argpartition(keys, r)[r]].item()
+    sample = np.sort(keys[:: n // _SAMPLE])
+    ns = len(sample)
+    pos = r / n * ns
+    margin = 4.0 * math.sqrt(ns) + 8.0
+    i_lo, i_hi = int(math.floor(pos - margin)), int(math.ceil(pos + margin))
+    lo_v = sample[i_lo] if i_lo >= 0 else None
+    hi_v = sample[i_hi] if i_hi < ns else None
+    below = int(np.count_nonzero(keys < lo_v)) if lo_v is not None else 0
+    if lo_v is None and hi_v is None:
+        band = np.ones(n, dtype=bool)
+    elif lo_v is None:
+        band = keys <= hi_v
+    elif hi_v is None:
+        band = keys >= lo_v
+    else:
+        band = keys >= lo_v
+        band &= keys <= hi_v
+    inside = keys[band]
+    if below <= r < below + len(inside):
+        return np.partition(inside, r - below)[r - below].item()
+    return keys[np.argpartition(keys, r)[r]].item()  # pathological row order: exact fallback
+
+
+def smallest_mask(
+    keys: np.ndarray, m: int, tie1: np.ndarray, tie2: np.ndarray | None = None, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """Bool mask of the m smallest ``keys`` among the ``valid`` rows (all by default); ties
+    broken by smaller tie1, then smaller tie2. Row-order independent; O(N) for any N."""
+    n = len(keys)
+    out = np.zeros(n, dtype=bool)
+    n_valid = n if valid is None else int(np.count_nonzero(valid))
+    m = min(int(m), n_valid)
+    if m <= 0:
+        return out
+    if valid is not None and n_valid < n:
+        keys = np.where(valid, keys, np.inf)  # invalid rows sort last; excluded from ties below
+    thr = kth_smallest(keys, m - 1)
+    np.less(keys, thr, out=out)
+    need = m - int(np.count_nonzero(out))
+    at_mask = keys == thr
+    if valid is not None and n_valid < n:
+        at_mask &= valid
+    at = np.flatnonzero(at_mask)
+    if len(at) > need:
+        order = np.lexsort((tie2[at], tie1[at])) if tie2 is not None else np.argsort(tie1[at], kind="stable")
+        at = at[order[:need]]
+    out[at] = True
     return out
+
+
+def _as_mask(candidates: np.ndarray, n: int) -> np.ndarray:
+    """A bool mask from a bool mask or an array of row indices."""
+    c = np.asarray(candidates)
+    if c.dtype == bool:
+        if len(c) != n:
+            raise ValueError(f"candidate mask has {len(c)} rows, expected {n}")
+        return c
+    mask = np.zeros(n, dtype=bool)
+    mask[c.astype(np.int64)] = True
+    return mask
+
+
+def uniform_subset(candidates: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
+    """Bool mask: the m candidates with the smallest u_i, ties by smaller uid (§0.4).
+
+    ``candidates`` is a bool mask over the rows or an array of row indices; ``u`` the uniforms
+    of the stream (:func:`uniforms`) and ``uid`` the sample ids of all rows.
+    """
+    mask = _as_mask(candidates, len(u))
+    all_rows = bool(mask.all())
+    if all_rows and m >= len(u):  # keep everything (r = 0): no selection needed
+        return mask.copy()
+    return smallest_mask(u, m, uid, None, None if all_rows else mask)
 
 
 def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
     """Bool mask: successive sampling without replacement proportional to ``weights`` (§0.4).
 
     Efraimidis-Spirakis keys k_i = -ln(1 - u_i) / w_i (+inf for w_i = 0), the m smallest keys;
-    ties broken by smaller u_i, then smaller uid.
+    ties broken by smaller u_i, then smaller uid. ``candidates``: bool mask or row indices.
     """
-    candidates = np.asarray(candidates, dtype=bool)
-    out = np.zeros(len(u), dtype=bool)
-    idx = np.flatnonzero(candidates)
-    w = np.asarray(weights, dtype=np.float64)[idx]
-    if np.any(w < 0) or not np.all(np.isfinite(w)):
+    mask = _as_mask(candidates, len(u))
+    w = np.asarray(weights, dtype=np.float64)
+    if len(w) != len(u):
+        raise ValueError(f"weighted_subset: {len(w)} weights for {len(u)} rows")
+    wc = w[mask]
+    if np.any(wc < 0) or not np.all(np.isfinite(wc)):
         raise ValueError("weighted_subset: weights must be finite and >= 0")
-    with np.errstate(divide="ignore"):
-        keys = np.where(w > 0, -np.log1p(-u[idx]) / np.where(w > 0, w, 1.0), np.inf)
-    chosen = _smallest(keys, u[idx], uid[idx], m)
-    out[idx[chosen]] = True
-    return out
+    keys = np.empty(len(u), dtype=np.float64)
+    for lo in range(0, len(u), _BLOCK):  # blockwise: small temporaries
+        hi = lo + _BLOCK
+        wb = w[lo:hi]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kb = np.negative(np.log1p(-u[lo:hi]))
+            kb /= wb
+        kb[~(wb > 0)] = np.inf
+        keys[lo:hi] = kb
+    return smallest_mask(keys, m, u, uid, mask)

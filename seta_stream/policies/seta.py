@@ -11,13 +11,22 @@ Pruning epochs e < P = floor(delta E):
 Annealing epochs e >= P ("partial annealing", SeTa eq. 8): a uniform (1 - r) subset (stream 2).
 Weights are always 1.
 
-Budget (opt-in `target_keep`, not in the paper): with skewed losses the window's clusters
-differ wildly in size, so the kept fraction of plain SeTa swings from epoch to epoch. With
-`target_keep = t` every pruning epoch keeps floor(t N) samples (t <= 1 - r): the unseen samples
-of R count first; the rest is a contiguous band of the seen samples of R in loss order (ties by
-uid) of exactly the remaining size, centred on the centre of the window's clusters. The window
-cycle (which part of the loss distribution is trained) is unchanged; only its width adapts. At
-e = 0 (nothing seen) it keeps the floor(t N) samples of smallest u (a subset of R).
+Budget (opt-in ``target_keep = t``, not in the paper). With skewed losses the window's clusters
+differ wildly in size, so the kept fraction of plain SeTa swings from epoch to epoch (§3.3,
+§11: 1.00, 0.56, 0.18, 0.03, 0.002, ...). With a budget every pruning epoch keeps exactly
+B = floor(t N) samples (t <= 1 - r, so B <= |R|):
+
+  * e = 0 or no seen sample in R: the B samples of smallest u (stream 1), a subset of R;
+  * otherwise the unseen samples of R count first (if there are more than B of them, a uniform
+    B-subset of them, stream 1); the remaining B' = B - |R_u| slots go to a contiguous band of
+    the seen samples of R in ascending (loss, uid) order: the clusters and the window s, w are
+    computed exactly as without a budget, the band has B' members and is centred on the middle
+    rank of the window's clusters, shifted inwards where it would pass either end.
+
+The window's position (which part of the loss distribution is trained, and the easy-to-hard
+cycle over the epochs) is unchanged; only its width adapts to the budget, so the kept fraction
+is B / N in every pruning epoch. The stage keeps absent samples with probability min(1 - r, t).
+Annealing epochs are unchanged (uniform (1 - r) subset).
 """
 
 from __future__ import annotations
@@ -34,11 +43,12 @@ from .random_draws import (
     STREAM_RANDOM,
     keep_count,
     prune_epochs,
+    smallest_mask,
     uniform_subset,
     uniforms,
 )
 
-__all__ = ["SetaParams", "seta", "window_width", "window_start"]
+__all__ = ["SetaParams", "seta", "window_width", "window_start", "rank_range"]
 
 
 @dataclass(frozen=True)
@@ -100,88 +110,103 @@ def window_start(epoch: int, k_eff: int, w: int) -> int:
     return epoch % (k_eff - w + 1)
 
 
+def _result(
+    keep: np.ndarray, reason: np.ndarray, summary: dict[str, Any], cluster: np.ndarray, rule: AbsentRule
+) -> PolicyResult:
+    return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster, absent_rule=rule)
+
+
 def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     n, e = inp.n, inp.epoch
     f = 1.0 - p.r
     P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
-    keep = np.zeros(n, dtype=bool)
-    reason = np.zeros(n, dtype=np.int8)
+    reason = np.empty(n, dtype=np.int8)
     cluster = np.full(n, -1, dtype=np.int16)
-    loss = inp.last_loss.astype(np.float32, copy=False)
-    seen = (inp.seen > 0) & np.isfinite(loss)
+    loss = np.asarray(inp.last_loss, dtype=np.float32)
+    seen = inp.seen > 0
+    seen &= np.isfinite(loss)
     if p.unseen_score is not None:  # reference compatibility (§0.5)
-        loss = np.where(seen, loss, np.float32(p.unseen_score)).astype(np.float32)
+        loss = np.where(seen, loss, np.float32(p.unseen_score))
         seen = np.ones(n, dtype=bool)
-    summary: dict[str, Any] = {}
-
-    if e >= P:  # partial annealing (SeTa eq. 8)
-        u = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
-        keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u, inp.uid)
-        reason[:] = np.where(keep, reason_code("anneal"), reason_code("anneal_dropped"))
-        summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
-        return PolicyResult(
-            keep,
-            keep.astype(np.float32),
-            reason,
-            summary,
-            cluster,
-            absent_rule=AbsentRule("bernoulli", f, STREAM_ANNEAL),
-        )
-
-    u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
     everyone = np.ones(n, dtype=bool)
-    R = uniform_subset(everyone, keep_count(f, n), u, inp.uid)
-    reason[~R] = reason_code("downsampled_out")
-    Ru, Rs = R & ~seen, R & seen
-    keep[Ru] = True
-    reason[Ru] = reason_code("unseen")
-    summary.update(phase="prune", n_downsampled=int(R.sum()), n_unseen_in_R=int(Ru.sum()))
-    budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
-    absent_f = f if budget is None else min(f, float(p.target_keep))
+    summary: dict[str, Any] = {"P": P}
 
-    if e == 0 or not Rs.any():
-        if budget is not None:  # the budget's smallest-u samples: a subset of R (same order)
+    if e >= P:  # partial annealing (SeTa eq. 8): a fresh uniform (1 - r) subset, stream 2
+        u = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
+        keep = uniform_subset(everyone, keep_count(f, n), u, inp.uid)
+        reason[:] = reason_code("anneal_dropped")
+        reason[keep] = reason_code("anneal")
+        summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
+        return _result(keep, reason, summary, cluster, AbsentRule("bernoulli", f, STREAM_ANNEAL))
+
+    # §3.3 step 1: uniform down-sampling R (stream 1, fresh every epoch)
+    m_R = keep_count(f, n)
+    u = None
+    if m_R >= n:
+        R = everyone
+    else:
+        u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
+        R = uniform_subset(everyone, m_R, u, inp.uid)
+    reason[:] = reason_code("downsampled_out")
+    Ru = R & ~seen  # step 2: unseen samples of R are kept
+    Rs = R & seen
+    keep = Ru.copy()
+    reason[Ru] = reason_code("unseen")
+    n_Ru, n_Rs = int(Ru.sum()), int(Rs.sum())
+    summary.update(phase="prune", n_downsampled=int(R.sum()), n_unseen_in_R=n_Ru)
+    budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
+    rule = AbsentRule("bernoulli", f if budget is None else min(f, float(p.target_keep)), STREAM_RANDOM)
+    if budget is not None:
+        summary["target_keep"] = p.target_keep
+
+    if e == 0 or n_Rs == 0:  # step 3: no window
+        if budget is not None:  # the budget's smallest-u samples: a subset of R
+            if u is None:
+                u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
             keep = uniform_subset(everyone, budget, u, inp.uid)
-            reason[R & ~keep] = reason_code("downsampled_out")
-            reason[keep] = np.where(seen[keep], reason_code("no_window"), reason_code("unseen"))
+            reason[:] = reason_code("downsampled_out")
+            reason[keep & seen] = reason_code("no_window")
+            reason[keep & ~seen] = reason_code("unseen")
         else:
-            keep[Rs] = True
+            keep |= Rs
             reason[Rs] = reason_code("no_window")
         summary.update(k_eff=None, w=None, s="all", cluster_sizes=[], centroids=[], cluster_min=[], cluster_max=[])
-        return PolicyResult(
-            keep,
-            keep.astype(np.float32),
-            reason,
-            summary,
-            cluster,
-            absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM),
-        )
+        return _result(keep, reason, summary, cluster, rule)
 
-    idx = np.flatnonzero(Rs)
-    vals = loss[idx]
+    # step 4: exact 1-D k-means on the seen losses of R, clusters sorted by centroid
+    all_seen = n_Rs == n
+    idx = None if all_seen else np.flatnonzero(Rs)
+    vals = loss if all_seen else loss[idx]
     km = kmeans1d(vals, p.k)
     k_eff = km.k_eff
-    c = assign(vals, km.upper)
+    c = assign(vals, km.upper)  # ascending centroid order
     sizes, cents, cmin, cmax = km.counts, km.centroids, km.lower, km.upper
-    if p.order == "h2e":
-        c = k_eff - 1 - c
+    if p.order == "h2e":  # hard to easy: window index 0 = hardest cluster
+        c = (k_eff - 1) - c
         sizes, cents, cmin, cmax = sizes[::-1], cents[::-1], cmin[::-1], cmax[::-1]
     w = window_width(k_eff, p.alpha)
-    s = window_start(e, k_eff, w)
-    cluster[idx] = c.astype(np.int16)
-    in_window = (c >= s) & (c < s + w)
-    if budget is None:
-        keep[idx] = in_window
-        reason[idx] = np.where(in_window, reason_code("window"), reason_code("outside_window"))
+    s = window_start(e, k_eff, w)  # SeTa eqs. 6-7 with n = e
+    if all_seen:
+        cluster[:] = c
     else:
-        band = _budget_band(vals, inp.uid[idx], c, s, w, max(0, budget - int(Ru.sum())), p.order)
-        keep[idx] = band
-        reason[idx] = np.where(band, reason_code("window"), reason_code("outside_window"))
-        if budget < int(Ru.sum()):  # more unseen than the budget: draw them uniformly
-            keep_u = uniform_subset(Ru, budget, u, inp.uid)
-            keep[Ru & ~keep_u] = False
-            reason[Ru & ~keep_u] = reason_code("downsampled_out")
-        summary["target_keep"] = p.target_keep
+        cluster[idx] = c
+    if budget is None:  # step 5: the clusters s .. s+w-1
+        in_window = c >= s
+        in_window &= c < s + w
+    else:
+        in_window = _budget_band(vals, inp.uid if all_seen else inp.uid[idx], km.counts, s, w, p.order, budget - n_Ru)
+    code = np.where(in_window, np.int8(reason_code("window")), np.int8(reason_code("outside_window")))
+    if all_seen:
+        keep = in_window
+        reason[:] = code
+    else:
+        keep[idx] = in_window
+        reason[idx] = code
+    if budget is not None and budget < n_Ru:  # more unseen than the budget: draw them uniformly
+        keep_u = uniform_subset(Ru, budget, u, inp.uid)
+        dropped = Ru & ~keep_u
+        keep[dropped] = False
+        reason[dropped] = reason_code("downsampled_out")
     summary.update(
         k_eff=int(k_eff),
         w=int(w),
@@ -191,32 +216,35 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         cluster_min=[float(x) for x in cmin],
         cluster_max=[float(x) for x in cmax],
         sse=float(km.sse),
+        n_window_clusters=int(sum(sizes[s : s + w])),
     )
-    return PolicyResult(
-        keep,
-        keep.astype(np.float32),
-        reason,
-        summary,
-        cluster,
-        absent_rule=AbsentRule("bernoulli", absent_f, STREAM_RANDOM),
-    )
+    return _result(keep, reason, summary, cluster, rule)
 
 
-def _budget_band(vals: np.ndarray, uid: np.ndarray, c: np.ndarray, s: int, w: int, m: int, order: str) -> np.ndarray:
-    """Contiguous band of m samples in loss order centred on the window's clusters."""
+def _budget_band(
+    vals: np.ndarray, uid: np.ndarray, counts: np.ndarray, s: int, w: int, order: str, m: int
+) -> np.ndarray:
+    """The budget rule (module docstring): m samples with consecutive ranks in ascending
+    (loss, uid) order, centred on the ranks of the window's clusters, clipped to the ends."""
     M = len(vals)
-    m = min(m, M)
-    out = np.zeros(M, dtype=bool)
+    m = max(0, min(m, M))
     if m == 0:
-        return out
-    rank_order = np.lexsort((uid, vals))  # ascending loss, ties by uid
-    if order == "h2e":
-        rank_order = rank_order[::-1]
-    pos = np.empty(M, dtype=np.int64)
-    pos[rank_order] = np.arange(M)
-    in_window = (c >= s) & (c < s + w)
-    centre = (pos[in_window].min() + pos[in_window].max()) / 2.0 if in_window.any() else M / 2.0
-    lo = int(round(centre - m / 2.0))
+        return np.zeros(M, dtype=bool)
+    if m == M:
+        return np.ones(M, dtype=bool)
+    k_eff = len(counts)
+    first_c = s if order == "e2h" else k_eff - s - w  # window clusters in ascending order
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    first_rank, last_rank = int(edges[first_c]), int(edges[first_c + w]) - 1
+    lo = int(round((first_rank + last_rank) / 2.0 - (m - 1) / 2.0))
     lo = min(max(lo, 0), M - m)
-    out[rank_order[lo : lo + m]] = True
-    return out
+    return rank_range(vals, uid, lo, lo + m)
+
+
+def rank_range(vals: np.ndarray, uid: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Bool mask of the samples whose rank in ascending (value, uid) order is in [lo, hi)."""
+    upto_hi = smallest_mask(vals, hi, uid)
+    if lo <= 0:
+        return upto_hi
+    upto_hi &= ~smallest_mask(vals, lo, uid)
+    return upto_hi
