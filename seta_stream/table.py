@@ -320,8 +320,9 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
     r_names = r_shard.dictionary.to_pylist()
     r_codes = r_shard.indices.to_numpy(zero_copy_only=False)
     r_len = _key_lengths(records.column("key"))
-    rep = np.repeat(src, sizes)  # each sorted record's group representative
-    diff = (r_codes[order] != r_codes[rep]) | (r_len[order] != r_len[rep])
+    single = bool(sizes.max() == 1)  # one record per sample (one epoch folded): the common case
+    rep = order if single else np.repeat(src, sizes)  # each sorted record's group representative
+    diff = np.zeros(1, dtype=bool) if single else (r_codes[order] != r_codes[rep]) | (r_len[order] != r_len[rep])
     if diff.any():
         i, j = int(order[np.flatnonzero(diff)[0]]), int(rep[np.flatnonzero(diff)[0]])
         raise SampleIdCollisionError(
@@ -332,20 +333,24 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
 
     g_uid = su[starts]
     g_count = sizes.astype(np.int32)
-    g_nonfinite = np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
+    g_nonfinite = (~finite).astype(np.int32) if single else np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
     g_loss = loss[last].astype(np.float32)
     g_epoch = _np(records.column("epoch"))[src]
     g_rank = _np(records.column("rank"))[src]
     g_seq = _np(records.column("seq"))[src]
     # EMA over finite records: s_new = b^n s_old + (1-b) sum_j b^(n-1-j) l_j  (§0.6)
-    fin_after = np.cumsum(finite[::-1].astype(np.int64))[::-1]  # finite records at >= i
-    fin_after_next = np.append(fin_after[1:], 0)
-    group_end_after = np.repeat(np.append(fin_after, 0)[ends], sizes)
-    after_i = fin_after_next - group_end_after  # finite records after i within its group
-    contrib = np.where(finite, (1.0 - beta2) * np.power(beta2, after_i) * np.where(finite, loss, 0.0), 0.0)
-    g_sum = np.add.reduceat(contrib, starts)
-    g_nfin = (fin_after[starts] - np.append(fin_after, 0)[ends]).astype(np.float64)
-    g_decay = np.power(beta2, g_nfin)
+    if single:
+        g_sum = np.where(finite, (1.0 - beta2) * loss, 0.0)
+        g_decay = np.where(finite, beta2, 1.0)
+    else:
+        fin_after = np.cumsum(finite[::-1].astype(np.int64))[::-1]  # finite records at >= i
+        fin_after_next = np.append(fin_after[1:], 0)
+        group_end_after = np.repeat(np.append(fin_after, 0)[ends], sizes)
+        after_i = fin_after_next - group_end_after  # finite records after i within its group
+        contrib = np.where(finite, (1.0 - beta2) * np.power(beta2, after_i) * np.where(finite, loss, 0.0), 0.0)
+        g_sum = np.add.reduceat(contrib, starts)
+        g_nfin = (fin_after[starts] - np.append(fin_after, 0)[ends]).astype(np.float64)
+        g_decay = np.power(beta2, g_nfin)
 
     if old is None or old.num_rows == 0:
         matched = np.zeros(len(g_uid), dtype=bool)
