@@ -18,7 +18,7 @@ from .evolved import EsParams, EswpParams, es, es_select, eswp
 from .full import FullParams, full
 from .infobatch import InfoBatchParams, infobatch
 from .random import RandomParams, StaticParams, random_policy, static_policy
-from .random_draws import STREAM_GUARD, uniforms
+from .random_draws import STREAM_GUARD, smallest_mask, uniforms
 from .seta import SetaParams, seta
 
 __all__ = [
@@ -105,10 +105,12 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [_jsonable(v) for v in x.tolist()]
     if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, float) and x != x:
-        return None
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None  # NaN / inf are not JSON
     return x
 
 
@@ -118,7 +120,7 @@ def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> 
     guard = False
     if n > 0 and not result.keep.any():
         u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
-        i = int(np.lexsort((inp.uid, u))[0])
+        i = int(np.flatnonzero(smallest_mask(u, 1, inp.uid))[0])  # smallest u, ties by uid
         result.keep[i] = True
         result.weight[i] = 1.0
         result.reason[i] = reason_code("empty_plan_guard")

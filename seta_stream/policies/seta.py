@@ -203,6 +203,8 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         keep[idx] = in_window
         reason[idx] = code
     if budget is not None and budget < n_Ru:  # more unseen than the budget: draw them uniformly
+        if u is None:
+            u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
         keep_u = uniform_subset(Ru, budget, u, inp.uid)
         dropped = Ru & ~keep_u
         keep[dropped] = False
