@@ -60,6 +60,7 @@ TABLE_SCHEMA = pa.schema(
 )
 
 MANIFEST = "table/manifest.json"
+_PART_READ_SCHEMA = PART_SCHEMA.remove_metadata().set(0, pa.field("shard", pa.dictionary(pa.int32(), pa.string())))
 PARTS_GLOB = "losses/rank=*/epoch=*/part-*.parquet"
 
 
@@ -112,10 +113,16 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
         "losses-quarantine/ and continue"
     )
     try:
-        with run.open(rel) as fh:
-            pf = pq.ParquetFile(fh)
+        local = run.local_path(rel)
+        if local is not None:  # memory-mapped, shard column kept dictionary-encoded
+            pf = pq.ParquetFile(local, memory_map=True, read_dictionary=["shard"])
             schema = pf.schema_arrow
             table = pf.read()
+        else:
+            with run.open(rel) as fh:
+                pf = pq.ParquetFile(fh, read_dictionary=["shard"])
+                schema = pf.schema_arrow
+                table = pf.read()
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for truncated files
         raise CorruptPartError(
             f"{where}: cannot be read as Parquet ({type(exc).__name__}: {exc}); expected a "
@@ -140,7 +147,8 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
             f"reads versions 1..{FORMAT_VERSION}; upgrade seta_stream to fold it. {hint}",
             path=rel,
         )
-    found = {f.name: f.type for f in schema}
+    # the shard column is read dictionary-encoded; compare its value type
+    found = {f.name: (f.type.value_type if pa.types.is_dictionary(f.type) else f.type) for f in schema}
     problems = []
     for f in PART_SCHEMA:
         if f.name not in found:
@@ -149,7 +157,11 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
             problems.append(f"column {f.name!r} is {found[f.name]}, expected {f.type}")
     if problems:
         raise CorruptPartError(f"{where}: wrong schema: {'; '.join(problems)}. {hint}", path=rel)
-    return table.select(PART_SCHEMA.names).cast(PART_SCHEMA.remove_metadata())
+    target = PART_SCHEMA.remove_metadata().set(0, pa.field("shard", pa.dictionary(pa.int32(), pa.string())))
+    table = table.select(PART_SCHEMA.names)
+    if not pa.types.is_dictionary(table.schema.field("shard").type):
+        table = table.set_column(0, "shard", pc.dictionary_encode(table.column("shard")))
+    return table.cast(target)
 
 
 def _part_order(rel: str) -> tuple[int, int, str]:
@@ -216,7 +228,7 @@ def compact(
                 run.move(rel, "losses-quarantine/" + rel[len("losses/") :])
                 report.quarantined.append(rel)
         _fault("compact:after_read")
-        records = pa.concat_tables(parts) if parts else PART_SCHEMA.remove_metadata().empty_table()
+        records = pa.concat_tables(parts) if parts else _PART_READ_SCHEMA.empty_table()
         old = load_table(run) if m.get("table") else None
         new_table, new_samples = _fold(run, old, records)
         report.parts_folded = len(good)
@@ -333,7 +345,9 @@ def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Tabl
 
     g_uid = su[starts]
     g_count = sizes.astype(np.int32)
-    g_nonfinite = (~finite).astype(np.int32) if single else np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
+    g_nonfinite = (
+        (~finite).astype(np.int32) if single else np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
+    )
     g_loss = loss[last].astype(np.float32)
     g_epoch = _np(records.column("epoch"))[src]
     g_rank = _np(records.column("rank"))[src]
