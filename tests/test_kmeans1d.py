@@ -110,3 +110,90 @@ def test_errors():
         kmeans1d(np.array([1.0, np.nan]), 2)
     with pytest.raises(ValueError, match="at least one value"):
         kmeans1d(np.array([]), 2)
+
+
+def direct_sse(x, counts):
+    x = np.sort(np.asarray(x, dtype=np.float64))
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    return sum(float(((x[a:b] - x[a:b].mean()) ** 2).sum()) for a, b in zip(edges[:-1], edges[1:]))
+
+
+def test_exact_mode_across_blocks_with_multiplicities():
+    # 1.5M values, 200 distinct (quantised losses): exact mode, change positions span blocks
+    rng = np.random.default_rng(4)
+    q = (rng.lognormal(size=1_500_000) * 20).round().astype(np.float32) / 20
+    q = np.minimum(q, 9.95)
+    r = kmeans1d(q, 8)
+    vals, mult = np.unique(q, return_counts=True)
+    assert not r.binned and r.counts.sum() == len(q)
+    assert r.sse == pytest.approx(direct_sse(q, r.counts), rel=1e-9)
+    # the optimum over weighted points equals the optimum over the expanded values
+    assert r.sse == pytest.approx(quadratic_dp_weighted(vals, mult, 8), rel=1e-9)
+    c = assign(q, r.upper)
+    assert np.array_equal(np.bincount(c, minlength=8), r.counts)
+
+
+def quadratic_dp_weighted(vals, mult, k):
+    vals, mult = np.asarray(vals, float), np.asarray(mult, float)
+    n = len(vals)
+    P0, P1, P2 = (np.concatenate([[0.0], np.cumsum(a)]) for a in (mult, mult * vals, mult * vals**2))
+
+    def cost(a, b):
+        c, s = P0[b + 1] - P0[a], P1[b + 1] - P1[a]
+        return P2[b + 1] - P2[a] - s * s / c
+
+    D = np.array([cost(0, i) for i in range(n)])
+    for _ in range(1, k):
+        D = np.array([min([D[a - 1] + cost(a, i) for a in range(1, i + 1)] or [np.inf]) for i in range(n)])
+    return D[n - 1]
+
+
+def test_binned_mode_sse_and_centroids_are_those_of_the_returned_clusters():
+    rng = np.random.default_rng(8)
+    x = rng.lognormal(size=300_000).astype(np.float32)
+    r = kmeans1d(x, 10, b_max=4096)
+    assert r.binned and r.k_eff == 10 and r.counts.sum() == len(x)
+    assert r.sse == pytest.approx(direct_sse(x, r.counts), rel=1e-7)
+    xs = np.sort(x).astype(np.float64)
+    edges = np.concatenate([[0], np.cumsum(r.counts)])
+    assert np.allclose(r.centroids, [xs[a:b].mean() for a, b in zip(edges[:-1], edges[1:])], rtol=1e-9)
+    assert np.all(r.upper[:-1] < r.lower[1:])
+    # Lloyd fixed point: each boundary sits at the midpoint rule of its neighbouring centroids
+    mids = (r.centroids[:-1] + r.centroids[1:]) / 2
+    assert np.all(r.upper[:-1] <= mids) and np.all(r.lower[1:] > mids)
+
+
+def test_input_order_and_dtype_do_not_change_the_result():
+    rng = np.random.default_rng(9)
+    x = rng.lognormal(size=5000).astype(np.float32)
+    a = kmeans1d(x, 7)
+    b = kmeans1d(rng.permutation(x), 7)
+    c = kmeans1d(x.astype(np.float64), 7)  # float64 copies of float32 values: same problem
+    assert np.array_equal(a.upper, b.upper) and a.sse == b.sse
+    assert np.array_equal(a.upper, c.upper) and a.sse == pytest.approx(c.sse, rel=1e-12)
+    assert kmeans1d(np.array([3, 1, 2, 2]), 2).k_eff == 2  # integer input
+
+
+def test_assign_paths_agree():
+    rng = np.random.default_rng(10)
+    x = rng.lognormal(size=2_500_000).astype(np.float32)
+    r = kmeans1d(x, 40)  # > 32 clusters: binary-search path
+    ref = np.minimum(np.searchsorted(r.upper, x.astype(np.float64), side="left"), r.k_eff - 1)
+    c = assign(x, r.upper)
+    assert c.dtype == np.int16 and np.array_equal(c, ref)
+    small = kmeans1d(x[:10_000], 5)
+    ref5 = np.minimum(np.searchsorted(small.upper, x.astype(np.float64), side="left"), 4)
+    assert np.array_equal(assign(x, small.upper), ref5)  # values beyond the last upper -> last
+    odd = np.array([0.1, 0.3000001, 5.0])  # upper values not float32-exact: float64 comparison
+    v32 = np.array([0.1, 0.3, 0.3000001, 0.0999, 9.0], np.float32)  # float32(0.1) > 0.1
+    assert assign(v32, odd).tolist() == [1, 1, 2, 0, 2]
+    assert assign(np.zeros(3, np.float32), np.array([1.0])).tolist() == [0, 0, 0]
+
+
+def test_large_input_is_fast():
+    import time
+
+    x = np.random.default_rng(11).lognormal(size=3_000_000).astype(np.float32)
+    t = time.perf_counter()
+    r = kmeans1d(x, 10)
+    assert r.binned and time.perf_counter() - t < 2.0  # ~0.1 s here; 15M takes ~0.5 s
