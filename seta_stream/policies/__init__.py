@@ -134,7 +134,11 @@ def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> 
     kept_reasons = np.bincount(result.reason[result.keep].astype(np.int64), minlength=len(REASONS))
     summary = {
         "policy": name,
-        "params": dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params),
+        "params": (
+            dataclasses.asdict(params)
+            if dataclasses.is_dataclass(params) and not isinstance(params, type)
+            else dict(params)
+        ),
         "epoch": inp.epoch,
         "epochs": inp.epochs,
         "seed": inp.seed,

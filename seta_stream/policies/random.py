@@ -56,7 +56,7 @@ def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
     else:
         stream, epoch = STREAM_RANDOM, inp.epoch
         anneal_from = (
-            prune_epochs(params.delta, inp.epochs, params.prune_epochs)
+            prune_epochs(params.delta or 0.0, inp.epochs, params.prune_epochs)
             if params.delta is not None or params.prune_epochs is not None
             else inp.epochs
         )

@@ -132,8 +132,8 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     summary: dict[str, Any] = {"P": P}
 
     if e >= P:  # partial annealing (SeTa eq. 8): a fresh uniform (1 - r) subset, stream 2
-        u = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
-        keep = uniform_subset(everyone, keep_count(f, n), u, inp.uid)
+        u_anneal = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
+        keep = uniform_subset(everyone, keep_count(f, n), u_anneal, inp.uid)
         reason[:] = reason_code("anneal_dropped")
         reason[keep] = reason_code("anneal")
         summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
@@ -141,7 +141,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
 
     # §3.3 step 1: uniform down-sampling R (stream 1, fresh every epoch)
     m_R = keep_count(f, n)
-    u = None
+    u: np.ndarray | None = None
     if m_R >= n:
         R = everyone
     else:
@@ -155,7 +155,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     n_Ru, n_Rs = int(Ru.sum()), int(Rs.sum())
     summary.update(phase="prune", n_downsampled=int(R.sum()), n_unseen_in_R=n_Ru)
     budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
-    rule = AbsentRule("bernoulli", f if budget is None else min(f, float(p.target_keep)), STREAM_RANDOM)
+    rule = AbsentRule("bernoulli", f if p.target_keep is None else min(f, p.target_keep), STREAM_RANDOM)
     if budget is not None:
         summary["target_keep"] = p.target_keep
 
