@@ -3,8 +3,9 @@ plan write), each in a fresh subprocess, beside the reference's clustering step.
 
 Inputs: N synthetic log-normal(0, 1) float32 losses, random uint64 uids, every sample seen,
 epoch 1 of 10 (a pruning epoch with an active SeTa window). Reported per policy: wall time of
-the call and peak RSS of the process minus its RSS after building the inputs (the kernel's
-VmHWM; ``ru_maxrss`` is not used because Linux carries the parent's peak across exec).
+the call and the peak RSS reached during the call minus the RSS just before it (the kernel's
+VmHWM, reset after building the inputs by writing 5 to /proc/self/clear_refs; ``ru_maxrss``
+cannot be reset and Linux carries the parent's peak across exec, so it is not used).
 
 Baseline: scikit-learn ``KMeans(n_clusters=k, random_state=0)`` on the same 1-D losses, the
 k-means call of the SeTa reference (the cheapest part of its planning step, algorithms.md §11).
@@ -19,10 +20,14 @@ Targets at 15M: every policy <= 3 s and <= 2 GB.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
+import textwrap
 import timeit
 
 import numpy as np
-from common import machine, measure
+from common import ROOT, machine
 
 CASES: list[tuple[str, str, dict]] = [
     ("full", "full", {}),
@@ -38,16 +43,46 @@ CASES: list[tuple[str, str, dict]] = [
 
 
 def setup_code(n: int, extra_import: str = "") -> str:
-    return f"""
-        {extra_import}
-        import numpy as np
-        from seta_stream.policies import PolicyInput, get_policy
-        rng = np.random.default_rng(0)
-        uid = rng.integers(0, 2**64 - 1, {n}, dtype=np.uint64, endpoint=True)
-        loss = rng.lognormal(size={n}).astype(np.float32)
-        inp = PolicyInput.from_losses(uid, loss, epoch=1, epochs=10, seed=0)
-        del rng
-    """
+    return "\n".join(
+        [
+            extra_import,
+            "import numpy as np",
+            "from seta_stream.policies import PolicyInput, get_policy",
+            "rng = np.random.default_rng(0)",
+            f"uid = rng.integers(0, 2**64 - 1, {n}, dtype=np.uint64, endpoint=True)",
+            f"loss = rng.lognormal(size={n}).astype(np.float32)",
+            "inp = PolicyInput.from_losses(uid, loss, epoch=1, epochs=10, seed=0)",
+            "del rng",
+        ]
+    )
+
+
+def measure(code: str, setup: str) -> dict:
+    """Wall time of ``code`` in a fresh interpreter after ``setup``; peak RSS during ``code``
+    (VmHWM reset after setup) and the RSS before it, in MB."""
+    prog = "\n".join(
+        [
+            "import gc, json, sys, time",
+            f"sys.path.insert(0, {str(ROOT)!r})",
+            "def status(key):",
+            "    for line in open('/proc/self/status'):",
+            "        if line.startswith(key):",
+            "            return int(line.split()[1]) / 1024",
+            textwrap.dedent(setup).strip(),
+            "gc.collect()",
+            "open('/proc/self/clear_refs', 'w').write('5')  # reset VmHWM to the current RSS",
+            "before = status('VmRSS:')",
+            "t0 = time.perf_counter()",
+            textwrap.dedent(code).strip(),
+            "wall = time.perf_counter() - t0",
+            "print('RESULT' + json.dumps({'wall_s': wall, 'rss_before_mb': before, 'peak_rss_mb': status('VmHWM:')}))",
+        ]
+    )
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark subprocess failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
 
 
 def es_select_us(reps: int = 2000) -> float:

@@ -96,10 +96,24 @@ def _phase(e: int, E: int, Ea: int) -> str:
     return "prune"
 
 
+_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def _quantiles(x: np.ndarray) -> dict[str, float]:
+    """Linear-interpolation quantiles of x (as ``np.quantile``) from one sort (faster than a
+    multi-point partition at 15M)."""
+    s = np.sort(x)
+    pos = np.array(_QUANTILES) * (len(s) - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, len(s) - 1)
+    q = s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return {f"{t:g}": float(v) for t, v in zip(_QUANTILES, q)}
+
+
 def _scores(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray]:
     seen = (inp.seen > 0) & np.isfinite(inp.ema)
     n_ref = inp.n_ref or inp.n or 1
-    return seen, np.where(seen, inp.ema, 1.0 / n_ref)
+    return seen, np.where(seen, inp.ema, 1.0 / n_ref).astype(np.float64, copy=False)
 
 
 def _run(inp: PolicyInput, p: Any, set_level: bool) -> PolicyResult:
@@ -112,18 +126,19 @@ def _run(inp: PolicyInput, p: Any, set_level: bool) -> PolicyResult:
     summary: dict[str, Any] = {"phase": phase, "E_a": Ea, "active": Ea <= e < E - Ea}
     if E - 2 * Ea <= 0:
         summary["warning"] = "no active epoch (E - 2 E_a <= 0): the policy is 'full'"
-    if seen.any():
-        q = np.quantile(score[seen], [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
-        summary["score_quantiles"] = dict(zip(["0", "0.1", "0.25", "0.5", "0.75", "0.9", "1"], q.tolist()))
+    n_seen = int(np.count_nonzero(seen))
+    if n_seen:
+        summary["score_quantiles"] = _quantiles(score[seen] if n_seen < n else score)
     if set_level and phase == "prune":
-        m = keep_count(1.0 - p.r, int(seen.sum()))
+        m = keep_count(1.0 - p.r, n_seen)
         u = uniforms(inp.uid, inp.seed, e, STREAM_ESWP)
-        drawn = weighted_subset(seen, np.where(seen, np.maximum(score, 0.0), 0.0), m, u, inp.uid)
+        weights = score if n == 0 or float(score.min()) >= 0 else np.maximum(score, 0.0)
+        drawn = weighted_subset(seen, weights, m, u, inp.uid)  # successive sampling prop. to s_i
         keep = drawn | ~seen
         reason = np.where(drawn, reason_code("drawn"), reason_code("not_drawn")).astype(np.int8)
         reason[~seen] = reason_code("unseen")
-        summary.update(n_seen=int(seen.sum()), m=m)
-    return PolicyResult(keep, keep.astype(np.float32), reason, summary, score=score.astype(np.float64))
+        summary.update(n_seen=n_seen, m=m)
+    return PolicyResult(keep, keep.astype(np.float32), reason, summary, score=score)
 
 
 def es(inp: PolicyInput, p: EsParams) -> PolicyResult:

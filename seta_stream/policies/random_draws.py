@@ -129,17 +129,23 @@ def kth_smallest(keys: np.ndarray, r: int) -> float:
 
 
 def smallest_mask(
-    keys: np.ndarray, m: int, tie1: np.ndarray, tie2: np.ndarray | None = None, valid: np.ndarray | None = None
+    keys: np.ndarray,
+    m: int,
+    tie1: np.ndarray,
+    tie2: np.ndarray | None = None,
+    valid: np.ndarray | None = None,
+    prepared: bool = False,
 ) -> np.ndarray:
     """Bool mask of the m smallest ``keys`` among the ``valid`` rows (all by default); ties
-    broken by smaller tie1, then smaller tie2. Row-order independent; O(N) for any N."""
+    broken by smaller tie1, then smaller tie2. Row-order independent; O(N) for any N.
+    ``prepared``: the keys of invalid rows are already +inf (saves a copy)."""
     n = len(keys)
     out = np.zeros(n, dtype=bool)
     n_valid = n if valid is None else int(np.count_nonzero(valid))
     m = min(int(m), n_valid)
     if m <= 0:
         return out
-    if valid is not None and n_valid < n:
+    if valid is not None and n_valid < n and not prepared:
         keys = np.where(valid, keys, np.inf)  # invalid rows sort last; excluded from ties below
     thr = kth_smallest(keys, m - 1)
     np.less(keys, thr, out=out)
@@ -190,16 +196,18 @@ def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.n
     w = np.asarray(weights, dtype=np.float64)
     if len(w) != len(u):
         raise ValueError(f"weighted_subset: {len(w)} weights for {len(u)} rows")
-    wc = w[mask]
-    if np.any(wc < 0) or not np.all(np.isfinite(wc)):
-        raise ValueError("weighted_subset: weights must be finite and >= 0")
     keys = np.empty(len(u), dtype=np.float64)
     for lo in range(0, len(u), _BLOCK):  # blockwise: small temporaries
         hi = lo + _BLOCK
-        wb = w[lo:hi]
+        wb, cb = w[lo:hi], mask[lo:hi]
+        positive = wb > 0
+        if np.any(cb & ~(positive | (wb == 0))):  # negative, NaN or inf weight of a candidate
+            raise ValueError("weighted_subset: weights must be finite and >= 0")
+        if np.any(cb & np.isinf(wb)):
+            raise ValueError("weighted_subset: weights must be finite and >= 0")
         with np.errstate(divide="ignore", invalid="ignore"):
             kb = np.negative(np.log1p(-u[lo:hi]))
             kb /= wb
-        kb[~(wb > 0)] = np.inf
+        kb[~(positive & cb)] = np.inf  # zero weight: +inf key; non-candidates: never drawn
         keys[lo:hi] = kb
-    return smallest_mask(keys, m, u, uid, mask)
+    return smallest_mask(keys, m, u, uid, mask, prepared=True)
