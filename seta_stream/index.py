@@ -14,10 +14,11 @@ last member's data end; the reader only needs the data offsets. ``size`` and ``m
 an index that no longer matches its shard. Compressed shards (.tar.gz) cannot be range-read and
 are not indexed (the reader streams them).
 
-Indexes of other tools: wids' JSON lists shards and sample counts but not member offsets, so
-it cannot drive range reads; DALI's ``.idx`` lists (extension, offset, size) per sample without
-member names beyond the extension, which is enough to range-read; :func:`read_dali_index`
-converts one, given the shard.
+Indexes of other tools are not read: wids' JSON lists shards and sample counts but no member
+offsets, so it cannot drive range reads; DALI's ``.idx`` has offsets, but its line format
+differs between DALI versions and no DALI install was available to verify a converter against,
+so rather than guess, ``seta-stream index`` (a header scan, well under a second per shard)
+writes ours. ``index_while_streaming()`` writes missing indexes as shards first stream by.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import tarfile
 from typing import Any
 
 import fsspec
+from webdataset.filters import pipelinefilter
 from webdataset.tariterators import base_plus_ext
 
 from .errors import InvalidInputError
 
-__all__ = ["index_shard", "load_index", "index_path", "IndexMismatch", "read_dali_index", "INDEX_SUFFIX"]
+__all__ = ["index_shard", "load_index", "index_path", "IndexMismatch", "index_while_streaming", "INDEX_SUFFIX"]
 
 INDEX_FORMAT = "seta-stream-tar-index"
 INDEX_VERSION = 1
@@ -132,34 +134,18 @@ def load_index(url: str, index_dir: str | None = None) -> dict[str, Any]:
     return idx
 
 
-def read_dali_index(dali_idx: str, shard: str) -> dict[str, Any]:
-    """Convert a DALI ``.idx`` (lines ``ext offset size ...`` per sample) into our index.
+def _index_missing(src: Any, index_dir: str | None = None) -> Any:
+    for item in src:
+        url = item["url"]
+        if not url.endswith((".gz", ".tgz", ".bz2", ".xz", ".zst")):
+            try:
+                load_index(url, index_dir)
+            except (FileNotFoundError, IndexMismatch):
+                index_shard(url, index_dir, force=True)
+        yield item
 
-    DALI records, per sample, each member's extension, header offset and size; member names and
-    keys are read from the headers at those offsets, which is cheap (one 512-byte read each).
-    """
-    fs, path = fsspec.core.url_to_fs(shard)
-    size, mtime = _stat(fs, path)
-    samples: list[list[Any]] = []
-    with open(dali_idx) as fh, fs.open(path, "rb") as tarfh:
-        lines = fh.read().split("\n")
-        for line in lines[1:]:  # first line: version and sample count
-            parts = line.split()
-            if not parts:
-                continue
-            members = []
-            for i in range(0, len(parts), 3):
-                offset, msize = int(parts[i + 1]), int(parts[i + 2])
-                tarfh.seek(offset)
-                info = tarfile.TarInfo.frombuf(tarfh.read(512), tarfile.ENCODING, "surrogateescape")
-                members.append([info.name, offset + 512, msize])
-            prefix, _ = base_plus_ext(members[0][0])
-            samples.append([prefix, members])
-    return {
-        "format": INDEX_FORMAT,
-        "version": INDEX_VERSION,
-        "shard": os.path.basename(path),
-        "size": size,
-        "mtime_ns": mtime,
-        "samples": samples,
-    }
+
+index_while_streaming = pipelinefilter(_index_missing)
+index_while_streaming.__doc__ = """URL stage: ``index_while_streaming(index_dir=None)``; put it before
+the tar reader. The first time a shard streams by, its index is written (one pass over its
+headers, then the shard is read from the page cache); later epochs can use ``read_kept``."""

@@ -125,3 +125,13 @@ def test_cli_index(tmp_path, capsys):
         str(tmp_path / "idx" / "shard-001.tar.idx.json"),
     ]
     assert len(load_index(urls[1], str(tmp_path / "idx"))["samples"]) == 6
+
+
+def test_index_while_streaming_writes_missing_indexes(tmp_path):
+    from seta_stream.index import index_while_streaming
+
+    urls = awkward_shards(tmp_path / "s", [4, 6])
+    assert not os.path.exists(urls[0] + ".idx.json")
+    first = list(wds.DataPipeline(wds.SimpleShardList(urls), index_while_streaming(), wds.tarfile_to_samples()))
+    assert len(first) == 10
+    assert [len(load_index(u)["samples"]) for u in urls] == [4, 6]
