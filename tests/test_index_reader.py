@@ -135,3 +135,18 @@ def test_index_while_streaming_writes_missing_indexes(tmp_path):
     first = list(wds.DataPipeline(wds.SimpleShardList(urls), index_while_streaming(), wds.tarfile_to_samples()))
     assert len(first) == 10
     assert [len(load_index(u)["samples"]) for u in urls] == [4, 6]
+
+
+def test_kept_only_reader_with_fsspec_urls(tmp_path):
+    urls = awkward_shards(tmp_path / "s", [12, 9])
+    for u in urls:
+        index_shard(u)
+    file_urls = [f"file://{u}" for u in urls]
+    run = str(tmp_path / "run")
+    plan(run, urls, "random", {"r": 0.5})
+    streamed = list(wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), seta.keep_filter(run)))
+    ranged = list(wds.DataPipeline(wds.SimpleShardList(file_urls), read_kept(run)))
+    assert [(s["__key__"], s["jpg"], s["cls"]) for s in ranged] == [
+        (s["__key__"], s["jpg"], s["cls"]) for s in streamed
+    ]
+    assert [s["__url__"] for s in ranged] == [f"file://{s['__url__']}" for s in streamed]
