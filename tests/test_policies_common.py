@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from policy_helpers import successive_inclusion
 
 from seta_stream.ids import mix64
 from seta_stream.policies import (
@@ -47,19 +47,6 @@ def permuted(inp: PolicyInput, perm: np.ndarray) -> PolicyInput:
         inp.uid[perm], inp.last_loss[perm], inp.ema[perm], inp.seen[perm], inp.last_epoch[perm],
         inp.epoch, inp.epochs, inp.seed, inp.n_ref,
     )  # fmt: skip
-
-
-def successive_inclusion(w, m):
-    """Exact inclusion probabilities of successive sampling without replacement (small N)."""
-    w = np.asarray(w, float)
-    probs = np.zeros(len(w))
-    for order in itertools.permutations(range(len(w)), m):
-        p, left = 1.0, w.sum()
-        for i in order:
-            p *= w[i] / left
-            left -= w[i]
-        probs[list(order)] += p
-    return probs
 
 
 # ---------------------------------------------------------------- §0.4 uniforms

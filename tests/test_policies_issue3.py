@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
+from policy_helpers import successive_inclusion
 
 from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
 from seta_stream.errors import InvalidInputError
@@ -17,19 +16,6 @@ def lognormal_input(n=4000, epoch=2, epochs=10, seed=0, rs=0):
     rng = np.random.default_rng(rs)
     uid = rng.integers(0, 2**63, n, dtype=np.uint64)
     return PolicyInput.from_losses(uid, rng.lognormal(size=n).astype(np.float32), epoch=epoch, epochs=epochs, seed=seed)
-
-
-def successive_inclusion(w, m):
-    """Exact inclusion probabilities of successive sampling without replacement."""
-    w = np.asarray(w, float)
-    probs = np.zeros(len(w))
-    for order in itertools.permutations(range(len(w)), m):
-        p, left = 1.0, w.sum()
-        for i in order:
-            p *= w[i] / left
-            left -= w[i]
-        probs[list(order)] += p
-    return probs
 
 
 # ---------------------------------------------------------------- InfoBatch

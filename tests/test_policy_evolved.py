@@ -3,12 +3,12 @@ column, and the batch-level helper ``es_select``."""
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
 import pytest
 import torch
+from policy_helpers import successive_inclusion
 
 from seta_stream.ids import mix64
 from seta_stream.policies import PolicyInput, es_select, run_policy
@@ -23,19 +23,6 @@ def lognormal_input(n=4000, epoch=2, epochs=40, seed=0, rs=0, unseen=0, n_ref=0)
     loss[:unseen] = np.nan
     i = PolicyInput.from_losses(uid, loss, epoch=epoch, epochs=epochs, seed=seed)
     return PolicyInput(i.uid, i.last_loss, i.ema, i.seen, i.last_epoch, epoch, epochs, seed, n_ref)
-
-
-def successive_inclusion(w, m):
-    """Exact inclusion probabilities of successive sampling without replacement (small N)."""
-    w = np.asarray(w, float)
-    probs = np.zeros(len(w))
-    for order in itertools.permutations(range(len(w)), m):
-        p, left = 1.0, w.sum()
-        for i in order:
-            p *= w[i] / left
-            left -= w[i]
-        probs[list(order)] += p
-    return probs
 
 
 # ---------------------------------------------------------------- phases

@@ -30,7 +30,7 @@ def test_pruner_loop_records_plans_and_reports_counts(tmp_path):
         summary = pruner.start_epoch(epoch)
         assert summary["epoch"] == epoch and summary["n"] == 40
         got = 0
-        for keys, urls_, w in ds:
+        for keys, urls_, _w in ds:
             losses = torch.rand(len(keys))
             mask = np.arange(len(keys)) % 2 == 0  # "back-propagate" every other sample
             pruner.record(keys, urls_, losses, trained=mask)

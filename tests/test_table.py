@@ -168,7 +168,9 @@ def test_part_with_wrong_uids_is_rejected(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
     write_part(tmp_path / "r", "part-x.parquet", t, META)
-    with pytest.raises(CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x.*incompatible writer"):
+    with pytest.raises(
+        CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x.*incompatible writer"
+    ):
         compact(run)
 
 
