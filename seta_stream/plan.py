@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -226,11 +227,15 @@ def plan_epoch(
                 f"already planned; plans are made in epoch order (a resumed run finds its plans "
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
-        table = load_table(run, columns=_TABLE_COLUMNS, shard_as_dictionary=population is None)
         if population is not None:
-            table = _with_population(table, population)
-        summary = _plan_and_publish(run, table, epoch, cfg, state, population is not None)
-        return summary
+            table = _with_population(load_table(run, columns=_TABLE_COLUMNS), population)
+            return _plan_and_publish(run, table, table, epoch, cfg, state, True)
+        # the policy needs only the numeric columns: read the identity strings meanwhile
+        # (pyarrow releases the GIL while it decodes)
+        with ThreadPoolExecutor(1) as pool:
+            strings = pool.submit(load_table, run, ["shard", "key"], shard_as_dictionary=True)
+            numeric = load_table(run, columns=[c for c in _TABLE_COLUMNS if c not in ("shard", "key")])
+            return _plan_and_publish(run, numeric, strings, epoch, cfg, state, False)
 
 
 def _np(col: Any) -> np.ndarray:
@@ -240,6 +245,7 @@ def _np(col: Any) -> np.ndarray:
 def _plan_and_publish(
     run: RunDir,
     table: pa.Table,
+    strings: pa.Table | Future[pa.Table],
     epoch: int,
     cfg: dict[str, Any],
     state: dict[str, Any],
@@ -267,9 +273,11 @@ def _plan_and_publish(
         pa.array(result.reason, type=pa.int8()), pa.array(list(REASONS), type=pa.string())
     )
     cluster = result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16)
+    if isinstance(strings, Future):
+        strings = strings.result()
     cols = [
-        table.column("shard"),
-        table.column("key"),
+        strings.column("shard"),
+        strings.column("key"),
         table.column("uid"),
         pa.array(inp.last_loss, type=pa.float32()),
         pa.array(cluster, type=pa.int16()),
@@ -285,15 +293,19 @@ def _plan_and_publish(
         cols[0] = pc.dictionary_encode(cols[0])
     cols[0] = cols[0].cast(pa.dictionary(pa.int32(), pa.string()))
     plan = pa.Table.from_arrays(cols, schema=schema)
-    run.publish_parquet(f"{d}/plan.parquet", plan, compression="none", use_dictionary=["shard", "reason"])
+    # plan.parquet and the stage lookup are written concurrently (both release the GIL)
+    with ThreadPoolExecutor(1) as pool:
+        written = pool.submit(
+            run.publish_parquet, f"{d}/plan.parquet", plan, compression="none", use_dictionary=["shard", "reason"]
+        )
+        # stage lookup: rows grouped by shard (the table is sorted by (shard, uid))
+        lookup_cols = {"key": strings.column("key"), "keep": plan.column("keep"), "weight": plan.column("weight")}
+        if result.score is not None:
+            lookup_cols["score"] = plan.column("score")
+        run.publish_arrow(f"{d}/lookup.arrow", pa.table(lookup_cols))
+        run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(strings.column("shard"), result.keep))
+        written.result()
     _fault("plan:after_plan_file")
-
-    # stage lookup: rows grouped by shard (the table is sorted by (shard, uid))
-    lookup_cols = {"key": table.column("key"), "keep": plan.column("keep"), "weight": plan.column("weight")}
-    if result.score is not None:
-        lookup_cols["score"] = plan.column("score")
-    run.publish_arrow(f"{d}/lookup.arrow", pa.table(lookup_cols).combine_chunks())
-    run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(table.column("shard"), result.keep))
 
     history = dict(state.get("history", {}))
     history[str(epoch)] = {"n": n, "kept": int(summary["kept"])}
