@@ -96,10 +96,7 @@ class PlanView:
         }
         self.has_score = "score" in self.lookup.column_names
         self._cache_name: str | None = None
-        self._cache: dict[str, int] = {}
-        self._keep: np.ndarray = np.zeros(0, dtype=bool)
-        self._weight: np.ndarray = np.zeros(0, dtype=np.float32)
-        self._score: np.ndarray | None = None
+        self._cache: dict[str, tuple[bool, float, float | None, bool]] = {}
 
     def shard_is_empty(self, shard: str) -> bool:
         """True if the plan knows the shard and keeps none of its samples, and samples the
@@ -117,19 +114,25 @@ class PlanView:
             return
         a, b, _ = entry
         part = self.lookup.slice(a, b - a)
-        self._cache = {k: i for i, k in enumerate(part.column("key").to_pylist())}
-        self._keep = part.column("keep").to_numpy(zero_copy_only=False)
-        self._weight = part.column("weight").to_numpy(zero_copy_only=False)
-        self._score = part.column("score").to_numpy(zero_copy_only=False) if self.has_score else None
+        # key -> (keep, weight, score, known) as Python objects: one dict look-up per sample
+        scores = part.column("score").to_pylist() if self.has_score else [None] * (b - a)
+        self._cache = {
+            k: (keep, weight, score, True)
+            for k, keep, weight, score in zip(
+                part.column("key").to_pylist(),
+                part.column("keep").to_pylist(),
+                part.column("weight").to_pylist(),
+                scores,
+            )
+        }
 
     def decide(self, shard: str, key: str) -> tuple[bool, float, float | None, bool]:
         """(keep, weight, score, known) for one sample."""
         if shard != self._cache_name:
             self._load_shard(shard)
-        i = self._cache.get(key)
-        if i is not None:
-            score = float(self._score[i]) if self._score is not None else None
-            return bool(self._keep[i]), float(self._weight[i]), score, True
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         if self.absent_kind == "keep":
             return True, 1.0, None, False
         u = uniform_of(sample_uid(shard, key), self.seed, self.absent_epoch, self.absent_stream)
@@ -140,27 +143,36 @@ def _keep_filter(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
 ) -> Iterator[dict[str, Any]]:
     view = PlanView(run, epoch)
-    depth = view.depth
-    url_cache: dict[str, str] = {}
+    depth, has_score = view.depth, view.has_score
     kept = dropped = absent_kept = absent_dropped = 0
+    # hot loop: the current shard's decisions are a local dict, refreshed when the url changes
+    last_url: str | None = None
+    shard = ""
+    decisions: dict[str, tuple[bool, float, float | None, bool]] = {}
     try:
         for sample in src:
             url = sample["__url__"]
-            shard = url_cache.get(url)
-            if shard is None:
-                shard = url_cache[url] = shard_name(url, depth)
-            keep, weight, score, known = view.decide(shard, sample["__key__"])
-            if not known:
+            if url != last_url:
+                shard = shard_name(url, depth)
+                if shard != view._cache_name:
+                    view._load_shard(shard)
+                decisions, last_url = view._cache, url
+            key = sample["__key__"]
+            hit = decisions.get(key)
+            if hit is None:  # absent from the plan: the plan's absent rule
+                keep, weight, score, _ = view.decide(shard, key)
                 if keep:
                     absent_kept += 1
                 else:
                     absent_dropped += 1
+            else:
+                keep, weight, score, _ = hit
             if not keep:
                 dropped += 1
                 continue
             kept += 1
             sample["__weight__"] = weight
-            if view.has_score:
+            if has_score:
                 sample["__score__"] = score if score is not None else float("nan")
             yield sample
     finally:
