@@ -19,7 +19,7 @@ from common import OUT, machine, make_table_run, measure, st_mj_identities
 
 def make_parts(run, n: int, parts: int) -> None:
     from seta_stream.ids import sample_uids
-    from seta_stream.record import PART_SCHEMA, part_name
+    from seta_stream.record import PART_SCHEMA, write_part
     from seta_stream.runfs import RunDir
 
     shards, keys = st_mj_identities(n)
@@ -43,7 +43,18 @@ def make_parts(run, n: int, parts: int) -> None:
             ],
             schema=PART_SCHEMA,
         )
-        rd.publish_parquet(part_name(rank, 1, seq0 + lo), t)
+        write_part(rd, rank, 1, t)  # exactly as LossRecorder writes parts
+
+
+def as_written_by_compact(run) -> None:
+    """Rewrite the base table with the Parquet options compact() uses (the existing table of a
+    run is always one that compaction wrote)."""
+    from seta_stream.runfs import RunDir
+    from seta_stream.table import TABLE_WRITE_OPTIONS
+
+    rd = RunDir(run)
+    rel = rd.read_json("table/manifest.json")["table"]
+    rd.publish_parquet(rel, rd.read_parquet(rel), **TABLE_WRITE_OPTIONS)
 
 
 def main() -> None:
@@ -55,6 +66,7 @@ def main() -> None:
     run = OUT / f"compact-{args.n}"
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(base, run)
+    as_written_by_compact(run)
     make_parts(run, args.n, args.parts)
     read_only = measure(
         """

@@ -1,13 +1,21 @@
 """LossRecorder: per-sample losses from the training loop into immutable Parquet parts.
 
-One recorder per rank, in the main process. ``record()`` only validates lengths and shapes and
-appends references to a buffer (no device sync, no conversion); ``flush()`` converts the
-buffered losses to float32, computes shard names (once per distinct ``__url__``) and uids, and
-publishes one part atomically under ``losses/rank=R/epoch=E/``.
+This module owns ``losses/rank=R/``: one recorder per rank (in the main process) writes parts
+that nobody modifies afterwards (docs/format.md, "Loss parts"). Invariant: every published part
+is complete (written under a temporary name, then renamed) and its ``seq`` values are strictly
+greater than those of every earlier part of the same rank, also across restarts (``seq`` starts
+at the wall-clock time in ns when the recorder opens; a rank records far fewer than 10^9 samples
+per second, so a later recorder always starts above an earlier one's last ``seq``).
 
-What a crash can lose: the unflushed buffer, at most ``flush_rows`` records (plus one batch)
-per rank. Every published part is complete (temporary name, then rename). On a normal exit,
-including one that never calls ``close()``, the buffer is flushed by an ``atexit`` hook.
+``record()`` only validates lengths, shape, dtype and string types and appends references to a
+buffer (no device sync, no conversion); ``flush()`` converts the buffered losses to float32 (one
+device-to-host copy), maps urls to shard names (computed once per distinct ``__url__``),
+computes uids (``ids.sample_uids``) and publishes one part.
+
+What a crash can lose: the unflushed buffer, at most ``flush_rows`` records (plus the batch
+that crossed the threshold) per rank. On a normal interpreter exit, including one that never
+calls ``close()``, the buffer is flushed by an ``atexit`` hook (held through a weak reference,
+so the hook does not keep the recorder alive).
 
 Non-finite losses (NaN, +-inf) are stored as NaN and counted in ``stats["nonfinite"]``; the
 loss table counts them per sample and the policies treat such samples as unseen.
@@ -29,7 +37,7 @@ from .errors import InvalidInputError
 from .ids import sample_uids, shard_name
 from .runfs import FORMAT_VERSION, RunDir
 
-__all__ = ["LossRecorder", "PART_SCHEMA", "part_name"]
+__all__ = ["LossRecorder", "PART_SCHEMA", "PART_WRITE_OPTIONS", "part_name", "write_part"]
 
 PART_SCHEMA = pa.schema(
     [
@@ -44,10 +52,25 @@ PART_SCHEMA = pa.schema(
     metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
 )
 
+#: Parquet options of parts: LZ4 (compaction reads it several times faster than zstd), the
+#: shard column dictionary-encoded (a few distinct values per part), no statistics for keys.
+PART_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "lz4",
+    "use_dictionary": ["shard"],
+    "write_statistics": ["epoch", "rank", "seq"],
+}
+
 
 def part_name(rank: int, epoch: int, seq0: int) -> str:
     """Relative path of a new part (docs/format.md)."""
     return f"losses/rank={rank}/epoch={epoch}/part-R{rank:05d}-E{epoch:06d}-{seq0:020d}-{uuid.uuid4().hex[:8]}.parquet"
+
+
+def write_part(run: RunDir, rank: int, epoch: int, table: pa.Table) -> str:
+    """Publish ``table`` (PART_SCHEMA, first ``seq`` = its seq0) as a new part; returns its path."""
+    rel = part_name(rank, epoch, int(table.column("seq")[0].as_py()) if table.num_rows else 0)
+    run.publish_parquet(rel, table, **PART_WRITE_OPTIONS)
+    return rel
 
 
 def _dist_rank() -> int:
@@ -131,8 +154,9 @@ class LossRecorder:
     def record(self, keys: Sequence[str], urls: Sequence[str], loss: Any) -> None:
         """Buffer one batch: its ``__key__`` and ``__url__`` lists and per-sample loss.
 
-        ``loss`` is the unweighted per-sample loss: a torch tensor (any float dtype, any
-        device) or numpy array of shape (batch,) or (batch, 1).
+        ``loss`` is the unweighted per-sample loss (``reduction='none'``): a torch tensor (any
+        float dtype, any device) or numpy array of shape (batch,) or (batch, 1). Nothing is
+        copied or synchronised here; the values are read at :meth:`flush`.
         """
         if self.closed:
             raise InvalidInputError("record() after close(); create a new LossRecorder")
@@ -144,11 +168,18 @@ class LossRecorder:
             )
         if n == 0:
             return
-        if not isinstance(keys[0], str) or not isinstance(urls[0], str):
+        if not (all(type(k) is str for k in keys) and all(type(u) is str for u in urls)):
+            bad_key = next((k for k in keys if not isinstance(k, str)), None)
+            bad_url = next((u for u in urls if not isinstance(u, str)), None)
             raise InvalidInputError(
-                f"keys and urls must be strings, found {type(keys[0]).__name__} and "
-                f"{type(urls[0]).__name__}; pass batch['__key__'] and batch['__url__']"
+                f"keys and urls must be strings, found {type(bad_key if bad_key is not None else keys[0]).__name__} "
+                f"and {type(bad_url if bad_url is not None else urls[0]).__name__}; pass batch['__key__'] and "
+                "batch['__url__'] as collated by the DataLoader (lists of str)"
             )
+        cache = self._shard_of_url
+        for u in set(urls):  # a batch holds a few distinct urls
+            if u not in cache:
+                self._new_url(u)
         if kind == "torch":
             loss = loss.detach().reshape(-1)
         else:
@@ -161,39 +192,32 @@ class LossRecorder:
             self.flush()
 
     def flush(self) -> str | None:
-        """Write the buffer as one part; returns its relative path (None if empty)."""
+        """Write the buffer as one part; returns its relative path (None if the buffer is empty)."""
         if self._rows == 0:
             return None
-        keys = [k for batch in self._keys for k in batch]
-        urls = [u for batch in self._urls for u in batch]
+        n = self._rows
         loss = self._to_numpy(self._losses)
-        if not all(isinstance(k, str) for k in keys):
-            bad = next(k for k in keys if not isinstance(k, str))
-            self._clear()
-            raise InvalidInputError(f"__key__ values must be strings, found {bad!r}")
-        shards = self._shards(urls)
         nonfinite = ~np.isfinite(loss)
         n_bad = int(nonfinite.sum())
         if n_bad:
             loss[nonfinite] = np.nan
-        n = len(keys)
-        shard_arr = pa.array(shards, type=pa.string())
-        key_arr = pa.array(keys, type=pa.string())
-        seq = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        key_arr = pa.array([k for batch in self._keys for k in batch], type=pa.string())
+        url_enc = pa.array([u for batch in self._urls for u in batch], type=pa.string()).dictionary_encode()
+        shard_names = pa.array([self._shard_of_url[u] for u in url_enc.dictionary.to_pylist()], pa.string())
+        shard_arr = pa.DictionaryArray.from_arrays(url_enc.indices, shard_names)
         table = pa.Table.from_arrays(
             [
-                shard_arr,
+                shard_arr.dictionary_decode(),
                 key_arr,
                 pa.array(sample_uids(shard_arr, key_arr), type=pa.uint64()),
                 pa.array(loss, type=pa.float32()),
                 pa.array(np.full(n, self.epoch, dtype=np.int32)),
                 pa.array(np.full(n, self.rank, dtype=np.int32)),
-                pa.array(seq),
+                pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)),
             ],
             schema=PART_SCHEMA,
         )
-        rel = part_name(self.rank, self.epoch, self._seq)
-        self.run.publish_parquet(rel, table)
+        rel = write_part(self.run, self.rank, self.epoch, table)
         self._seq += n
         self.stats["records"] += n
         self.stats["nonfinite"] += n_bad
@@ -233,23 +257,16 @@ class LossRecorder:
             [x.float().cpu().numpy() if t else np.asarray(x, dtype=np.float32) for x, t in zip(losses, is_torch)]
         ).astype(np.float32, copy=False)
 
-    def _shards(self, urls: list[str]) -> list[str]:
-        cache = self._shard_of_url
-        out = []
-        for u in urls:
-            s = cache.get(u)
-            if s is None:
-                s = shard_name(u, self._depth)
-                other = self._url_of_shard.get(s)
-                if other is not None and other != u:
-                    self._clear()
-                    raise InvalidInputError(
-                        f"two shards have the same name {s!r}: {other!r} and {u!r}; sample identity "
-                        f"is (shard name, __key__) with shard_depth={self._depth}. Create the run "
-                        "with a larger shard_depth (RunDir(url, create=True, "
-                        "settings={'shard_depth': 2})) so the names differ"
-                    )
-                self._url_of_shard[s] = u
-                cache[u] = s
-            out.append(s)
-        return out
+    def _new_url(self, url: str) -> None:
+        """Name the shard of a url seen for the first time; two urls may not share a name."""
+        shard = shard_name(url, self._depth)
+        other = self._url_of_shard.get(shard)
+        if other is not None and other != url:
+            raise InvalidInputError(
+                f"two shards have the same name {shard!r}: {other!r} and {url!r}; sample identity "
+                f"is (shard name, __key__) with shard_depth={self._depth}, so their samples would be "
+                "mixed up. Create the run with a larger shard_depth (RunDir(url, create=True, "
+                "settings={'shard_depth': 2})) so the names differ"
+            )
+        self._url_of_shard[shard] = url
+        self._shard_of_url[url] = shard

@@ -1,33 +1,50 @@
 """Compaction: fold loss parts into the loss table, exactly once, crash-safe.
 
-The loss table has one row per sample ever recorded (docs/format.md, "Loss table"), sorted by
-(shard, uid): plans keep that order, so their rows come grouped by shard for the stage.
-``table/manifest.json`` names the current table file *and* the parts folded into it; both
-change in one atomic replacement of the manifest, so:
+This module owns ``table/``: the loss table (one row per sample ever recorded, sorted by
+(shard, uid); docs/format.md, "Loss table") and ``table/manifest.json``, which names the current
+table file *and* the parts folded into it. Both change in one atomic replacement of the
+manifest, which gives the invariant everything else relies on:
 
-* a part is in the table iff the manifest lists it (exactly-once folding);
-* a compaction killed at any point leaves the previous manifest, and a rerun folds the same
-  parts again from the previous table, converging to the table of an undisturbed run;
+* a part's records are in the table iff the manifest lists the part (exactly-once folding);
+* a compaction killed at any point leaves the previous manifest (or the new one, complete), so
+  a rerun folds the same parts from the same previous table and converges to the table of an
+  undisturbed run;
 * two compactions cannot interleave: ``locks/compact.lock`` excludes them, and the manifest's
   generation is re-checked just before publishing.
 
-Per sample, records are applied in (epoch, rank, seq) order: ``last_loss`` is the loss of the
-greatest record; ``ema`` follows algorithms.md §0.6 (s <- beta2 s + (1 - beta2) loss for each
-finite record, starting from 1/n_ref). A part of an older epoch folded after newer ones (a
-late rank) still updates ``last_loss`` only if its record is greater, but its EMA steps are
-applied when it is folded.
+Per sample, records are applied in (epoch, rank, seq) order (parts sorted by epoch, rank and
+first seq; rows of a part in seq order): ``last_loss`` is the loss of the greatest record;
+``ema`` follows algorithms.md §0.6 exactly, one step ``s <- beta2 s + (1 - beta2) loss`` per
+finite record in float64, starting from ``1/n_ref``. A late part (an older epoch folded after
+newer ones) updates ``last_loss`` only where its record is greater, but its EMA steps are
+applied when it is folded. ``n_ref`` is the ``dataset_size`` run setting, else the number of
+table rows after the compaction that first folds the sample; the manifest's ``n_ref`` is the
+value of the latest compaction (the planner uses it for samples never recorded).
+
+Table files: the current one and the previous one are kept (a reader that read the previous
+manifest can still open its table); older ones and leftover ``.tmp-*`` files are removed by the
+next compaction.
+
+How it stays fast at 15M rows (vectorised, no Python loop per sample): records are matched to
+table rows shard by shard (the table is sorted by (shard, uid): one radix sort of the records by
+shard, then a binary search inside each shard's uid range); only records of samples not yet in
+the table are re-hashed (their uids verified with ``ids.sample_uids``), known samples are checked
+by shard and key length; updates run part by part in blocks of at most 2^20 rows (large fresh
+temporaries are slow); when no sample is new the identity columns of the old table are written
+back without being copied or re-sorted.
 
 Fault injection for tests: the environment variable ``SETA_STREAM_FAULT`` set to one of
-``compact:after_read``, ``compact:after_table_write``, ``compact:after_manifest`` makes the
-process SIGKILL itself at that point.
+:data:`FAULT_POINTS` makes the process SIGKILL itself at that point (see ``_fault``).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import signal
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,7 +58,16 @@ from .ids import sample_uids
 from .record import PART_SCHEMA
 from .runfs import FORMAT_VERSION, RunDir
 
-__all__ = ["compact", "load_table", "folded_parts", "CompactionReport", "TABLE_SCHEMA", "PART_SCHEMA"]
+__all__ = [
+    "compact",
+    "load_table",
+    "folded_parts",
+    "CompactionReport",
+    "TABLE_SCHEMA",
+    "PART_SCHEMA",
+    "TABLE_WRITE_OPTIONS",
+    "FAULT_POINTS",
+]
 
 TABLE_SCHEMA = pa.schema(
     [
@@ -59,19 +85,50 @@ TABLE_SCHEMA = pa.schema(
     metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
 )
 
+#: Parquet options of table files: LZ4 reads about 4x faster than zstd here at 15M rows;
+#: only the shard column is dictionary-encoded (keys are unique); no statistics for keys.
+TABLE_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "lz4",
+    "use_dictionary": ["shard"],
+    "write_statistics": [n for n in TABLE_SCHEMA.names if n != "key"],
+}
+
 MANIFEST = "table/manifest.json"
-_PART_READ_SCHEMA = PART_SCHEMA.remove_metadata().set(0, pa.field("shard", pa.dictionary(pa.int32(), pa.string())))
 PARTS_GLOB = "losses/rank=*/epoch=*/part-*.parquet"
+QUARANTINE = "losses-quarantine/"
+
+#: Named points where ``SETA_STREAM_FAULT=<point>`` kills the compacting process (tests only):
+#: after taking the lock, after reading the parts, after quarantining a corrupt part, after
+#: writing the new table file, after replacing the manifest, after removing old table files.
+FAULT_POINTS = (
+    "compact:locked",
+    "compact:after_read",
+    "compact:after_quarantine",
+    "compact:after_table_write",
+    "compact:after_manifest",
+    "compact:after_cleanup",
+)
+
+_BLOCK = 1 << 20
+_SHARD_DICT = pa.dictionary(pa.int32(), pa.string())
+_CORRUPT_HINT = (
+    "Delete or repair it, or pass on_corrupt='skip' (CLI: --skip-corrupt) to move it to losses-quarantine/ and continue"
+)
 
 
 def _fault(point: str) -> None:
+    """Test hook: SIGKILL this process at ``point`` if ``SETA_STREAM_FAULT`` names it."""
     if os.environ.get("SETA_STREAM_FAULT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
 class CompactionReport:
-    """What one compaction did."""
+    """What one compaction did.
+
+    ``quarantined`` lists the parts this compaction moved to ``losses-quarantine/`` (their
+    original relative paths); ``generation`` is the table generation after the call.
+    """
 
     parts_folded: int = 0
     rows_folded: int = 0
@@ -87,34 +144,38 @@ def _manifest(run: RunDir) -> dict[str, Any]:
     return dict(run.read_json(MANIFEST, default=None) or {})
 
 
-def folded_parts(run: RunDir) -> list[str]:
+def folded_parts(run: str | RunDir) -> list[str]:
     """Relative paths of the parts already folded into the current table."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
     return list(_manifest(run).get("folded", []))
 
 
-def load_table(run: str | RunDir, columns: list[str] | None = None, *, shard_as_dictionary: bool = False) -> pa.Table:
+def load_table(run: str | RunDir, columns: list[str] | None = None, *, shard_as_dictionary: bool = True) -> pa.Table:
     """The current loss table (an empty table with TABLE_SCHEMA before the first compaction).
 
-    ``shard_as_dictionary`` reads the shard column dictionary-encoded (few distinct values:
-    much less memory and time at 15M rows).
+    The shard column is dictionary-encoded (few distinct values); ``shard_as_dictionary=False``
+    returns it as plain strings.
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
     m = _manifest(run)
     if not m.get("table"):
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
-        return schema.empty_table()
-    return run.read_parquet(m["table"], columns=columns)
+        table = schema.empty_table()
+    else:
+        table = run.read_parquet(m["table"], columns=columns)
+    if not shard_as_dictionary and "shard" in table.schema.names:
+        i = table.schema.get_field_index("shard")
+        table = table.set_column(i, "shard", table.column("shard").cast(pa.string()))
+    return table
 
 
+# ---------------------------------------------------------------------------------- parts
 def _read_part(run: RunDir, rel: str) -> pa.Table:
+    """Read and validate one part: PART_SCHEMA columns, shard dictionary-encoded."""
     where = run.display(rel)
-    hint = (
-        "Delete or repair it, or pass on_corrupt='skip' (CLI: --skip-corrupt) to move it to "
-        "losses-quarantine/ and continue"
-    )
     try:
         local = run.local_path(rel)
-        if local is not None:  # memory-mapped, shard column kept dictionary-encoded
+        if local is not None:
             pf = pq.ParquetFile(local, memory_map=True, read_dictionary=["shard"])
             schema = pf.schema_arrow
             table = pf.read()
@@ -126,28 +187,26 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
     except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for truncated files
         raise CorruptPartError(
             f"{where}: cannot be read as Parquet ({type(exc).__name__}: {exc}); expected a "
-            f"complete part written by LossRecorder (a truncated or foreign file?). {hint}",
+            f"complete part written by LossRecorder (a truncated or foreign file?). {_CORRUPT_HINT}",
             path=rel,
         ) from exc
-    meta = schema.metadata or {}
-    version = meta.get(b"seta_stream.format_version")
+    version = (schema.metadata or {}).get(b"seta_stream.format_version")
     if version is None:
         raise CorruptPartError(
             f"{where}: no 'seta_stream.format_version' metadata; expected a part written by "
-            f"LossRecorder (this file was written by another tool). {hint}",
+            f"LossRecorder (this file was written by another tool). {_CORRUPT_HINT}",
             path=rel,
         )
     try:
         v = int(version)
     except ValueError:
         v = -1
-    if v > FORMAT_VERSION or v < 1:
+    if not 1 <= v <= FORMAT_VERSION:
         raise CorruptPartError(
             f"{where}: part format version {version.decode(errors='replace')!r}, this seta_stream "
-            f"reads versions 1..{FORMAT_VERSION}; upgrade seta_stream to fold it. {hint}",
+            f"reads versions 1..{FORMAT_VERSION}; upgrade seta_stream to fold it. {_CORRUPT_HINT}",
             path=rel,
         )
-    # the shard column is read dictionary-encoded; compare its value type
     found = {f.name: (f.type.value_type if pa.types.is_dictionary(f.type) else f.type) for f in schema}
     problems = []
     for f in PART_SCHEMA:
@@ -156,34 +215,489 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
         elif found[f.name] != f.type and not (f.type == pa.string() and found[f.name] == pa.large_string()):
             problems.append(f"column {f.name!r} is {found[f.name]}, expected {f.type}")
     if problems:
-        raise CorruptPartError(f"{where}: wrong schema: {'; '.join(problems)}. {hint}", path=rel)
-    target = PART_SCHEMA.remove_metadata().set(0, pa.field("shard", pa.dictionary(pa.int32(), pa.string())))
+        raise CorruptPartError(f"{where}: wrong schema: {'; '.join(problems)}. {_CORRUPT_HINT}", path=rel)
     table = table.select(PART_SCHEMA.names)
-    if not pa.types.is_dictionary(table.schema.field("shard").type):
-        table = table.set_column(0, "shard", pc.dictionary_encode(table.column("shard")))
-    return table.cast(target)
+    nulls = [name for name in PART_SCHEMA.names if name != "loss" and table.column(name).null_count]
+    if nulls:
+        raise CorruptPartError(
+            f"{where}: null values in column(s) {nulls}; expected none (only 'loss' may be NaN). {_CORRUPT_HINT}",
+            path=rel,
+        )
+    shard = table.column("shard")
+    if not pa.types.is_dictionary(shard.type):
+        shard = pc.dictionary_encode(shard)
+    table = table.set_column(0, "shard", shard.cast(_SHARD_DICT))
+    if table.column("key").type != pa.string():
+        table = table.set_column(1, "key", table.column("key").cast(pa.string()))
+    return table
 
 
 def _part_order(rel: str) -> tuple[int, int, str]:
-    # losses/rank=R/epoch=E/part-...-{seq0}-token: fold in (epoch, rank, seq) order
+    # losses/rank=R/epoch=E/part-R..-E..-{seq0:020d}-token: fold in (epoch, rank, seq) order
     rank = int(rel.split("rank=", 1)[1].split("/", 1)[0])
     epoch = int(rel.split("epoch=", 1)[1].split("/", 1)[0])
     return (epoch, rank, rel.rsplit("/", 1)[1])
 
 
-def _group_bounds(sorted_uid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end exclusive) of runs of equal values."""
-    n = len(sorted_uid)
-    change = np.flatnonzero(sorted_uid[1:] != sorted_uid[:-1]) + 1
-    starts = np.concatenate([[0], change]).astype(np.int64)
-    ends = np.concatenate([change, [n]]).astype(np.int64)
-    return starts, ends
-
-
 def _np(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
+    """A numeric column without nulls as one NumPy array (zero-copy for a single chunk)."""
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks == 1:
+            return col.chunk(0).to_numpy(zero_copy_only=False)
+        return col.to_numpy()
+    return col.to_numpy(zero_copy_only=False)
 
 
+def _into(dst: np.ndarray, col: pa.ChunkedArray) -> None:
+    """Copy a numeric column into ``dst[:len(col)]`` chunk by chunk (no whole-column temporary)."""
+    o = 0
+    for chunk in col.chunks:
+        n = len(chunk)
+        dst[o : o + n] = chunk.to_numpy(zero_copy_only=False)
+        o += n
+
+
+def _key_lengths(col: pa.ChunkedArray) -> np.ndarray:
+    """UTF-8 byte length of every string (int32), from the offsets buffers, no string copies."""
+    out = np.empty(len(col), dtype=np.int32)
+    o = 0
+    for chunk in col.chunks:
+        n = len(chunk)
+        if n:
+            width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+            offsets = np.frombuffer(chunk.buffers()[1], dtype=width)[chunk.offset : chunk.offset + n + 1]
+            np.subtract(offsets[1:], offsets[:-1], out=out[o : o + n], casting="unsafe")
+        o += n
+    return out
+
+
+class _Records:
+    """The pending parts' records: per-part NumPy views (loss, epoch, rank, seq) plus global
+    shard codes, uids and key lengths. Key strings are not kept (they are re-read from the
+    parts only for samples new to the table)."""
+
+    def __init__(self, run: RunDir, parts: list[pa.Table], names: list[str]) -> None:
+        self.run = run
+        self.names = names
+        self.offsets = np.cumsum([0] + [p.num_rows for p in parts]).astype(np.int64)
+        self.n = int(self.offsets[-1])
+        code_of: dict[str, int] = {}  # one shard dictionary for all records
+        self.code = np.empty(self.n, dtype=np.int32)
+        self.uid = np.empty(self.n, dtype=np.uint64)
+        self.keylen = np.empty(self.n, dtype=np.int32)
+        self.parts: list[pa.Table] = []
+        for k, part in enumerate(parts):
+            o = int(self.offsets[k])
+            for chunk in part.column("shard").chunks:
+                n = len(chunk)
+                if n:
+                    lut = np.array(
+                        [code_of.setdefault(s, len(code_of)) for s in chunk.dictionary.to_pylist()], np.int32
+                    )
+                    self.code[o : o + n] = lut[chunk.indices.to_numpy(zero_copy_only=False)]
+                o += n
+            o = int(self.offsets[k])
+            _into(self.uid[o:], part.column("uid"))
+            self.keylen[o : o + part.num_rows] = _key_lengths(part.column("key"))
+            self.parts.append(part.select(["loss", "epoch", "rank", "seq"]))
+        self.shard_names: list[str] = list(code_of)
+
+    def part_index(self, i: int) -> int:
+        return int(np.searchsorted(self.offsets, i, side="right")) - 1
+
+    def part_of(self, i: int) -> str:
+        return self.names[self.part_index(i)]
+
+    def shard(self, i: int) -> str:
+        return self.shard_names[int(self.code[i])]
+
+    def key(self, i: int) -> str:
+        return str(self.take_keys(np.array([i], dtype=np.int64))[0].as_py())
+
+    def take_keys(self, idx: np.ndarray) -> pa.ChunkedArray:
+        """Key strings of records ``idx`` (ascending), re-read from their parts."""
+        chunks = []
+        cut = np.searchsorted(idx, self.offsets)
+        for k in np.flatnonzero(np.diff(cut) > 0).tolist():
+            local = idx[cut[k] : cut[k + 1]] - self.offsets[k]
+            keys = self.run.read_parquet(self.names[k], columns=["key"]).column("key")
+            chunks.extend(keys.take(pa.array(local)).cast(pa.string()).chunks)
+        return pa.chunked_array(chunks, pa.string())
+
+
+class _OldTable:
+    """The current table's identity columns and shard runs (the table is sorted by shard)."""
+
+    def __init__(self, run: RunDir, rel: str | None) -> None:
+        self.rel = rel
+        table = run.read_parquet(rel, columns=["shard", "key", "uid"]) if rel else None
+        self.table = table
+        self.n = 0 if table is None else table.num_rows
+        self.names: list[str] = []  # run r covers rows [starts[r], starts[r+1]) of shard names[r]
+        self.starts = np.zeros(1, dtype=np.int64)
+        self.uid = np.zeros(0, dtype=np.uint64)
+        if table is None or self.n == 0:
+            return
+        shard = table.column("shard")
+        o = 0
+        names: list[str] = []
+        starts: list[int] = []
+        for chunk in shard.chunks:
+            k = len(chunk)
+            if not k:
+                continue
+            dictionary = chunk.dictionary.to_pylist()
+            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            change = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+            for s in np.concatenate([[0], change]).tolist():
+                name = dictionary[idx[s]]
+                if not names or names[-1] != name:
+                    names.append(name)
+                    starts.append(o + s)
+            o += k
+        if len(set(names)) != len(names):
+            raise CorruptPartError(
+                "the loss table is not grouped by shard (a shard appears in several row ranges); "
+                "expected a table written by compact(). Delete table/ and compact again to rebuild it"
+            )
+        self.names = names
+        self.starts = np.array(starts + [self.n], dtype=np.int64)
+        self.uid = _np(table.column("uid"))
+
+
+def _match(old: _OldTable, rec: _Records) -> np.ndarray:
+    """Table row of every record (-1 where the sample is not in the table), shard by shard."""
+    if old.n == 0 or rec.n == 0:
+        return np.full(rec.n, -1, dtype=np.int64)
+    run_of = {name: r for r, name in enumerate(old.names)}
+    n_runs = len(old.names)
+    lut = np.array([run_of.get(s, n_runs) for s in rec.shard_names], dtype=np.int64)
+    group = lut.astype(np.uint16 if n_runs < (1 << 16) else np.int64)[rec.code]
+    order = np.argsort(group, kind="stable")  # a radix sort for uint16
+    counts = np.bincount(group, minlength=n_runs + 1)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    del group
+    uid_sorted = rec.uid[order]
+    pos_sorted = np.empty(rec.n, dtype=np.int64)
+    pos_sorted[bounds[n_runs] :] = -1  # shards the table does not have
+    for r in np.flatnonzero(counts[:n_runs]).tolist():  # records of shards the table has
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        start, stop = int(old.starts[r]), int(old.starts[r + 1])
+        table_uid = old.uid[start:stop]
+        q = uid_sorted[lo:hi]
+        i = np.searchsorted(table_uid, q)
+        hit = table_uid[np.minimum(i, stop - start - 1)] == q
+        pos_sorted[lo:hi] = np.where(hit, i + start, -1)
+    del uid_sorted
+    pos = np.empty(rec.n, dtype=np.int64)
+    pos[order] = pos_sorted
+    return pos
+
+
+def _collision(found: str) -> SampleIdCollisionError:
+    return SampleIdCollisionError(
+        f"{found}; expected distinct uids for distinct samples (shard, key). Rename one of the "
+        "keys (a genuine 64-bit collision is astronomically rare; check that the keys and the "
+        "part files are not corrupted)"
+    )
+
+
+def _check_known(old: _OldTable, rec: _Records, pos: np.ndarray) -> None:
+    """Records matched to a table row (same shard, same uid) must have that row's key length."""
+    assert old.table is not None
+    table_keylen = _key_lengths(old.table.column("key"))
+    for lo in range(0, rec.n, _BLOCK):
+        p = pos[lo : lo + _BLOCK]
+        m = p >= 0
+        bad = np.flatnonzero(table_keylen[p[m]] != rec.keylen[lo : lo + _BLOCK][m])
+        if len(bad):
+            i = lo + int(np.flatnonzero(m)[bad[0]])
+            row = int(pos[i])
+            shard = rec.shard(i)
+            raise _collision(
+                f"{(shard, rec.key(i))!r} (recorded in {rec.part_of(i)}) has uid {int(rec.uid[i]):#018x}, "
+                f"which the table already holds for {(shard, str(old.table.column('key')[row].as_py()))!r}"
+            )
+
+
+@dataclass
+class _NewRows:
+    """Samples new to the table, in (shard name, uid) order: one row each."""
+
+    uid: np.ndarray  # uint64, sorted within each shard
+    first: np.ndarray  # index of each new sample's first record
+    shard_names: list[str]  # shard of each group of rows, ascending by name
+    group_sizes: np.ndarray  # number of new rows of each shard
+    insert: np.ndarray  # number of old rows that sort before each new row
+    keys: pa.ChunkedArray  # key of each new row
+
+    def __len__(self) -> int:
+        return len(self.uid)
+
+
+def _new_samples(old: _OldTable, rec: _Records, pos: np.ndarray) -> _NewRows:
+    """Group the records of samples not in the table (``pos == -1``) into new rows.
+
+    Verifies every new record's uid against the hash of its (shard, key), rejects uid
+    collisions, and sets ``pos`` of the new records to ``-1 - (their row's index among the new
+    rows)``.
+    """
+    ni = np.flatnonzero(pos < 0)
+    if len(ni) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return _NewRows(np.zeros(0, dtype=np.uint64), z, [], z, z, pa.chunked_array([], pa.string()))
+    keys = rec.take_keys(ni)
+    names = pa.array(rec.shard_names, pa.string())
+    for lo in range(0, len(ni), _BLOCK):
+        idx = ni[lo : lo + _BLOCK]
+        shards = pa.DictionaryArray.from_arrays(pa.array(rec.code[idx]), names)
+        expected = sample_uids(shards, keys.slice(lo, len(idx)))
+        got = rec.uid[idx]
+        bad = np.flatnonzero(expected != got)
+        if len(bad):
+            i = int(idx[bad[0]])
+            raise CorruptPartError(
+                f"{rec.part_of(i)}: record ({rec.shard(i)!r}, {rec.key(i)!r}) carries uid "
+                f"{int(got[bad[0]]):#018x}, expected {int(expected[bad[0]]):#018x} "
+                "(seta_stream.ids.sample_uid); the part was written by an incompatible writer or is "
+                f"corrupted. Re-record it with LossRecorder. {_CORRUPT_HINT}",
+                path=rec.part_of(i),
+            )
+    # group by shard name (a radix sort of the name ranks keeps record order within a shard),
+    # then sort each shard's uids: new rows come out in table order, (shard, uid)
+    name_rank = np.empty(len(rec.shard_names), dtype=np.int64)
+    name_rank[np.argsort(np.array(rec.shard_names, dtype=object), kind="stable")] = np.arange(len(rec.shard_names))
+    codes = rec.code[ni]
+    ranks = name_rank[codes]
+    order = np.argsort(ranks.astype(np.uint16) if len(name_rank) < (1 << 16) else ranks, kind="stable")
+    sorted_ranks = ranks[order]
+    cuts = np.flatnonzero(np.concatenate([[True], sorted_ranks[1:] != sorted_ranks[:-1], [True]])).tolist()
+    run_of = {s: r for r, s in enumerate(old.names)}
+    row_of = np.empty(len(ni), dtype=np.int64)  # new row of each new record
+    uids, firsts, inserts, group_names, sizes = [], [], [], [], []
+    base = 0
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        seg = order[a:b]
+        unique, first, inverse = np.unique(rec.uid[ni[seg]], return_index=True, return_inverse=True)
+        row_of[seg] = base + inverse.reshape(-1)
+        name = rec.shard_names[int(codes[seg[0]])]
+        r = run_of.get(name)
+        if r is None:  # a shard the table does not have: before the first old shard with a greater name
+            inserts.append(np.full(len(unique), old.starts[bisect.bisect(old.names, name)], dtype=np.int64))
+        else:
+            start, stop = int(old.starts[r]), int(old.starts[r + 1])
+            inserts.append(start + np.searchsorted(old.uid[start:stop], unique))
+        uids.append(unique)
+        firsts.append(ni[seg[first]])
+        group_names.append(name)
+        sizes.append(len(unique))
+        base += len(unique)
+    first_all = np.concatenate(firsts)
+    rows = _NewRows(
+        np.concatenate(uids),
+        first_all,
+        group_names,
+        np.array(sizes, np.int64),
+        np.concatenate(inserts),
+        keys.take(pa.array(np.searchsorted(ni, first_all))),
+    )
+    del keys
+    # records of one new row must share the key (shard is shared by construction; uids were just
+    # verified, so a mismatch is a genuine hash collision between two recorded identities)
+    bad = np.flatnonzero(rec.keylen[ni] != rec.keylen[rows.first[row_of]])
+    if len(bad):
+        i, j = int(ni[bad[0]]), int(rows.first[row_of[bad[0]]])
+        raise _collision(
+            f"records {(rec.shard(i), rec.key(i))!r} and {(rec.shard(j), rec.key(j))!r} carry the same "
+            f"uid {int(rec.uid[i]):#018x}"
+        )
+    # a new uid must not exist elsewhere: in another shard of this compaction or of the table
+    import polars as pl
+
+    every = pl.Series(np.concatenate([old.uid, rows.uid]) if old.n else rows.uid)
+    dup = np.flatnonzero(every.is_duplicated().to_numpy()[old.n :])
+    if len(dup):
+        u = int(rows.uid[dup[0]])
+        i = int(rows.first[dup[0]])
+        in_table = np.flatnonzero(old.uid == np.uint64(u)) if old.n else np.zeros(0, np.int64)
+        if len(in_table):
+            assert old.table is not None
+            row = int(in_table[0])
+            other = (str(old.table.column("shard")[row].as_py()), str(old.table.column("key")[row].as_py()))
+            found = f"which the table already holds for {other!r}"
+        else:
+            j = int(rows.first[[k for k in np.flatnonzero(rows.uid == np.uint64(u)).tolist() if k != dup[0]][0]])
+            found = f"which {(rec.shard(j), rec.key(j))!r} (recorded in {rec.part_of(j)}) also has"
+        raise _collision(f"{(rec.shard(i), rec.key(i))!r} (recorded in {rec.part_of(i)}) has uid {u:#018x}, {found}")
+    pos[ni] = -1 - row_of  # new rows are encoded as -1 - (index among the new rows)
+    return rows
+
+
+# ---------------------------------------------------------------------------------- folding
+class _Stats:
+    """The new table's per-sample statistics as writable NumPy arrays, in the new row order."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        old_rel: str | None,
+        n_old: int,
+        old_dest: np.ndarray | None,
+        new_dest: np.ndarray,
+        n_ref: int,
+    ) -> None:
+        n = n_old + len(new_dest)
+        self.last_loss = np.empty(n, np.float32)
+        self.last_epoch = np.empty(n, np.int32)
+        self.seen = np.empty(n, np.int32)
+        self.nonfinite = np.empty(n, np.int32)
+        self.ema = np.empty(n, np.float64)
+        self.last_rank = np.empty(n, np.int32)
+        self.last_seq = np.empty(n, np.int64)
+        for name in ("last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank", "last_seq"):
+            if n_old:  # one column at a time: never the old column and its copy of every column
+                assert old_rel is not None
+                column = run.read_parquet(old_rel, columns=[name]).column(name)
+                arr = getattr(self, name)
+                if old_dest is None:
+                    _into(arr, column)
+                else:
+                    o = 0
+                    for chunk in column.chunks:
+                        arr[old_dest[o : o + len(chunk)]] = chunk.to_numpy(zero_copy_only=False)
+                        o += len(chunk)
+        # never-recorded start values: every new row gets at least one record below
+        self.last_loss[new_dest] = np.nan
+        self.last_epoch[new_dest] = np.iinfo(np.int32).min
+        self.last_rank[new_dest] = np.iinfo(np.int32).min
+        self.last_seq[new_dest] = np.iinfo(np.int64).min
+        self.seen[new_dest] = 0
+        self.nonfinite[new_dest] = 0
+        self.ema[new_dest] = 1.0 / n_ref  # ES eq. 2.5: s_i(0) = 1/n
+
+    def apply(
+        self, p: np.ndarray, loss: np.ndarray, epoch: np.ndarray, rank: np.ndarray, seq: np.ndarray, beta2: float
+    ) -> None:
+        """One record per row ``p`` (no repeats), in (epoch, rank, seq) order per row."""
+        finite = np.isfinite(loss)
+        if finite.all():
+            pf, lf = p, loss
+        else:
+            pf, lf = p[finite], loss[finite]
+            self.nonfinite[p[~finite]] += 1
+        self.ema[pf] = beta2 * self.ema[pf] + (1.0 - beta2) * lf.astype(np.float64)  # §0.6
+        self.seen[p] += 1
+        ce, cr, cs = self.last_epoch[p], self.last_rank[p], self.last_seq[p]
+        newer = (epoch > ce) | ((epoch == ce) & ((rank > cr) | ((rank == cr) & (seq > cs))))
+        if not newer.all():
+            p, loss, epoch, rank, seq = p[newer], loss[newer], epoch[newer], rank[newer], seq[newer]
+        self.last_loss[p] = loss
+        self.last_epoch[p] = epoch
+        self.last_rank[p] = rank
+        self.last_seq[p] = seq
+
+    def columns(self) -> dict[str, np.ndarray]:
+        names = ("last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank", "last_seq")
+        return {n: getattr(self, n) for n in names}
+
+
+def _fold_records(stats: _Stats, rec: _Records, pos: np.ndarray, beta2: float, progress: Any) -> None:
+    """Apply every record to its row, in order; a block with a repeated row runs in rounds."""
+    mark = np.empty(len(stats.seen), dtype=np.int64)  # only read where this block wrote it
+    for k, part in enumerate(rec.parts):
+        base = int(rec.offsets[k])
+        loss_all = _np(part.column("loss"))
+        epoch_all = _np(part.column("epoch"))
+        rank_all = _np(part.column("rank"))
+        seq_all = _np(part.column("seq"))
+        for lo in range(0, part.num_rows, _BLOCK):
+            hi = min(part.num_rows, lo + _BLOCK)
+            p = pos[base + lo : base + hi]
+            cols = (loss_all[lo:hi], epoch_all[lo:hi], rank_all[lo:hi], seq_all[lo:hi])
+            ids = np.arange(base + lo, base + hi, dtype=np.int64)
+            mark[p] = ids
+            if (mark[p] == ids).all():  # no row twice in this block: one vectorised step
+                stats.apply(p, *cols, beta2)
+                continue
+            # k-th record of a row in this block goes to round k (keeps per-row order)
+            order = np.argsort(p, kind="stable")
+            sp = p[order]
+            start = np.concatenate([[True], sp[1:] != sp[:-1]])
+            first = np.maximum.accumulate(np.where(start, np.arange(len(sp)), 0))
+            occurrence = np.empty(len(p), dtype=np.int64)
+            occurrence[order] = np.arange(len(sp)) - first
+            for r in range(int(occurrence.max()) + 1):
+                sel = np.flatnonzero(occurrence == r)
+                stats.apply(p[sel], *(c[sel] for c in cols), beta2)
+        if progress is not None:
+            progress.update(1)
+
+
+def _fold(run: RunDir, old_rel: str | None, rec: _Records, progress: Any) -> tuple[pa.Table, int, int]:
+    """(new table, number of new samples, n_ref): the table ``old_rel`` updated with the records.
+
+    Rows are addressed in the new table's order from the start: old row i moves to
+    ``old_dest[i]`` (identity when no sample is new), new row j to ``new_dest[j]``.
+    """
+    beta2 = float(run.settings["ema_beta2"])
+    old = _OldTable(run, old_rel)
+    pos = _match(old, rec)
+    if old.n:
+        _check_known(old, rec, pos)
+    new = _new_samples(old, rec, pos)  # pos of new records: index among the new rows
+    n_new = len(new)
+    new_dest = new.insert + np.arange(n_new, dtype=np.int64)
+    old_dest: np.ndarray | None = None
+    if n_new and old.n:
+        old_dest = np.arange(old.n, dtype=np.int64)
+        old_dest += np.searchsorted(new.insert, old_dest, side="right")
+    if n_new:  # record -> row of the new table
+        for lo in range(0, rec.n, _BLOCK):
+            p = pos[lo : lo + _BLOCK]
+            is_new = p < 0
+            if old_dest is not None:
+                p[~is_new] = old_dest[p[~is_new]]
+            p[is_new] = new_dest[-1 - p[is_new]]
+    dataset_size = run.settings.get("dataset_size")
+    n_ref = int(dataset_size) if dataset_size else old.n + n_new
+    stats = _Stats(run, old_rel, old.n, old_dest, new_dest, n_ref)
+    _fold_records(stats, rec, pos, beta2, progress)
+    del pos
+
+    if n_new == 0:
+        if old.table is None:  # nothing recorded and nothing compacted yet
+            return TABLE_SCHEMA.empty_table(), 0, n_ref
+        identity = {name: old.table.column(name) for name in ("shard", "key", "uid")}
+        return pa.Table.from_pydict({**identity, **stats.columns()}, schema=TABLE_SCHEMA), 0, n_ref
+    # identity columns in the new order
+    names = list(old.names)
+    code_of = {s: i for i, s in enumerate(names)}
+    for s in new.shard_names:
+        if s not in code_of:
+            code_of[s] = len(names)
+            names.append(s)
+    n = old.n + n_new
+    codes = np.empty(n, dtype=np.int32)
+    uid = np.empty(n, dtype=np.uint64)
+    codes[new_dest] = np.repeat(np.array([code_of[s] for s in new.shard_names], np.int32), new.group_sizes)
+    uid[new_dest] = new.uid
+    if old_dest is None:
+        keys = new.keys
+    else:
+        assert old.table is not None
+        codes[old_dest] = np.repeat(np.arange(len(old.names), dtype=np.int32), np.diff(old.starts))
+        uid[old_dest] = old.uid
+        perm = np.empty(n, dtype=np.int64)
+        perm[old_dest] = np.arange(old.n)
+        perm[new_dest] = old.n + np.arange(n_new)
+        both = pa.chunked_array(list(old.table.column("key").chunks) + list(new.keys.chunks), pa.string())
+        keys = both.take(pa.array(perm))
+    shard = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
+    table = pa.Table.from_pydict({"shard": shard, "key": keys, "uid": uid, **stats.columns()}, schema=TABLE_SCHEMA)
+    return table, n_new, n_ref
+
+
+# ---------------------------------------------------------------------------------- compact
 def compact(
     run: str | RunDir,
     *,
@@ -193,292 +707,130 @@ def compact(
 ) -> CompactionReport:
     """Fold every loss part not yet in the table into a new table and publish it.
 
-    ``on_corrupt="skip"`` moves unreadable or foreign parts to ``losses-quarantine/`` (listed
-    in the report and the manifest) instead of raising :class:`CorruptPartError`.
+    Holds ``locks/compact.lock`` (waits up to ``lock_wait`` seconds for another compaction,
+    then raises :class:`RunLockedError`). ``on_corrupt="raise"`` raises
+    :class:`CorruptPartError` naming the first unreadable or foreign part and changes nothing;
+    ``on_corrupt="skip"`` moves such parts to ``losses-quarantine/`` (listed in the report and
+    the manifest) and folds the others. Safe to rerun at any time: without new parts it
+    changes nothing.
     """
     if on_corrupt not in ("raise", "skip"):
-        raise ValueError(f"on_corrupt must be 'raise' or 'skip', got {on_corrupt!r}")
+        raise ValueError(f"on_corrupt must be 'raise' or 'skip', found {on_corrupt!r}")
     run = run if isinstance(run, RunDir) else RunDir(run)
     t0 = time.perf_counter()
     with run.lock("compact", wait=lock_wait):
+        _fault("compact:locked")
         m = _manifest(run)
         generation = int(m.get("generation", 0))
         folded = list(m.get("folded", []))
         folded_set = set(folded)
         pending = sorted((p for p in run.glob(PARTS_GLOB) if p not in folded_set), key=_part_order)
-        report = CompactionReport(generation=generation)
+        report = CompactionReport(generation=generation, samples_total=int(m.get("rows", 0)))
         if not pending:
-            report.samples_total = int(m.get("rows", 0))
             report.seconds = time.perf_counter() - t0
             return report
+        bar = _progress(progress, len(pending))
         parts: list[pa.Table] = []
         good: list[str] = []
-        iterator: Any = pending
-        if progress:
-            from tqdm import tqdm
-
-            iterator = tqdm(pending, desc="compact: reading parts", unit="part")
-        for rel in iterator:
+        for rel in pending:
             try:
                 parts.append(_read_part(run, rel))
                 good.append(rel)
             except CorruptPartError:
                 if on_corrupt == "raise":
                     raise
-                run.move(rel, "losses-quarantine/" + rel[len("losses/") :])
+                run.move(rel, QUARANTINE + rel[len("losses/") :])
                 report.quarantined.append(rel)
+                _fault("compact:after_quarantine")
+            if bar is not None:
+                bar.update(1)
         _fault("compact:after_read")
-        records = pa.concat_tables(parts) if parts else _PART_READ_SCHEMA.empty_table()
-        old = load_table(run) if m.get("table") else None
-        new_table, new_samples = _fold(run, old, records)
+        rec = _Records(run, parts, good)
+        del parts  # the records keep no key strings
+        while True:
+            if bar is not None:
+                bar.reset(total=len(good))
+                bar.set_description("compact: folding parts")
+            try:
+                new_table, new_samples, n_ref = _fold(run, m.get("table"), rec, bar)
+                break
+            except CorruptPartError as exc:  # a part whose uids are not the hash of its ids
+                if on_corrupt == "raise" or exc.path not in good:
+                    raise
+                good.remove(exc.path)
+                run.move(exc.path, QUARANTINE + exc.path[len("losses/") :])
+                report.quarantined.append(exc.path)
+                _fault("compact:after_quarantine")
+                rec = _Records(run, [_read_part(run, rel) for rel in good], good)
+        if bar is not None:
+            bar.close()
         report.parts_folded = len(good)
-        report.rows_folded = records.num_rows
-        report.nonfinite = int(pc.sum(pc.is_nan(records.column("loss"))).as_py() or 0)
+        report.rows_folded = rec.n
+        report.nonfinite = sum(int(pc.sum(pc.is_nan(p.column("loss"))).as_py() or 0) for p in rec.parts)
+        del rec
         report.new_samples = new_samples
         report.samples_total = new_table.num_rows
 
         gen = generation + 1
         table_rel = f"table/table-{gen:06d}-{uuid.uuid4().hex[:8]}.parquet"
-        run.publish_parquet(table_rel, new_table)
+        run.publish_parquet(table_rel, new_table, **TABLE_WRITE_OPTIONS)
         _fault("compact:after_table_write")
-        if int(_manifest(run).get("generation", 0)) != generation:
+        current = int(_manifest(run).get("generation", 0))
+        if current != generation:
             run.remove(table_rel)
             raise RunLockedError(
-                f"{run.display(MANIFEST)} changed while compacting (another compaction published "
-                f"generation {_manifest(run).get('generation')}); this result was discarded. "
-                "Run compact again"
+                f"{run.display(MANIFEST)} changed while compacting: generation {current}, expected "
+                f"{generation} (another compaction published meanwhile, its lock broken or not "
+                "honoured by the storage); this result was discarded and nothing was lost. Run "
+                "compact again, and run one compaction at a time"
             )
         manifest = {
             "generation": gen,
             "table": table_rel,
             "rows": new_table.num_rows,
             "folded": folded + good,
-            "quarantined": list(m.get("quarantined", [])) + report.quarantined,
-            "n_ref": int(m.get("n_ref") or 0),
+            "quarantined": _quarantined(run, m),
+            "n_ref": n_ref or int(m.get("n_ref") or 0),
             "format_version": FORMAT_VERSION,
         }
         run.publish_json(MANIFEST, manifest)
         _fault("compact:after_manifest")
-        # keep the previous table for readers that still hold the old manifest
-        keep = {table_rel, m.get("table")}
-        for rel in run.glob("table/table-*.parquet"):
-            if rel not in keep:
-                run.remove(rel)
+        _cleanup(run, keep={table_rel, m.get("table")})
+        _fault("compact:after_cleanup")
         report.generation = gen
         report.seconds = time.perf_counter() - t0
         return report
 
 
-def _as_dictionary(col: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
-    """A string column as one dictionary array (chunk dictionaries unified; strings not copied
-    when the column is already dictionary-encoded)."""
-    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-    enc = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c) for c in chunks]
-    typ = pa.dictionary(pa.int32(), pa.string())
-    enc = [c.cast(typ) for c in enc]
-    if not enc:
-        return pa.array([], typ)
-    return pa.chunked_array(enc, type=typ).combine_chunks()
+def _progress(enabled: bool, total: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="compact: reading parts", unit="part")
 
 
-def _key_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return _np(pc.binary_length(col)).astype(np.int64)
+def _quarantined(run: RunDir, m: dict[str, Any]) -> list[str]:
+    """Every part ever quarantined (original paths), also those of a killed compaction."""
+    listed = set(m.get("quarantined", []))
+    listed.update("losses/" + p[len(QUARANTINE) :] for p in run.glob(QUARANTINE + "rank=*/epoch=*/*.parquet"))
+    return sorted(listed)
 
 
-def _verify_uids(records: pa.Table) -> None:
-    """Every record's uid must be the hash of its (shard, key): parts from an incompatible writer
-    or with corrupted ids are rejected. Blockwise, so no 15M-string copies are made."""
-    offset = 0
-    for batch in records.select(["shard", "key", "uid"]).to_batches(max_chunksize=1 << 20):
-        expected = sample_uids(batch.column(0), batch.column(1))
-        got = batch.column(2).to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(expected != got)
-        if len(bad):
-            b = int(bad[0])
-            raise CorruptPartError(
-                f"records of ({batch.column(0)[b].as_py()!r}, {batch.column(1)[b].as_py()!r}) carry uid "
-                f"{int(got[b]):#018x}, expected {int(expected[b]):#018x} (seta_stream.ids.sample_uid); "
-                "the part was written by an incompatible writer or is corrupted. Re-record it with "
-                "LossRecorder, or pass on_corrupt='skip'",
-            )
-        offset += batch.num_rows
-
-
-def _fold(run: RunDir, old: pa.Table | None, records: pa.Table) -> tuple[pa.Table, int]:
-    """New table = old table updated with ``records`` (which are in (epoch, rank, seq) order).
-
-    Identity checks without copying strings: every record's uid is verified against the hash
-    of its (shard, key); two identities sharing a uid (a 64-bit collision) are detected by
-    comparing shard and key length with the sample's other records and its table row. (A
-    collision between two keys of equal length in the same shard, probability about 2^-64 per
-    pair, is not detected.)
-    """
-    beta2 = float(run.settings["ema_beta2"])
-    dataset_size = run.settings.get("dataset_size")
-    if records.num_rows == 0:
-        return (old if old is not None else TABLE_SCHEMA.empty_table()), 0
-    _verify_uids(records)
-    r_uid = _np(records.column("uid"))
-    order = np.argsort(r_uid, kind="stable")  # keeps (epoch, rank, seq) order within a sample
-    su = r_uid[order]
-    starts, ends = _group_bounds(su)
-    sizes = ends - starts
-    last = ends - 1
-    src = order[last]  # index in `records` of each sample's last record
-    loss = _np(records.column("loss"))[order].astype(np.float64)
-    finite = np.isfinite(loss)
-
-    r_shard = _as_dictionary(records.column("shard"))
-    r_names = r_shard.dictionary.to_pylist()
-    r_codes = r_shard.indices.to_numpy(zero_copy_only=False)
-    r_len = _key_lengths(records.column("key"))
-    single = bool(sizes.max() == 1)  # one record per sample (one epoch folded): the common case
-    rep = order if single else np.repeat(src, sizes)  # each sorted record's group representative
-    diff = np.zeros(1, dtype=bool) if single else (r_codes[order] != r_codes[rep]) | (r_len[order] != r_len[rep])
-    if diff.any():
-        i, j = int(order[np.flatnonzero(diff)[0]]), int(rep[np.flatnonzero(diff)[0]])
-        raise SampleIdCollisionError(
-            f"records ({r_names[r_codes[i]]!r}, {records.column('key')[i].as_py()!r}) and "
-            f"({r_names[r_codes[j]]!r}, {records.column('key')[j].as_py()!r}) carry the same uid "
-            f"{int(r_uid[i]):#018x}; expected one uid per identity. Two keys collide: rename one"
-        )
-
-    g_uid = su[starts]
-    g_count = sizes.astype(np.int32)
-    g_nonfinite = (
-        (~finite).astype(np.int32) if single else np.add.reduceat((~finite).astype(np.int32), starts).astype(np.int32)
-    )
-    g_loss = loss[last].astype(np.float32)
-    g_epoch = _np(records.column("epoch"))[src]
-    g_rank = _np(records.column("rank"))[src]
-    g_seq = _np(records.column("seq"))[src]
-    # EMA over finite records: s_new = b^n s_old + (1-b) sum_j b^(n-1-j) l_j  (§0.6)
-    if single:
-        g_sum = np.where(finite, (1.0 - beta2) * loss, 0.0)
-        g_decay = np.where(finite, beta2, 1.0)
-    else:
-        fin_after = np.cumsum(finite[::-1].astype(np.int64))[::-1]  # finite records at >= i
-        fin_after_next = np.append(fin_after[1:], 0)
-        group_end_after = np.repeat(np.append(fin_after, 0)[ends], sizes)
-        after_i = fin_after_next - group_end_after  # finite records after i within its group
-        contrib = np.where(finite, (1.0 - beta2) * np.power(beta2, after_i) * np.where(finite, loss, 0.0), 0.0)
-        g_sum = np.add.reduceat(contrib, starts)
-        g_nfin = (fin_after[starts] - np.append(fin_after, 0)[ends]).astype(np.float64)
-        g_decay = np.power(beta2, g_nfin)
-
-    if old is None or old.num_rows == 0:
-        matched = np.zeros(len(g_uid), dtype=bool)
-        idx = np.zeros(len(g_uid), dtype=np.int64)
-        n_old = 0
-    else:
-        t_uid = _np(old.column("uid"))
-        n_old = len(t_uid)
-        t_order = np.argsort(t_uid)  # the table is sorted by (shard, uid), not by uid
-        t_sorted = t_uid[t_order]
-        pos = np.searchsorted(t_sorted, g_uid)
-        pos_c = np.minimum(pos, n_old - 1)
-        matched = (pos < n_old) & (t_sorted[pos_c] == g_uid)
-        idx = t_order[pos_c]
-    new_mask = ~matched
-    n_new = int(new_mask.sum())
-    n_ref = int(dataset_size) if dataset_size else n_old + n_new
-
-    if n_old == 0:
-        sel = pa.array(src)
-        cols = {
-            "shard": _as_dictionary(records.column("shard").take(sel)),
-            "key": records.column("key").take(sel),
-            "uid": g_uid,
-            "last_loss": g_loss,
-            "last_epoch": g_epoch.astype(np.int32),
-            "seen": g_count,
-            "nonfinite": g_nonfinite,
-            "ema": g_decay * (1.0 / n_ref) + g_sum,
-            "last_rank": g_rank.astype(np.int32),
-            "last_seq": g_seq.astype(np.int64),
-        }
-        return _sort_by_shard(pa.Table.from_pydict(cols, schema=TABLE_SCHEMA)), n_new
-
-    # matched samples: same shard and key length as their table row (else a uid collision)
-    assert old is not None
-    ti = idx[matched]
-    gm = np.flatnonzero(matched)
-    t_shard = _as_dictionary(old.column("shard"))
-    t_code_of = {name: code for code, name in enumerate(t_shard.dictionary.to_pylist())}
-    r_to_t = np.array([t_code_of.get(name, -1) for name in r_names], dtype=np.int64)
-    t_codes = t_shard.indices.to_numpy(zero_copy_only=False)
-    t_len = _key_lengths(old.column("key"))
-    bad = (r_to_t[r_codes[src[gm]]] != t_codes[ti]) | (r_len[src[gm]] != t_len[ti])
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        r_i, t_i = int(src[gm[k]]), int(ti[k])
-        raise SampleIdCollisionError(
-            f"({r_names[r_codes[r_i]]!r}, {records.column('key')[r_i].as_py()!r}) has uid "
-            f"{int(g_uid[gm[k]]):#018x}, which the table already holds for "
-            f"({t_shard[t_i].as_py()!r}, {old.column('key')[t_i].as_py()!r}); "
-            "expected distinct uids for distinct samples. Rename one of the keys"
-        )
-    last_loss = _np(old.column("last_loss")).copy()
-    last_epoch = _np(old.column("last_epoch")).copy()
-    last_rank = _np(old.column("last_rank")).copy()
-    last_seq = _np(old.column("last_seq")).copy()
-    seen = _np(old.column("seen")).copy()
-    nonfin = _np(old.column("nonfinite")).copy()
-    ema = _np(old.column("ema")).copy()
-    newer = (g_epoch[gm], g_rank[gm], g_seq[gm])
-    cur = (last_epoch[ti], last_rank[ti], last_seq[ti])
-    is_newer = (newer[0] > cur[0]) | (
-        (newer[0] == cur[0]) & ((newer[1] > cur[1]) | ((newer[1] == cur[1]) & (newer[2] > cur[2])))
-    )
-    upd = ti[is_newer]
-    srcm = gm[is_newer]
-    last_loss[upd] = g_loss[srcm]
-    last_epoch[upd] = g_epoch[srcm]
-    last_rank[upd] = g_rank[srcm]
-    last_seq[upd] = g_seq[srcm]
-    seen[ti] += g_count[gm]
-    nonfin[ti] += g_nonfinite[gm]
-    ema[ti] = g_decay[gm] * ema[ti] + g_sum[gm]
-    updated = pa.Table.from_pydict(
-        {
-            "shard": t_shard,
-            "key": old.column("key"),
-            "uid": _np(old.column("uid")),
-            "last_loss": last_loss,
-            "last_epoch": last_epoch,
-            "seen": seen,
-            "nonfinite": nonfin,
-            "ema": ema,
-            "last_rank": last_rank,
-            "last_seq": last_seq,
-        },
-        schema=TABLE_SCHEMA,
-    )
-    if not n_new:
-        return updated, 0
-    gn = np.flatnonzero(new_mask)
-    sel = pa.array(src[gn])
-    added = pa.Table.from_pydict(
-        {
-            "shard": _as_dictionary(records.column("shard").take(sel)),
-            "key": records.column("key").take(sel),
-            "uid": g_uid[gn],
-            "last_loss": g_loss[gn],
-            "last_epoch": g_epoch[gn].astype(np.int32),
-            "seen": g_count[gn],
-            "nonfinite": g_nonfinite[gn],
-            "ema": g_decay[gn] * (1.0 / n_ref) + g_sum[gn],
-            "last_rank": g_rank[gn].astype(np.int32),
-            "last_seq": g_seq[gn].astype(np.int64),
-        },
-        schema=TABLE_SCHEMA,
-    )
-    return _sort_by_shard(pa.concat_tables([updated, added]).combine_chunks()), n_new
+def _cleanup(run: RunDir, keep: Iterable[Any]) -> None:
+    """Remove table files other than ``keep`` and temporaries of killed compactions (the
+    compaction lock is held, so no other writer is using them)."""
+    keep_set = set(keep)
+    for rel in run.glob("table/table-*.parquet") + run.glob("table/.tmp-*"):
+        if rel not in keep_set:
+            run.remove(rel)
 
 
 def _sort_by_shard(table: pa.Table) -> pa.Table:
-    """Order rows by (shard, uid)."""
-    enc = _as_dictionary(table.column("shard"))
+    """Order rows by (shard, uid) (used to build tables directly, e.g. in benchmarks)."""
+    shard = table.column("shard")
+    enc = (shard if pa.types.is_dictionary(shard.type) else pc.dictionary_encode(shard)).cast(_SHARD_DICT)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
     names = enc.dictionary.to_pylist()
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))

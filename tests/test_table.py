@@ -169,7 +169,7 @@ def test_part_with_wrong_uids_is_rejected(tmp_path):
     t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
     write_part(tmp_path / "r", "part-x.parquet", t, META)
     with pytest.raises(
-        CorruptPartError, match=r"\('s.tar', 'a'\) carry uid 0x0000000000003039, expected 0x.*incompatible writer"
+        CorruptPartError, match=r"part-x.parquet: record \('s.tar', 'a'\) carries uid 0x0000000000003039, expected 0x.*incompatible writer"
     ):
         compact(run)
 
@@ -190,13 +190,13 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
         rec.record(["bb"], ["s.tar"], torch.tensor([1.0]))
     with pytest.raises(
         SampleIdCollisionError,
-        match=r"\('s.tar', 'bb'\) has uid 0x000000000000002a, which the table already holds for \('s.tar', 'a'\)",
+        match=r"\(.s.tar., .bb.\) \(recorded in .*\) has uid 0x000000000000002a, which the table already holds for \('s.tar', 'a'\)",
     ):
         compact(run)
     run2 = RunDir(tmp_path / "r2", create=True)
     with LossRecorder(run2) as rec:
         rec.record(["a", "bb"], ["s.tar", "t.tar"], torch.tensor([1.0, 2.0]))
-    with pytest.raises(SampleIdCollisionError, match=r"carry the same uid 0x000000000000002a"):
+    with pytest.raises(SampleIdCollisionError, match=r"has uid 0x000000000000002a, which \(.t.tar., .bb.\) \(recorded in .*\) also has"):
         compact(run2)
 
 
