@@ -726,7 +726,8 @@ def compact(
         folded_set = set(folded)
         pending = sorted((p for p in run.glob(PARTS_GLOB) if p not in folded_set), key=_part_order)
         report = CompactionReport(generation=generation, samples_total=int(m.get("rows", 0)))
-        if not pending:
+        if not pending:  # still finish the cleanup of a compaction killed after publishing
+            _cleanup(run, keep={m.get("table"), m.get("previous_table")})
             report.seconds = time.perf_counter() - t0
             return report
         bar = _progress(progress, len(pending))
@@ -787,6 +788,7 @@ def compact(
         manifest = {
             "generation": gen,
             "table": table_rel,
+            "previous_table": m.get("table"),
             "rows": new_table.num_rows,
             "folded": folded + good,
             "quarantined": _quarantined(run, m),
