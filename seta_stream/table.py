@@ -435,6 +435,21 @@ class _NewRows:
         return len(self.uid)
 
 
+def _first_clash(new_uid: np.ndarray, old_uid: np.ndarray) -> np.uint64 | None:
+    """A uid that occurs twice in ``new_uid`` or also in ``old_uid`` (None if all are distinct)."""
+    su = np.sort(new_uid)
+    dup = np.flatnonzero(su[1:] == su[:-1])
+    if len(dup):
+        return su[dup[0]]  # type: ignore[no-any-return]
+    if len(old_uid) and len(su):
+        so = np.sort(old_uid)
+        i = np.minimum(np.searchsorted(so, su), len(so) - 1)
+        hit = np.flatnonzero(so[i] == su)
+        if len(hit):
+            return su[hit[0]]  # type: ignore[no-any-return]
+    return None
+
+
 def _new_samples(old: _OldTable, rec: _Records, pos: np.ndarray) -> _NewRows:
     """Group the records of samples not in the table (``pos == -1``) into new rows.
 
@@ -488,18 +503,18 @@ def _new_samples(old: _OldTable, rec: _Records, pos: np.ndarray) -> _NewRows:
             start, stop = int(old.starts[r]), int(old.starts[r + 1])
             inserts.append(start + np.searchsorted(old.uid[start:stop], unique))
         uids.append(unique)
-        firsts.append(ni[seg[first]])
+        firsts.append(seg[first])  # positions in ni
         group_names.append(name)
         sizes.append(len(unique))
         base += len(unique)
-    first_all = np.concatenate(firsts)
+    first_in_ni = np.concatenate(firsts)
     rows = _NewRows(
         np.concatenate(uids),
-        first_all,
+        ni[first_in_ni],
         group_names,
         np.array(sizes, np.int64),
         np.concatenate(inserts),
-        keys.take(pa.array(np.searchsorted(ni, first_all))),
+        keys.take(pa.array(first_in_ni)),
     )
     del keys
     # records of one new row must share the key (shard is shared by construction; uids were just
@@ -512,21 +527,19 @@ def _new_samples(old: _OldTable, rec: _Records, pos: np.ndarray) -> _NewRows:
             f"uid {int(rec.uid[i]):#018x}"
         )
     # a new uid must not exist elsewhere: in another shard of this compaction or of the table
-    import polars as pl
-
-    every = pl.Series(np.concatenate([old.uid, rows.uid]) if old.n else rows.uid)
-    dup = np.flatnonzero(every.is_duplicated().to_numpy()[old.n :])
-    if len(dup):
-        u = int(rows.uid[dup[0]])
-        i = int(rows.first[dup[0]])
-        in_table = np.flatnonzero(old.uid == np.uint64(u)) if old.n else np.zeros(0, np.int64)
+    clash = _first_clash(rows.uid, old.uid)
+    if clash is not None:
+        u = int(clash)
+        k = np.flatnonzero(rows.uid == clash)
+        i = int(rows.first[k[0]])
+        in_table = np.flatnonzero(old.uid == clash)
         if len(in_table):
             assert old.table is not None
             row = int(in_table[0])
             other = (str(old.table.column("shard")[row].as_py()), str(old.table.column("key")[row].as_py()))
             found = f"which the table already holds for {other!r}"
         else:
-            j = int(rows.first[[k for k in np.flatnonzero(rows.uid == np.uint64(u)).tolist() if k != dup[0]][0]])
+            j = int(rows.first[k[1]])
             found = f"which {(rec.shard(j), rec.key(j))!r} (recorded in {rec.part_of(j)}) also has"
         raise _collision(f"{(rec.shard(i), rec.key(i))!r} (recorded in {rec.part_of(i)}) has uid {u:#018x}, {found}")
     pos[ni] = -1 - row_of  # new rows are encoded as -1 - (index among the new rows)
