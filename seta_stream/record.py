@@ -169,12 +169,11 @@ class LossRecorder:
         if n == 0:
             return
         if not (all(type(k) is str for k in keys) and all(type(u) is str for u in urls)):
-            bad_key = next((k for k in keys if not isinstance(k, str)), None)
-            bad_url = next((u for u in urls if not isinstance(u, str)), None)
+            bad_key = next((k for k in keys if not isinstance(k, str)), keys[0])
+            bad_url = next((u for u in urls if not isinstance(u, str)), urls[0])
             raise InvalidInputError(
-                f"keys and urls must be strings, found {type(bad_key if bad_key is not None else keys[0]).__name__} "
-                f"and {type(bad_url if bad_url is not None else urls[0]).__name__}; pass batch['__key__'] and "
-                "batch['__url__'] as collated by the DataLoader (lists of str)"
+                f"keys and urls must be strings, found {type(bad_key).__name__} and {type(bad_url).__name__}; "
+                "pass batch['__key__'] and batch['__url__'] as collated by the DataLoader (lists of str)"
             )
         cache = self._shard_of_url
         for u in set(urls):  # a batch holds a few distinct urls

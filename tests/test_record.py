@@ -87,6 +87,9 @@ def test_nonfinite_losses_are_stored_as_nan_and_counted(tmp_path):
         (["a", "b"], ["s.tar"] * 2, torch.zeros(2, dtype=torch.long), "loss tensor has dtype torch.int64"),
         (["a", "b"], ["s.tar"] * 2, [0.1, 0.2], "loss is a list; expected a torch tensor or numpy array"),
         ([1, 2], ["s.tar"] * 2, torch.zeros(2), "keys and urls must be strings, found int and str"),
+        (["a", None], ["s.tar"] * 2, torch.zeros(2), "keys and urls must be strings, found NoneType and str"),
+        (["a", "b"], ["s.tar", b"t.tar"], torch.zeros(2), "keys and urls must be strings, found str and bytes"),
+        (("a", "b"), ("s.tar",) * 2, np.zeros((1, 2)), r"loss has shape \(1, 2\)"),
     ],
 )
 def test_bad_batches_are_rejected_with_a_clear_message(tmp_path, keys, urls, loss, message):
@@ -109,12 +112,38 @@ def test_same_file_name_in_two_folders_is_an_error_unless_shard_depth_is_raised(
     rec.record(["a"], ["/data/train/s-000.tar"], torch.zeros(1))
     with pytest.raises(InvalidInputError, match=r"two shards have the same name 's-000.tar'.*larger shard_depth"):
         rec.record(["a"], ["/data/extra/s-000.tar"], torch.zeros(1))
-        rec.flush()
+    rec.close()  # the rejected batch is not buffered; the earlier one is written
+    compact(tmp_path / "r")
+    assert load_table(tmp_path / "r", shard_as_dictionary=False).column("shard").to_pylist() == ["s-000.tar"]
     RunDir(tmp_path / "r2", create=True, settings={"shard_depth": 2})
     with LossRecorder(tmp_path / "r2") as rec2:
         rec2.record(["a", "a"], ["/data/train/s-000.tar", "/data/extra/s-000.tar"], torch.tensor([1.0, 2.0]))
     compact(tmp_path / "r2")
     assert sorted(load_table(tmp_path / "r2").column("shard").to_pylist()) == ["extra/s-000.tar", "train/s-000.tar"]
+
+
+def test_parts_are_lz4_with_a_dictionary_shard_column_and_seq_grows_across_recorders(tmp_path):
+    seqs = []
+    for _ in range(3):  # a restarted training opens a new recorder for the same rank
+        with LossRecorder(tmp_path / "r", rank=1) as rec:
+            rec.record(["a", "b"], ["s.tar"] * 2, torch.zeros(2))
+        (newest,) = [p for p in parts(tmp_path / "r") if p not in {q for q, _ in seqs}]
+        seqs.append((newest, pq.read_table(newest).column("seq").to_pylist()))
+    flat = [s for _, ss in seqs for s in ss]
+    assert flat == sorted(flat) and len(set(flat)) == 6
+    meta = pq.ParquetFile(seqs[0][0]).metadata.row_group(0)
+    assert meta.column(3).compression in ("LZ4", "LZ4_RAW")
+    assert seqs[0][0].name.startswith("part-R00001-E000000-") and seqs[0][0].name.split("-")[3] == f"{flat[0]:020d}"
+
+
+def test_losses_on_another_device_and_dtype_mix(tmp_path):
+    with LossRecorder(tmp_path / "r", flush_rows=3) as rec:
+        rec.record(["a"], ["s.tar"], torch.tensor([1.5], dtype=torch.float16))
+        rec.record(["b"], ["s.tar"], np.array([2.5], dtype=np.float64))
+        rec.record(["c"], ["s.tar"], torch.tensor([[3.5]], dtype=torch.bfloat16, requires_grad=True))
+    compact(tmp_path / "r")
+    rows = dict(zip(*load_table(tmp_path / "r").select(["key", "last_loss"]).to_pydict().values()))
+    assert rows == {"a": 1.5, "b": 2.5, "c": 3.5}
 
 
 def test_set_epoch_flushes_previous_epoch(tmp_path):

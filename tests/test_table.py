@@ -22,6 +22,7 @@ from seta_stream import (
     compact,
     load_table,
 )
+from seta_stream.table import TABLE_SCHEMA
 
 
 def record_epochs(run, epochs=3, ranks=2, n=12, flush_rows=5):
@@ -65,12 +66,12 @@ def test_table_rows_match_a_direct_computation(tmp_path):
         recs = sorted(recs, key=lambda x: (x[0], x[1]))
         s = 1.0 / n_ref
         for _, _, v in recs:  # decoupled EMA, one step per record in (epoch, rank, seq) order
-            s = 0.8 * s + 0.2 * float(np.float32(v))
+            s = 0.8 * s + (1 - 0.8) * float(np.float32(v))
         r = rows[ident]
         assert r["seen"] == len(recs)
         assert r["last_loss"] == pytest.approx(recs[-1][2], abs=1e-6)
         assert (r["last_epoch"], r["last_rank"]) == recs[-1][:2]
-        assert r["ema"] == pytest.approx(s, rel=1e-12)
+        assert r["ema"] == s  # exactly: the same float64 steps in the same order
     # sorted by (shard, uid)
     pairs = list(zip(table.column("shard").to_pylist(), table.column("uid").to_pylist()))
     assert pairs == sorted(pairs)
@@ -87,14 +88,56 @@ def test_incremental_equals_one_shot_and_is_idempotent(tmp_path):
                 rec.record(["x", "y", f"new{e}"], ["s.tar"] * 3, torch.tensor([1.0 + e, 2.0, 3.0]))
         compact(a)  # after every epoch
     compact(b)  # once at the end
-    cols = ["shard", "key", "last_loss", "last_epoch", "seen", "ema"]
+    cols = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank"]
     ta, tb = load_table(a).select(cols), load_table(b).select(cols)
-    assert ta.sort_by("key").to_pylist() == tb.sort_by("key").to_pylist()
+    assert ta.to_pylist() == tb.to_pylist()  # same rows, same order, EMA bit for bit
     again = compact(a)
     assert (again.parts_folded, again.rows_folded) == (0, 0)
     assert load_table(a).equals(load_table(a))
     manifest = json.loads((tmp_path / "a/table/manifest.json").read_text())
     assert len(manifest["folded"]) == 3 and manifest["generation"] == 3
+    assert (manifest["rows"], manifest["n_ref"]) == (5, 100)
+
+
+def test_empty_run_and_empty_table(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    assert load_table(run).schema.equals(TABLE_SCHEMA) and load_table(run).num_rows == 0
+    assert load_table(run, columns=["uid", "ema"]).schema.names == ["uid", "ema"]
+    report = compact(run)
+    assert (report.parts_folded, report.samples_total, report.generation) == (0, 0, 0)
+    assert not (tmp_path / "r/table/manifest.json").exists()
+
+
+def test_n_ref_is_the_table_size_after_the_first_fold_of_each_sample(tmp_path):
+    run = RunDir(tmp_path / "r", create=True, settings={"ema_beta2": 0.5})
+    with LossRecorder(run) as rec:
+        rec.record(["a", "b"], ["s.tar"] * 2, torch.tensor([1.0, 2.0]))
+    compact(run)
+    with LossRecorder(run, epoch=1) as rec:
+        rec.record(["a", "c", "d"], ["s.tar"] * 3, torch.tensor([3.0, 4.0, float("inf")]))
+    report = compact(run)
+    assert (report.new_samples, report.samples_total, report.nonfinite) == (2, 4, 1)
+    rows = {r["key"]: r for r in load_table(run, shard_as_dictionary=False).to_pylist()}
+    assert rows["a"]["ema"] == 0.5 * (0.5 * (1 / 2) + 0.5 * 1.0) + 0.5 * 3.0
+    assert rows["c"]["ema"] == 0.5 * (1 / 4) + 0.5 * 4.0  # first folded when the table had 4 rows
+    assert rows["d"]["ema"] == 1 / 4 and rows["d"]["nonfinite"] == 1 and rows["d"]["seen"] == 1
+    assert json.loads((tmp_path / "r/table/manifest.json").read_text())["n_ref"] == 4
+    # rows stay sorted by (shard, uid) when new samples are merged in
+    t = load_table(run, shard_as_dictionary=False)
+    pairs = list(zip(t.column("shard").to_pylist(), t.column("uid").to_pylist()))
+    assert pairs == sorted(pairs)
+
+
+def test_late_part_of_an_older_epoch_does_not_replace_last_loss(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    with LossRecorder(run, rank=0, epoch=1) as rec:
+        rec.record(["a"], ["s.tar"], torch.tensor([5.0]))
+    compact(run)
+    with LossRecorder(run, rank=1, epoch=0) as rec:  # a slow rank's part of epoch 0 arrives late
+        rec.record(["a"], ["s.tar"], torch.tensor([7.0]))
+    compact(run)
+    (row,) = load_table(run).to_pylist()
+    assert (row["last_loss"], row["last_epoch"], row["last_rank"], row["seen"]) == (5.0, 1, 0, 2)
 
 
 def write_part(run_dir, name, table, metadata=None):
@@ -169,9 +212,15 @@ def test_part_with_wrong_uids_is_rejected(tmp_path):
     t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
     write_part(tmp_path / "r", "part-x.parquet", t, META)
     with pytest.raises(
-        CorruptPartError, match=r"part-x.parquet: record \('s.tar', 'a'\) carries uid 0x0000000000003039, expected 0x.*incompatible writer"
+        CorruptPartError,
+        match=r"part-x.parquet: record \('s.tar', 'a'\) carries uid 0x0000000000003039, expected 0x.*incompatible",
     ):
         compact(run)
+    with LossRecorder(run) as rec:
+        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+    report = compact(run, on_corrupt="skip")
+    assert report.quarantined == ["losses/rank=0/epoch=0/part-x.parquet"] and report.parts_folded == 1
+    assert load_table(run).column("key").to_pylist() == ["good"]
 
 
 def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
@@ -190,13 +239,15 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
         rec.record(["bb"], ["s.tar"], torch.tensor([1.0]))
     with pytest.raises(
         SampleIdCollisionError,
-        match=r"\(.s.tar., .bb.\) \(recorded in .*\) has uid 0x000000000000002a, which the table already holds for \('s.tar', 'a'\)",
+        match=r"\('s.tar', 'bb'\) \(recorded in .*\) has uid 0x0+2a, which the table already holds for \('s.tar', 'a'",
     ):
         compact(run)
     run2 = RunDir(tmp_path / "r2", create=True)
     with LossRecorder(run2) as rec:
         rec.record(["a", "bb"], ["s.tar", "t.tar"], torch.tensor([1.0, 2.0]))
-    with pytest.raises(SampleIdCollisionError, match=r"has uid 0x000000000000002a, which \(.t.tar., .bb.\) \(recorded in .*\) also has"):
+    with pytest.raises(
+        SampleIdCollisionError, match=r"has uid 0x000000000000002a, which \(.t.tar., .bb.\) \(recorded in .*\) also has"
+    ):
         compact(run2)
 
 
