@@ -440,13 +440,13 @@ def _first_clash(new_uid: np.ndarray, old_uid: np.ndarray) -> np.uint64 | None:
     su = np.sort(new_uid)
     dup = np.flatnonzero(su[1:] == su[:-1])
     if len(dup):
-        return su[dup[0]]  # type: ignore[no-any-return]
+        return su[dup[0]]
     if len(old_uid) and len(su):
         so = np.sort(old_uid)
         i = np.minimum(np.searchsorted(so, su), len(so) - 1)
         hit = np.flatnonzero(so[i] == su)
         if len(hit):
-            return su[hit[0]]  # type: ignore[no-any-return]
+            return su[hit[0]]
     return None
 
 
@@ -626,11 +626,11 @@ def _fold_records(stats: _Stats, rec: _Records, pos: np.ndarray, beta2: float, p
         for lo in range(0, part.num_rows, _BLOCK):
             hi = min(part.num_rows, lo + _BLOCK)
             p = pos[base + lo : base + hi]
-            cols = (loss_all[lo:hi], epoch_all[lo:hi], rank_all[lo:hi], seq_all[lo:hi])
+            loss, epoch, rank, seq = loss_all[lo:hi], epoch_all[lo:hi], rank_all[lo:hi], seq_all[lo:hi]
             ids = np.arange(base + lo, base + hi, dtype=np.int64)
             mark[p] = ids
             if (mark[p] == ids).all():  # no row twice in this block: one vectorised step
-                stats.apply(p, *cols, beta2)
+                stats.apply(p, loss, epoch, rank, seq, beta2)
                 continue
             # k-th record of a row in this block goes to round k (keeps per-row order)
             order = np.argsort(p, kind="stable")
@@ -641,7 +641,7 @@ def _fold_records(stats: _Stats, rec: _Records, pos: np.ndarray, beta2: float, p
             occurrence[order] = np.arange(len(sp)) - first
             for r in range(int(occurrence.max()) + 1):
                 sel = np.flatnonzero(occurrence == r)
-                stats.apply(p[sel], *(c[sel] for c in cols), beta2)
+                stats.apply(p[sel], loss[sel], epoch[sel], rank[sel], seq[sel], beta2)
         if progress is not None:
             progress.update(1)
 

@@ -334,3 +334,24 @@ def test_record_compact_plan_on_fsspec_urls(tmp_path, scheme):
     # mu = 2.5: a, b below the mean, floor(0.5 * 2) = 1 of them kept with weight 2
     weights = dict(zip(plan.column("key").to_pylist(), plan.column("weight").to_pylist()))
     assert weights["c"] == weights["d"] == 1.0 and sorted([weights["a"], weights["b"]]) == [0.0, 2.0]
+
+
+def test_a_sample_repeated_within_one_part_is_folded_step_by_step(tmp_path):
+    # e.g. a sampler that draws with replacement: the records of one part are applied in seq order
+    run = RunDir(tmp_path / "r", create=True, settings={"ema_beta2": 0.7, "dataset_size": 10})
+    keys = ["a", "b", "a", "c", "a", "b"]
+    values = [1.0, 2.0, 3.0, 4.0, float("nan"), 6.0]
+    with LossRecorder(run, flush_rows=100) as rec:
+        rec.record(keys, ["s.tar"] * 6, torch.tensor(values))
+    report = compact(run)
+    assert (report.parts_folded, report.rows_folded, report.new_samples, report.nonfinite) == (1, 6, 3, 1)
+    rows = {r["key"]: r for r in load_table(run).to_pylist()}
+    for key in "abc":
+        s = 1 / 10
+        mine = [v for k, v in zip(keys, values) if k == key]
+        for v in mine:
+            if v == v:
+                s = 0.7 * s + (1 - 0.7) * v
+        assert rows[key]["ema"] == s and rows[key]["seen"] == len(mine)
+    assert np.isnan(rows["a"]["last_loss"]) and rows["a"]["nonfinite"] == 1 and rows["b"]["last_loss"] == 6.0
+    assert rows["b"]["last_seq"] - rows["a"]["last_seq"] == 1  # records 4 and 5 of the part
