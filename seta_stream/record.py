@@ -15,7 +15,8 @@ computes uids (``ids.sample_uids``) and publishes one part.
 What a crash can lose: the unflushed buffer, at most ``flush_rows`` records (plus the batch
 that crossed the threshold) per rank. On a normal interpreter exit, including one that never
 calls ``close()``, the buffer is flushed by an ``atexit`` hook (held through a weak reference,
-so the hook does not keep the recorder alive).
+so the hook does not keep the recorder alive); a recorder garbage-collected without ``close()``
+flushes in its finaliser.
 
 Non-finite losses (NaN, +-inf) are stored as NaN and counted in ``stats["nonfinite"]``; the
 loss table counts them per sample and the policies treat such samples as unseen.
@@ -156,7 +157,8 @@ class LossRecorder:
 
         ``loss`` is the unweighted per-sample loss (``reduction='none'``): a torch tensor (any
         float dtype, any device) or numpy array of shape (batch,) or (batch, 1). Nothing is
-        copied or synchronised here; the values are read at :meth:`flush`.
+        copied or synchronised here; the values are read at :meth:`flush`, so do not modify
+        the tensor in place afterwards (record ``loss.clone()`` if the loop does).
         """
         if self.closed:
             raise InvalidInputError("record() after close(); create a new LossRecorder")
@@ -233,6 +235,11 @@ class LossRecorder:
         finally:
             self.closed = True
             atexit.unregister(self._atexit)
+
+    def __del__(self) -> None:
+        # a recorder dropped without close() (e.g. a local variable) still lands its buffer
+        if not getattr(self, "closed", True) and getattr(self, "_rows", 0):
+            self.close()
 
     def __enter__(self) -> LossRecorder:
         return self

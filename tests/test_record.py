@@ -184,3 +184,17 @@ def test_sigkill_loses_only_the_unflushed_buffer(tmp_path):
     assert sorted(load_table(tmp_path / "r").column("key").to_pylist()) == sorted(f"k{i}" for i in range(8))
     report = compact(tmp_path / "r")
     assert report.parts_folded == 0
+
+
+def test_recorder_dropped_without_close_lands_its_buffer(tmp_path):
+    import gc
+
+    def train_one_epoch():
+        rec = LossRecorder(tmp_path / "r", flush_rows=1000)
+        rec.record(["a", "b"], ["s.tar"] * 2, torch.tensor([1.0, 2.0]))
+
+    train_one_epoch()
+    gc.collect()
+    assert len(parts(tmp_path / "r")) == 1
+    compact(tmp_path / "r")
+    assert sorted(load_table(tmp_path / "r").column("key").to_pylist()) == ["a", "b"]
