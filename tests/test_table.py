@@ -355,3 +355,13 @@ def test_a_sample_repeated_within_one_part_is_folded_step_by_step(tmp_path):
         assert rows[key]["ema"] == s and rows[key]["seen"] == len(mine)
     assert np.isnan(rows["a"]["last_loss"]) and rows["a"]["nonfinite"] == 1 and rows["b"]["last_loss"] == 6.0
     assert rows["b"]["last_seq"] - rows["a"]["last_seq"] == 1  # records 4 and 5 of the part
+
+
+def test_progress_bar_reports_parts(tmp_path, capsys):
+    with LossRecorder(tmp_path / "r", flush_rows=2) as rec:
+        rec.record(["a", "b"], ["s.tar"] * 2, torch.arange(2.0))
+        rec.record(["c", "d"], ["s.tar"] * 2, torch.arange(2.0))
+    report = compact(tmp_path / "r", progress=True)
+    assert report.parts_folded == 2
+    err = capsys.readouterr().err
+    assert "compact: folding parts" in err and "2/2" in err
