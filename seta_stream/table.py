@@ -646,6 +646,38 @@ def _fold_records(stats: _Stats, rec: _Records, pos: np.ndarray, beta2: float, p
             progress.update(1)
 
 
+_MAX_KEY_PIECES = 1 << 14
+
+
+def _interleave(old_keys: pa.ChunkedArray, new_keys: pa.ChunkedArray, insert: np.ndarray) -> pa.ChunkedArray:
+    """Old keys with the new ones inserted (``insert[j]`` old rows precede new row j).
+
+    Zero-copy slices when the new rows fall into few places (new shards, a few shards);
+    otherwise one take (a copy of every key string)."""
+    n_old, n_new = len(old_keys), len(new_keys)
+    cuts = (np.flatnonzero(np.diff(insert)) + 1).tolist()
+    if len(cuts) < _MAX_KEY_PIECES:
+        pieces: list[pa.ChunkedArray] = []
+        prev = 0
+        for a, b in zip([0, *cuts], [*cuts, n_new]):
+            at = int(insert[a])
+            if at > prev:
+                pieces.append(old_keys.slice(prev, at - prev))
+            pieces.append(new_keys.slice(a, b - a))
+            prev = at
+        if prev < n_old:
+            pieces.append(old_keys.slice(prev))
+        return pa.chunked_array([c for piece in pieces for c in piece.chunks], pa.string())
+    perm = np.empty(n_old + n_new, dtype=np.int64)
+    new_dest = insert + np.arange(n_new)
+    perm[new_dest] = n_old + np.arange(n_new)
+    old_mask = np.ones(n_old + n_new, dtype=bool)
+    old_mask[new_dest] = False
+    perm[old_mask] = np.arange(n_old)
+    both = pa.chunked_array(list(old_keys.chunks) + list(new_keys.chunks), pa.string())
+    return both.take(pa.array(perm))
+
+
 def _fold(run: RunDir, old_rel: str | None, rec: _Records, progress: Any) -> tuple[pa.Table, int, int]:
     """(new table, number of new samples, n_ref): the table ``old_rel`` updated with the records.
 
@@ -700,11 +732,8 @@ def _fold(run: RunDir, old_rel: str | None, rec: _Records, progress: Any) -> tup
         assert old.table is not None
         codes[old_dest] = np.repeat(np.arange(len(old.names), dtype=np.int32), np.diff(old.starts))
         uid[old_dest] = old.uid
-        perm = np.empty(n, dtype=np.int64)
-        perm[old_dest] = np.arange(old.n)
-        perm[new_dest] = old.n + np.arange(n_new)
-        both = pa.chunked_array(list(old.table.column("key").chunks) + list(new.keys.chunks), pa.string())
-        keys = both.take(pa.array(perm))
+        keys = _interleave(old.table.column("key"), new.keys, new.insert)
+    del old, new  # the old key strings are not needed while the new table is written
     shard = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
     table = pa.Table.from_pydict({"shard": shard, "key": keys, "uid": uid, **stats.columns()}, schema=TABLE_SCHEMA)
     return table, n_new, n_ref

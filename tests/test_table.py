@@ -365,3 +365,30 @@ def test_progress_bar_reports_parts(tmp_path, capsys):
     assert report.parts_folded == 2
     err = capsys.readouterr().err
     assert "compact: folding parts" in err and "2/2" in err
+
+
+@pytest.mark.parametrize("max_pieces", [0, 1 << 14])
+def test_new_samples_are_merged_in_order_by_slices_or_by_one_take(tmp_path, monkeypatch, max_pieces):
+    monkeypatch.setattr("seta_stream.table._MAX_KEY_PIECES", max_pieces)
+    run = RunDir(tmp_path / "r", create=True)
+    with LossRecorder(run) as rec:
+        rec.record([f"k{i}" for i in range(0, 40, 2)], [f"/d/s{i % 4}.tar" for i in range(0, 40, 2)], torch.zeros(20))
+    compact(run)
+    with LossRecorder(run, epoch=1) as rec:  # new keys in existing shards, a new shard, known keys
+        keys = [f"k{i}" for i in range(40)] + ["z0", "z1"]
+        rec.record(keys, [f"/d/s{i % 4}.tar" for i in range(40)] + ["/d/a-new.tar"] * 2, torch.ones(42))
+    assert compact(run).new_samples == 22
+    t = load_table(run, shard_as_dictionary=False)
+    rows = list(zip(t.column("shard").to_pylist(), t.column("uid").to_pylist()))
+    assert rows == sorted(rows) and len(rows) == 42
+    expected = {(f"s{i % 4}.tar", f"k{i}"): 2 - i % 2 for i in range(40)} | {
+        ("a-new.tar", "z0"): 1,
+        ("a-new.tar", "z1"): 1,
+    }
+    assert (
+        dict(zip(zip(t.column("shard").to_pylist(), t.column("key").to_pylist()), t.column("seen").to_pylist()))
+        == expected
+    )
+    from seta_stream.ids import sample_uids
+
+    assert np.array_equal(sample_uids(t.column("shard"), t.column("key")), t.column("uid").to_numpy())
