@@ -238,7 +238,7 @@ class LossRecorder:
 
     def __del__(self) -> None:
         # a recorder dropped without close() (e.g. a local variable) still lands its buffer
-        if not getattr(self, "closed", True) and getattr(self, "_rows", 0):
+        if not getattr(self, "closed", True) and self.__dict__.get("_rows", 0):
             self.close()
 
     def __enter__(self) -> LossRecorder:
