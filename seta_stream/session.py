@@ -38,7 +38,7 @@ from .errors import SetaStreamError
 from .plan import load_summary, plan_epoch, set_current_epoch
 from .record import LossRecorder
 from .runfs import RunDir
-from .table import compact
+from .table import compact, folded_parts
 
 __all__ = ["Pruner", "supersede_parts"]
 
@@ -51,7 +51,7 @@ def supersede_parts(run: RunDir, from_epoch: int) -> list[str]:
     Used when a run resumes at ``from_epoch``: those parts come from an interrupted attempt
     of an epoch that is trained again. Returns the moved parts (relative paths).
     """
-    folded = set((run.read_json("table/manifest.json", default=None) or {}).get("folded", []))
+    folded = set(folded_parts(run))
     moved = []
     for rel in run.glob("losses/rank=*/epoch=*/part-*.parquet"):
         m = _PART_EPOCH.match(rel)
