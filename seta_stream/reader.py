@@ -51,17 +51,27 @@ def _ranges(members: list[tuple[str, int, int]], gap: int) -> list[tuple[int, in
     return blocks
 
 
-def _files_of_kept(url: str, idx: dict[str, Any], view: PlanView, gap: int, stats: dict[str, int]) -> Iterator[dict]:
+def _files_of_kept(
+    url: str,
+    idx: dict[str, Any],
+    view: PlanView,
+    gap: int,
+    stats: dict[str, int],
+    kept: dict[str, tuple[bool, float, float | None, bool]],
+) -> Iterator[dict]:
+    """Member files of the kept samples; fills ``kept`` with each kept key's decision."""
     shard = shard_name(url, view.depth)
     members: list[tuple[str, int, int]] = []
     for key, sample_members in idx["samples"]:
-        keep, _, _, known = view.decide(shard, key)
+        decision = view.decide(shard, key)
+        keep, _, _, known = decision
         if not known:
             _COUNTERS["absent_kept" if keep else "absent_dropped"] += 1
         if not keep:
             _COUNTERS["dropped"] += 1
             continue
         _COUNTERS["kept"] += 1
+        kept[key] = decision
         members.extend((n, o, s) for n, o, s in sample_members if not _is_meta(n))
     if not members:
         return
@@ -109,8 +119,9 @@ def _read_kept(
         if idx is None:  # stream this shard and filter it
             yield from _keep_filter(tarfile_samples(iter([item])), view.run, view.epoch)
             continue
-        for sample in group_by_keys(_files_of_kept(url, idx, view, gap, stats)):
-            keep, weight, score, _ = view.decide(shard_name(url, view.depth), sample["__key__"])
+        kept: dict[str, tuple[bool, float, float | None, bool]] = {}
+        for sample in group_by_keys(_files_of_kept(url, idx, view, gap, stats, kept)):
+            _, weight, score, _ = kept.pop(sample["__key__"])  # decided once, when reading
             sample["__weight__"] = weight
             if view.has_score:
                 sample["__score__"] = score if score is not None else float("nan")
