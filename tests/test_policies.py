@@ -9,11 +9,8 @@ from hypothesis import strategies as st
 
 from seta_stream.policies import PolicyInput, describe_policies, get_policy, run_policy
 from seta_stream.policies.random_draws import (
-    keep_count,
-    prune_epochs,
     salt,
     uniform_of,
-    uniform_subset,
     uniforms,
     weighted_subset,
 )
@@ -35,30 +32,6 @@ def test_uniforms_match_the_scalar_definition_and_are_in_range():
     assert u.tolist() == [uniform_of(int(x), 42, 3, 1) for x in uid]
     assert np.all((u >= 0) & (u < 1))
     assert salt(42, 3, 1) != salt(42, 3, 2) != salt(42, 4, 1)
-
-
-def test_counts_and_epoch_boundaries_use_floor_with_epsilon():
-    assert keep_count(0.29, 100) == 29  # 0.29 * 100 = 28.999999999999996
-    assert prune_epochs(0.29, 100) == 29
-    assert prune_epochs(0.875, 10) == 8 and prune_epochs(0.875, 200) == 175
-    assert prune_epochs(0.875, 10, override=5) == 5
-
-
-def test_uniform_subset_is_the_m_smallest_and_row_order_free():
-    rng = np.random.default_rng(1)
-    uid = rng.integers(0, 2**63, 1000, dtype=np.uint64)
-    u = uniforms(uid, 7, 0, 1)
-    mask = uniform_subset(np.ones(1000, bool), 300, u, uid)
-    assert mask.sum() == 300 and u[mask].max() < u[~mask].min()
-    perm = rng.permutation(1000)
-    mask_p = uniform_subset(np.ones(1000, bool), 300, u[perm], uid[perm])
-    assert set(uid[perm][mask_p]) == set(uid[mask])
-
-
-def test_uniform_subset_breaks_ties_by_uid():
-    uid = np.array([5, 3, 9, 1], dtype=np.uint64)
-    u = np.array([0.5, 0.5, 0.1, 0.5])
-    assert uniform_subset(np.ones(4, bool), 2, u, uid).tolist() == [False, False, True, True]
 
 
 def test_weighted_subset_inclusion_follows_successive_sampling():
