@@ -1,0 +1,694 @@
+"""Does pruning keep accuracy? Every policy trained through the real pipeline on real data.
+
+Shards -> ``seta.attach`` (skip_shards + keep_filter) -> DataLoader worker -> model -> recorded
+per-sample losses -> compaction -> plan of the next epoch, exactly as a user's loop does it.
+
+Data (from ``--data``, never copied into the repository):
+
+* CIFAR-10: train shards 0-8 (45,000 images) train, train shard 9 (5,000) is the held-out
+  validation split, the 10,000 test images are the test split. Small CNN, CPU.
+* SST-2: ``train.tsv`` converted to shards with ``tools/text_to_shards.py`` (shuffled, seed 0):
+  shards 0-12 (65,000 sentences) train, shard 13 (2,349) held-out validation; GLUE's ``dev.tsv``
+  (872) is the test split (GLUE's test labels are not public). Hashed uni+bigram bag of words
+  (fastText-like), CPU.
+
+Runs at the same number of epochs: full; dynamic random, static random, InfoBatch and SeTa at
+settings that land near 30/50/70% pruned; ES and ESWP at their defaults; and with 40% of the
+training labels replaced (a fixed, seeded corruption): full, InfoBatch, SeTa, ES and ESWP.
+InfoBatch's and SeTa's settings for a pruned level are chosen on training losses only (the
+per-epoch losses the full run of seed 0 recorded), never on a test split; see ``calibrate``.
+
+Each finished run is one JSON file under ``docs/quality-runs/`` (committed, small); a rerun
+skips finished runs, so a partial study resumes. ``--report-only`` rewrites docs/quality.md
+and the plots from those files.
+
+    python benchmarks/quality.py --data ../shared/data            # everything (hours on 2 cores)
+    python benchmarks/quality.py --datasets sst2 --seeds 5        # one data set
+    python benchmarks/quality.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "quality-runs"
+DOC = ROOT / "docs" / "quality.md"
+LEVELS = (0.3, 0.5, 0.7)
+NOISE = 0.4
+NOISE_SEED = 20261122
+BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
+
+
+# ---------------------------------------------------------------------------------- data sets
+class Dataset:
+    name: str
+    classes: int
+    epochs: int
+    batch: int
+    workers: int
+
+    def __init__(self, data: Path, out: Path) -> None:
+        self.data, self.out = data, out
+
+    def prepare(self) -> None: ...
+
+    train: list[str]
+    val: list[str]
+    test: list[str]
+
+
+class Cifar(Dataset):
+    name, classes, epochs, batch, workers = "cifar10", 10, 8, 128, 1
+
+    def prepare(self) -> None:
+        d = self.data / "cifar10"
+        shards = sorted(glob.glob(str(d / "train-*.tar.gz")))
+        if len(shards) != 10:
+            raise SystemExit(f"{d}: expected 10 train-*.tar.gz shards, found {len(shards)}; see {d}/README.md")
+        self.train, self.val = shards[:9], shards[9:]
+        self.test = sorted(glob.glob(str(d / "test-*.tar.gz")))
+
+
+class Sst2(Dataset):
+    name, classes, epochs, batch, workers = "sst2", 2, 5, 128, 2
+
+    def prepare(self) -> None:
+        d = self.out / "sst2-shards"
+        if not (d / "sst2-test.json").exists():
+            tool = ROOT / "tools" / "text_to_shards.py"
+            common = ["--text", "sentence", "--label", "label", "--labels", "0,1", "--shard-size", "5000"]
+            src = self.data / "sst2"
+            for split, extra in (("train", ["--shuffle", "0"]), ("test", [])):
+                tsv = src / ("train.tsv" if split == "train" else "dev.tsv")
+                subprocess.run(
+                    [sys.executable, str(tool), str(tsv), "--out", str(d), "--prefix", f"sst2-{split}", "--json"]
+                    + common
+                    + extra,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+        shards = sorted(glob.glob(str(d / "sst2-train-*.tar")))
+        self.train, self.val = shards[:-1], shards[-1:]
+        self.test = sorted(glob.glob(str(d / "sst2-test-*.tar")))
+
+
+# ------------------------------------------------------------------------------ label noise
+def _hash01(text: str, salt: int) -> float:
+    return zlib.crc32(f"{salt}:{text}".encode()) / 2**32
+
+
+def noise_offsets(population: Any, classes: int) -> dict[str, int]:
+    """key -> label offset (1..C-1) for exactly round(40%) of the training samples.
+
+    Fixed and seeded (NOISE_SEED), derived from the keys alone, so every policy and seed sees
+    the same corrupted labels; the new label (y + offset) mod C is always a different class.
+    """
+    keys = sorted(population.column("key").to_pylist())
+    order = sorted(keys, key=lambda k: (_hash01(k, NOISE_SEED), k))
+    chosen = order[: round(NOISE * len(keys))]
+    return {k: 1 + int(_hash01(k, NOISE_SEED + 1) * (classes - 1)) for k in chosen}
+
+
+# ---------------------------------------------------------------------------------- models
+def cifar_model() -> Any:
+    import torch.nn as nn
+
+    def block(i: int, o: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(i, o, 3, 1, 1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
+
+    return nn.Sequential(
+        block(3, 16), nn.MaxPool2d(2), block(16, 32), nn.MaxPool2d(2), block(32, 64), nn.MaxPool2d(2),
+        block(64, 128), nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(128, 10),
+    )  # fmt: skip
+
+
+BUCKETS = 1 << 18
+
+
+def tokens(text: str) -> list[int]:
+    """Hashed unigrams and bigrams of a lower-cased, whitespace-tokenised sentence."""
+    words = text.lower().split()
+    grams = words + [a + " " + b for a, b in zip(words, words[1:])]
+    return [zlib.crc32(g.encode()) % BUCKETS for g in grams] or [0]
+
+
+class TextModel:
+    """fastText-like: mean of hashed n-gram embeddings, then a linear layer."""
+
+    def __new__(cls) -> Any:
+        import torch.nn as nn
+
+        class _M(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.emb = nn.EmbeddingBag(BUCKETS, 64, mode="mean", sparse=True)
+                self.out = nn.Linear(64, 2)
+
+            def forward(self, batch: Any) -> Any:
+                ids, offsets = batch
+                return self.out(self.emb(ids, offsets))
+
+        return _M()
+
+
+# ------------------------------------------------------------------------------ pipelines
+MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32) * 255
+STD = np.array([0.2470, 0.2435, 0.2616], np.float32) * 255
+
+
+def _augment(img: np.ndarray) -> np.ndarray:
+    """Random 32x32 crop of the 4-pixel reflect-padded image, random horizontal flip."""
+    rng = np.random.default_rng()
+    p = np.pad(img, ((4, 4), (4, 4), (0, 0)), mode="reflect")
+    dy, dx = rng.integers(0, 9, 2)
+    out = p[dy : dy + 32, dx : dx + 32]
+    return out[:, ::-1] if rng.random() < 0.5 else out
+
+
+def _images(batch: list) -> Any:
+    import torch
+
+    x = (np.stack(batch).astype(np.float32) - MEAN) / STD
+    return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+
+
+def _texts(batch: list) -> Any:
+    import torch
+
+    ids = [tokens(t) for t in batch]
+    offsets = np.cumsum([0] + [len(t) for t in ids[:-1]])
+    return torch.tensor([i for t in ids for i in t]), torch.from_numpy(offsets)
+
+
+def _collate(samples: list) -> tuple:
+    cols = list(zip(*samples))
+    x = _images(list(cols[0])) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
+    return (x, *[list(c) for c in cols[1:]])
+
+
+def _relabel(offsets: dict[str, int], classes: int) -> Any:
+    def fn(sample: dict) -> dict:
+        off = offsets.get(sample["__key__"])
+        if off:
+            sample["cls"] = (int(sample["cls"]) + off) % classes
+        return sample
+
+    return fn
+
+
+def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int) -> Any:
+    import webdataset as wds
+
+    import seta_stream as seta
+
+    image = ds.name == "cifar10"
+    pipe = seta.attach(wds.WebDataset(ds.train, shardshuffle=len(ds.train), seed=seed, empty_check=False), run_dir)
+    if noise:
+        pipe = pipe.map(_relabel(noise, ds.classes))
+    fields = ["jpg" if image else "txt", "cls", "__key__", "__url__", "__weight__"] + (
+        ["__score__"] if with_score else []
+    )
+    pipe = pipe.shuffle(2000, seed=seed).decode(*(["rgb8"] if image else [])).to_tuple(*fields)
+    if image:
+        pipe = pipe.map_tuple(_augment)
+    pipe = pipe.batched(bs, collation_fn=_collate, partial=True)
+    return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
+
+
+def evaluate(model: Any, ds: Dataset, urls: list[str]) -> float:
+    import torch
+    import webdataset as wds
+
+    image = ds.name == "cifar10"
+    pipe = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode(*(["rgb8"] if image else []))
+        .to_tuple("jpg" if image else "txt", "cls")
+        .batched(500, collation_fn=_collate)
+    )
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in pipe:
+            y = torch.as_tensor([int(v) for v in y])
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    model.train()
+    return correct / max(total, 1)
+
+
+# ------------------------------------------------------------------------------ one run
+def lr_at(t: float, epochs: int, peak: float) -> float:
+    """Epoch-based one-cycle: linear warm-up over the first 15% of training, then linear decay."""
+    w = 0.15 * epochs
+    return peak * (t / w if t < w else max(0.0, (epochs - t) / (epochs - w)))
+
+
+def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    import seta_stream as seta
+    from seta_stream.ids import sample_uid, shard_name
+    from seta_stream.policies import es_select
+
+    policy, params, noisy = cfg["policy"], dict(cfg["params"]), cfg["noisy"]
+    run_dir = str(out / "runs" / run_id(ds.name, cfg, seed))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    torch.manual_seed(seed)
+    image = ds.name == "cifar10"
+    model = cifar_model().to(memory_format=torch.channels_last) if image else TextModel()
+    if image:
+        peak = 0.1
+        opts = [torch.optim.SGD(model.parameters(), lr=peak, momentum=0.9, nesterov=True, weight_decay=5e-4)]
+    else:
+        peak = 0.01
+        opts = [
+            torch.optim.SparseAdam(model.emb.parameters(), lr=peak),
+            torch.optim.Adam(model.out.parameters(), lr=peak),
+        ]
+    es_like = policy in ("es", "eswp")
+    mini = 0.25
+    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=ds.epochs, seed=seed, population=population)
+    noise = noise_offsets(population, ds.classes) if noisy else None
+    meta = int(ds.batch / mini) if es_like else ds.batch
+    loader = train_loader(ds, run_dir, seed, noise, es_like, meta)
+    epochs: list[dict] = []
+    t_run = time.perf_counter()
+    for epoch in range(ds.epochs):
+        t0 = time.perf_counter()
+        summary = pruner.start_epoch(epoch)
+        active = es_like and bool(summary.get("active"))
+        steps = max(1, math.ceil(summary["kept"] / (meta if active else ds.batch)))
+        step = streamed = backprop = 0
+        loss_sum = 0.0
+        for batch in loader:
+            x, y, keys, urls, w = batch[:5]
+            y = torch.as_tensor([int(v) for v in y])
+            streamed += len(keys)
+            if es_like:
+                with torch.no_grad():
+                    losses = F.cross_entropy(model(x), y, reduction="none")
+                if active:
+                    uids = [sample_uid(shard_name(u), k) for u, k in zip(urls, keys)]
+                    pick = es_select(losses, np.asarray(batch[5], np.float64), mini_ratio=mini, beta1=0.2, seed=seed,
+                                     epoch=epoch, rank=0, step=step, uids=uids)  # fmt: skip
+                    chunks = [torch.from_numpy(np.flatnonzero(pick))]
+                else:  # warm-up / annealing: the meta-batch as ordinary mini-batches
+                    pick = np.ones(len(keys), bool)
+                    chunks = list(torch.arange(len(keys)).split(ds.batch))
+                pruner.record(keys, urls, losses, trained=pick)
+                loss_sum += float(losses.sum())
+                for idx in chunks:
+                    _set_lr(opts, lr_at(epoch + min(step, steps) / steps, ds.epochs, peak))
+                    xs = x[idx] if image else _select_text(x, idx)
+                    loss = F.cross_entropy(model(xs), y[idx])
+                    for o in opts:
+                        o.zero_grad(set_to_none=True)
+                    loss.backward()
+                    for o in opts:
+                        o.step()
+                    step += 1
+                    backprop += len(idx)
+                continue
+            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, ds.epochs, peak))
+            losses = F.cross_entropy(model(x), y, reduction="none")
+            pruner.record(keys, urls, losses)
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            seta.weighted_mean(losses, w).backward()
+            for o in opts:
+                o.step()
+            step += 1
+            streamed_loss = float(losses.detach().sum())
+            loss_sum += streamed_loss
+            backprop += len(keys)
+        epochs.append(
+            {
+                "epoch": epoch,
+                "phase": summary["phase"],
+                "n": summary["n"],
+                "kept": summary["kept"],
+                "streamed": streamed,
+                "backprop": backprop,
+                "train_loss": loss_sum / max(streamed, 1),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+        print(
+            f"    epoch {epoch} {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}% "
+            f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
+            flush=True,
+        )
+    pruner.close()
+    seconds = time.perf_counter() - t_run
+    n_total = sum(e["n"] for e in epochs)
+    result = {
+        "dataset": ds.name,
+        **cfg,
+        "seed": seed,
+        "epochs": epochs,
+        "pruned": 1 - sum(e["streamed"] for e in epochs) / n_total,
+        "pruned_backprop": 1 - sum(e["backprop"] for e in epochs) / n_total,
+        "val_acc": evaluate(model, ds, ds.val),
+        "test_acc": evaluate(model, ds, ds.test),
+        "seconds": round(seconds, 1),
+        "torch_threads": torch.get_num_threads(),
+    }
+    del loader
+    return result
+
+
+def _set_lr(opts: list, lr: float) -> None:
+    for o in opts:
+        for g in o.param_groups:
+            g["lr"] = lr
+
+
+def _select_text(x: Any, idx: Any) -> Any:
+    import torch
+
+    ids, offsets = x
+    ends = torch.cat([offsets[1:], torch.tensor([len(ids)])])
+    parts = [ids[offsets[i] : ends[i]] for i in idx.tolist()]
+    lens = torch.tensor([len(p) for p in parts])
+    return torch.cat(parts), torch.cat([torch.tensor([0]), lens.cumsum(0)[:-1]])
+
+
+# ------------------------------------------------------------------------------ settings
+def run_id(ds: str, cfg: dict, seed: int) -> str:
+    p = "-".join(f"{k}{v}" for k, v in sorted(cfg["params"].items())) or "default"
+    return f"{ds}-{'noisy' if cfg['noisy'] else 'clean'}-{cfg['policy']}-{cfg['label']}-{p}-s{seed}"
+
+
+def calibrate(ds: Dataset, full_run: Path, population: Any) -> dict:
+    """InfoBatch and SeTa settings whose pruned % lands nearest 30/50/70%, chosen on training losses.
+
+    Replays the policy over the per-epoch losses that the full-data run of seed 0 recorded
+    (plan of epoch e sees the losses of epoch e-1) for a grid of settings, and takes per
+    level the setting whose simulated pruned % is nearest. Pruned runs see stale losses for
+    samples they skipped, so the measured % differs somewhat; the report shows the measured one.
+    """
+    import pyarrow.parquet as pq
+
+    from seta_stream.ids import sample_uids
+    from seta_stream.policies import PolicyInput, run_policy
+
+    shards = population.column("shard")
+    keys = population.column("key")
+    uid = sample_uids(shards, keys)
+    order = np.argsort(uid)
+    per_epoch = []
+    for e in range(ds.epochs):
+        files = sorted(glob.glob(str(full_run / f"losses/rank=0/epoch={e}/*.parquet")))
+        t = (
+            pq.read_table(files[0])
+            if len(files) == 1
+            else __import__("pyarrow").concat_tables([pq.read_table(f) for f in files])
+        )
+        u = sample_uids(t.column("shard"), t.column("key"))
+        loss = np.full(len(uid), np.nan, np.float32)
+        pos = order[np.searchsorted(uid[order], u)]
+        loss[pos] = t.column("loss").to_numpy(zero_copy_only=False)
+        per_epoch.append(loss)
+    n = len(uid)
+
+    def simulate(policy: str, params: dict) -> float:
+        kept = 0
+        for e in range(ds.epochs):
+            last = per_epoch[e - 1] if e else np.full(n, np.nan, np.float32)
+            seen = np.isfinite(last).astype(np.int32)
+            inp = PolicyInput(uid=uid, last_loss=last, ema=last.astype(np.float64), seen=seen,
+                              last_epoch=np.where(seen > 0, e - 1, -1).astype(np.int32), epoch=e, epochs=ds.epochs,
+                              seed=0)  # fmt: skip
+            kept += int(run_policy(policy, inp, **params).keep.sum())
+        return 1 - kept / (n * ds.epochs)
+
+    grids = {
+        "infobatch": [dict(r=r) for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
+        "seta": [
+            dict(r=r, k=k, alpha=a)
+            for r in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+            for k in (5, 10)
+            for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+        ],
+    }
+    chosen: dict[str, Any] = {"source": str(full_run.name), "levels": {}}
+    for policy, grid in grids.items():
+        sims = [(simulate(policy, p), p) for p in grid]
+        for level in LEVELS:
+            # nearest; among near-equal (within 2 points) prefer the paper's ranges: small r, k=5
+            best = min(sims, key=lambda s: (round(abs(s[0] - level) / 0.02), s[1].get("r", 0), s[1].get("k", 0)))
+            chosen["levels"].setdefault(policy, {})[f"{int(level * 100)}"] = {"params": best[1], "simulated": best[0]}
+    return chosen
+
+
+def configs(calibration: dict | None) -> list[dict]:
+    out: list[dict] = [{"policy": "full", "params": {}, "label": "full", "noisy": False}]
+    for policy in ("random", "static"):
+        out += [{"policy": policy, "params": {"r": lv}, "label": f"p{int(lv * 100)}", "noisy": False} for lv in LEVELS]
+    for policy in ("infobatch", "seta"):
+        for lv in LEVELS:
+            if calibration is None:
+                continue
+            p = calibration["levels"][policy][f"{int(lv * 100)}"]["params"]
+            out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}", "noisy": False})
+    out += [{"policy": p, "params": {}, "label": "default", "noisy": False} for p in ("es", "eswp")]
+    noisy = [
+        c
+        for c in out
+        if c["policy"] in ("full", "es", "eswp") or c["label"] == "p50" and c["policy"] in ("infobatch", "seta")
+    ]
+    return out + [{**c, "noisy": True} for c in noisy]
+
+
+# ------------------------------------------------------------------------------ study
+def load_results() -> list[dict]:
+    return [
+        json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json")) if not p.name.endswith("calibration.json")
+    ]
+
+
+def study(args: argparse.Namespace) -> None:
+    import torch
+    from tqdm import tqdm
+
+    from seta_stream.listing import list_samples
+
+    torch.set_num_threads(args.threads)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    wanted = [d for d in args.datasets.split(",") if d]
+    for name in wanted:
+        ds: Dataset = {"cifar10": Cifar, "sst2": Sst2}[name](Path(args.data), out)
+        ds.prepare()
+        population = list_samples(ds.train)
+        seeds = list(range(args.seeds if args.seeds else (2 if name == "cifar10" else 5)))
+        cal_path = RESULTS / f"{name}-calibration.json"
+        full0 = {"policy": "full", "params": {}, "label": "full", "noisy": False}
+        done = {p.stem for p in RESULTS.glob("*.json")}
+        todo = [(c, s) for s in seeds for c in configs(None)[:1]]  # full first: calibration needs it
+        bar = tqdm(desc=f"{name} runs", unit="run")
+        for cfg, seed in todo:
+            _one(ds, cfg, seed, out, population, done, bar, args)
+        if not cal_path.exists():
+            cal = calibrate(ds, out / "runs" / run_id(name, full0, 0), population)
+            cal_path.write_text(json.dumps(cal, indent=1))
+        cal = json.loads(cal_path.read_text())
+        rest = [c for c in configs(cal) if not (c["policy"] == "full" and not c["noisy"])]
+        if args.only:
+            rest = [c for c in rest if re.search(args.only, run_id(name, c, 0))]
+        # seed-major: every configuration once before any gets a second seed
+        for seed in seeds:
+            for cfg in rest:
+                _one(ds, cfg, seed, out, population, done, bar, args)
+        bar.close()
+        report()
+
+
+def _one(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any, done: set, bar: Any, args: Any) -> None:
+    rid = run_id(ds.name, cfg, seed)
+    if rid in done:
+        return
+    print(f"== {rid}", flush=True)
+    result = train_run(ds, cfg, seed, out, population)
+    (RESULTS / f"{rid}.json").write_text(json.dumps(result, indent=1))
+    done.add(rid)
+    bar.update(1)
+    print(
+        f"   -> pruned {100 * result['pruned']:.1f}% (backprop {100 * result['pruned_backprop']:.1f}%), "
+        f"val {100 * result['val_acc']:.2f}%, test {100 * result['test_acc']:.2f}%, {result['seconds']:.0f}s",
+        flush=True,
+    )
+    if not args.keep_runs and not (cfg["policy"] == "full" and seed == 0 and not cfg["noisy"]):
+        shutil.rmtree(out / "runs" / rid, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ report
+def _group(results: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        key = (r["dataset"], r["noisy"], r["policy"], r["label"], json.dumps(r["params"], sort_keys=True))
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+ORDER = {"full": 0, "random": 1, "static": 2, "infobatch": 3, "seta": 4, "es": 5, "eswp": 6}
+
+
+def _fmt_params(p: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(p.items())) or "defaults"
+
+
+def _ms(xs: list[float], scale: float = 100.0, digits: int = 2) -> str:
+    a = np.asarray(xs) * scale
+    return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+
+
+def report() -> None:
+    results = load_results()
+    if not results:
+        return
+    groups = _group(results)
+    lines = []
+    for dataset in ("cifar10", "sst2"):
+        for noisy in (False, True):
+            keys = sorted((k for k in groups if k[0] == dataset and k[1] == noisy), key=lambda k: (ORDER[k[2]], k[3]))
+            if not keys:
+                continue
+            full = groups.get((dataset, noisy, "full", "full", "{}"))
+            full_s = np.mean([r["seconds"] for r in full]) if full else None
+            title = f"{dataset}, {'40% noisy labels' if noisy else 'clean labels'}"
+            lines += [f"### {title}", ""]
+            lines += [
+                "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % | test acc % "
+                "| val acc % | wall s | time vs full |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for k in keys:
+                rs = groups[k]
+                secs = float(np.mean([r["seconds"] for r in rs]))
+                cells = [
+                    k[2],
+                    _fmt_params(rs[0]["params"]),
+                    str(len(rs)),
+                    _ms([r["pruned"] for r in rs], digits=1),
+                    _ms([r["pruned_backprop"] for r in rs], digits=1),
+                    _ms([r["test_acc"] for r in rs]),
+                    _ms([r["val_acc"] for r in rs]),
+                    f"{secs:.0f}",
+                    f"{secs / full_s:.2f}" if full_s else "-",
+                ]
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+            kept_lines = [
+                "| policy | setting | " + " | ".join(f"e{e}" for e in range(len(groups[keys[0]][0]["epochs"]))) + " |"
+            ]
+            kept_lines.append("| --- | --- |" + " --- |" * len(groups[keys[0]][0]["epochs"]))
+            for k in keys:
+                r = groups[k][0]
+                kept_lines.append(
+                    f"| {k[2]} | {_fmt_params(r['params'])} | "
+                    + " | ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
+                    + " |"
+                )
+            lines += [f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", ""] + kept_lines + [""]
+            _plot(dataset, noisy, groups, keys)
+            lines += [f"![{title}](quality/{dataset}-{'noisy' if noisy else 'clean'}.png)", ""]
+    cal = []
+    for p in sorted(RESULTS.glob("*-calibration.json")):
+        c = json.loads(p.read_text())
+        for policy, levels in c["levels"].items():
+            for lv, v in levels.items():
+                data = p.name.split("-")[0]
+                cal.append(f"| {data} | {policy} | {lv}% | {_fmt_params(v['params'])} | {100 * v['simulated']:.1f} |")
+    if cal:
+        lines += [
+            "### Settings chosen for the pruned levels (on training losses, `calibrate`)",
+            "",
+            "| data | policy | level | setting | simulated pruned % |",
+            "| --- | --- | --- | --- | --- |",
+            *cal,
+            "",
+        ]
+    text = DOC.read_text() if DOC.exists() else f"# Accuracy under pruning\n\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+
+
+def _plot(dataset: str, noisy: bool, groups: dict, keys: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    by_policy: dict[str, list] = {}
+    for k in keys:
+        rs = groups[k]
+        x = np.mean([r["pruned_backprop" if k[2] in ("es", "eswp") else "pruned"] for r in rs]) * 100
+        y = np.array([r["test_acc"] for r in rs]) * 100
+        by_policy.setdefault(k[2], []).append((x, y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0))
+    for policy, pts in sorted(by_policy.items(), key=lambda kv: ORDER[kv[0]]):
+        pts.sort()
+        a.errorbar(
+            [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=policy
+        )
+    a.set_xlabel("measured pruned % (ES/ESWP: back-propagated)")
+    a.set_ylabel("test accuracy %")
+    a.set_title(f"{dataset}, {'40% noisy labels' if noisy else 'clean'}: accuracy vs pruned")
+    a.grid(alpha=0.3)
+    a.legend(fontsize=8)
+    for k in keys:
+        r = groups[k][0]
+        b.plot([e["epoch"] for e in r["epochs"]], [e["kept"] / e["n"] for e in r["epochs"]], marker=".",
+               label=f"{k[2]} {_fmt_params(r['params'])}")  # fmt: skip
+    b.set_xlabel("epoch")
+    b.set_ylabel("kept fraction (plan)")
+    b.set_title("kept fraction per epoch")
+    b.grid(alpha=0.3)
+    b.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    (DOC.parent / "quality").mkdir(exist_ok=True)
+    fig.savefig(DOC.parent / "quality" / f"{dataset}-{'noisy' if noisy else 'clean'}.png", dpi=90)
+    plt.close(fig)
+
+
+def main() -> None:
+    global RESULTS, DOC
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    p.add_argument("--out", default=str(ROOT / "bench-out" / "quality"))
+    p.add_argument("--datasets", default="sst2,cifar10")
+    p.add_argument("--seeds", type=int, default=0, help="seeds per configuration (default: cifar10 2, sst2 5)")
+    p.add_argument("--only", help="regex over run ids: run only the matching configurations")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the training process")
+    p.add_argument("--keep-runs", action="store_true", help="keep every run directory (default: full seed 0 only)")
+    p.add_argument("--results", default=str(RESULTS), help="folder of the per-run JSON files")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args()
+    RESULTS = Path(args.results).resolve()
+    DOC = RESULTS.parent / "quality.md"
+    if args.report_only:
+        report()
+        return
+    study(args)
+
+
+if __name__ == "__main__":
+    main()
