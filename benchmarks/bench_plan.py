@@ -7,14 +7,36 @@ random_state=0)`` and then walks the clusters in a Python loop (measured on this
 same 1-D losses (the cheapest part of the reference step), at a subsample when N is large, and
 extrapolates linearly to N; ratios are against that lower bound of the reference's time.
 
-    python benchmarks/bench_plan.py --n 15000000 [--baseline-n 1000000]
+The table is written the way ``compact()`` writes tables (``TABLE_WRITE_OPTIONS``: LZ4, shard
+dictionary-encoded); ``--table-compression zstd`` keeps the zstd file ``make_table_run`` writes
+(``RunDir.publish_parquet``'s default), which reads about 2x slower.
+
+    python benchmarks/bench_plan.py --n 15000000 [--baseline-n 1000000] [--table-compression zstd]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+import pyarrow.parquet as pq
 from common import OUT, machine, make_table_run, measure
+
+
+def as_compacted(path: Path) -> Path:
+    """Rewrite the run's table file with compact()'s write options (once; LZ4)."""
+    from seta_stream.runfs import RunDir
+    from seta_stream.table import TABLE_WRITE_OPTIONS
+
+    rel = json.loads((path / "table/manifest.json").read_text())["table"]
+    meta = pq.ParquetFile(path / rel).metadata
+    codec = TABLE_WRITE_OPTIONS["compression"].upper()
+    if meta.num_row_groups and meta.row_group(0).column(0).compression.startswith(codec):
+        return path
+    table = pq.read_table(path / rel)
+    RunDir(path).publish_parquet(rel, table, **TABLE_WRITE_OPTIONS)
+    return path
 
 
 def main() -> None:
@@ -22,8 +44,12 @@ def main() -> None:
     p.add_argument("--n", type=int, default=15_000_000)
     p.add_argument("--baseline-n", type=int, default=1_000_000)
     p.add_argument("--k", type=int, default=10)
+    p.add_argument("--table-compression", choices=["lz4", "zstd"], default="lz4")
     args = p.parse_args()
-    run = make_table_run(OUT / f"plan-{args.n}", args.n)
+    if args.table_compression == "lz4":
+        run = as_compacted(make_table_run(OUT / f"plan-{args.n}", args.n))
+    else:
+        run = make_table_run(OUT / f"plan-zstd-{args.n}", args.n)
     setup = f"""
         import seta_stream, shutil, os
         from seta_stream import plan_epoch, RunDir
@@ -49,7 +75,8 @@ def main() -> None:
     scale = args.n / base_n
     rows = [
         (
-            f"seta_stream plan_epoch (SeTa, k={args.k}): read table, policy, write plan + lookup",
+            f"seta_stream plan_epoch (SeTa, k={args.k}; {args.table_compression} table): read table, policy, "
+            "write plan + stage lookup",
             args.n,
             ours["wall_s"],
             ours["peak_rss_mb"],

@@ -4,7 +4,8 @@
 samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``:
 
 * ``plan.parquet``: one row per known sample (docs/format.md, "Plans");
-* ``lookup.arrow`` + ``shards.arrow``: what the stage memory-maps (rows grouped by shard);
+* ``keys.arrow`` + ``lookup.arrow`` + ``shards.arrow``: what the stage memory-maps (rows
+  grouped by shard; keys.arrow is written while the policy runs, published after it);
 * ``summary.json``: written last, so its presence means the plan is complete;
 
 then ``state.json`` (policy, params, seed, epochs, per-epoch history, ``current_epoch``).
@@ -20,6 +21,7 @@ Fault injection for tests: ``SETA_STREAM_FAULT=plan:after_plan_file`` or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterable
@@ -33,8 +35,8 @@ import pyarrow.compute as pc
 from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError
 from .ids import sample_uids
 from .policies import REASONS, PolicyInput, run_policy
-from .runfs import RunDir
-from .table import load_table
+from .runfs import PendingFile, RunDir
+from .table import load_numeric, load_table
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 
@@ -52,6 +54,16 @@ PLAN_SCHEMA = pa.schema(
 )
 
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
+_NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
+_SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
+#: plan.parquet: uncompressed (written once, read rarely, ~2x faster to write); dictionary
+#: pages only for the low-cardinality columns; no statistics for the identity columns
+#: (unique strings and hashes, useless for pruning row groups, and the costliest to compute).
+_PLAN_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "none",
+    "use_dictionary": ["shard", "reason"],
+    "write_statistics": ["loss", "cluster", "keep", "weight", "reason"],
+}
 
 
 def _fault(point: str) -> None:
@@ -170,7 +182,7 @@ def _resolve_settings(
     for k, v in given.items():
         if v is None:
             continue
-        if k == "params":
+        if isinstance(v, dict):  # params
             v = dict(v)
         if v != resolved[k]:
             if not force:
@@ -229,12 +241,15 @@ def plan_epoch(
             )
         if population is not None:
             table = _with_population(load_table(run, columns=_TABLE_COLUMNS), population)
-            return _plan_and_publish(run, table, table, epoch, cfg, state, True)
-        # the policy needs only the numeric columns: read the identity strings meanwhile
-        # (pyarrow releases the GIL while it decodes)
+            numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
+            ids = _Identities(table.column("shard"), table.column("key"))
+            del table
+            return _plan_and_publish(run, numeric, ids, epoch, cfg, state, True)
+        # the policy needs only the numeric columns; the identity strings are read on the
+        # other core while it runs (pyarrow and most NumPy loops release the GIL)
+        numeric = load_numeric(run, _NUMERIC_COLUMNS)
         with ThreadPoolExecutor(1) as pool:
-            strings = pool.submit(load_table, run, ["shard", "key"], shard_as_dictionary=True)
-            numeric = load_table(run, columns=[c for c in _TABLE_COLUMNS if c not in ("shard", "key")])
+            strings = pool.submit(_read_identities, run, plan_dir(epoch))
             return _plan_and_publish(run, numeric, strings, epoch, cfg, state, False)
 
 
@@ -242,30 +257,69 @@ def _np(col: Any) -> np.ndarray:
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
 
 
+class _Identities:
+    """The plan's identity columns: ``shard`` with one dictionary for all chunks, ``key``, and
+    the row ranges of the shards (rows are grouped by shard)."""
+
+    def __init__(self, shard: pa.ChunkedArray | pa.Array, key: pa.ChunkedArray | pa.Array) -> None:
+        if isinstance(shard, pa.Array):
+            shard = pa.chunked_array([shard])
+        if not pa.types.is_dictionary(shard.type):  # population rows: encode like the table read
+            shard = pc.dictionary_encode(shard)
+        # one dictionary, so that plan.parquet keeps the shard column dictionary-encoded
+        # without decoding it, and the ranges are found on the integer codes
+        shard = shard.cast(_SHARD_TYPE).unify_dictionaries()
+        self.shard: pa.ChunkedArray = shard
+        self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
+        self.starts, self.stops, self.names = _shard_runs(shard)
+        self.keys_file: PendingFile | None = None  # keys.arrow, written ahead of the plan
+
+
+def _read_identities(run: RunDir, d: str) -> _Identities:
+    """Read the identity columns and write keys.arrow, unpublished (the policy may still fail).
+    Runs beside the policy, so it decodes on this thread only."""
+    t = load_table(run, ["shard", "key"], shard_as_dictionary=True, use_threads=False)
+    ids = _Identities(t.column("shard"), t.column("key"))
+    ids.keys_file = run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
+    return ids
+
+
 def _plan_and_publish(
     run: RunDir,
-    table: pa.Table,
-    strings: pa.Table | Future[pa.Table],
+    numeric: dict[str, np.ndarray],
+    ids: _Identities | Future[_Identities],
     epoch: int,
     cfg: dict[str, Any],
     state: dict[str, Any],
     population_listed: bool,
 ) -> dict[str, Any]:
-    n = table.num_rows
+    uid = numeric["uid"]
+    n = len(uid)
     manifest = run.read_json("table/manifest.json", default=None) or {}
+    _check_ema_setting(run, cfg)
     inp = PolicyInput(
-        uid=_np(table.column("uid")),
-        last_loss=_np(table.column("last_loss")),
-        ema=_np(table.column("ema")),
-        seen=_np(table.column("seen")),
-        last_epoch=_np(table.column("last_epoch")),
+        uid=uid,
+        last_loss=numeric["last_loss"],
+        ema=numeric["ema"],
+        seen=numeric["seen"],
+        last_epoch=numeric["last_epoch"],
         epoch=epoch,
         epochs=cfg["epochs"],
         seed=cfg["seed"],
         n_ref=int(manifest.get("n_ref") or 0),
     )
-    _check_ema_setting(run, cfg)
-    result = run_policy(cfg["policy"], inp, **cfg["params"])
+    del numeric
+    try:
+        result = run_policy(cfg["policy"], inp, **cfg["params"])
+    except BaseException:
+        if isinstance(ids, Future):  # drop the keys written ahead
+            with contextlib.suppress(Exception):
+                pending = ids.result().keys_file
+                if pending is not None:
+                    pending.discard()
+        raise
+    loss = inp.last_loss
+    del inp  # the inputs the plan does not store are released before writing
     summary = dict(result.summary)
 
     d = plan_dir(epoch)
@@ -273,38 +327,35 @@ def _plan_and_publish(
         pa.array(result.reason, type=pa.int8()), pa.array(list(REASONS), type=pa.string())
     )
     cluster = result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16)
-    if isinstance(strings, Future):
-        strings = strings.result()
+    if isinstance(ids, Future):
+        ids = ids.result()
+    keep = pa.array(result.keep, type=pa.bool_())
+    weight = pa.array(result.weight, type=pa.float32())
     cols = [
-        strings.column("shard"),
-        strings.column("key"),
-        table.column("uid"),
-        pa.array(inp.last_loss, type=pa.float32()),
+        ids.shard,
+        ids.key,
+        pa.array(uid, type=pa.uint64()),
+        pa.array(loss, type=pa.float32()),
         pa.array(cluster, type=pa.int16()),
-        pa.array(result.keep, type=pa.bool_()),
-        pa.array(result.weight, type=pa.float32()),
+        keep,
+        weight,
         reason,
     ]
+    lookup = {"keep": keep, "weight": weight}
     schema = PLAN_SCHEMA
     if result.score is not None:
-        cols.append(pa.array(result.score, type=pa.float64()))
+        score = pa.array(result.score, type=pa.float64())
+        cols.append(score)
+        lookup["score"] = score
         schema = schema.append(pa.field("score", pa.float64()))
-    if not pa.types.is_dictionary(cols[0].type):  # population rows: encode like the table read
-        cols[0] = pc.dictionary_encode(cols[0])
-    cols[0] = cols[0].cast(pa.dictionary(pa.int32(), pa.string()))
     plan = pa.Table.from_arrays(cols, schema=schema)
-    # plan.parquet and the stage lookup are written concurrently (both release the GIL)
+    del cols
+    # plan.parquet here, the stage's files on the other core (writing releases the GIL)
     with ThreadPoolExecutor(1) as pool:
-        written = pool.submit(
-            run.publish_parquet, f"{d}/plan.parquet", plan, compression="none", use_dictionary=["shard", "reason"]
-        )
-        # stage lookup: rows grouped by shard (the table is sorted by (shard, uid))
-        lookup_cols = {"key": strings.column("key"), "keep": plan.column("keep"), "weight": plan.column("weight")}
-        if result.score is not None:
-            lookup_cols["score"] = plan.column("score")
-        run.publish_arrow(f"{d}/lookup.arrow", pa.table(lookup_cols))
-        run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(strings.column("shard"), result.keep))
-        written.result()
+        stage_files = pool.submit(_publish_stage_files, run, d, ids, pa.table(lookup), result.keep)
+        run.publish_parquet(f"{d}/plan.parquet", plan, **_PLAN_WRITE_OPTIONS)
+        stage_files.result()
+    del plan, ids
     _fault("plan:after_plan_file")
 
     history = dict(state.get("history", {}))
@@ -319,6 +370,14 @@ def _plan_and_publish(
     _fault("plan:after_summary")
     run.publish_json("state.json", _state_with(state, cfg, epoch, summary))
     return summary
+
+
+def _publish_stage_files(run: RunDir, d: str, ids: _Identities, lookup: pa.Table, keep: np.ndarray) -> None:
+    """keys.arrow + lookup.arrow (row-aligned with plan.parquet) and shards.arrow."""
+    keys = ids.keys_file or run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
+    keys.commit()
+    run.publish_arrow(f"{d}/lookup.arrow", lookup)
+    run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(ids, keep))
 
 
 def _state_with(state: dict[str, Any], cfg: dict[str, Any], epoch: int, summary: dict[str, Any]) -> dict[str, Any]:
@@ -353,37 +412,40 @@ def _check_ema_setting(run: RunDir, cfg: dict[str, Any]) -> None:
         )
 
 
-def _shard_ranges(shard: pa.ChunkedArray | pa.Array, keep: np.ndarray) -> pa.Table:
-    """One row per shard: row range [start, stop) in lookup.arrow, n, kept; sorted by shard."""
-    if isinstance(shard, pa.ChunkedArray):
-        shard = shard.combine_chunks()
+def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Row ranges [start, stop) of the shards and their names (one dictionary for all chunks)."""
     n = len(shard)
     if n == 0:
-        return pa.table(
-            {
-                "shard": pa.array([], pa.string()),
-                "start": pa.array([], pa.int64()),
-                "stop": pa.array([], pa.int64()),
-                "n": pa.array([], pa.int64()),
-                "kept": pa.array([], pa.int64()),
-            }
-        )
-    enc = shard if pa.types.is_dictionary(shard.type) else pc.dictionary_encode(shard)
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-    starts = np.concatenate([[0], change]).astype(np.int64)
-    stops = np.concatenate([change, [n]]).astype(np.int64)
-    names = enc.dictionary.take(pa.array(codes[starts]))
-    if len(set(codes[starts].tolist())) != len(starts):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string())
+    starts, codes, o = [], [], 0
+    for chunk in shard.chunks:
+        c = chunk.indices.to_numpy(zero_copy_only=False)
+        if len(c):
+            change = np.flatnonzero(c[1:] != c[:-1]) + 1
+            first = np.concatenate([[0], change])
+            starts.append(first + o)
+            codes.append(c[first])
+        o += len(chunk)
+    start = np.concatenate(starts).astype(np.int64)
+    code = np.concatenate(codes)
+    joined = np.concatenate([[True], code[1:] != code[:-1]])  # a shard spanning chunks is one run
+    start, code = start[joined], code[joined]
+    if len(np.unique(code)) != len(code):
         raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
-    kept_cum = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    stop = np.concatenate([start[1:], [n]]).astype(np.int64)
+    return start, stop, shard.chunk(0).dictionary.take(pa.array(code))
+
+
+def _shard_ranges(ids: _Identities, keep: np.ndarray) -> pa.Table:
+    """One row per shard: row range [start, stop) in lookup.arrow, n, kept; sorted by shard."""
+    kept = np.add.reduceat(keep, ids.starts, dtype=np.int64) if len(ids.starts) else np.zeros(0, np.int64)
     t = pa.table(
         {
-            "shard": names,
-            "start": starts,
-            "stop": stops,
-            "n": stops - starts,
-            "kept": kept_cum[stops] - kept_cum[starts],
+            "shard": ids.names.cast(pa.string()),
+            "start": pa.array(ids.starts, pa.int64()),
+            "stop": pa.array(ids.stops, pa.int64()),
+            "n": pa.array(ids.stops - ids.starts, pa.int64()),
+            "kept": pa.array(kept, pa.int64()),
         }
     )
     return t.sort_by("shard")

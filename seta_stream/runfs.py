@@ -16,7 +16,7 @@ Layout (docs/format.md is the authority)::
     RUN_DIR/losses/rank=R/epoch=E/part-*.parquet
     RUN_DIR/losses-quarantine/...            parts set aside by ``compact(..., on_corrupt="skip")``
     RUN_DIR/table/manifest.json, table/table-*.parquet
-    RUN_DIR/plans/epoch=E/{plan.parquet, summary.json, lookup.arrow, shards.arrow}
+    RUN_DIR/plans/epoch=E/{plan.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow}
     RUN_DIR/state.json
     RUN_DIR/locks/*.lock
 """
@@ -62,6 +62,9 @@ class RunDir:
     be handed to DataLoader workers started by fork or spawn.
     """
 
+    url: str
+    storage_options: dict[str, Any]
+
     def __init__(
         self,
         url: str | os.PathLike[str] | RunDir,
@@ -71,7 +74,8 @@ class RunDir:
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(url, RunDir):
-            url, storage_options = url.url, url.storage_options
+            storage_options = url.storage_options
+            url = url.url
         self.url = os.fspath(url)
         self.storage_options = dict(storage_options or {})
         fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
@@ -248,6 +252,11 @@ class RunDir:
 
     def publish_arrow(self, rel: str, table: pa.Table) -> None:
         """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
+        self.prepare_arrow(rel, table).commit()
+
+    def prepare_arrow(self, rel: str, table: pa.Table) -> PendingFile:
+        """Write an uncompressed Arrow IPC file that appears at ``rel`` only on ``commit()``
+        (a temporary file locally, bytes in memory remotely); ``discard()`` drops it."""
         if self.is_local:  # stream straight into the temporary file
             path = self.path(rel)
             parent = path.rsplit("/", 1)[0]
@@ -256,15 +265,15 @@ class RunDir:
             try:
                 with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                     writer.write_table(table)
-                os.replace(tmp, path)
-            finally:
+            except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-            return
+                raise
+            return PendingFile(self, rel, tmp=tmp)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
-        self.publish_bytes(rel, sink.getvalue().to_pybytes())
+        return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
 
     def move(self, src_rel: str, dst_rel: str) -> None:
         """Move a file inside the run (used to set corrupt parts aside)."""
@@ -346,6 +355,33 @@ class RunDir:
         except PermissionError:
             return False
         return False
+
+
+class PendingFile:
+    """A file written by :meth:`RunDir.prepare_arrow`, not yet visible at its path."""
+
+    def __init__(self, run: RunDir, rel: str, *, tmp: str | None = None, data: bytes | None = None) -> None:
+        self.run, self.rel, self._tmp, self._data = run, rel, tmp, data
+
+    def commit(self) -> None:
+        """Make the file visible at its path (an atomic rename locally, one PUT remotely)."""
+        if self._tmp is not None:
+            tmp, self._tmp = self._tmp, None
+            try:
+                os.replace(tmp, self.run.path(self.rel))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        elif self._data is not None:
+            data, self._data = self._data, None
+            self.run.publish_bytes(self.rel, data)
+
+    def discard(self) -> None:
+        """Drop the file without publishing it."""
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+        self._tmp = self._data = None
 
 
 def _reopen(url: str, storage_options: dict[str, Any]) -> RunDir:

@@ -13,8 +13,9 @@ its ``current_epoch``, which ``plan_epoch`` / ``Pruner.start_epoch`` set. So the
 the plan of epoch e *before* ``iter(loader)`` of epoch e; nothing else is passed to workers.
 An explicit ``epoch=`` pins a stage to one epoch instead.
 
-Memory: the plan's lookup is an uncompressed Arrow IPC file, memory-mapped (local runs; read
-once per iterator for remote URLs), shared by every worker through the page cache. A worker
+Memory: the plan's lookup (keys.arrow + lookup.arrow) is uncompressed Arrow IPC, memory-mapped
+(local runs; read once per iterator for remote URLs), shared by every worker through the page
+cache. A worker
 turns only the current shard's rows into a Python dict, so its own memory does not grow with
 the data set. Stages write nothing; they count (``stage_counters()``, per process).
 
@@ -33,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 from webdataset.filters import pipelinefilter
 
-from .errors import PlanMissingError
+from .errors import PlanMissingError, RunFormatError
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 from .runfs import RunDir
@@ -90,6 +91,16 @@ class PlanView:
         # with no kept row holds nothing to train; without one it may hold unknown samples
         self.population_listed = bool(summary.get("population_listed", False))
         self.lookup = _read_arrow(self.run, f"{d}/lookup.arrow")
+        if "key" in self.lookup.column_names:  # a plan written before keys.arrow existed
+            self.keys = self.lookup.column("key")
+        else:
+            self.keys = _read_arrow(self.run, f"{d}/keys.arrow").column("key")
+            if len(self.keys) != self.lookup.num_rows:
+                raise RunFormatError(
+                    f"{self.run.display(d)}: keys.arrow has {len(self.keys)} rows, lookup.arrow "
+                    f"{self.lookup.num_rows}; expected the same rows. The plan directory is "
+                    f"inconsistent: plan the epoch again with force=True"
+                )
         shards = _read_arrow(self.run, f"{d}/shards.arrow").to_pydict()
         self.shards = {
             s: (a, b, k) for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])
@@ -119,7 +130,7 @@ class PlanView:
         self._cache = {
             k: (keep, weight, score, True)
             for k, keep, weight, score in zip(
-                part.column("key").to_pylist(),
+                self.keys.slice(a, b - a).to_pylist(),
                 part.column("keep").to_pylist(),
                 part.column("weight").to_pylist(),
                 scores,

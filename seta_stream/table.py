@@ -150,11 +150,18 @@ def folded_parts(run: str | RunDir) -> list[str]:
     return list(_manifest(run).get("folded", []))
 
 
-def load_table(run: str | RunDir, columns: list[str] | None = None, *, shard_as_dictionary: bool = True) -> pa.Table:
+def load_table(
+    run: str | RunDir,
+    columns: list[str] | None = None,
+    *,
+    shard_as_dictionary: bool = True,
+    use_threads: bool = True,
+) -> pa.Table:
     """The current loss table (an empty table with TABLE_SCHEMA before the first compaction).
 
     The shard column is dictionary-encoded (few distinct values); ``shard_as_dictionary=False``
-    returns it as plain strings.
+    returns it as plain strings. ``use_threads=False`` decodes on the calling thread only
+    (for a read that runs beside other work).
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
     m = _manifest(run)
@@ -162,11 +169,40 @@ def load_table(run: str | RunDir, columns: list[str] | None = None, *, shard_as_
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
         table = schema.empty_table()
     else:
-        table = run.read_parquet(m["table"], columns=columns)
+        table = run.read_parquet(m["table"], columns=columns, use_threads=use_threads)
     if not shard_as_dictionary and "shard" in table.schema.names:
         i = table.schema.get_field_index("shard")
         table = table.set_column(i, "shard", table.column("shard").cast(pa.string()))
     return table
+
+
+def load_numeric(run: str | RunDir, columns: list[str]) -> dict[str, np.ndarray]:
+    """Numeric columns of the current table as contiguous NumPy arrays (no nulls).
+
+    Read row group by row group into preallocated arrays, so the table's Arrow buffers and
+    the NumPy copies never coexist whole (planning reads 15M rows this way).
+    """
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    fields = [TABLE_SCHEMA.field(c) for c in columns]
+    m = _manifest(run)
+    if not m.get("table"):
+        return {f.name: np.zeros(0, dtype=f.type.to_pandas_dtype()) for f in fields}
+    local = run.local_path(m["table"])
+    source: Any = local if local is not None else run.open(m["table"])
+    try:
+        pf = pq.ParquetFile(source, memory_map=local is not None)
+        out = {f.name: np.empty(pf.metadata.num_rows, dtype=f.type.to_pandas_dtype()) for f in fields}
+        o = 0
+        for i in range(pf.metadata.num_row_groups):
+            group = pf.read_row_group(i, columns=columns)
+            for name in columns:
+                _into(out[name][o:], group.column(name))
+            o += group.num_rows
+            del group
+        return out
+    finally:
+        if local is None:
+            source.close()
 
 
 # ---------------------------------------------------------------------------------- parts

@@ -72,13 +72,37 @@ def test_plan_files_columns_and_summary(tmp_path):
     import pyarrow.ipc as ipc
 
     lookup = ipc.open_file(str(tmp_path / "r/plans/epoch=1/lookup.arrow")).read_all()
+    keys = ipc.open_file(str(tmp_path / "r/plans/epoch=1/keys.arrow")).read_all()
     shards = ipc.open_file(str(tmp_path / "r/plans/epoch=1/shards.arrow")).read_all().to_pylist()
+    assert lookup.column_names == ["keep", "weight"] and keys.column_names == ["key"]
+    assert keys.column("key").to_pylist() == plan.column("key").to_pylist()
+    assert lookup.column("keep").to_pylist() == plan.column("keep").to_pylist()
+    assert lookup.column("weight").to_pylist() == plan.column("weight").to_pylist()
     assert [s["shard"] for s in shards] == [f"shard-{i}.tar" for i in range(4)]
     assert sum(s["n"] for s in shards) == 200 and sum(s["kept"] for s in shards) == summary["kept"]
     for s in shards:
         part = plan.slice(s["start"], s["n"])
         assert set(part.column("shard").to_pylist()) == {s["shard"]}
-        assert lookup.slice(s["start"], s["n"]).column("key").to_pylist() == part.column("key").to_pylist()
+        assert s["kept"] == sum(part.column("keep").to_pylist())
+    assert sorted(os.listdir(tmp_path / "r/plans/epoch=1")) == [
+        "keys.arrow",
+        "lookup.arrow",
+        "plan.parquet",
+        "shards.arrow",
+        "summary.json",
+    ]
+    meta = pq.ParquetFile(tmp_path / "r/plans/epoch=1/plan.parquet").metadata
+    stats = {meta.schema.column(i).name: meta.row_group(0).column(i).is_stats_set for i in range(meta.num_columns)}
+    assert stats == {
+        "shard": False,
+        "key": False,
+        "uid": False,
+        "loss": True,
+        "cluster": True,
+        "keep": True,
+        "weight": True,
+        "reason": True,
+    }
     state = json.loads((tmp_path / "r/state.json").read_text())
     assert state["current_epoch"] == 1 and state["last_planned_epoch"] == 1
     assert state["history"] == {"1": {"n": 200, "kept": summary["kept"]}}
@@ -162,3 +186,42 @@ def test_killed_planning_converges_on_rerun(tmp_path, point):
     assert s["kept"] == load_summary(ref, 1)["kept"]
     state = json.loads((tmp_path / "r/state.json").read_text())
     assert state["last_planned_epoch"] == 1 and state["current_epoch"] == 1
+
+
+def test_a_failing_policy_publishes_no_stage_file(tmp_path):
+    """keys.arrow is written while the policy runs; if the policy fails it is dropped."""
+    run = seeded_run(tmp_path / "r")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        plan_epoch(run, 1, policy="seta", params={"no_such": 1}, epochs=10)
+    d = tmp_path / "r/plans/epoch=1"
+    assert not d.exists() or os.listdir(d) == []
+    plan_epoch(run, 1, **SETA)
+    assert sorted(os.listdir(d)) == ["keys.arrow", "lookup.arrow", "plan.parquet", "shards.arrow", "summary.json"]
+
+
+def test_shard_ranges_span_table_chunks_with_different_dictionaries():
+    """The table is read in row-group chunks, each with its own shard dictionary; a shard cut
+    by a chunk boundary is one range."""
+    import pyarrow as pa
+
+    from seta_stream.plan import _Identities, _shard_ranges
+
+    shard = pa.chunked_array(
+        [
+            pa.DictionaryArray.from_arrays(pa.array([0, 0, 1], pa.int32()), pa.array(["a.tar", "b.tar"])),
+            pa.DictionaryArray.from_arrays(pa.array([0, 1, 1], pa.int32()), pa.array(["b.tar", "c.tar"])),
+            pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["c.tar"])),
+        ]
+    )
+    ids = _Identities(shard, pa.chunked_array([["k0", "k1", "k2"], ["k3", "k4", "k5"], ["k6"]]))
+    assert ids.shard.num_chunks == 3 and len({str(c.dictionary) for c in ids.shard.chunks}) == 1
+    assert ids.shard.to_pylist() == ["a.tar", "a.tar", "b.tar", "b.tar", "c.tar", "c.tar", "c.tar"]
+    keep = np.array([1, 0, 1, 1, 0, 0, 1], dtype=bool)
+    assert _shard_ranges(ids, keep).to_pylist() == [
+        {"shard": "a.tar", "start": 0, "stop": 2, "n": 2, "kept": 1},
+        {"shard": "b.tar", "start": 2, "stop": 4, "n": 2, "kept": 2},
+        {"shard": "c.tar", "start": 4, "stop": 7, "n": 3, "kept": 1},
+    ]
+    ungrouped = pa.chunked_array([pa.array(["a.tar", "b.tar", "a.tar"]).dictionary_encode()])
+    with pytest.raises(Exception, match="not grouped by shard"):
+        _Identities(ungrouped, pa.chunked_array([["k0", "k1", "k2"]]))

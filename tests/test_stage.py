@@ -225,3 +225,26 @@ def test_an_empty_shard_is_harmless(tmp_path):
     plan_epoch(run, 0, policy="full", epochs=1)
     ds = wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), seta.keep_filter(run))
     assert len(list(ds)) == 10
+
+
+def test_plans_with_keys_in_lookup_arrow_are_still_read(tmp_path, shards):
+    """Plans written before keys.arrow existed carry the key column in lookup.arrow."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    run = tmp_path / "run"
+    plan_epoch(
+        RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=3, seed=1, population=population(shards)
+    )
+    d = run / "plans/epoch=0"
+    keys = ipc.open_file(str(d / "keys.arrow")).read_all().column("key")
+    lookup = ipc.open_file(str(d / "lookup.arrow")).read_all()
+    old = pa.table({"key": keys, "keep": lookup.column("keep"), "weight": lookup.column("weight")})
+    os.remove(d / "keys.arrow")
+    with pa.OSFile(str(d / "lookup.arrow"), "wb") as sink, ipc.new_file(sink, old.schema) as w:
+        w.write_table(old)
+    ds = wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(run)))
+    (got,) = iterate(ds)
+    assert {(s, k) for s, k, _ in got} == kept_set(run, 0) and len(got) == 60
