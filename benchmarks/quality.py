@@ -33,6 +33,7 @@ import argparse
 import glob
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -170,19 +171,29 @@ MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32) * 255
 STD = np.array([0.2470, 0.2435, 0.2616], np.float32) * 255
 
 
-def _augment(img: np.ndarray) -> np.ndarray:
-    """Random 32x32 crop of the 4-pixel reflect-padded image, random horizontal flip."""
-    rng = np.random.default_rng()
-    p = np.pad(img, ((4, 4), (4, 4), (0, 0)), mode="reflect")
-    dy, dx = rng.integers(0, 9, 2)
-    out = p[dy : dy + 32, dx : dx + 32]
-    return out[:, ::-1] if rng.random() < 0.5 else out
+_RNG: list[np.random.Generator] = []
 
 
-def _images(batch: list) -> Any:
+def _images(batch: list, augment: bool = False) -> Any:
+    """Batch of HWC uint8 images -> normalised NCHW float tensor (channels-last memory).
+
+    ``augment``: random 32x32 crop of the 4-pixel zero-padded image and a random horizontal
+    flip, drawn per sample for the whole batch at once.
+    """
     import torch
 
-    x = (np.stack(batch).astype(np.float32) - MEAN) / STD
+    x = np.stack(batch)
+    if augment:
+        if not _RNG:  # one generator per worker process, created on first use
+            _RNG.append(np.random.default_rng())
+        b = len(x)
+        pad = np.zeros((b, 40, 40, 3), np.uint8)
+        pad[:, 4:36, 4:36] = x
+        d = _RNG[0].integers(0, 9, (b, 2))
+        flip = _RNG[0].random(b) < 0.5
+        x = np.stack([pad[i, d[i, 0] : d[i, 0] + 32, d[i, 1] : d[i, 1] + 32] for i in range(b)])
+        x[flip] = x[flip, :, ::-1]
+    x = (x.astype(np.float32) - MEAN) / STD
     return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
 
 
@@ -194,17 +205,21 @@ def _texts(batch: list) -> Any:
     return torch.tensor([i for t in ids for i in t]), torch.from_numpy(offsets)
 
 
-def _collate(samples: list) -> tuple:
+def _collate(samples: list, augment: bool = False) -> tuple:
     cols = list(zip(*samples))
-    x = _images(list(cols[0])) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
+    x = _images(list(cols[0]), augment) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
     return (x, *[list(c) for c in cols[1:]])
+
+
+def _collate_train(samples: list) -> tuple:
+    return _collate(samples, augment=True)
 
 
 def _relabel(offsets: dict[str, int], classes: int) -> Any:
     def fn(sample: dict) -> dict:
         off = offsets.get(sample["__key__"])
-        if off:
-            sample["cls"] = (int(sample["cls"]) + off) % classes
+        if off:  # before decode: the label is still the member's bytes
+            sample["cls"] = str((int(sample["cls"]) + off) % classes).encode()
         return sample
 
     return fn
@@ -223,9 +238,7 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
         ["__score__"] if with_score else []
     )
     pipe = pipe.shuffle(2000, seed=seed).decode(*(["rgb8"] if image else [])).to_tuple(*fields)
-    if image:
-        pipe = pipe.map_tuple(_augment)
-    pipe = pipe.batched(bs, collation_fn=_collate, partial=True)
+    pipe = pipe.batched(bs, collation_fn=_collate_train, partial=True)
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 
@@ -368,6 +381,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
         "test_acc": evaluate(model, ds, ds.test),
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
+        "library_rev": os.environ.get("STUDY_REV", "working tree"),
     }
     del loader
     return result
@@ -462,18 +476,23 @@ def configs(calibration: dict | None) -> list[dict]:
     for policy in ("random", "static"):
         out += [{"policy": policy, "params": {"r": lv}, "label": f"p{int(lv * 100)}", "noisy": False} for lv in LEVELS]
     for policy in ("infobatch", "seta"):
+        chosen: list[dict] = []
         for lv in LEVELS:
             if calibration is None:
                 continue
             p = calibration["levels"][policy][f"{int(lv * 100)}"]["params"]
+            if p in chosen:  # e.g. InfoBatch's largest r serves two levels: one run, not two
+                continue
+            chosen.append(p)
             out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}", "noisy": False})
     out += [{"policy": p, "params": {}, "label": "default", "noisy": False} for p in ("es", "eswp")]
-    noisy = [
-        c
-        for c in out
-        if c["policy"] in ("full", "es", "eswp") or c["label"] == "p50" and c["policy"] in ("infobatch", "seta")
-    ]
-    return out + [{**c, "noisy": True} for c in noisy]
+
+    def noisy_too(c: dict) -> bool:  # InfoBatch and SeTa run with label noise at their 50% setting
+        if c["policy"] in ("infobatch", "seta"):
+            return calibration is not None and c["params"] == calibration["levels"][c["policy"]]["50"]["params"]
+        return c["policy"] in ("full", "es", "eswp")
+
+    return out + [{**c, "noisy": True} for c in out if noisy_too(c)]
 
 
 # ------------------------------------------------------------------------------ study
@@ -481,6 +500,20 @@ def load_results() -> list[dict]:
     return [
         json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json")) if not p.name.endswith("calibration.json")
     ]
+
+
+DEFAULT_ORDER = "cifar10:0,sst2:0-1,cifar10:1,sst2:2-4"
+
+
+def _order(spec: str, datasets: list[str]) -> list[tuple[str, list[int]]]:
+    """'cifar10:0,sst2:0-1' -> [('cifar10', [0]), ('sst2', [0, 1])], keeping only ``datasets``."""
+    out = []
+    for item in spec.split(","):
+        name, _, seeds = item.partition(":")
+        lo, _, hi = seeds.partition("-")
+        if name in datasets:
+            out.append((name, list(range(int(lo), int(hi or lo) + 1))))
+    return out
 
 
 def study(args: argparse.Namespace) -> None:
@@ -493,31 +526,37 @@ def study(args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     wanted = [d for d in args.datasets.split(",") if d]
-    for name in wanted:
-        ds: Dataset = {"cifar10": Cifar, "sst2": Sst2}[name](Path(args.data), out)
-        ds.prepare()
-        population = list_samples(ds.train)
-        seeds = list(range(args.seeds if args.seeds else (2 if name == "cifar10" else 5)))
+    order = _order(args.order, wanted)
+    if args.seeds:
+        order = [(name, list(range(args.seeds))) for name in wanted]
+    loaded: dict[str, tuple[Dataset, Any]] = {}
+    done = {p.stem for p in RESULTS.glob("*.json")}
+    full = {"policy": "full", "params": {}, "label": "full", "noisy": False}
+    bar = tqdm(desc="runs", unit="run")
+    # rounds (data set, seeds): every configuration of a round before the next round, so an
+    # interrupted study has whole seeds of each data set rather than a few configurations
+    for name, seeds in order:
+        if name not in loaded:
+            ds: Dataset = {"cifar10": Cifar, "sst2": Sst2}[name](Path(args.data), out)
+            ds.prepare()
+            if args.smoke:  # every code path on one shard for 3 epochs (results are meaningless)
+                ds.train, ds.epochs = ds.train[:1], 3
+            loaded[name] = (ds, list_samples(ds.train))
+        ds, population = loaded[name]
+        _one(ds, full, 0, out, population, done, bar, args)  # the calibration needs it
         cal_path = RESULTS / f"{name}-calibration.json"
-        full0 = {"policy": "full", "params": {}, "label": "full", "noisy": False}
-        done = {p.stem for p in RESULTS.glob("*.json")}
-        todo = [(c, s) for s in seeds for c in configs(None)[:1]]  # full first: calibration needs it
-        bar = tqdm(desc=f"{name} runs", unit="run")
-        for cfg, seed in todo:
-            _one(ds, cfg, seed, out, population, done, bar, args)
         if not cal_path.exists():
-            cal = calibrate(ds, out / "runs" / run_id(name, full0, 0), population)
+            cal = calibrate(ds, out / "runs" / run_id(name, full, 0), population)
             cal_path.write_text(json.dumps(cal, indent=1))
         cal = json.loads(cal_path.read_text())
-        rest = [c for c in configs(cal) if not (c["policy"] == "full" and not c["noisy"])]
+        todo = configs(cal)
         if args.only:
-            rest = [c for c in rest if re.search(args.only, run_id(name, c, 0))]
-        # seed-major: every configuration once before any gets a second seed
+            todo = [c for c in todo if re.search(args.only, run_id(name, c, 0))]
         for seed in seeds:
-            for cfg in rest:
+            for cfg in todo:
                 _one(ds, cfg, seed, out, population, done, bar, args)
-        bar.close()
         report()
+    bar.close()
 
 
 def _one(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any, done: set, bar: Any, args: Any) -> None:
@@ -525,7 +564,14 @@ def _one(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any, done: se
     if rid in done:
         return
     print(f"== {rid}", flush=True)
-    result = train_run(ds, cfg, seed, out, population)
+    try:
+        result = train_run(ds, cfg, seed, out, population)
+    except Exception:  # one broken configuration must not stop a study of hours; it is rerun next time
+        import traceback
+
+        traceback.print_exc()
+        print(f"   -> FAILED: {rid} (no result written)", flush=True)
+        return
     (RESULTS / f"{rid}.json").write_text(json.dumps(result, indent=1))
     done.add(rid)
     bar.update(1)
@@ -675,12 +721,14 @@ def main() -> None:
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--out", default=str(ROOT / "bench-out" / "quality"))
     p.add_argument("--datasets", default="sst2,cifar10")
-    p.add_argument("--seeds", type=int, default=0, help="seeds per configuration (default: cifar10 2, sst2 5)")
+    p.add_argument("--seeds", type=int, default=0, help="seeds 0..N-1 for every data set (default: --order)")
+    p.add_argument("--order", default=DEFAULT_ORDER, help=f"rounds of data set:seeds (default {DEFAULT_ORDER})")
     p.add_argument("--only", help="regex over run ids: run only the matching configurations")
-    p.add_argument("--threads", type=int, default=2, help="torch threads of the training process")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
     p.add_argument("--keep-runs", action="store_true", help="keep every run directory (default: full seed 0 only)")
     p.add_argument("--results", default=str(RESULTS), help="folder of the per-run JSON files")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="one shard, 3 epochs: checks the code paths only")
     args = p.parse_args()
     RESULTS = Path(args.results).resolve()
     DOC = RESULTS.parent / "quality.md"
