@@ -73,7 +73,7 @@ class Dataset:
 
 
 class Cifar(Dataset):
-    name, classes, epochs, batch, workers = "cifar10", 10, 8, 128, 1
+    name, classes, epochs, batch, workers = "cifar10", 10, 6, 128, 1
 
     def prepare(self) -> None:
         d = self.data / "cifar10"
