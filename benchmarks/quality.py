@@ -497,9 +497,7 @@ def configs(calibration: dict | None) -> list[dict]:
 
 # ------------------------------------------------------------------------------ study
 def load_results() -> list[dict]:
-    return [
-        json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json")) if not p.name.endswith("calibration.json")
-    ]
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*-s[0-9]*.json"))]
 
 
 DEFAULT_ORDER = "cifar10:0,sst2:0-1,cifar10:1,sst2:2-4"
@@ -555,7 +553,7 @@ def study(args: argparse.Namespace) -> None:
         for seed in seeds:
             for cfg in todo:
                 _one(ds, cfg, seed, out, population, done, bar, args)
-        report()
+        report(out / "runs")
     bar.close()
 
 
@@ -605,10 +603,15 @@ def _ms(xs: list[float], scale: float = 100.0, digits: int = 2) -> str:
     return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
 
 
-def report() -> None:
+def report(runs: Path | None = None) -> None:
     results = load_results()
     if not results:
         return
+    if runs is not None and runs.exists():  # the checks need the kept run directories (seed 0)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from quality_checks import run_checks
+
+        (RESULTS / "checks.json").write_text(json.dumps(run_checks(runs, results), indent=1))
     groups = _group(results)
     lines = []
     for dataset in ("cifar10", "sst2"):
@@ -669,6 +672,20 @@ def report() -> None:
             "| data | policy | level | setting | simulated pruned % |",
             "| --- | --- | --- | --- | --- |",
             *cal,
+            "",
+        ]
+    checks_path = RESULTS / "checks.json"
+    if checks_path.exists():
+        c = json.loads(checks_path.read_text())
+        lines += [
+            "### Checks of the runs against algorithms.md (`benchmarks/quality_checks.py`)",
+            "",
+            f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) and "
+            f"{len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
+            "losses landing on their own keys): "
+            + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."),
+            "",
+            *[f"* {x}" for x in c["problems"][:50]],
             "",
         ]
     text = DOC.read_text() if DOC.exists() else f"# Accuracy under pruning\n\n{BEGIN}\n{END}\n"
@@ -733,7 +750,7 @@ def main() -> None:
     RESULTS = Path(args.results).resolve()
     DOC = RESULTS.parent / "quality.md"
     if args.report_only:
-        report()
+        report(Path(args.out) / "runs")
         return
     study(args)
 
