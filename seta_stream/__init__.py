@@ -2,8 +2,8 @@
 
 Record per-sample losses (:class:`LossRecorder` / :class:`Pruner`), fold them into a loss table
 (:func:`compact`), plan each epoch with a policy (:func:`plan_epoch`), and skip what the plan
-drops inside the webdataset pipeline (:func:`attach`, :func:`keep_filter`,
-:func:`skip_shards`). See README.md and docs/.
+drops inside the webdataset pipeline (:func:`attach`, :func:`kept_tar_samples`,
+:func:`keep_filter`, :func:`skip_shards`). See README.md and docs/.
 """
 
 from . import inspect
@@ -26,7 +26,7 @@ from .reader import read_kept
 from .record import LossRecorder
 from .runfs import RunDir
 from .session import Pruner
-from .stage import PlanView, attach, keep_filter, skip_shards, stage_counters, weighted_mean
+from .stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
 from .table import CompactionReport, compact, load_table
 
 __version__ = "0.1.0"
@@ -54,6 +54,7 @@ __all__ = [
     "index_shard",
     "inspect",
     "keep_filter",
+    "kept_tar_samples",
     "list_samples",
     "load_plan",
     "load_summary",

@@ -4,7 +4,10 @@
   of, before they are opened.
 * :func:`keep_filter` (sample stage, after the tar reader, before decode): drops samples the
   plan does not keep and attaches ``__weight__`` (and ``__score__`` for ES/ESWP plans).
-* :func:`attach` inserts both into an existing ``wds.WebDataset(...)``.
+* :func:`kept_tar_samples` (URL stage, replaces ``tarfile_to_samples() + keep_filter()``): the
+  same samples, but the tar reader skips the data of members of samples the plan drops
+  (webdataset's ``select_files`` hook) instead of reading them and dropping them afterwards.
+* :func:`attach` inserts them into an existing ``wds.WebDataset(...)``.
 * :func:`weighted_mean` is the training loop's one-line loss helper.
 
 Epoch discovery: when an iterator of a stage starts (every ``iter(loader)``, in every worker,
@@ -26,20 +29,31 @@ is below the keep fraction (the same draw the planner makes, algorithms.md §0.2
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from webdataset.filters import pipelinefilter
+from webdataset.handlers import reraise_exception
+from webdataset.tariterators import group_by_keys, tar_file_expander, tar_file_iterator, tarfile_samples, url_opener
 
 from .errors import PlanMissingError, RunFormatError
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 from .runfs import RunDir
 
-__all__ = ["keep_filter", "skip_shards", "attach", "weighted_mean", "stage_counters", "PlanView"]
+__all__ = [
+    "keep_filter",
+    "kept_tar_samples",
+    "skip_shards",
+    "attach",
+    "weighted_mean",
+    "stage_counters",
+    "PlanView",
+]
 
 _COUNTERS: Counter[str] = Counter()
 
@@ -117,6 +131,13 @@ class PlanView:
             return False
         return self.population_listed or (self.absent_kind == "bernoulli" and self.absent_fraction <= 0.0)
 
+    def shard_keeps_all(self, shard: str) -> bool:
+        """True if the plan keeps every sample of ``shard`` it knows and every one it does not
+        (so nothing in the shard can be dropped)."""
+        absent_kept = self.absent_kind == "keep" or self.absent_fraction >= 1.0  # u < 1 always
+        entry = self.shards.get(shard)
+        return absent_kept and (entry is None or entry[2] == entry[1] - entry[0])
+
     def _load_shard(self, shard: str) -> None:
         entry = self.shards.get(shard)
         self._cache_name = shard
@@ -193,6 +214,141 @@ def _keep_filter(
         _COUNTERS["absent_dropped"] += absent_dropped
 
 
+#: webdataset.tariterators.base_plus_ext's pattern, compiled (it is matched once per member):
+#: group 1 is the sample key webdataset's group_by_keys gives the member.
+_BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+class _KeptMembers:
+    """The ``select_files`` predicate of one shard: True for the members of kept samples.
+
+    A sample is a run of consecutive members with the same key (as group_by_keys groups them);
+    each run is decided once with the plan and counted once, like keep_filter counts samples.
+    """
+
+    def __init__(self, view: PlanView, url: str, select_files: Callable[[str], bool] | None) -> None:
+        shard = shard_name(url, view.depth)
+        if shard != view._cache_name:
+            view._load_shard(shard)
+        self.view, self.url, self.shard, self.plan, self.user_select = view, url, shard, view._cache, select_files
+        # nothing to skip in a shard the plan keeps whole: its members are read unfiltered and
+        # its samples decided after grouping, as keep_filter does
+        self.keeps_all = view.shard_keeps_all(shard)
+        self.key: str | None = None  # key of the current run of members, and its decision
+        self.keep = False
+        self.run = 0  # ordinal of the current run within the shard
+        self.kept: dict[str, tuple[bool, float, float | None, bool]] = {}
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, fname: str) -> bool:
+        if self.user_select is not None and not self.user_select(fname):
+            return False
+        match = _BASE_PLUS_EXT.match(fname)
+        if match is None:  # group_by_keys skips it as well
+            return False
+        key = match.group(1)
+        if key == self.key:
+            return self.keep
+        hit = self.plan.get(key)
+        if hit is None:  # absent from the plan: the plan's absent rule
+            hit = self.view.decide(self.shard, key)
+            self.counts["absent_kept" if hit[0] else "absent_dropped"] += 1
+        self.key, self.keep, self.run = key, hit[0], self.run + 1
+        if self.keep:
+            self.counts["kept"] += 1
+            self.kept[key] = hit
+        else:
+            self.counts["dropped"] += 1
+        return self.keep
+
+
+def _kept_samples_of_streams(
+    src: Iterable[dict[str, Any]],
+    run: str | RunDir,
+    epoch: int | None = None,
+    handler: Callable[[Exception], bool] = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Opened shards ({url, stream}) -> kept samples: webdataset's tar_file_expander and
+    group_by_keys, with a select_files that consults the plan of the shard."""
+    view = PlanView(run, epoch)
+    has_score = view.has_score
+    # the current shard's selector and the previous one's: group_by_keys yields the last sample
+    # of a shard when it reads the end-of-shard marker, or, after a read error the handler
+    # skipped, the first member of the next shard
+    recent: list[_KeptMembers] = []
+
+    def files() -> Iterator[dict[str, Any]]:
+        for source in src:
+            url = source["url"]
+            local_path = source.get("local_path")
+            select = _KeptMembers(view, url, select_files)
+            recent[:] = [*recent[-1:], select]
+            try:
+                last_key, last_run = None, 0
+                for sample in tar_file_iterator(
+                    source["stream"],
+                    handler=handler,
+                    select_files=select_files if select.keeps_all else select,
+                    rename_files=rename_files,
+                ):
+                    if select.run != last_run:
+                        if select.key == last_key:
+                            # the same key again after a dropped sample: group_by_keys saw the
+                            # dropped one in between, so this is a new sample, not a continuation
+                            yield {}
+                        last_key, last_run = select.key, select.run
+                    sample["__url__"] = url
+                    if local_path is not None:
+                        sample["__local_path__"] = local_path
+                    yield sample
+                yield {}  # end of shard, as tar_file_expander marks it
+            except Exception as exn:
+                exn.args = exn.args + (source.get("stream"), source.get("url"))
+                if handler(exn):
+                    continue
+                break
+            finally:
+                _COUNTERS.update(select.counts)
+                select.counts.clear()
+
+    kept = absent_kept = 0  # samples of shards kept whole, decided here
+    try:
+        for sample in group_by_keys(files(), handler=handler):
+            url, key = sample["__url__"], sample["__key__"]
+            select = recent[-1]
+            if select.url != url:
+                select = next(s for s in recent if s.url == url)
+            if select.keeps_all:
+                hit = select.plan.get(key)
+                if hit is None:
+                    hit = view.decide(select.shard, key)
+                    absent_kept += 1
+                kept += 1
+            else:
+                hit = select.kept[key]
+            sample["__weight__"] = hit[1]
+            if has_score:
+                sample["__score__"] = hit[2] if hit[2] is not None else float("nan")
+            yield sample
+    finally:
+        _COUNTERS["kept"] += kept
+        _COUNTERS["absent_kept"] += absent_kept
+
+
+def _kept_tar_samples(
+    src: Iterable[dict[str, Any]],
+    run: str | RunDir,
+    epoch: int | None = None,
+    handler: Callable[[Exception], bool] = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    streams = url_opener(src, handler=handler)
+    yield from _kept_samples_of_streams(streams, run, epoch, handler, select_files, rename_files)
+
+
 def _skip_shards(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
 ) -> Iterator[dict[str, Any]]:
@@ -209,6 +365,13 @@ keep_filter = pipelinefilter(_keep_filter)
 keep_filter.__doc__ = """Sample stage: ``keep_filter(run, epoch=None)``; put it after the tar
 reader (``wds.tarfile_to_samples()``) and before decode. Drops samples the current plan does
 not keep; attaches ``__weight__`` (float) and, for ES/ESWP plans, ``__score__``."""
+kept_tar_samples = pipelinefilter(_kept_tar_samples)
+kept_tar_samples.__doc__ = """URL stage: ``kept_tar_samples(run, epoch=None, handler=reraise_exception,
+select_files=None, rename_files=None)``; replaces ``wds.tarfile_to_samples() +
+keep_filter(run)`` and yields exactly their samples (same order, fields, ``__weight__`` and
+``__score__``, same counters), but the data of members of dropped samples is skipped, not read
+into memory. ``select_files``/``rename_files`` are webdataset's, applied before the plan."""
+_kept_streams = pipelinefilter(_kept_samples_of_streams)
 skip_shards = pipelinefilter(_skip_shards)
 skip_shards.__doc__ = """URL stage: ``skip_shards(run, epoch=None)``; put it after
 split_by_node/split_by_worker and before the tar reader. Drops shards the current plan keeps
@@ -216,14 +379,16 @@ no sample of, without opening them."""
 
 
 def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
-    """Insert :func:`skip_shards` and :func:`keep_filter` into a ``wds.WebDataset``.
+    """Make a ``wds.WebDataset`` (or a ``wds.DataPipeline``) read only what the plan keeps.
 
-    ``skip_shards`` goes right before the tar opener, ``keep_filter`` right after the stage
-    that groups tar members into samples. Returns ``ds`` (modified in place) for chaining.
+    ``skip_shards`` goes right before the tar opener. webdataset's tar expander + grouper
+    (``wds.WebDataset``) or ``tarfile_to_samples`` (a DataPipeline) is replaced by the
+    equivalent of :func:`kept_tar_samples`, keeping its ``handler``, ``select_files`` and
+    ``rename_files``; a tar reader configured otherwise (a custom grouper) keeps its place and
+    gets :func:`keep_filter` after it. Returns ``ds`` (modified in place) for chaining.
     """
     import webdataset as wds
     from webdataset import cache as wds_cache
-    from webdataset.tariterators import group_by_keys
 
     run_url = run if isinstance(run, RunDir) else RunDir(run)
     pipeline = getattr(ds, "pipeline", None)
@@ -237,12 +402,30 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
         (i for i, st in enumerate(pipeline) if getattr(st, "f", None) is group_by_keys or st is wds.tarfile_to_samples),
         None,
     )
-    if grouper is None:
+    reader = next((i for i, st in enumerate(pipeline) if getattr(st, "f", None) is tarfile_samples), None)
+    fast = {"handler", "select_files", "rename_files"}
+
+    def plain(st: Any, allowed: set[str]) -> bool:
+        return not getattr(st, "args", ()) and set(getattr(st, "kw", {})) <= allowed
+
+    if reader is not None and plain(pipeline[reader], fast):  # wds.tarfile_to_samples(...)
+        pipeline[reader] = kept_tar_samples(run_url, epoch=epoch, **pipeline[reader].kw)
+    elif (
+        grouper is not None
+        and grouper > 0
+        and getattr(pipeline[grouper - 1], "f", None) is tar_file_expander
+        and plain(pipeline[grouper - 1], fast)
+        and plain(pipeline[grouper], {"handler"})
+    ):  # wds.WebDataset: tar_file_expander(...) + group_by_keys(handler=...)
+        kw = {**pipeline[grouper - 1].kw, **pipeline[grouper].kw}
+        pipeline[grouper - 1 : grouper + 1] = [_kept_streams(run_url, epoch=epoch, **kw)]
+    elif grouper is not None:
+        pipeline.insert(grouper + 1, keep_filter(run_url, epoch=epoch))
+    else:
         raise TypeError(
             "attach(): no tar reader found in this pipeline; for a custom wds.DataPipeline put "
-            "seta_stream.keep_filter(run) after wds.tarfile_to_samples() yourself"
+            "seta_stream.kept_tar_samples(run) in place of wds.tarfile_to_samples() yourself"
         )
-    pipeline.insert(grouper + 1, keep_filter(run_url, epoch=epoch))
     if opener is not None:
         pipeline.insert(opener, skip_shards(run_url, epoch=epoch))
     return ds

@@ -26,6 +26,7 @@ EXPECTED = {
     "describe_policies",
     "inspect",
     "keep_filter",
+    "kept_tar_samples",
     "list_samples",
     "load_plan",
     "load_summary",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,3 +249,179 @@ def test_plans_with_keys_in_lookup_arrow_are_still_read(tmp_path, shards):
     ds = wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(run)))
     (got,) = iterate(ds)
     assert {(s, k) for s, k, _ in got} == kept_set(run, 0) and len(got) == 60
+
+
+# ------------------------------------------------------------------ kept_tar_samples
+def _samples(pipeline_stages):
+    before = seta.stage_counters()
+    got = list(wds.DataPipeline(*pipeline_stages))
+    after = seta.stage_counters()
+    counted = {k: after.get(k, 0) - before.get(k, 0) for k in ("kept", "dropped", "absent_kept", "absent_dropped")}
+    return got, counted
+
+
+def _both(urls, run, **tar_kw):
+    """(samples, counters) of tarfile_to_samples + keep_filter, and of kept_tar_samples."""
+    slow = _samples([wds.SimpleShardList(urls), wds.tarfile_to_samples(**tar_kw), seta.keep_filter(str(run))])
+    fast = _samples([wds.SimpleShardList(urls), seta.kept_tar_samples(str(run), **tar_kw)])
+    return slow, fast
+
+
+def _drop_plan(run, shards, drop_pairs, pop=None):
+    drop = tuple(sample_uid(s, k) for s, k in drop_pairs)
+    plan_epoch(
+        RunDir(run, create=True),
+        0,
+        policy="test_drop_listed",
+        params={"drop": drop},
+        epochs=1,
+        population=pop if pop is not None else population(shards),
+    )
+
+
+@pytest.mark.parametrize("case", ["all_kept", "half", "shard_none_kept", "absent_bernoulli", "absent_keep"])
+def test_kept_tar_samples_equals_tarfile_to_samples_and_keep_filter(tmp_path, shards, case):
+    run = tmp_path / "run"
+    if case == "all_kept":
+        plan_epoch(RunDir(run, create=True), 0, policy="full", epochs=1, population=population(shards))
+    elif case == "half":
+        plan_epoch(
+            RunDir(run, create=True),
+            0,
+            policy="random",
+            params={"r": 0.5},
+            epochs=1,
+            seed=2,
+            population=population(shards),
+        )
+    elif case == "shard_none_kept":  # every sample of part-0001 and the odd ones of part-0002 dropped
+        drop = [("part-0001.tar", f"sample{i:04d}") for i in range(30)]
+        drop += [("part-0002.tar", f"sample{i:04d}") for i in range(1, 30, 2)]
+        _drop_plan(run, shards, drop)
+    elif case == "absent_bernoulli":  # empty table: every sample absent, kept iff u < 0.6
+        plan_epoch(RunDir(run, create=True), 0, policy="seta", params={"r": 0.4}, epochs=4, seed=5)
+    else:  # the plan knows 20 samples of part-0000, drops 5 of them; the rest are absent (kept)
+        pop = [("part-0000.tar", f"sample{i:04d}") for i in range(20)]
+        _drop_plan(run, shards, [("part-0000.tar", f"sample{i:04d}") for i in range(5)], pop=pop)
+    (slow, slow_counts), (fast, fast_counts) = _both(shards, run)
+    assert fast == slow  # same samples, order, fields, bytes, __weight__
+    assert fast_counts == slow_counts
+    expected_kept = {
+        "all_kept": 120,
+        "half": 60,
+        "shard_none_kept": 120 - 30 - 15,
+        "absent_keep": 115,
+    }.get(case)
+    if expected_kept is not None:
+        assert len(fast) == expected_kept == fast_counts["kept"]
+    assert fast_counts["kept"] + fast_counts["dropped"] == 120
+    if case.startswith("absent"):
+        assert fast_counts["absent_kept"] + fast_counts["absent_dropped"] == (
+            120 if case == "absent_bernoulli" else 100
+        )
+        assert 0 < fast_counts["absent_kept"]
+
+
+def test_kept_tar_samples_with_file_urls_and_directories_in_member_names(tmp_path):
+    root = tmp_path / "shards"
+    root.mkdir()
+    urls = []
+    for s in range(3):
+        path = root / f"d-{s}.tar"
+        with wds.TarWriter(str(path)) as w:
+            for i in range(10):
+                w.write({"__key__": f"train/cls{i % 2}/img{i:03d}", "txt": f"{s}/{i}", "cls": str(i % 2)})
+        urls.append("file://" + str(path))
+    pop = [(f"d-{s}.tar", f"train/cls{i % 2}/img{i:03d}") for s in range(3) for i in range(10)]
+    run = tmp_path / "run"
+    plan_epoch(RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=1, seed=3, population=pop)
+    (slow, slow_counts), (fast, fast_counts) = _both(urls, run)
+    assert fast == slow and fast_counts == slow_counts
+    assert len(fast) == 15 and {s["__key__"].split("/")[0] for s in fast} == {"train"}
+    assert all(s["__url__"].startswith("file://") for s in fast)
+
+
+def test_kept_tar_samples_with_repeated_keys_and_members_without_extension(tmp_path):
+    """A key that comes back after a dropped sample is a new sample (as group_by_keys sees it);
+    members webdataset cannot name (no extension) and meta files are ignored by both readers."""
+    import io
+    import tarfile
+
+    path = tmp_path / "odd.tar"
+    members = ["a.txt", "a.cls", "README", "b.txt", "b.cls", "a.txt", "a.cls", "__meta__", "c.txt", "b.txt"]
+    with tarfile.open(path, "w") as tar:
+        for i, name in enumerate(members):
+            data = f"{name}#{i}".encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    run = tmp_path / "run"
+    for dropped in (["b"], ["a"], []):
+        shutil.rmtree(run, ignore_errors=True)
+        pop = [("odd.tar", k) for k in ("a", "b", "c")]
+        _drop_plan(run, None, [("odd.tar", k) for k in dropped] or [("other.tar", "x")], pop=pop)
+        (slow, slow_counts), (fast, fast_counts) = _both([str(path)], run)
+        assert fast == slow and fast_counts == slow_counts
+        assert [s["__key__"] for s in fast] == [k for k in ["a", "b", "a", "c", "b"] if k not in dropped]
+
+
+def test_kept_tar_samples_extracts_only_members_of_kept_samples(tmp_path, shards, monkeypatch):
+    import tarfile
+
+    run = tmp_path / "run"
+    drop = [(f"part-{s:04d}.tar", f"sample{i:04d}") for s in range(4) for i in range(30) if i % 3]
+    _drop_plan(run, shards, drop)
+    extracted = []
+    original = tarfile.TarFile.extractfile
+
+    def spy(self, member):
+        extracted.append(member.name)
+        return original(self, member)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", spy)
+    got = list(wds.DataPipeline(wds.SimpleShardList(shards), seta.kept_tar_samples(str(run))))
+    assert len(got) == 40
+    assert sorted(extracted) == sorted(
+        f"sample{i:04d}.{ext}" for _ in range(4) for i in range(0, 30, 3) for ext in ("txt", "cls")
+    )
+
+
+def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    run = tmp_path / "run"
+    plan_epoch(
+        RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=1, seed=4, population=population(shards)
+    )
+    ds = seta.attach(wds.WebDataset(shards, shardshuffle=False, empty_check=False), str(run))
+    fs = [getattr(st, "f", None) for st in ds.pipeline]
+    assert tar_file_expander not in fs and group_by_keys not in fs
+    assert any(getattr(f, "__name__", "") == "_kept_samples_of_streams" for f in fs)
+    reference = wds.WebDataset(shards, shardshuffle=False, empty_check=False).compose(seta.keep_filter(str(run)))
+    for workers in (0, 2):
+        (got,) = iterate(ds, workers=workers, context="fork")
+        (want,) = iterate(reference, workers=workers, context="fork")
+        assert got == want and len(got) == 60
+        assert {(s, k) for s, k, _ in got} == kept_set(run, 0)
+    # a DataPipeline's tarfile_to_samples(handler=...) is swapped too, keeping its handler
+    pipe = seta.attach(
+        wds.DataPipeline(
+            wds.SimpleShardList(shards), wds.split_by_worker, wds.tarfile_to_samples(handler=wds.warn_and_continue)
+        ),
+        str(run),
+    )
+    assert getattr(pipe.pipeline[2], "f", None).__name__ == "_kept_tar_samples"
+    assert pipe.pipeline[2].kw["handler"] is wds.warn_and_continue
+    (got,) = iterate(pipe, workers=2, context="spawn")
+    assert sorted(got) == sorted(want)
+
+
+def test_member_keys_are_webdatasets_keys():
+    from webdataset.tariterators import base_plus_ext
+
+    from seta_stream.stage import _BASE_PLUS_EXT
+
+    names = ["a.txt", "a.b.c", "dir/x.y.z", "dir/.hidden", "a.b/c", "README", "d/e/f.jpg", "x/y.", ".z", "é/ü.txt"]
+    for name in names:
+        m = _BASE_PLUS_EXT.match(name)
+        assert (m.group(1) if m else None) == base_plus_ext(name)[0], name
