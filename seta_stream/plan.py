@@ -58,11 +58,15 @@ _NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: plan.parquet: uncompressed (written once, read rarely, ~2x faster to write); dictionary
 #: pages only for the low-cardinality columns; no statistics for the identity columns
-#: (unique strings and hashes, useless for pruning row groups, and the costliest to compute).
+#: (unique strings and hashes, useless for pruning row groups, and the costliest to compute);
+#: values encoded in batches of 64K and pages cut by size (1 MB) rather than every 20K rows
+#: (pyarrow's defaults, 1K and 20K rows, cost about a quarter of the write time at 15M rows).
 _PLAN_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "none",
     "use_dictionary": ["shard", "reason"],
     "write_statistics": ["loss", "cluster", "keep", "weight", "reason"],
+    "write_batch_size": 1 << 16,
+    "max_rows_per_page": 1 << 20,
 }
 
 
