@@ -243,6 +243,7 @@ def plan_epoch(
                 f"already planned; plans are made in epoch order (a resumed run finds its plans "
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
+        _check_ema_setting(run, cfg)
         if population is not None:
             table = _with_population(load_table(run, columns=_TABLE_COLUMNS), population)
             numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
@@ -300,20 +301,19 @@ def _plan_and_publish(
     uid = numeric["uid"]
     n = len(uid)
     manifest = run.read_json("table/manifest.json", default=None) or {}
-    _check_ema_setting(run, cfg)
-    inp = PolicyInput(
-        uid=uid,
-        last_loss=numeric["last_loss"],
-        ema=numeric["ema"],
-        seen=numeric["seen"],
-        last_epoch=numeric["last_epoch"],
-        epoch=epoch,
-        epochs=cfg["epochs"],
-        seed=cfg["seed"],
-        n_ref=int(manifest.get("n_ref") or 0),
-    )
-    del numeric
     try:
+        inp = PolicyInput(
+            uid=uid,
+            last_loss=numeric["last_loss"],
+            ema=numeric["ema"],
+            seen=numeric["seen"],
+            last_epoch=numeric["last_epoch"],
+            epoch=epoch,
+            epochs=cfg["epochs"],
+            seed=cfg["seed"],
+            n_ref=int(manifest.get("n_ref") or 0),
+        )
+        del numeric
         result = run_policy(cfg["policy"], inp, **cfg["params"])
     except BaseException:
         if isinstance(ids, Future):  # drop the keys written ahead
