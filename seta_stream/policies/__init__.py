@@ -114,6 +114,20 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _weight_histogram(weight: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct weights of the kept samples and their counts, ascending. Nearly every kept
+    weight is 1.0, so only the others are sorted (a full np.unique sorts N values)."""
+    kept_w = weight[keep]
+    other = kept_w[kept_w != np.float32(1.0)]
+    values, counts = np.unique(other, return_counts=True)
+    ones = len(kept_w) - len(other)
+    if ones:
+        at = int(np.searchsorted(values, np.float32(1.0)))
+        values = np.insert(values, at, np.float32(1.0))
+        counts = np.insert(counts, at, ones)
+    return values, counts
+
+
 def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> PolicyResult:
     """Apply the empty-plan guard (§0.7) and add the common summary fields."""
     n = inp.n
@@ -129,7 +143,7 @@ def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> 
     kept = int(result.keep.sum())
     finite = np.isfinite(inp.last_loss)
     unseen = int(np.count_nonzero(~((inp.seen > 0) & finite)))
-    values, counts = np.unique(result.weight[result.keep], return_counts=True)
+    values, counts = _weight_histogram(result.weight, result.keep)
     reasons = np.bincount(result.reason.astype(np.int64), minlength=len(REASONS))
     kept_reasons = np.bincount(result.reason[result.keep].astype(np.int64), minlength=len(REASONS))
     summary = {
