@@ -61,7 +61,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
     planned = _planned_epochs(run)
     state = run.read_json("state.json", default={}) or {}
     manifest = run.read_json("table/manifest.json", default={}) or {}
-    epochs = []
+    epochs: list[dict[str, Any]] = []
     for e in planned:
         s = _summary(run, e)
         counts = [run.read_json(rel) or {} for rel in run.glob(f"stats/epoch={e}/rank=*.json")]

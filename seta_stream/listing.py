@@ -30,8 +30,9 @@ def list_samples(urls: Iterable[str], *, shard_depth: int = 1) -> pa.Table:
         name = shard_name(url, shard_depth)
         seen: set[str] = set()
         with fsspec.open(url, "rb", compression="infer") as fh:
-            mode = "r|*" if url.endswith((".gz", ".tgz")) else "r:"
-            with tarfile.open(fileobj=fh, mode=mode) as tar:
+            # fsspec already decompresses .gz; "r|*" also reads a stream it left compressed
+            tar_cm = tarfile.open(fileobj=fh, mode="r|*") if url.endswith((".gz", ".tgz")) else tarfile.open(fileobj=fh)
+            with tar_cm as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
