@@ -9,6 +9,6 @@ rev=${1:-HEAD}; shift || true
 snap=bench-out/study-src
 rm -rf "$snap" && mkdir -p "$snap"
 git archive "$rev" seta_stream | tar -x -C "$snap"
-mkdir -p "$snap/tools" "$snap/benchmarks"; cp benchmarks/quality.py "$snap/benchmarks/"; cp tools/text_to_shards.py "$snap/tools/"
+mkdir -p "$snap/tools" "$snap/benchmarks"; cp benchmarks/quality.py benchmarks/quality_checks.py "$snap/benchmarks/"; cp tools/text_to_shards.py "$snap/tools/"
 exec env STUDY_REV="$(git rev-parse --short "$rev")" PYTHONPATH="$PWD/$snap" .venv/bin/python "$snap/benchmarks/quality.py" --results "$PWD/docs/quality-runs" \
     --data "$PWD/../shared/data" --out "$PWD/bench-out/quality" "$@"
