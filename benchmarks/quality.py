@@ -601,7 +601,7 @@ def _vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:
     pts += [(r[0]["pruned"], r) for k, r in groups.items() if k[:3] == (dataset, False, "random")]
     pts = sorted((x, float(np.mean([r["test_acc"] for r in g]))) for x, g in pts if g)
     policy = rs[0]["policy"]
-    if len(pts) < 2 or policy in ("full", "random"):
+    if len(pts) < 2 or policy in ("full", "random") or rs[0]["noisy"]:  # random runs have clean labels
         return "-"
     x = float(np.mean([r["pruned_backprop" if policy in ("es", "eswp") else "pruned"] for r in rs]))
     if not pts[0][0] <= x <= pts[-1][0]:
