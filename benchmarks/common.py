@@ -36,6 +36,7 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     from seta_stream.table import TABLE_SCHEMA, _sort_by_shard
 
     if (path / "table/manifest.json").exists():
+        _add_keys_file(path)  # a run made before tables had keys files
         return path
     run = RunDir(path, create=True)
     shards, keys = st_mj_identities(n)
@@ -63,7 +64,23 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
         "table/manifest.json",
         {"generation": 1, "table": rel, "rows": n, "folded": [], "quarantined": [], "n_ref": n, "format_version": 1},
     )
+    _add_keys_file(path)
     return path
+
+
+def _add_keys_file(path: Path) -> None:
+    """Give the run's table the keys file compact() writes beside every table file."""
+    from seta_stream.runfs import RunDir
+    from seta_stream.table import KEYS_SCHEMA, load_table_keys
+
+    run = RunDir(path)
+    m = run.read_json("table/manifest.json")
+    if load_table_keys(run, m) is not None:
+        return
+    rel = "table/keys-000001-bench.arrow"
+    keys = run.read_parquet(m["table"], columns=["key"])
+    run.publish_arrow(rel, keys.cast(KEYS_SCHEMA))
+    run.publish_json("table/manifest.json", {**m, "keys": rel})
 
 
 def measure(code: str, setup: str = "") -> dict:

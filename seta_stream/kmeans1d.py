@@ -24,7 +24,7 @@ __all__ = ["KMeans1D", "kmeans1d", "assign", "B_MAX"]
 
 B_MAX = 65_536
 _CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
-_PARALLEL_SORT_MIN = 1 << 21  # below this a single np.sort is as fast as two halves and a merge
+_PARALLEL_MIN = 1 << 21  # below this, splitting work over two threads does not pay
 
 
 @dataclass(frozen=True)
@@ -143,22 +143,33 @@ def _dp(c: np.ndarray, s: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
     return ends, float(D_prev[B - 1])
 
 
+def _parallel() -> bool:
+    return (os.cpu_count() or 1) >= 2
+
+
 def _sorted_values(values: np.ndarray) -> np.ndarray:
     """Sorted copy in float32 when the input is float32 (exact: float32 order is the order of
     the float64 copies), else in float64."""
     a = np.asarray(values).ravel()
     if a.dtype != np.float32 and a.dtype != np.float64:
         a = a.astype(np.float64)
-    if len(a) < _PARALLEL_SORT_MIN or (os.cpu_count() or 1) < 2:
+    if len(a) < _PARALLEL_MIN or not _parallel():
         return np.sort(a)
-    # two halves sorted on two cores (NumPy releases the GIL), then one merge: timsort finds
-    # the two runs and merges them in one pass. Same result as np.sort, ~40% less wall time.
-    h = len(a) // 2
+    # split at a pivot (median of a strided sample) and sort the parts below and from it on two
+    # cores, in place (NumPy releases the GIL): the lower part then precedes the upper one, so
+    # no merge is needed. Same result as np.sort, about half its wall time.
+    pivot = np.median(a[:: max(1, len(a) // 8192)])
+    below = a < pivot  # NaN (sorted last by np.sort) is never below, so it lands in the upper part
+    n_lo = int(np.count_nonzero(below))
+    if not 0 < n_lo < len(a):  # NaN pivot, or the pivot is the minimum
+        return np.sort(a)
+    out = np.empty_like(a)
+    np.compress(below, a, out=out[:n_lo])
+    np.logical_not(below, out=below)
+    np.compress(below, a, out=out[n_lo:])
+    del below
     with ThreadPoolExecutor(2) as pool:
-        lo, hi = pool.map(np.sort, (a[:h], a[h:]))
-    out = np.concatenate([lo, hi])
-    del lo, hi
-    out.sort(kind="stable")
+        list(pool.map(np.ndarray.sort, (out[:n_lo], out[n_lo:])))
     return out
 
 
@@ -186,30 +197,52 @@ class _Prefix:
     ``at`` holds exact block sums at the point boundaries (one blockwise pass); prefix sums at
     any other position add the partial run from the nearest stored position (Lloyd needs only
     k' - 1 of them per iteration).
+
+    Blocks of ``_CHUNK`` values are summed independently (on two threads for large inputs) and
+    joined by adding the running total of the earlier blocks, in block order: the result does
+    not depend on the number of threads.
     """
 
     def __init__(self, v: np.ndarray, positions: np.ndarray, mean: float) -> None:
         self.v, self.mean = v, mean
         self.pos = positions  # sorted, starts with 0, ends with M
+        n_blocks = -(-len(v) // _CHUNK)
+        if len(v) >= _PARALLEL_MIN and _parallel():
+            h = n_blocks // 2
+            with ThreadPoolExecutor(2) as pool:
+                parts = list(pool.map(self._blocks, (range(0, h), range(h, n_blocks))))
+            blocks = parts[0] + parts[1]
+        else:
+            blocks = self._blocks(range(n_blocks))
         s1 = np.zeros(len(positions))
         s2 = np.zeros(len(positions))
         carry1 = carry2 = 0.0
+        for a, b, c1, c2, total1, total2 in blocks:
+            s1[a:b] = carry1 + c1
+            s2[a:b] = carry2 + c2
+            carry1 += total1
+            carry2 += total2
+        self.s1, self.s2 = s1, s2
+
+    def _blocks(self, blocks: range) -> list[tuple[int, int, np.ndarray, np.ndarray, float, float]]:
+        """Per block: the stored positions in (lo, hi] as the slice [a, b) of ``pos``, the
+        block's cumulative sums of x and x^2 at them, and the block's totals."""
+        v, positions = self.v, self.pos
         x = np.empty(min(_CHUNK, len(v)), dtype=np.float64)
         sq = np.empty_like(x)
-        for lo in range(0, len(v), _CHUNK):
+        out = []
+        for blk in blocks:
+            lo = blk * _CHUNK
             hi = min(len(v), lo + _CHUNK)
             xc, qc = x[: hi - lo], sq[: hi - lo]
-            np.subtract(v[lo:hi], mean, out=xc, dtype=np.float64)
+            np.subtract(v[lo:hi], self.mean, out=xc, dtype=np.float64)
             np.multiply(xc, xc, out=qc)
             np.cumsum(xc, out=xc)
             np.cumsum(qc, out=qc)
             a, b = np.searchsorted(positions, [lo + 1, hi + 1])  # stored positions in (lo, hi]
             sel = positions[a:b] - lo - 1
-            s1[a:b] = carry1 + xc[sel]
-            s2[a:b] = carry2 + qc[sel]
-            carry1 += float(xc[-1])
-            carry2 += float(qc[-1])
-        self.s1, self.s2 = s1, s2
+            out.append((int(a), int(b), xc[sel], qc[sel], float(xc[-1]), float(qc[-1])))
+        return out
 
     def at(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sum of x, sum of x^2) over v[:p] for each position p."""

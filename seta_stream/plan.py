@@ -22,9 +22,10 @@ Fault injection for tests: ``SETA_STREAM_FAULT=plan:after_plan_file`` or
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -34,9 +35,9 @@ import pyarrow.compute as pc
 
 from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError
 from .ids import sample_uids
-from .policies import REASONS, PolicyInput, run_policy
+from .policies import REASONS, PolicyInput, apply_guard, policy_params, summarize
 from .runfs import PendingFile, RunDir
-from .table import load_numeric, load_table
+from .table import MANIFEST, load_numeric, load_table, load_table_keys
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 
@@ -56,18 +57,49 @@ PLAN_SCHEMA = pa.schema(
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
 _NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
-#: plan.parquet: uncompressed (written once, read rarely, ~2x faster to write); dictionary
-#: pages only for the low-cardinality columns; no statistics for the identity columns
-#: (unique strings and hashes, useless for pruning row groups, and the costliest to compute);
-#: values encoded in batches of 64K and pages cut by size (1 MB) rather than every 20K rows
-#: (pyarrow's defaults, 1K and 20K rows, cost about a quarter of the write time at 15M rows).
+#: plan.parquet: LZ4, like the loss table. At 15M rows it is 320 MB instead of 715 MB
+#: uncompressed, and every megabyte of a new file costs page-cache pages: on the benchmark VM a
+#: fresh 700 MB file takes 1.6 s to write however it is encoded, far more than LZ4's CPU time
+#: (docs/benchmarks.md, "Planning"). Dictionary pages only for the low-cardinality columns; no
+#: statistics for the identity columns (unique strings and hashes, useless for pruning row
+#: groups, and the costliest to compute); values encoded in batches of 64K and pages cut by
+#: size (1 MB) rather than every 20K rows (pyarrow's defaults, 1K and 20K rows, cost about a
+#: quarter of the write time at 15M rows).
 _PLAN_WRITE_OPTIONS: dict[str, Any] = {
-    "compression": "none",
+    "compression": "lz4",
     "use_dictionary": ["shard", "reason"],
     "write_statistics": ["loss", "cluster", "keep", "weight", "reason"],
     "write_batch_size": 1 << 16,
     "max_rows_per_page": 1 << 20,
 }
+
+
+def _madvise_hugepage_setter() -> Any:
+    """NumPy's switch for asking the kernel for transparent huge pages on large arrays (a
+    private function, under numpy._core in NumPy 2 and numpy.core before), or None."""
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        with contextlib.suppress(ImportError, AttributeError):
+            return importlib.import_module(name)._set_madvise_hugepage
+    return None
+
+
+@contextlib.contextmanager
+def _normal_pages() -> Iterator[None]:
+    """Planning allocates about 1 GB of short-lived arrays at 15M rows. NumPy asks the kernel to
+    back large arrays with 2 MB transparent huge pages (madvise); on a VM whose host takes idle
+    guest memory back, faulting those in cost 2.6 ms per MB here (3.1 s for 1.2 GB, against
+    0.6 s with 4 KB pages; docs/benchmarks.md, "Planning"), more than planning's own work. So
+    planning asks for normal pages while it runs and restores NumPy's setting afterwards, unless
+    the user chose one with the NUMPY_MADVISE_HUGEPAGE environment variable."""
+    setter = None if "NUMPY_MADVISE_HUGEPAGE" in os.environ else _madvise_hugepage_setter()
+    if setter is None:
+        yield
+        return
+    previous = setter(False)
+    try:
+        yield
+    finally:
+        setter(previous)
 
 
 def _fault(point: str) -> None:
@@ -224,7 +256,7 @@ def plan_epoch(
     epoch = int(epoch)
     if epoch < 0:
         raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
-    with run.lock("plan", wait=120):
+    with run.lock("plan", wait=120), _normal_pages():
         state = read_state(run)
         cfg = _resolve_settings(state, policy, params, epochs, seed, force, run)
         if not 0 <= epoch < cfg["epochs"]:
@@ -244,18 +276,20 @@ def plan_epoch(
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
         _check_ema_setting(run, cfg)
+        policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
+        manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
-            table = _with_population(load_table(run, columns=_TABLE_COLUMNS), population)
+            table = _with_population(load_table(run, columns=_TABLE_COLUMNS, manifest=manifest), population)
             numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
             ids = _Identities(table.column("shard"), table.column("key"))
             del table
-            return _plan_and_publish(run, numeric, ids, epoch, cfg, state, True)
-        # the policy needs only the numeric columns; the identity strings are read on the
+            return _plan_and_publish(run, manifest, numeric, ids, epoch, cfg, state, True)
+        # the policy needs only the numeric columns; the identity columns are read on the
         # other core while it runs (pyarrow and most NumPy loops release the GIL)
-        numeric = load_numeric(run, _policy_columns(cfg))
+        numeric = load_numeric(run, _policy_columns(cfg), manifest=manifest)
         with ThreadPoolExecutor(1) as pool:
-            strings = pool.submit(_read_identities, run, plan_dir(epoch))
-            return _plan_and_publish(run, numeric, strings, epoch, cfg, state, False)
+            strings = pool.submit(_read_identities, run, manifest, plan_dir(epoch))
+            return _plan_and_publish(run, manifest, numeric, strings, epoch, cfg, state, False)
 
 
 def _policy_columns(cfg: dict[str, Any]) -> list[str]:
@@ -294,17 +328,30 @@ class _Identities:
         self.keys_file: PendingFile | None = None  # keys.arrow, written ahead of the plan
 
 
-def _read_identities(run: RunDir, d: str) -> _Identities:
-    """Read the identity columns and write keys.arrow, unpublished (the policy may still fail).
-    Runs beside the policy, so it decodes on this thread only."""
-    t = load_table(run, ["shard", "key"], shard_as_dictionary=True, use_threads=False)
-    ids = _Identities(t.column("shard"), t.column("key"))
-    ids.keys_file = run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
+def _read_identities(run: RunDir, manifest: dict[str, Any], d: str) -> _Identities:
+    """Read the identity columns and prepare keys.arrow, unpublished (the policy may still
+    fail). Runs beside the policy, so it decodes on this thread only.
+
+    The keys come memory-mapped from the table's keys file, and keys.arrow is a hard link to
+    it; a table without one (written by an older version) has its keys decoded from Parquet
+    and written out."""
+    table_keys = load_table_keys(run, manifest)
+    if table_keys is not None:
+        shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
+        ids = _Identities(shard, table_keys[0])
+        with contextlib.suppress(FileNotFoundError):  # removed by compactions meanwhile: write it
+            ids.keys_file = run.prepare_link(table_keys[1], f"{d}/keys.arrow")
+    else:
+        t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
+        ids = _Identities(t.column("shard"), t.column("key"))
+    if ids.keys_file is None:
+        ids.keys_file = run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
     return ids
 
 
 def _plan_and_publish(
     run: RunDir,
+    manifest: dict[str, Any],
     numeric: dict[str, np.ndarray],
     ids: _Identities | Future[_Identities],
     epoch: int,
@@ -314,7 +361,6 @@ def _plan_and_publish(
 ) -> dict[str, Any]:
     uid = numeric["uid"]
     n = len(uid)
-    manifest = run.read_json("table/manifest.json", default=None) or {}
     try:
         inp = PolicyInput(
             uid=uid,
@@ -328,7 +374,9 @@ def _plan_and_publish(
             n_ref=int(manifest.get("n_ref") or 0),
         )
         del numeric
-        result = run_policy(cfg["policy"], inp, **cfg["params"])
+        spec, params = policy_params(cfg["policy"], **cfg["params"])
+        result = spec.fn(inp, params)
+        guard = apply_guard(result, inp)
     except BaseException:
         if isinstance(ids, Future):  # drop the keys written ahead
             with contextlib.suppress(Exception):
@@ -336,9 +384,6 @@ def _plan_and_publish(
                 if pending is not None:
                     pending.discard()
         raise
-    loss = inp.last_loss
-    del inp  # the inputs the plan does not store are released before writing
-    summary = dict(result.summary)
 
     d = plan_dir(epoch)
     reason = pa.DictionaryArray.from_arrays(
@@ -353,7 +398,7 @@ def _plan_and_publish(
         ids.shard,
         ids.key,
         pa.array(uid, type=pa.uint64()),
-        pa.array(loss, type=pa.float32()),
+        pa.array(inp.last_loss, type=pa.float32()),
         pa.array(cluster, type=pa.int16()),
         keep,
         weight,
@@ -368,12 +413,18 @@ def _plan_and_publish(
         schema = schema.append(pa.field("score", pa.float64()))
     plan = pa.Table.from_arrays(cols, schema=schema)
     del cols
-    # plan.parquet here, the stage's files on the other core (writing releases the GIL)
+    # plan.parquet on the other core (writing releases the GIL); the summary and the stage's
+    # files here meanwhile
     with ThreadPoolExecutor(1) as pool:
-        stage_files = pool.submit(_publish_stage_files, run, d, ids, pa.table(lookup), result.keep)
-        run.publish_parquet(f"{d}/plan.parquet", plan, **_PLAN_WRITE_OPTIONS)
-        stage_files.result()
-    del plan, ids
+        plan_file = pool.submit(run.publish_parquet, f"{d}/plan.parquet", plan, **_PLAN_WRITE_OPTIONS)
+        try:
+            summarize(result, inp, cfg["policy"], params, guard)
+            del inp  # the inputs the plan does not store
+            _publish_stage_files(run, d, ids, pa.table(lookup), result.keep)
+        finally:
+            plan_file.result()
+    summary = dict(result.summary)
+    del plan, ids, result
     _fault("plan:after_plan_file")
 
     history = dict(state.get("history", {}))

@@ -15,7 +15,7 @@ Layout (docs/format.md is the authority)::
     RUN_DIR/seta-stream.json
     RUN_DIR/losses/rank=R/epoch=E/part-*.parquet
     RUN_DIR/losses-quarantine/...            parts set aside by ``compact(..., on_corrupt="skip")``
-    RUN_DIR/table/manifest.json, table/table-*.parquet
+    RUN_DIR/table/manifest.json, table/table-*.parquet, table/keys-*.arrow
     RUN_DIR/plans/epoch=E/{plan.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow}
     RUN_DIR/state.json
     RUN_DIR/locks/*.lock
@@ -27,6 +27,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -204,6 +205,13 @@ class RunDir:
         with self.fs.open(path, "rb") as fh:
             return pq.read_table(fh, columns=columns, **options)
 
+    def read_arrow(self, *parts: str) -> pa.Table:
+        """An Arrow IPC file, memory-mapped when local (zero-copy: pages are read on use)."""
+        local = self.local_path(*parts)
+        if local is not None:
+            return pa.ipc.open_file(pa.memory_map(local, "r")).read_all()
+        return pa.ipc.open_file(pa.BufferReader(self.read_bytes(*parts))).read_all()
+
     def open(self, *parts: str, mode: str = "rb") -> Any:
         return self.fs.open(self.path(*parts), mode)
 
@@ -274,6 +282,30 @@ class RunDir:
         with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
+
+    def prepare_link(self, src_rel: str, rel: str) -> PendingFile:
+        """A copy of the run's file ``src_rel`` that appears at ``rel`` only on ``commit()``.
+        Locally a hard link (no bytes copied; published files are never modified in place, so
+        sharing them is safe), or a copy where the file system has no hard links; remotely a
+        copy made on commit."""
+        if not self.is_local:
+            return PendingFile(self, rel, copy_of=src_rel)
+        path = self.path(rel)
+        parent = path.rsplit("/", 1)[0]
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+        try:
+            os.link(self.path(src_rel), tmp)
+        except FileNotFoundError:
+            raise
+        except OSError:  # no hard links here (or across devices): copy
+            try:
+                shutil.copyfile(self.path(src_rel), tmp)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        return PendingFile(self, rel, tmp=tmp)
 
     def move(self, src_rel: str, dst_rel: str) -> None:
         """Move a file inside the run (used to set corrupt parts aside)."""
@@ -360,8 +392,10 @@ class RunDir:
 class PendingFile:
     """A file written by :meth:`RunDir.prepare_arrow`, not yet visible at its path."""
 
-    def __init__(self, run: RunDir, rel: str, *, tmp: str | None = None, data: bytes | None = None) -> None:
-        self.run, self.rel, self._tmp, self._data = run, rel, tmp, data
+    def __init__(
+        self, run: RunDir, rel: str, *, tmp: str | None = None, data: bytes | None = None, copy_of: str | None = None
+    ) -> None:
+        self.run, self.rel, self._tmp, self._data, self._copy_of = run, rel, tmp, data, copy_of
 
     def commit(self) -> None:
         """Make the file visible at its path (an atomic rename locally, one PUT remotely)."""
@@ -375,13 +409,16 @@ class PendingFile:
         elif self._data is not None:
             data, self._data = self._data, None
             self.run.publish_bytes(self.rel, data)
+        elif self._copy_of is not None:
+            src, self._copy_of = self._copy_of, None
+            self.run.fs.copy(self.run.path(src), self.run.path(self.rel))
 
     def discard(self) -> None:
         """Drop the file without publishing it."""
         if self._tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
-        self._tmp = self._data = None
+        self._tmp = self._data = self._copy_of = None
 
 
 def _reopen(url: str, storage_options: dict[str, Any]) -> RunDir:

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tar_file_iterator, tarfile_samples, url_opener
@@ -74,13 +73,6 @@ def _current_epoch(run: RunDir) -> int:
     return int(epoch)
 
 
-def _read_arrow(run: RunDir, rel: str) -> pa.Table:
-    local = run.local_path(rel)
-    if local is not None:
-        return pa.ipc.open_file(pa.memory_map(local, "r")).read_all()
-    return pa.ipc.open_file(pa.BufferReader(run.read_bytes(rel))).read_all()
-
-
 class PlanView:
     """Read-only view of one epoch's plan for the stages (and the kept-only reader)."""
 
@@ -104,18 +96,18 @@ class PlanView:
         # with a population listing every sample of a known shard is a plan row, so a shard
         # with no kept row holds nothing to train; without one it may hold unknown samples
         self.population_listed = bool(summary.get("population_listed", False))
-        self.lookup = _read_arrow(self.run, f"{d}/lookup.arrow")
+        self.lookup = self.run.read_arrow(f"{d}/lookup.arrow")
         if "key" in self.lookup.column_names:  # a plan written before keys.arrow existed
             self.keys = self.lookup.column("key")
         else:
-            self.keys = _read_arrow(self.run, f"{d}/keys.arrow").column("key")
+            self.keys = self.run.read_arrow(f"{d}/keys.arrow").column("key")
             if len(self.keys) != self.lookup.num_rows:
                 raise RunFormatError(
                     f"{self.run.display(d)}: keys.arrow has {len(self.keys)} rows, lookup.arrow "
                     f"{self.lookup.num_rows}; expected the same rows. The plan directory is "
                     f"inconsistent: plan the epoch again with force=True"
                 )
-        shards = _read_arrow(self.run, f"{d}/shards.arrow").to_pydict()
+        shards = self.run.read_arrow(f"{d}/shards.arrow").to_pydict()
         self.shards = {
             s: (a, b, k) for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])
         }

@@ -197,3 +197,49 @@ def test_large_input_is_fast():
     t = time.perf_counter()
     r = kmeans1d(x, 10)
     assert r.binned and time.perf_counter() - t < 2.0  # ~0.1 s here; 15M takes ~0.5 s
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).lognormal(size=5000).astype(np.float32),
+        np.random.default_rng(1).normal(size=5000),  # negative values, float64
+        np.r_[np.zeros(4000), np.random.default_rng(2).random(1000)].astype(np.float32),  # pivot = minimum
+        np.r_[np.full(10, -0.0), np.zeros(10), np.random.default_rng(3).random(4000) - 0.5].astype(np.float32),
+        np.r_[np.random.default_rng(4).random(3000), [np.nan] * 5].astype(np.float32),
+        np.r_[[np.nan] * 3000, np.random.default_rng(5).random(2000)].astype(np.float32),  # NaN pivot
+        np.random.default_rng(6).integers(0, 5, 5000).astype(np.int64),  # integers: float64 copy
+    ],
+)
+def test_two_core_sort_equals_np_sort(values, monkeypatch):
+    import seta_stream.kmeans1d as K
+
+    monkeypatch.setattr(K, "_PARALLEL_MIN", 16)
+    monkeypatch.setattr(K, "_parallel", lambda: True)
+    got = K._sorted_values(values)
+    want = np.sort(values.astype(np.float64) if values.dtype.kind == "i" else values)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)  # NaN positions equal too (-0.0 == 0.0)
+
+
+def test_two_thread_prefix_sums_and_clusters_equal_one_thread(monkeypatch):
+    """Blocks summed on two threads are joined in block order: bit-identical to one thread."""
+    import seta_stream.kmeans1d as K
+
+    x = np.random.default_rng(7).lognormal(size=20_000).astype(np.float32)
+    monkeypatch.setattr(K, "_CHUNK", 1000)
+    monkeypatch.setattr(K, "_PARALLEL_MIN", 1 << 40)
+    one = K.kmeans1d(x, 6, b_max=500)
+    v = np.sort(x)
+    positions = np.array([0, 1, 999, 1000, 1001, 7777, 15_000, 19_999, 20_000])
+    pre_one = K._Prefix(v, positions, float(v.mean()))
+    monkeypatch.setattr(K, "_PARALLEL_MIN", 16)
+    monkeypatch.setattr(K, "_parallel", lambda: True)
+    two = K.kmeans1d(x, 6, b_max=500)
+    pre_two = K._Prefix(v, positions, float(v.mean()))
+    assert one.binned and two.binned
+    for field in ("upper", "lower", "counts", "centroids"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(two, field))
+    assert one.sse == two.sse
+    np.testing.assert_array_equal(pre_one.s1, pre_two.s1)
+    np.testing.assert_array_equal(pre_one.s2, pre_two.s2)

@@ -225,3 +225,31 @@ def test_shard_ranges_span_table_chunks_with_different_dictionaries():
     ungrouped = pa.chunked_array([pa.array(["a.tar", "b.tar", "a.tar"]).dictionary_encode()])
     with pytest.raises(Exception, match="not grouped by shard"):
         _Identities(ungrouped, pa.chunked_array([["k0", "k1", "k2"]]))
+
+
+def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path, monkeypatch):
+    import seta_stream.plan as P
+
+    setter = P._madvise_hugepage_setter()
+    assert setter is not None
+    seen = []
+    real_policy_params = P.policy_params
+
+    def spy(*args, **kwargs):  # called inside plan_epoch: record NumPy's setting there
+        previous = setter(False)
+        setter(previous)
+        seen.append(previous)
+        return real_policy_params(*args, **kwargs)
+
+    monkeypatch.setattr(P, "policy_params", spy)
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    run = seeded_run(tmp_path / "r")
+    before = setter(True)
+    try:
+        plan_epoch(run, 1, **SETA)
+        assert seen[-1] is False and setter(True) is True  # off inside, restored after
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")  # the user's choice is left alone
+        plan_epoch(run, 2)
+        assert seen[-1] is True and setter(True) is True
+    finally:
+        setter(before)

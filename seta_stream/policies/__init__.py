@@ -28,12 +28,15 @@ __all__ = [
     "PolicyInput",
     "PolicyResult",
     "PolicySpec",
+    "apply_guard",
     "describe_policies",
     "es_select",
     "finalize",
     "get_policy",
+    "policy_params",
     "register",
     "run_policy",
+    "summarize",
 ]
 
 POLICIES: dict[str, PolicySpec] = {}
@@ -130,22 +133,46 @@ def _weight_histogram(weight: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray,
 
 def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> PolicyResult:
     """Apply the empty-plan guard (§0.7) and add the common summary fields."""
-    n = inp.n
+    guard = apply_guard(result, inp)
+    summarize(result, inp, name, params, guard)
+    return result
+
+
+def apply_guard(result: PolicyResult, inp: PolicyInput) -> bool:
+    """The part of :func:`finalize` that changes the plan's rows: the empty-plan guard (§0.7;
+    returns whether it fired) and weight 0 for every sample not kept."""
     guard = False
-    if n > 0 and not result.keep.any():
+    if inp.n > 0 and not result.keep.any():
         u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
         i = int(np.flatnonzero(smallest_mask(u, 1, inp.uid))[0])  # smallest u, ties by uid
         result.keep[i] = True
         result.weight[i] = 1.0
         result.reason[i] = reason_code("empty_plan_guard")
         guard = True
-    result.weight = np.where(result.keep, result.weight, 0.0).astype(np.float32)
-    kept = int(result.keep.sum())
-    finite = np.isfinite(inp.last_loss)
-    unseen = int(np.count_nonzero(~((inp.seen > 0) & finite)))
+    weight = np.asarray(result.weight, dtype=np.float32)
+    result.weight = np.where(result.keep, weight, np.float32(0.0))
+    return guard
+
+
+def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, guard: bool) -> None:
+    """The part of :func:`finalize` that only reads the rows: the common summary fields, merged
+    with the policy's own. Reads ``result`` and ``inp`` without changing them, so it can run
+    while the plan is being written."""
+    n = inp.n
+    kept = int(np.count_nonzero(result.keep))
+    seen = inp.seen > 0
+    n_seen = int(np.count_nonzero(seen))
+    seen &= np.isfinite(inp.last_loss)
+    n_seen_finite = int(np.count_nonzero(seen))
+    del seen
     values, counts = _weight_histogram(result.weight, result.keep)
-    reasons = np.bincount(result.reason.astype(np.int64), minlength=len(REASONS))
-    kept_reasons = np.bincount(result.reason[result.keep].astype(np.int64), minlength=len(REASONS))
+    # rows and kept rows per reason in one count: code 2 * reason + keep
+    code = np.asarray(result.reason, dtype=np.int8).view(np.uint8) * np.uint8(2)
+    code += result.keep
+    both = np.bincount(code, minlength=2 * len(REASONS))
+    del code
+    kept_reasons = both[1::2]
+    reasons = both[0::2] + kept_reasons
     summary = {
         "policy": name,
         "params": (
@@ -159,8 +186,8 @@ def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> 
         "n": n,
         "kept": kept,
         "pruned_fraction": (1.0 - kept / n) if n else 0.0,
-        "unseen": unseen,
-        "nonfinite": int(np.count_nonzero((inp.seen > 0) & ~finite)),
+        "unseen": n - n_seen_finite,
+        "nonfinite": n_seen - n_seen_finite,
         "weight_histogram": {repr(float(v)): int(c) for v, c in zip(values, counts)},
         "empty_plan_guard": guard,
         "absent_rule": result.absent_rule.to_json(),
@@ -168,15 +195,19 @@ def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> 
         "kept_by_reason": {REASONS[i]: int(c) for i, c in enumerate(kept_reasons) if c},
     }
     result.summary = _jsonable({**summary, **result.summary})
-    return result
 
 
-def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
-    """Validate ``params`` for policy ``name``, run it and finalize the result."""
+def policy_params(name: str, **params: Any) -> tuple[PolicySpec, Any]:
+    """The policy ``name`` and its validated parameters (ValueError naming what is wrong)."""
     spec = get_policy(name)
     known = {f.name for f in dataclasses.fields(spec.params_type)}
     unknown = set(params) - known
     if unknown:
         raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}")
-    p = spec.make_params(**params)
+    return spec, spec.make_params(**params)
+
+
+def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
+    """Validate ``params`` for policy ``name``, run it and finalize the result."""
+    spec, p = policy_params(name, **params)
     return finalize(spec.fn(inp, p), inp, name, p)
