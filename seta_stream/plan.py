@@ -413,18 +413,13 @@ def _plan_and_publish(
         schema = schema.append(pa.field("score", pa.float64()))
     plan = pa.Table.from_arrays(cols, schema=schema)
     del cols
-    # plan.parquet on the other core (writing releases the GIL); the summary and the stage's
-    # files here meanwhile
-    with ThreadPoolExecutor(1) as pool:
-        plan_file = pool.submit(run.publish_parquet, f"{d}/plan.parquet", plan, **_PLAN_WRITE_OPTIONS)
-        try:
-            summarize(result, inp, cfg["policy"], params, guard)
-            del inp  # the inputs the plan does not store
-            _publish_stage_files(run, d, ids, pa.table(lookup), result.keep)
-        finally:
-            plan_file.result()
+
+    def meanwhile() -> None:  # the summary and the stage's files, while plan.parquet is encoded
+        summarize(result, inp, cfg["policy"], params, guard)
+        _publish_stage_files(run, d, ids, pa.table(lookup), result.keep)
+
+    run.publish_parquet(f"{d}/plan.parquet", plan, meanwhile=meanwhile, **_PLAN_WRITE_OPTIONS)
     summary = dict(result.summary)
-    del plan, ids, result
     _fault("plan:after_plan_file")
 
     history = dict(state.get("history", {}))

@@ -27,11 +27,13 @@ import contextlib
 import io
 import json
 import os
+import queue
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -239,24 +241,35 @@ class RunDir:
     def publish_json(self, rel: str, obj: Any) -> None:
         self.publish_bytes(rel, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
 
-    def publish_parquet(self, rel: str, table: pa.Table, **write_options: Any) -> None:
-        """Write a Parquet file atomically (streams to a temp file locally)."""
+    def publish_parquet(
+        self, rel: str, table: pa.Table, *, meanwhile: Callable[[], None] | None = None, **write_options: Any
+    ) -> None:
+        """Write a Parquet file atomically (streams to a temp file locally).
+
+        ``meanwhile``: work to run on the calling thread while the file is encoded on another
+        one (pyarrow releases the GIL while encoding). Locally the encoded bytes are then
+        written to the file by the calling thread, so encoding and the file system's work
+        (page-cache pages for a new file are costly on some VMs) run side by side.
+        """
         write_options.setdefault("compression", "zstd")
         path = self.path(rel)
-        if self.is_local:
-            parent = path.rsplit("/", 1)[0]
-            os.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
-            try:
-                pq.write_table(table, tmp, **write_options)
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        else:
+        if not self.is_local:
             buf = io.BytesIO()
-            pq.write_table(table, buf, **write_options)
+            _alongside(lambda: pq.write_table(table, buf, **write_options), meanwhile)
             self.publish_bytes(rel, buf.getvalue())
+            return
+        parent = path.rsplit("/", 1)[0]
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+        try:
+            if meanwhile is None:
+                pq.write_table(table, tmp, **write_options)
+            else:
+                _write_pipelined(table, tmp, write_options, meanwhile)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def publish_arrow(self, rel: str, table: pa.Table) -> None:
         """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
@@ -387,6 +400,81 @@ class RunDir:
         except PermissionError:
             return False
         return False
+
+
+def _alongside(work: Callable[[], None], meanwhile: Callable[[], None] | None) -> None:
+    """Run ``work`` on another thread and ``meanwhile`` on this one; re-raise the first error."""
+    if meanwhile is None:
+        work()
+        return
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(work)
+        try:
+            meanwhile()
+        finally:
+            done.result()
+
+
+class _QueueSink:
+    """A writable file for pyarrow whose writes go to a bounded queue (``None`` ends it)."""
+
+    def __init__(self, depth: int) -> None:
+        self.queue: queue.Queue[bytes | None] = queue.Queue(depth)
+        self.position = 0
+        self.aborted = False
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        if self.aborted:
+            raise OSError("the Parquet file was abandoned (the work beside it failed)")
+        chunk = bytes(data)
+        self.queue.put(chunk)
+        self.position += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self.position
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+_PIPE_CHUNK = 4 << 20  # bytes per queued piece
+_PIPE_DEPTH = 64  # pieces in flight at most (256 MB)
+
+
+def _write_pipelined(table: pa.Table, path: str, options: dict[str, Any], meanwhile: Callable[[], None]) -> None:
+    """Encode ``table`` as Parquet on another thread into a queue; run ``meanwhile`` here, then
+    write the queued bytes to ``path`` here while the encoding goes on."""
+    sink = _QueueSink(_PIPE_DEPTH)
+
+    def encode() -> None:
+        try:
+            with pa.BufferedOutputStream(pa.PythonFile(sink, mode="w"), buffer_size=_PIPE_CHUNK) as out:
+                pq.write_table(table, out, **options)
+        finally:
+            sink.queue.put(None)
+
+    with ThreadPoolExecutor(1) as pool:
+        encoded = pool.submit(encode)
+        try:
+            meanwhile()
+            with open(path, "wb") as fh:
+                while (chunk := sink.queue.get()) is not None:
+                    fh.write(chunk)
+        except BaseException:
+            sink.aborted = True  # the encoder stops at its next write; let it reach the end
+            while encoded.running() or not sink.queue.empty():
+                with contextlib.suppress(queue.Empty):
+                    sink.queue.get(timeout=0.1)
+            raise
+        encoded.result()
 
 
 class PendingFile:

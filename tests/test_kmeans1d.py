@@ -204,42 +204,50 @@ def test_large_input_is_fast():
     [
         np.random.default_rng(0).lognormal(size=5000).astype(np.float32),
         np.random.default_rng(1).normal(size=5000),  # negative values, float64
-        np.r_[np.zeros(4000), np.random.default_rng(2).random(1000)].astype(np.float32),  # pivot = minimum
+        np.r_[np.zeros(4000), np.random.default_rng(2).random(1000)].astype(np.float32),  # mostly one value
         np.r_[np.full(10, -0.0), np.zeros(10), np.random.default_rng(3).random(4000) - 0.5].astype(np.float32),
         np.r_[np.random.default_rng(4).random(3000), [np.nan] * 5].astype(np.float32),
-        np.r_[[np.nan] * 3000, np.random.default_rng(5).random(2000)].astype(np.float32),  # NaN pivot
+        np.r_[[np.nan] * 3000, np.random.default_rng(5).random(2000)].astype(np.float32),  # mostly NaN
         np.random.default_rng(6).integers(0, 5, 5000).astype(np.int64),  # integers: float64 copy
     ],
 )
-def test_two_core_sort_equals_np_sort(values, monkeypatch):
+def test_polars_sort_equals_np_sort(values, monkeypatch):
     import seta_stream.kmeans1d as K
 
-    monkeypatch.setattr(K, "_PARALLEL_MIN", 16)
-    monkeypatch.setattr(K, "_parallel", lambda: True)
+    monkeypatch.setattr(K, "_POLARS_SORT_MIN", 16)
     got = K._sorted_values(values)
     want = np.sort(values.astype(np.float64) if values.dtype.kind == "i" else values)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)  # NaN positions equal too (-0.0 == 0.0)
 
 
-def test_two_thread_prefix_sums_and_clusters_equal_one_thread(monkeypatch):
-    """Blocks summed on two threads are joined in block order: bit-identical to one thread."""
+def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_size(monkeypatch):
+    """Run sums are added up block by block (reduceat); runs crossing block boundaries, blocks
+    starting on a run boundary, and the prefix sums at arbitrary positions are all exact."""
+    import math
+
     import seta_stream.kmeans1d as K
 
     x = np.random.default_rng(7).lognormal(size=20_000).astype(np.float32)
-    monkeypatch.setattr(K, "_CHUNK", 1000)
-    monkeypatch.setattr(K, "_PARALLEL_MIN", 1 << 40)
-    one = K.kmeans1d(x, 6, b_max=500)
     v = np.sort(x)
+    mean = float(v.astype(np.float64).mean())
     positions = np.array([0, 1, 999, 1000, 1001, 7777, 15_000, 19_999, 20_000])
-    pre_one = K._Prefix(v, positions, float(v.mean()))
-    monkeypatch.setattr(K, "_PARALLEL_MIN", 16)
-    monkeypatch.setattr(K, "_parallel", lambda: True)
-    two = K.kmeans1d(x, 6, b_max=500)
-    pre_two = K._Prefix(v, positions, float(v.mean()))
-    assert one.binned and two.binned
-    for field in ("upper", "lower", "counts", "centroids"):
-        np.testing.assert_array_equal(getattr(one, field), getattr(two, field))
-    assert one.sse == two.sse
-    np.testing.assert_array_equal(pre_one.s1, pre_two.s1)
-    np.testing.assert_array_equal(pre_one.s2, pre_two.s2)
+    results = []
+    for chunk in (1000, 4096, 1 << 20):
+        monkeypatch.setattr(K, "_CHUNK", chunk)
+        pre = K._Prefix(v, positions, mean)
+        d = v.astype(np.float64) - mean
+        for t in range(len(positions) - 1):
+            seg = d[positions[t] : positions[t + 1]]
+            assert pre.bin_s1[t] == pytest.approx(math.fsum(seg), rel=1e-12, abs=1e-9)
+            assert pre.bin_s2[t] == pytest.approx(math.fsum(seg * seg), rel=1e-12)
+        for p in (0, 5, 1000, 12_345, 20_000):
+            s1, s2 = pre.at(np.array([p]))
+            assert s1[0] == pytest.approx(math.fsum(d[:p]), rel=1e-9, abs=1e-6)
+            assert s2[0] == pytest.approx(math.fsum(d[:p] ** 2), rel=1e-12)
+        results.append(K.kmeans1d(x, 6, b_max=500))
+    for r in results[1:]:
+        assert r.binned
+        np.testing.assert_array_equal(r.upper, results[0].upper)
+        np.testing.assert_array_equal(r.counts, results[0].counts)
+        np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-12)

@@ -116,3 +116,49 @@ def test_stale_lock_of_killed_process_is_broken(tmp_path):
     assert (tmp_path / "r" / "locks" / "compact.lock").exists()
     with run.lock("compact"):
         pass
+
+
+@pytest.mark.parametrize("scheme", ["file", "memory"])
+def test_parquet_encoded_beside_other_work_is_written_whole(tmp_path, scheme, monkeypatch):
+    import threading
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    import seta_stream.runfs as runfs
+
+    monkeypatch.setattr(runfs, "_PIPE_CHUNK", 1 << 12)  # many small pieces through the queue
+    monkeypatch.setattr(runfs, "_PIPE_DEPTH", 2)  # the encoder waits for the writer
+    url = str(tmp_path / "r") if scheme == "file" else f"memory://pipelined-{os.getpid()}"
+    run = RunDir(url, create=True)
+    n = 200_000
+    table = pa.table({"x": np.arange(n), "s": pa.array([f"key-{i}" for i in range(n)])})
+    calls = []
+    run.publish_parquet(
+        "out.parquet", table, meanwhile=lambda: calls.append(threading.current_thread()), compression="lz4"
+    )
+    assert calls == [threading.main_thread()]
+    assert run.read_parquet("out.parquet").equals(table)
+    if scheme == "file":
+        assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]
+        assert pq.ParquetFile(tmp_path / "r/out.parquet").metadata.row_group(0).column(0).compression == "LZ4"
+
+
+def test_parquet_beside_failing_work_leaves_no_file(tmp_path, monkeypatch):
+    import numpy as np
+
+    import seta_stream.runfs as runfs
+
+    monkeypatch.setattr(runfs, "_PIPE_CHUNK", 1 << 12)
+    monkeypatch.setattr(runfs, "_PIPE_DEPTH", 2)
+    run = RunDir(tmp_path / "r", create=True)
+    table = pa.table({"x": np.arange(500_000)})
+
+    def fails():
+        raise ValueError("summary failed")
+
+    with pytest.raises(ValueError, match="summary failed"):
+        run.publish_parquet("out.parquet", table, meanwhile=fails)
+    with pytest.raises(pa.ArrowException, match="no-such-codec"):  # an encoding error surfaces too
+        run.publish_parquet("bad.parquet", table, meanwhile=lambda: None, compression="no-such-codec")
+    assert sorted(os.listdir(tmp_path / "r")) == ["seta-stream.json"]
