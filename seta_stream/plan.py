@@ -60,15 +60,15 @@ _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: plan.parquet: LZ4, like the loss table. At 15M rows it is 320 MB instead of 715 MB
 #: uncompressed, and every megabyte of a new file costs page-cache pages: on the benchmark VM a
 #: fresh 700 MB file takes 1.6 s to write however it is encoded, far more than LZ4's CPU time
-#: (docs/benchmarks.md, "Planning"). Dictionary pages only for the low-cardinality columns; no
-#: statistics for the identity columns (unique strings and hashes, useless for pruning row
-#: groups, and the costliest to compute); values encoded in batches of 64K and pages cut by
-#: size (1 MB) rather than every 20K rows (pyarrow's defaults, 1K and 20K rows, cost about a
-#: quarter of the write time at 15M rows).
+#: (docs/benchmarks.md, "Planning"). Dictionary pages only for the low-cardinality columns;
+#: statistics only for the numeric columns (those of the identity columns and of the few-valued
+#: keep and reason columns cannot prune a row group and cost 10% of the encoding); values
+#: encoded in batches of 64K and pages cut by size (1 MB) rather than every 20K rows
+#: (pyarrow's defaults, 1K and 20K rows, cost about a quarter of the write time at 15M rows).
 _PLAN_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "lz4",
     "use_dictionary": ["shard", "reason"],
-    "write_statistics": ["loss", "cluster", "keep", "weight", "reason"],
+    "write_statistics": ["loss", "cluster", "weight"],
     "write_batch_size": 1 << 16,
     "max_rows_per_page": 1 << 20,
 }

@@ -99,9 +99,9 @@ def test_plan_files_columns_and_summary(tmp_path):
         "uid": False,
         "loss": True,
         "cluster": True,
-        "keep": True,
+        "keep": False,
         "weight": True,
-        "reason": True,
+        "reason": False,
     }
     state = json.loads((tmp_path / "r/state.json").read_text())
     assert state["current_epoch"] == 1 and state["last_planned_epoch"] == 1

@@ -152,8 +152,8 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     Rs = R & seen
     keep = Ru.copy()
     reason[Ru] = reason_code("unseen")
-    n_Ru, n_Rs = int(Ru.sum()), int(Rs.sum())
-    summary.update(phase="prune", n_downsampled=int(R.sum()), n_unseen_in_R=n_Ru)
+    n_Ru, n_Rs = int(np.count_nonzero(Ru)), int(np.count_nonzero(Rs))
+    summary.update(phase="prune", n_downsampled=n_Ru + n_Rs, n_unseen_in_R=n_Ru)
     budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
     rule = AbsentRule("bernoulli", f if p.target_keep is None else min(f, p.target_keep), STREAM_RANDOM)
     if budget is not None:
@@ -187,7 +187,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     w = window_width(k_eff, p.alpha)
     s = window_start(e, k_eff, w)  # SeTa eqs. 6-7 with n = e
     if all_seen:
-        cluster[:] = c
+        cluster = c.astype(np.int16, copy=False)
     else:
         cluster[idx] = c
     if budget is None:  # step 5: the clusters s .. s+w-1
@@ -198,7 +198,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     code = np.where(in_window, np.int8(reason_code("window")), np.int8(reason_code("outside_window")))
     if all_seen:
         keep = in_window
-        reason[:] = code
+        reason = code
     else:
         keep[idx] = in_window
         reason[idx] = code
