@@ -347,8 +347,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
             for o in opts:
                 o.step()
             step += 1
-            streamed_loss = float(losses.detach().sum())
-            loss_sum += streamed_loss
+            loss_sum += float(losses.detach().sum())
             backprop += len(keys)
         epochs.append(
             {

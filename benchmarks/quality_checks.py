@@ -135,13 +135,10 @@ def check_results(results: list[dict]) -> list[str]:
     return problems
 
 
-def _run_name(r: dict) -> str:
-    p = "-".join(f"{k}{v}" for k, v in sorted(r["params"].items())) or "default"
-    return f"{r['dataset']}-{'noisy' if r['noisy'] else 'clean'}-{r['policy']}-{r['label']}-{p}-s{r['seed']}"
-
-
 def run_checks(runs: Path, results: list[dict]) -> dict:
-    done = {_run_name(r) for r in results}
+    from quality import run_id  # the study's own naming of run directories
+
+    done = {run_id(r["dataset"], r, r["seed"]) for r in results}
     # only directories of finished runs: a study running meanwhile writes the others
     dirs = sorted(p for p in runs.glob("*") if p.name in done and (p / "state.json").exists())
     problems = check_results(results)

@@ -24,7 +24,6 @@ import csv
 import json
 import random
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,12 +143,6 @@ def convert(
     }
     (out / f"{prefix}.json").write_text(json.dumps(summary, indent=1))
     return summary
-
-
-def read_back(path: Path) -> list[tuple[str, str]]:
-    """(member name, text) of a written shard; used by tests and for a quick look."""
-    with tarfile.open(path) as tar:
-        return [(m.name, tar.extractfile(m).read().decode()) for m in tar if m.isfile()]  # type: ignore[union-attr]
 
 
 def main(argv: list[str] | None = None) -> int:
