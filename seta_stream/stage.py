@@ -37,12 +37,13 @@ from typing import Any
 import numpy as np
 from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
-from webdataset.tariterators import group_by_keys, tar_file_expander, tar_file_iterator, tarfile_samples, url_opener
+from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
 from .errors import PlanMissingError, RunFormatError
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 from .runfs import RunDir
+from .tario import tar_members
 
 __all__ = [
     "keep_filter",
@@ -279,7 +280,7 @@ def _kept_samples_of_streams(
             recent[:] = [*recent[-1:], select]
             try:
                 last_key, last_run = None, 0
-                for sample in tar_file_iterator(
+                for sample in tar_members(
                     source["stream"],
                     handler=handler,
                     select_files=select_files if select.keeps_all else select,

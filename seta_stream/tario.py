@@ -1,0 +1,285 @@
+"""Tar members of a shard stream, as webdataset's ``tar_file_iterator`` yields them, faster.
+
+``tar_file_iterator`` (webdataset) parses every 512-byte header with the standard library's
+``tarfile``, about 40 us per member here: on small samples (CIFAR-10's ~3 KB images) that is
+most of the cost of reading a shard, and it is paid for the members of dropped samples too.
+:func:`tar_members` parses headers with slices and one ``int``, at a fraction of that, and
+skips the data of members ``select_files`` rejects (seeking where the stream can).
+
+It is used only where it gives the same result: when the first header is a valid
+uncompressed tar header. Anything else (a compressed shard, an empty or foreign stream) goes to
+webdataset's ``tar_file_iterator`` unchanged, with the bytes already read put back. Within a
+plain tar it follows ``tarfile``'s rules exactly:
+
+* names: the ustar prefix joined with ``/`` (except for GNU header types), GNU long names
+  (``L``), pax ``path`` and ``size`` records (``x``, ``X`` for the next member, ``g`` for all
+  that follow), UTF-8 with surrogate escapes; base-256 sizes;
+* member types: only regular files (``0``, ``\\0``, ``7``; a ``\\0`` entry named ``.../`` is a
+  directory) are yielded; the data of unsupported types is skipped, as ``tarfile`` does;
+* end: a zero block, or a missing, short, unparsable or bad-checksum header ends the archive
+  silently (``tarfile`` in stream mode does the same); a bad header right after a long-name or
+  pax header raises ``tarfile.ReadError``; data shorter than its header says raises
+  ``tarfile.ReadError("unexpected end of data")`` for a selected member;
+* sparse members (``S``, or pax ``GNU.sparse``) need ``tarfile``'s sparse maps, which this
+  reader does not implement: they raise ``tarfile.ReadError`` naming the member.
+
+Then it applies webdataset's per-member rules in its order (regular files only, ``__meta__``
+members, ``skip_meta``, ``rename_files``, ``select_files``) and passes errors to ``handler`` the
+same way.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from webdataset.tariterators import meta_prefix, meta_suffix, tar_file_iterator
+
+__all__ = ["tar_members"]
+
+_BLOCK = 512
+_ZEROS = bytes(_BLOCK)
+_REGULAR = frozenset(tarfile.REGULAR_TYPES) - {tarfile.GNUTYPE_SPARSE}
+_SUPPORTED = frozenset(tarfile.SUPPORTED_TYPES)
+_GNU = frozenset(tarfile.GNU_TYPES)
+_PAX = frozenset((tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE))
+_DEFAULT_SKIP_META = r"__[^/]*__($|/)"
+
+
+class _Replay:
+    """A stream that first returns ``head`` again, then the rest of ``stream``."""
+
+    def __init__(self, head: bytes, stream: Any) -> None:
+        self.head, self.stream = head, stream
+
+    def read(self, n: int = -1) -> bytes:
+        if not self.head:
+            return bytes(self.stream.read(n))
+        if n is None or n < 0:
+            out, self.head = self.head + bytes(self.stream.read()), b""
+            return out
+        out, self.head = self.head[:n], self.head[n:]
+        if len(out) < n:
+            out += bytes(self.stream.read(n - len(out)))
+        return out
+
+    def __str__(self) -> str:
+        return str(self.stream)
+
+
+def _text(raw: bytes) -> str:
+    """tarfile's nts(): up to the first NUL, UTF-8 with surrogate escapes."""
+    end = raw.find(b"\0")
+    return (raw if end < 0 else raw[:end]).decode("utf-8", "surrogateescape")
+
+
+def _number(raw: bytes) -> int:
+    """tarfile's nti(): octal digits (NUL/space padded) or GNU base-256; ValueError if neither."""
+    if raw[0] in (0o200, 0o377):
+        n = int.from_bytes(raw[1:], "big")
+        return -(256 ** (len(raw) - 1) - n) if raw[0] == 0o377 else n
+    end = raw.find(b"\0")
+    return int((raw if end < 0 else raw[:end]).strip() or b"0", 8)
+
+
+def _checksum_ok(block: bytes) -> bool:
+    try:
+        stored = _number(block[148:156])
+    except ValueError:
+        return False
+    unsigned = sum(block) - sum(block[148:156]) + 256  # the field counts as 8 spaces
+    if stored == unsigned:
+        return True
+    signed = unsigned - 256 * sum(1 for i, b in enumerate(block) if b >= 128 and not 148 <= i < 156)
+    return stored == signed
+
+
+def _header(block: bytes) -> tuple[str, bytes, int] | str:
+    """(name, type, size) of a header block, or why tarfile would not accept it (its message)."""
+    if not block:
+        return "empty header"
+    if len(block) != _BLOCK:
+        return "truncated header"
+    if block == _ZEROS:
+        return "end of file header"
+    if not _checksum_ok(block):
+        return "bad checksum"
+    try:
+        size = _number(block[124:136])
+    except ValueError:
+        return "invalid header"
+    kind = block[156:157]
+    name = _text(block[0:100])
+    if kind == tarfile.AREGTYPE and name.endswith("/"):
+        kind = tarfile.DIRTYPE
+    prefix = _text(block[345:500])
+    if prefix and kind not in _GNU:
+        name = prefix + "/" + name
+    return name, kind, size
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    """Records "LEN KEY=VALUE\\n" of a pax header (values UTF-8, else surrogate-escaped)."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.index(b" ", pos)
+        length = int(data[pos:space])
+        if length < 1:
+            raise tarfile.ReadError("invalid pax header record")
+        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            text = value.decode("utf-8", "surrogateescape")
+        out[key.decode("utf-8", "surrogateescape")] = text
+        pos += length
+    return out
+
+
+def tar_members(
+    fileobj: Any,
+    skip_meta: str | None = _DEFAULT_SKIP_META,
+    handler: Callable[[Exception], bool] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """``{"fname", "data"}`` of the selected regular members of a tar stream: what
+    ``webdataset.tariterators.tar_file_iterator`` yields for the same arguments."""
+    handler = handler if handler is not None else _reraise
+    first = bytes(fileobj.read(_BLOCK))
+    if isinstance(_header(first), str):  # compressed, empty, or not a tar header: webdataset's reader
+        yield from tar_file_iterator(
+            _Replay(first, fileobj), skip_meta=skip_meta, handler=handler,
+            select_files=select_files, rename_files=rename_files,
+        )  # fmt: skip
+        return
+    yield from _members(first, fileobj, skip_meta, handler, select_files, rename_files)
+
+
+def _reraise(exn: Exception) -> bool:
+    raise exn
+
+
+def _members(
+    block: bytes,
+    f: Any,
+    skip_meta: str | None,
+    handler: Callable[[Exception], bool],
+    select_files: Callable[[str], bool] | None,
+    rename_files: Callable[[str], str] | None,
+) -> Iterator[dict[str, Any]]:
+    read = f.read
+    end = None  # length of the stream from the first header, where it can be known
+    try:
+        seekable = bool(f.seekable())
+        if seekable:
+            here = f.tell()
+            end = f.seek(0, 2) - here + _BLOCK
+            f.seek(here)
+    except Exception:  # no seekable(), tell() or seek(): read through what is skipped
+        seekable = False
+    meta = re.compile(skip_meta) if skip_meta is not None else None
+    global_pax: dict[str, str] = {}
+    pending: dict[str, str] = {}  # long name / pax records for the next member
+    after_extension = False
+    position = _BLOCK  # bytes of the stream consumed (the first header is read)
+
+    def advance(target: int) -> None:
+        """Move to ``target`` (the next header). tarfile requires the byte before it to exist."""
+        nonlocal position
+        gap = target - position
+        if seekable and end is not None:
+            if gap:
+                f.seek(gap, 1)
+            position = target
+            if target > end:
+                raise tarfile.ReadError("unexpected end of data")
+            return
+        while gap > 0:
+            chunk = read(min(gap, 1 << 20))
+            if not chunk:
+                raise tarfile.ReadError("unexpected end of data")
+            gap -= len(chunk)
+            position += len(chunk)
+
+    def next_block() -> bytes:
+        nonlocal position
+        out = bytes(read(_BLOCK))
+        position += len(out)
+        return out
+
+    def extension_data(size: int) -> bytes:  # tarfile reads these padded, without a length check
+        nonlocal position
+        out = bytes(read(size + -size % _BLOCK))
+        position += len(out)
+        return out[:size]
+
+    while True:
+        parsed = _header(block)
+        if isinstance(parsed, str):
+            if after_extension:
+                raise tarfile.ReadError(parsed)
+            return
+        name, kind, size = parsed
+        if kind == tarfile.GNUTYPE_LONGNAME or kind == tarfile.GNUTYPE_LONGLINK:
+            data = extension_data(size)
+            if kind == tarfile.GNUTYPE_LONGNAME:
+                pending["path"] = _text(data)
+            after_extension = True
+            block = next_block()
+            continue
+        if kind in _PAX or kind == tarfile.XGLTYPE:
+            try:
+                records = _pax_records(extension_data(size))
+            except (ValueError, IndexError):  # tarfile: an invalid header ends the archive
+                return
+            if any(k.startswith("GNU.sparse.") for k in records):
+                raise tarfile.ReadError(f"sparse member (pax GNU.sparse records after {name!r}) is not supported")
+            if kind == tarfile.XGLTYPE:
+                global_pax.update(records)
+            else:
+                pending.update(records)
+            after_extension = True
+            block = next_block()
+            continue
+        after_extension = False
+        records = {**global_pax, **pending} if global_pax else pending
+        pending = {}
+        if records:
+            if "path" in records:
+                name = records["path"]
+            if "size" in records:
+                size = int(records["size"])
+        if kind == tarfile.GNUTYPE_SPARSE:
+            raise tarfile.ReadError(f"sparse member {name!r} is not supported")
+        regular = kind in _REGULAR
+        data_start = position
+        following = data_start + (size + -size % _BLOCK if (regular or kind not in _SUPPORTED) else 0)
+        fname = name
+        sample = None
+        try:
+            if (
+                regular
+                and not ("/" not in fname and fname.startswith(meta_prefix) and fname.endswith(meta_suffix))
+                and not (meta is not None and meta.match(fname))
+            ):
+                if rename_files:
+                    fname = rename_files(fname)
+                if select_files is None or select_files(fname):
+                    data = bytes(read(size)) if size else b""
+                    position += len(data)
+                    if len(data) != size:
+                        raise tarfile.ReadError("unexpected end of data")
+                    sample = {"fname": fname, "data": data}
+        except Exception as exn:
+            if hasattr(exn, "args") and len(exn.args) > 0:
+                exn.args = (str(exn.args[0]) + " @ " + str(f),) + exn.args[1:]
+            if not handler(exn):
+                return
+        if sample is not None:
+            yield sample
+        advance(following)
+        block = next_block()
