@@ -7,6 +7,8 @@
 * :func:`kept_tar_samples` (URL stage, replaces ``tarfile_to_samples() + keep_filter()``): the
   same samples, but the tar reader skips the data of members of samples the plan drops
   (webdataset's ``select_files`` hook) instead of reading them and dropping them afterwards.
+  Plain tar shards are read by :func:`seta_stream.tario.tar_members` (what webdataset's
+  ``tar_file_iterator`` yields, with cheaper header parsing); compressed ones by webdataset.
 * :func:`attach` inserts them into an existing ``wds.WebDataset(...)``.
 * :func:`weighted_mean` is the training loop's one-line loss helper.
 
