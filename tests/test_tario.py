@@ -3,6 +3,7 @@ every format tarfile writes, and on broken, compressed and foreign streams."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import tarfile
@@ -158,3 +159,19 @@ def test_sparse_members_are_refused_with_their_name():
     data[block + 148 : block + 155] = f"{sum(data[block : block + 512]):06o}\0".encode()
     with pytest.raises(tarfile.ReadError, match="sparse member 's.bin' is not supported"):
         list(tar_members(io.BytesIO(bytes(data))))
+
+
+def test_errors_of_select_and_rename_reach_the_handler_as_in_webdataset():
+    data = make_tar(tarfile.PAX_FORMAT)
+
+    def select(fname):
+        if fname.endswith(".cls"):
+            raise ValueError(f"cannot decide {fname}")
+        return True
+
+    for handler in (reraise_exception, warn_and_continue):
+        for kwargs in ({"select_files": select}, {"rename_files": lambda f: f if "b" not in f else 1 / 0}):
+            with pytest.warns(UserWarning) if handler is warn_and_continue else contextlib.nullcontext():
+                (slow, slow_err), (fast, fast_err) = both(data, handler=handler, **kwargs)
+            assert (fast, fast_err) == (slow, slow_err)
+            assert (slow_err is None) == (handler is warn_and_continue)
