@@ -5,7 +5,8 @@ samples (``population``) as unseen rows, runs the policy, and publishes ``plans/
 
 * ``plan.parquet``: one row per known sample (docs/format.md, "Plans");
 * ``keys.arrow`` + ``lookup.arrow`` + ``shards.arrow``: what the stage memory-maps (rows
-  grouped by shard; keys.arrow is written while the policy runs, published after it);
+  grouped by shard; keys.arrow is a hard link to the table's keys file, or written while the
+  policy runs, and published after it);
 * ``summary.json``: written last, so its presence means the plan is complete;
 
 then ``state.json`` (policy, params, seed, epochs, per-epoch history, ``current_epoch``).
