@@ -221,10 +221,8 @@ class RunDir:
     def publish_bytes(self, rel: str, data: bytes) -> None:
         """Write ``data`` to ``rel`` atomically (temp + rename locally; one PUT remotely)."""
         path = self.path(rel)
-        parent = path.rsplit("/", 1)[0]
         if self.is_local:
-            os.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+            tmp = _temp_beside(path)
             try:
                 with open(tmp, "wb") as fh:
                     fh.write(data)
@@ -235,7 +233,7 @@ class RunDir:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         else:
-            self.fs.makedirs(parent, exist_ok=True)
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(path, data)
 
     def publish_json(self, rel: str, obj: Any) -> None:
@@ -258,9 +256,7 @@ class RunDir:
             _alongside(lambda: pq.write_table(table, buf, **write_options), meanwhile)
             self.publish_bytes(rel, buf.getvalue())
             return
-        parent = path.rsplit("/", 1)[0]
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+        tmp = _temp_beside(path)
         try:
             if meanwhile is None:
                 pq.write_table(table, tmp, **write_options)
@@ -279,10 +275,7 @@ class RunDir:
         """Write an uncompressed Arrow IPC file that appears at ``rel`` only on ``commit()``
         (a temporary file locally, bytes in memory remotely); ``discard()`` drops it."""
         if self.is_local:  # stream straight into the temporary file
-            path = self.path(rel)
-            parent = path.rsplit("/", 1)[0]
-            os.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+            tmp = _temp_beside(self.path(rel))
             try:
                 with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                     writer.write_table(table)
@@ -303,10 +296,7 @@ class RunDir:
         copy made on commit."""
         if not self.is_local:
             return PendingFile(self, rel, copy_of=src_rel)
-        path = self.path(rel)
-        parent = path.rsplit("/", 1)[0]
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[1]}"
+        tmp = _temp_beside(self.path(rel))
         try:
             os.link(self.path(src_rel), tmp)
         except FileNotFoundError:
@@ -400,6 +390,14 @@ class RunDir:
         except PermissionError:
             return False
         return False
+
+
+def _temp_beside(path: str) -> str:
+    """A fresh temporary name in the (created) folder of local ``path``: ``.tmp-<uuid>-<name>``
+    (docs/format.md: files starting with ``.tmp-`` are ignored)."""
+    parent, name = path.rsplit("/", 1)
+    os.makedirs(parent, exist_ok=True)
+    return f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
 
 
 def _alongside(work: Callable[[], None], meanwhile: Callable[[], None] | None) -> None:
