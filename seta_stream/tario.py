@@ -35,6 +35,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from webdataset.handlers import reraise_exception
 from webdataset.tariterators import meta_prefix, meta_suffix, tar_file_iterator
 
 __all__ = ["tar_members"]
@@ -142,13 +143,12 @@ def _pax_records(data: bytes) -> dict[str, str]:
 def tar_members(
     fileobj: Any,
     skip_meta: str | None = _DEFAULT_SKIP_META,
-    handler: Callable[[Exception], bool] | None = None,
+    handler: Callable[[Exception], bool] = reraise_exception,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``{"fname", "data"}`` of the selected regular members of a tar stream: what
     ``webdataset.tariterators.tar_file_iterator`` yields for the same arguments."""
-    handler = handler if handler is not None else _reraise
     first = bytes(fileobj.read(_BLOCK))
     if isinstance(_header(first), str):  # compressed, empty, or not a tar header: webdataset's reader
         yield from tar_file_iterator(
@@ -157,10 +157,6 @@ def tar_members(
         )  # fmt: skip
         return
     yield from _members(first, fileobj, skip_meta, handler, select_files, rename_files)
-
-
-def _reraise(exn: Exception) -> bool:
-    raise exn
 
 
 def _members(
@@ -172,15 +168,14 @@ def _members(
     rename_files: Callable[[str], str] | None,
 ) -> Iterator[dict[str, Any]]:
     read = f.read
-    end = None  # length of the stream from the first header, where it can be known
+    end = None  # length of the stream from the first header where it can seek; else None
     try:
-        seekable = bool(f.seekable())
-        if seekable:
+        if f.seekable():
             here = f.tell()
             end = f.seek(0, 2) - here + _BLOCK
             f.seek(here)
     except Exception:  # no seekable(), tell() or seek(): read through what is skipped
-        seekable = False
+        end = None
     meta = re.compile(skip_meta) if skip_meta is not None else None
     global_pax: dict[str, str] = {}
     pending: dict[str, str] = {}  # long name / pax records for the next member
@@ -191,7 +186,7 @@ def _members(
         """Move to ``target`` (the next header). tarfile requires the byte before it to exist."""
         nonlocal position
         gap = target - position
-        if seekable and end is not None:
+        if end is not None:
             if gap:
                 f.seek(gap, 1)
             position = target
@@ -256,8 +251,7 @@ def _members(
         if kind == tarfile.GNUTYPE_SPARSE:
             raise tarfile.ReadError(f"sparse member {name!r} is not supported")
         regular = kind in _REGULAR
-        data_start = position
-        following = data_start + (size + -size % _BLOCK if (regular or kind not in _SUPPORTED) else 0)
+        following = position + (size + -size % _BLOCK if (regular or kind not in _SUPPORTED) else 0)
         fname = name
         sample = None
         try:
