@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError
 from .ids import sample_uids
-from .policies import REASONS, PolicyInput, apply_guard, policy_params, summarize
+from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, policy_params, summarize
 from .runfs import PendingFile, RunDir
 from .table import MANIFEST, load_numeric, load_table, load_table_keys
 
@@ -276,21 +276,21 @@ def plan_epoch(
                 f"already planned; plans are made in epoch order (a resumed run finds its plans "
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
-        _check_ema_setting(run, cfg)
-        policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
+        spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
+        _check_ema_setting(run, cfg["policy"], params)
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
             table = _with_population(load_table(run, columns=_TABLE_COLUMNS, manifest=manifest), population)
             numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
             ids = _Identities(table.column("shard"), table.column("key"))
             del table
-            return _plan_and_publish(run, manifest, numeric, ids, epoch, cfg, state, True)
+            return _plan_and_publish(run, manifest, numeric, ids, epoch, cfg, (spec, params), state, True)
         # the policy needs only the numeric columns; the identity columns are read on the
         # other core while it runs (pyarrow and most NumPy loops release the GIL)
         numeric = load_numeric(run, _policy_columns(cfg), manifest=manifest)
         with ThreadPoolExecutor(1) as pool:
             strings = pool.submit(_read_identities, run, manifest, plan_dir(epoch))
-            return _plan_and_publish(run, manifest, numeric, strings, epoch, cfg, state, False)
+            return _plan_and_publish(run, manifest, numeric, strings, epoch, cfg, (spec, params), state, False)
 
 
 def _policy_columns(cfg: dict[str, Any]) -> list[str]:
@@ -357,9 +357,11 @@ def _plan_and_publish(
     ids: _Identities | Future[_Identities],
     epoch: int,
     cfg: dict[str, Any],
+    policy: tuple[PolicySpec, Any],
     state: dict[str, Any],
     population_listed: bool,
 ) -> dict[str, Any]:
+    spec, params = policy  # validated by plan_epoch
     uid = numeric["uid"]
     n = len(uid)
     try:
@@ -375,7 +377,6 @@ def _plan_and_publish(
             n_ref=int(manifest.get("n_ref") or 0),
         )
         del numeric
-        spec, params = policy_params(cfg["policy"], **cfg["params"])
         result = spec.fn(inp, params)
         guard = apply_guard(result, inp)
     except BaseException:
@@ -461,17 +462,15 @@ def _state_with(state: dict[str, Any], cfg: dict[str, Any], epoch: int, summary:
     }
 
 
-def _check_ema_setting(run: RunDir, cfg: dict[str, Any]) -> None:
+def _check_ema_setting(run: RunDir, name: str, params: Any) -> None:
     """ES/ESWP read the table's EMA, whose beta2 is fixed by the run; the two must agree."""
-    from .policies import get_policy
-
-    if cfg["policy"] not in ("es", "eswp"):
+    if name not in ("es", "eswp"):
         return
-    beta2 = get_policy(cfg["policy"]).make_params(**cfg["params"]).beta2
+    beta2 = params.beta2
     if beta2 != run.settings["ema_beta2"]:
         raise InvalidInputError(
             f"{run.display('seta-stream.json')}: the loss table's EMA uses beta2="
-            f"{run.settings['ema_beta2']}, policy {cfg['policy']} asks beta2={beta2}; beta2 is fixed "
+            f"{run.settings['ema_beta2']}, policy {name} asks beta2={beta2}; beta2 is fixed "
             f"when the run is created. Create the run with settings={{'ema_beta2': {beta2}}} "
             "(Pruner does this for es/eswp), or pass the run's beta2"
         )
