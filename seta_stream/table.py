@@ -422,6 +422,7 @@ class _OldTable:
     def __init__(self, run: RunDir, m: dict[str, Any]) -> None:
         rel = m.get("table")
         self.rel = rel
+        self.keys_rel: str | None = None  # the keys file the key column was mapped from, if any
         table = None
         if rel:
             keys = load_table_keys(run, m)
@@ -430,6 +431,7 @@ class _OldTable:
             else:  # the keys memory-mapped from the keys file, not decoded from Parquet
                 t = run.read_parquet(rel, columns=["shard", "uid"])
                 table = pa.table({"shard": t.column("shard"), "key": keys[0], "uid": t.column("uid")})
+                self.keys_rel = keys[1]
         self.table = table
         self.n = 0 if table is None else table.num_rows
         self.names: list[str] = []  # run r covers rows [starts[r], starts[r+1]) of shard names[r]
@@ -777,9 +779,10 @@ def _interleave(old_keys: pa.ChunkedArray, new_keys: pa.ChunkedArray, insert: np
     return both.take(pa.array(perm))
 
 
-def _fold(run: RunDir, m: dict[str, Any], rec: _Records, progress: Any) -> tuple[pa.Table, int, int]:
-    """(new table, number of new samples, n_ref): the table of manifest ``m`` updated with the
-    records.
+def _fold(run: RunDir, m: dict[str, Any], rec: _Records, progress: Any) -> tuple[pa.Table, int, int, str | None]:
+    """(new table, number of new samples, n_ref, keys file): the table of manifest ``m`` updated
+    with the records, and the old table's keys file when it holds the new table's keys too (no
+    new sample, and the old keys were mapped from it), else None.
 
     Rows are addressed in the new table's order from the start: old row i moves to
     ``old_dest[i]`` (identity when no sample is new), new row j to ``new_dest[j]``.
@@ -812,9 +815,10 @@ def _fold(run: RunDir, m: dict[str, Any], rec: _Records, progress: Any) -> tuple
 
     if n_new == 0:
         if old.table is None:  # nothing recorded and nothing compacted yet
-            return TABLE_SCHEMA.empty_table(), 0, n_ref
+            return TABLE_SCHEMA.empty_table(), 0, n_ref, None
         identity = {name: old.table.column(name) for name in ("shard", "key", "uid")}
-        return pa.Table.from_pydict({**identity, **stats.columns()}, schema=TABLE_SCHEMA), 0, n_ref
+        table = pa.Table.from_pydict({**identity, **stats.columns()}, schema=TABLE_SCHEMA)
+        return table, 0, n_ref, old.keys_rel
     # identity columns in the new order
     names = list(old.names)
     code_of = {s: i for i, s in enumerate(names)}
@@ -837,7 +841,7 @@ def _fold(run: RunDir, m: dict[str, Any], rec: _Records, progress: Any) -> tuple
     del old, new  # the old key strings are not needed while the new table is written
     shard = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
     table = pa.Table.from_pydict({"shard": shard, "key": keys, "uid": uid, **stats.columns()}, schema=TABLE_SCHEMA)
-    return table, n_new, n_ref
+    return table, n_new, n_ref, None
 
 
 # ---------------------------------------------------------------------------------- compact
@@ -896,7 +900,7 @@ def compact(
                 bar.reset(total=len(good))
                 bar.set_description("compact: folding parts")
             try:
-                new_table, new_samples, n_ref = _fold(run, m, rec, bar)
+                new_table, new_samples, n_ref, same_keys = _fold(run, m, rec, bar)
                 break
             except CorruptPartError as exc:  # a part whose uids are not the hash of its ids
                 if on_corrupt == "raise" or exc.path not in good:
@@ -919,8 +923,8 @@ def compact(
         token = uuid.uuid4().hex[:8]
         table_rel = f"table/table-{gen:06d}-{token}.parquet"
         run.publish_parquet(table_rel, new_table, **TABLE_WRITE_OPTIONS)
-        if new_samples == 0 and load_table_keys(run, m) is not None:
-            keys_rel = m["keys"]  # same rows, same keys: the keys file stays
+        if same_keys is not None:
+            keys_rel = same_keys  # same rows, same keys: the keys file stays
         else:
             keys_rel = f"table/keys-{gen:06d}-{token}.arrow"
             run.publish_arrow(keys_rel, pa.table({"key": new_table.column("key")}, schema=KEYS_SCHEMA))
