@@ -80,7 +80,7 @@ def main() -> None:
     """
     base_n = min(args.n, args.baseline_n)
     ours, base = [], []
-    for e in range(1, args.repeat + 1):  # epoch e of a 10-epoch run: a new plan directory each
+    for e in range(1, args.repeat + 1):  # epoch e of one run: a new plan directory each
         ours.append(
             measure(
                 f"s = plan_epoch(run, {e}, policy='seta', params=dict(r=0.0, k={args.k}, alpha=0.5), "
