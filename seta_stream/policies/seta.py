@@ -111,8 +111,11 @@ def window_start(epoch: int, k_eff: int, w: int) -> int:
 
 
 def _result(
-    keep: np.ndarray, reason: np.ndarray, summary: dict[str, Any], cluster: np.ndarray, rule: AbsentRule
+    keep: np.ndarray, reason: np.ndarray, summary: dict[str, Any], cluster: np.ndarray | None, rule: AbsentRule
 ) -> PolicyResult:
+    """The result; ``cluster`` None = no sample clustered (-1 everywhere)."""
+    if cluster is None:
+        cluster = np.full(len(keep), -1, dtype=np.int16)
     return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster, absent_rule=rule)
 
 
@@ -121,7 +124,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     f = 1.0 - p.r
     P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
     reason = np.empty(n, dtype=np.int8)
-    cluster = np.full(n, -1, dtype=np.int16)
+    cluster: np.ndarray | None = None  # -1 = not clustered (all of them until step 4)
     loss = np.asarray(inp.last_loss, dtype=np.float32)
     seen = inp.seen > 0
     seen &= np.isfinite(loss)
@@ -189,6 +192,7 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     if all_seen:
         cluster = c.astype(np.int16, copy=False)
     else:
+        cluster = np.full(n, -1, dtype=np.int16)
         cluster[idx] = c
     if budget is None:  # step 5: the clusters s .. s+w-1
         in_window = c >= s
