@@ -5,7 +5,10 @@ Invariants kept here:
 
 * every file that another process reads is *published*: written completely under a temporary
   name and renamed into place (local disk), or written with one PUT (object stores, where a
-  single-object write is atomic); a reader sees a complete old or a complete new file;
+  single-object write is atomic); a reader sees a complete old or a complete new file. A
+  Parquet folder (``publish_parquet_parts``) is written as a temporary folder and renamed into
+  place locally; on object stores its parts are PUT one by one, and the JSON file written after
+  it (a plan's ``summary.json``) is what says it is complete;
 * nothing already published is modified in place (new content gets a new name, except the
   small JSON pointers ``table/manifest.json`` and ``state.json`` that are replaced whole);
 * ``seta-stream.json`` names the format and its version; a newer version is refused.
@@ -16,7 +19,7 @@ Layout (docs/format.md is the authority)::
     RUN_DIR/losses/rank=R/epoch=E/part-*.parquet
     RUN_DIR/losses-quarantine/...            parts set aside by ``compact(..., on_corrupt="skip")``
     RUN_DIR/table/manifest.json, table/table-*.parquet, table/keys-*.arrow
-    RUN_DIR/plans/epoch=E/{plan.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow}
+    RUN_DIR/plans/epoch=E/{plan.parquet/part-*.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow}
     RUN_DIR/state.json
     RUN_DIR/locks/*.lock
 """
@@ -27,7 +30,6 @@ import contextlib
 import io
 import json
 import os
-import queue
 import shutil
 import socket
 import time
@@ -201,7 +203,25 @@ class RunDir:
             raise RunFormatError(f"{self.display(*parts)}: not valid JSON ({exc})") from exc
 
     def read_parquet(self, *parts: str, columns: list[str] | None = None, **options: Any) -> pa.Table:
+        """A Parquet file, or a Parquet folder written by :meth:`publish_parquet_parts` (its
+        parts in name order, which is row order)."""
         path = self.path(*parts)
+        if self.fs.isdir(path):
+            files = sorted(
+                f
+                for f in self.fs.ls(path, detail=False)
+                if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith((".", "_"))
+            )
+            if not files:
+                raise RunFormatError(
+                    f"{self.display(*parts)}: a folder without Parquet parts; expected the "
+                    "part-*.parquet files seta_stream writes there. The write was interrupted: "
+                    "make the file again (for a plan: plan_epoch(..., force=True))"
+                )
+            return pa.concat_tables(self._read_parquet_file(f, columns, options) for f in files)
+        return self._read_parquet_file(path, columns, options)
+
+    def _read_parquet_file(self, path: str, columns: list[str] | None, options: dict[str, Any]) -> pa.Table:
         if self.is_local:
             return pq.read_table(path, columns=columns, memory_map=True, **options)
         with self.fs.open(path, "rb") as fh:
@@ -239,33 +259,68 @@ class RunDir:
     def publish_json(self, rel: str, obj: Any) -> None:
         self.publish_bytes(rel, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
 
-    def publish_parquet(
-        self, rel: str, table: pa.Table, *, meanwhile: Callable[[], None] | None = None, **write_options: Any
-    ) -> None:
-        """Write a Parquet file atomically (streams to a temp file locally).
-
-        ``meanwhile``: work to run on the calling thread while the file is encoded on another
-        one (pyarrow releases the GIL while encoding). Locally the encoded bytes are then
-        written to the file by the calling thread, so encoding and the file system's work
-        (page-cache pages for a new file are costly on some VMs) run side by side.
-        """
+    def publish_parquet(self, rel: str, table: pa.Table, **write_options: Any) -> None:
+        """Write a Parquet file atomically (streams to a temp file locally)."""
         write_options.setdefault("compression", "zstd")
         path = self.path(rel)
         if not self.is_local:
             buf = io.BytesIO()
-            _alongside(lambda: pq.write_table(table, buf, **write_options), meanwhile)
+            pq.write_table(table, buf, **write_options)
             self.publish_bytes(rel, buf.getvalue())
             return
         tmp = _temp_beside(path)
         try:
-            if meanwhile is None:
-                pq.write_table(table, tmp, **write_options)
-            else:
-                _write_pipelined(table, tmp, write_options, meanwhile)
+            pq.write_table(table, tmp, **write_options)
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    def publish_parquet_parts(
+        self,
+        rel: str,
+        table: pa.Table,
+        *,
+        part_rows: int,
+        meanwhile: Callable[[], None] | None = None,
+        workers: int | None = None,
+        **write_options: Any,
+    ) -> None:
+        """Write ``table`` as a Parquet folder ``rel``: ``part-00000.parquet``,
+        ``part-00001.parquet``... of ``part_rows`` rows each (the last one shorter), in row
+        order, and at least one part (an empty table keeps its schema). pyarrow and polars read
+        the folder as one table; duckdb reads ``rel/*.parquet``.
+
+        The parts are encoded on ``workers`` threads (default: the CPUs this process may run
+        on; pyarrow releases the GIL while encoding) while ``meanwhile`` runs on the calling
+        thread. Locally they are written into a temporary folder that replaces ``rel`` (file or
+        folder) once every part is written; an error on either side leaves ``rel`` as it was.
+        Remotely the parts are encoded in memory, then ``rel`` is removed and the parts are
+        PUT one by one after ``meanwhile``.
+        """
+        if part_rows < 1:
+            raise ValueError(f"part_rows must be >= 1, got {part_rows}")
+        write_options.setdefault("compression", "zstd")
+        path = self.path(rel)
+        slices = [table.slice(o, part_rows) for o in range(0, max(table.num_rows, 1), part_rows)]
+        width = max(5, len(str(len(slices) - 1)))  # name order stays row order
+        names = [f"part-{i:0{width}d}.parquet" for i in range(len(slices))]
+        n_threads = max(1, min(len(slices), workers or _usable_cpus()))
+        if self.is_local:
+            tmp = _temp_beside(path)
+            os.mkdir(tmp)
+            try:
+                _write_parts(slices, [f"{tmp}/{name}" for name in names], n_threads, meanwhile, write_options)
+                _replace_with(tmp, path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            return
+        buffers = [io.BytesIO() for _ in slices]
+        _write_parts(slices, buffers, n_threads, meanwhile, write_options)
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+        for name, buf in zip(names, buffers):
+            self.publish_bytes(f"{rel}/{name}", buf.getvalue())
 
     def publish_arrow(self, rel: str, table: pa.Table) -> None:
         """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
@@ -400,79 +455,53 @@ def _temp_beside(path: str) -> str:
     return f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
 
 
-def _alongside(work: Callable[[], None], meanwhile: Callable[[], None] | None) -> None:
-    """Run ``work`` on another thread and ``meanwhile`` on this one; re-raise the first error."""
-    if meanwhile is None:
-        work()
-        return
-    with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(work)
-        try:
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _write_parts(
+    parts: list[pa.Table],
+    sinks: list[Any],
+    threads: int,
+    meanwhile: Callable[[], None] | None,
+    options: dict[str, Any],
+) -> None:
+    """Write ``parts[i]`` as Parquet to ``sinks[i]`` on ``threads`` worker threads (in order)
+    and run ``meanwhile`` on this thread; re-raise the first error (``meanwhile``'s first)
+    once every started write has ended."""
+    pool = ThreadPoolExecutor(threads)
+    try:
+        futures = [pool.submit(pq.write_table, part, sink, **options) for part, sink in zip(parts, sinks)]
+        if meanwhile is not None:
             meanwhile()
-        finally:
-            done.result()
+        for future in futures:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-class _QueueSink:
-    """A writable file for pyarrow whose writes go to a bounded queue (``None`` ends it)."""
-
-    def __init__(self, depth: int) -> None:
-        self.queue: queue.Queue[bytes | None] = queue.Queue(depth)
-        self.position = 0
-        self.aborted = False
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        if self.aborted:
-            raise OSError("the Parquet file was abandoned (the work beside it failed)")
-        chunk = bytes(data)
-        self.queue.put(chunk)
-        self.position += len(chunk)
-        return len(chunk)
-
-    def tell(self) -> int:
-        return self.position
-
-    def writable(self) -> bool:
-        return True
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-_PIPE_CHUNK = 4 << 20  # bytes per queued piece
-_PIPE_DEPTH = 64  # pieces in flight at most (256 MB)
-
-
-def _write_pipelined(table: pa.Table, path: str, options: dict[str, Any], meanwhile: Callable[[], None]) -> None:
-    """Encode ``table`` as Parquet on another thread into a queue; run ``meanwhile`` here, then
-    write the queued bytes to ``path`` here while the encoding goes on."""
-    sink = _QueueSink(_PIPE_DEPTH)
-
-    def encode() -> None:
-        try:
-            with pa.BufferedOutputStream(pa.PythonFile(sink, mode="w"), buffer_size=_PIPE_CHUNK) as out:
-                pq.write_table(table, out, **options)
-        finally:
-            sink.queue.put(None)
-
-    with ThreadPoolExecutor(1) as pool:
-        encoded = pool.submit(encode)
-        try:
-            meanwhile()
-            with open(path, "wb") as fh:
-                while (chunk := sink.queue.get()) is not None:
-                    fh.write(chunk)
-        except BaseException:
-            sink.aborted = True  # the encoder stops at its next write; let it reach the end
-            while encoded.running() or not sink.queue.empty():
-                with contextlib.suppress(queue.Empty):
-                    sink.queue.get(timeout=0.1)
-            raise
-        encoded.result()
+def _replace_with(tmp: str, path: str) -> None:
+    """Rename the folder ``tmp`` to ``path``, replacing the file or folder there. A folder
+    cannot be renamed over a non-empty one, so an old ``path`` is first renamed aside and
+    removed afterwards (put back if the second rename fails)."""
+    old = None
+    if os.path.lexists(path):
+        old = _temp_beside(path)
+        os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if old is not None:
+            os.rename(old, path)
+        raise
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)
 
 
 class PendingFile:

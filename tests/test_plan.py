@@ -18,6 +18,7 @@ from seta_stream import (
     LossRecorder,
     PlanMissingError,
     RunDir,
+    RunFormatError,
     compact,
     load_plan,
     load_summary,
@@ -91,7 +92,9 @@ def test_plan_files_columns_and_summary(tmp_path):
         "shards.arrow",
         "summary.json",
     ]
-    meta = pq.ParquetFile(tmp_path / "r/plans/epoch=1/plan.parquet").metadata
+    assert os.listdir(tmp_path / "r/plans/epoch=1/plan.parquet") == ["part-00000.parquet"]
+    meta = pq.ParquetFile(tmp_path / "r/plans/epoch=1/plan.parquet/part-00000.parquet").metadata
+    assert [meta.schema.column(i).max_definition_level for i in range(meta.num_columns)] == [0] * 8  # required
     stats = {meta.schema.column(i).name: meta.row_group(0).column(i).is_stats_set for i in range(meta.num_columns)}
     assert stats == {
         "shard": False,
@@ -108,6 +111,47 @@ def test_plan_files_columns_and_summary(tmp_path):
     assert state["history"] == {"1": {"n": 200, "kept": summary["kept"]}}
 
 
+def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch):
+    """plan.parquet is a folder of parts, encoded in parallel; pyarrow, polars (one epoch and
+    every epoch with hive partitioning, as in the README) and load_plan read its rows in order."""
+    import polars as pl
+
+    import seta_stream.plan as plan_module
+
+    monkeypatch.setattr(plan_module, "PLAN_PART_ROWS", 7)
+    run = seeded_run(tmp_path / "r")
+    plan_epoch(run, 1, **SETA)
+    plan_epoch(run, 2)
+    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
+    assert sorted(os.listdir(folder)) == [f"part-{i:05d}.parquet" for i in range(29)]  # ceil(200 / 7)
+    assert [pq.ParquetFile(folder / f"part-{i:05d}.parquet").metadata.num_rows for i in (0, 27, 28)] == [7, 7, 4]
+    plan = load_plan(run, 1)
+    table_keys = pq.read_table(tmp_path / "r" / json.loads((tmp_path / "r/table/manifest.json").read_text())["table"])
+    assert plan.column("key").to_pylist() == table_keys.column("key").to_pylist()
+    assert pq.read_table(folder).column("key").to_pylist() == plan.column("key").to_pylist()
+    assert pl.read_parquet(folder)["key"].to_list() == plan.column("key").to_pylist()
+    both = pl.read_parquet(tmp_path / "r/plans/epoch=*/plan.parquet/*.parquet", hive_partitioning=True)
+    assert both.group_by("epoch").agg(pl.col("keep").sum()).sort("epoch").rows() == [
+        (1, load_summary(run, 1)["kept"]),
+        (2, load_summary(run, 2)["kept"]),
+    ]
+    assert both.filter(pl.col("epoch") == 2)["keep"].to_list() == load_plan(run, 2).column("keep").to_pylist()
+
+
+def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    plan_epoch(run, 1, **SETA)
+    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
+    plan = load_plan(run, 1)
+    for part in os.listdir(folder):
+        os.unlink(folder / part)
+    with pytest.raises(RunFormatError, match=r"plans/epoch=1/plan.parquet: a folder without Parquet parts"):
+        load_plan(run, 1)
+    os.rmdir(folder)
+    pq.write_table(plan, folder)  # the single file of earlier versions
+    assert load_plan(run, 1, columns=["key", "keep"]).equals(plan.select(["key", "keep"]))
+
+
 def test_plans_are_deterministic_and_reused(tmp_path):
     a, b = seeded_run(tmp_path / "a"), seeded_run(tmp_path / "b")
     sa, sb = plan_epoch(a, 1, **SETA), plan_epoch(b, 1, **SETA)
@@ -118,6 +162,13 @@ def test_plans_are_deterministic_and_reused(tmp_path):
     other_seed = plan_epoch(a, 1, force=True, seed=4)
     assert other_seed["seed"] == 4
     assert not load_plan(a, 1).equals(load_plan(b, 1))
+    assert sorted(os.listdir(tmp_path / "a/plans/epoch=1")) == [  # the old folder was replaced, not kept
+        "keys.arrow",
+        "lookup.arrow",
+        "plan.parquet",
+        "shards.arrow",
+        "summary.json",
+    ]
     assert sb["kept"] == sa["kept"]
 
 

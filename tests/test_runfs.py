@@ -119,46 +119,75 @@ def test_stale_lock_of_killed_process_is_broken(tmp_path):
 
 
 @pytest.mark.parametrize("scheme", ["file", "memory"])
-def test_parquet_encoded_beside_other_work_is_written_whole(tmp_path, scheme, monkeypatch):
+def test_parquet_parts_are_written_whole_in_row_order(tmp_path, scheme):
     import threading
 
     import numpy as np
     import pyarrow.parquet as pq
 
-    import seta_stream.runfs as runfs
-
-    monkeypatch.setattr(runfs, "_PIPE_CHUNK", 1 << 12)  # many small pieces through the queue
-    monkeypatch.setattr(runfs, "_PIPE_DEPTH", 2)  # the encoder waits for the writer
-    url = str(tmp_path / "r") if scheme == "file" else f"memory://pipelined-{os.getpid()}"
+    url = str(tmp_path / "r") if scheme == "file" else f"memory://parts-{tmp_path.name}"
     run = RunDir(url, create=True)
     n = 200_000
     table = pa.table({"x": np.arange(n), "s": pa.array([f"key-{i}" for i in range(n)])})
     calls = []
-    run.publish_parquet(
-        "out.parquet", table, meanwhile=lambda: calls.append(threading.current_thread()), compression="lz4"
+    run.publish_parquet_parts(
+        "out.parquet",
+        table,
+        part_rows=30_000,
+        meanwhile=lambda: calls.append(threading.current_thread()),
+        workers=2,
+        compression="lz4",
     )
     assert calls == [threading.main_thread()]
+    names = [f"part-{i:05d}.parquet" for i in range(7)]  # ceil(200,000 / 30,000)
+    assert sorted(p.rsplit("/", 1)[-1] for p in run.fs.ls(run.path("out.parquet"), detail=False)) == names
     assert run.read_parquet("out.parquet").equals(table)
+    assert run.read_parquet("out.parquet", columns=["s"]).column("s").to_pylist()[29_999:30_001] == [
+        "key-29999",
+        "key-30000",
+    ]
     if scheme == "file":
         assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]
-        assert pq.ParquetFile(tmp_path / "r/out.parquet").metadata.row_group(0).column(0).compression == "LZ4"
+        meta = pq.ParquetFile(tmp_path / "r/out.parquet/part-00006.parquet").metadata
+        assert meta.num_rows == 20_000 and meta.row_group(0).column(0).compression == "LZ4"
+    # an empty table is one empty part with the schema
+    run.publish_parquet_parts("empty.parquet", table.slice(0, 0), part_rows=10)
+    assert run.fs.ls(run.path("empty.parquet"), detail=False)[0].endswith("/part-00000.parquet")
+    assert run.read_parquet("empty.parquet").schema == table.schema
+    with pytest.raises(ValueError, match="part_rows must be >= 1, got 0"):
+        run.publish_parquet_parts("bad.parquet", table, part_rows=0)
 
 
-def test_parquet_beside_failing_work_leaves_no_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("old", ["file", "folder"])
+def test_parquet_parts_replace_an_old_file_or_folder(tmp_path, old):
+    run = RunDir(tmp_path / "r", create=True)
+    if old == "file":
+        run.publish_parquet("out.parquet", pa.table({"x": [9, 9]}))
+    else:
+        run.publish_parquet_parts("out.parquet", pa.table({"x": list(range(10))}), part_rows=2)
+    run.publish_parquet_parts("out.parquet", pa.table({"x": [1, 2, 3]}), part_rows=2)
+    assert run.read_parquet("out.parquet").column("x").to_pylist() == [1, 2, 3]
+    assert sorted(os.listdir(tmp_path / "r/out.parquet")) == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]  # the old one is gone
+
+
+def test_parquet_parts_beside_failing_work_leave_the_old_folder(tmp_path):
     import numpy as np
 
-    import seta_stream.runfs as runfs
-
-    monkeypatch.setattr(runfs, "_PIPE_CHUNK", 1 << 12)
-    monkeypatch.setattr(runfs, "_PIPE_DEPTH", 2)
     run = RunDir(tmp_path / "r", create=True)
+    run.publish_parquet_parts("out.parquet", pa.table({"x": [1, 2, 3]}), part_rows=2)
     table = pa.table({"x": np.arange(500_000)})
 
     def fails():
         raise ValueError("summary failed")
 
     with pytest.raises(ValueError, match="summary failed"):
-        run.publish_parquet("out.parquet", table, meanwhile=fails)
+        run.publish_parquet_parts("out.parquet", table, part_rows=100_000, meanwhile=fails)
     with pytest.raises(pa.ArrowException, match="no-such-codec"):  # an encoding error surfaces too
-        run.publish_parquet("bad.parquet", table, meanwhile=lambda: None, compression="no-such-codec")
-    assert sorted(os.listdir(tmp_path / "r")) == ["seta-stream.json"]
+        run.publish_parquet_parts(
+            "out.parquet", table, part_rows=100_000, meanwhile=lambda: None, compression="no-such-codec"
+        )
+    with pytest.raises(pa.ArrowException, match="no-such-codec"):
+        run.publish_parquet_parts("new.parquet", table, part_rows=100_000, compression="no-such-codec")
+    assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]  # no temporary left
+    assert run.read_parquet("out.parquet").column("x").to_pylist() == [1, 2, 3]
