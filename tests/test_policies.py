@@ -245,3 +245,33 @@ def test_common_summary_fields():
         assert field in s, field
     assert s["weight_histogram"] == {"1.0": s["kept"]}
     assert s["pruned_fraction"] == pytest.approx(1 - s["kept"] / 2000)
+
+
+def test_summary_counts_are_exact_across_blocks(monkeypatch):
+    """The reason counts are made block by block and the weight histogram from the kept
+    weights other than 1.0: both equal plain counts, here over 286 blocks of 7 rows."""
+    import seta_stream.policies as policies
+    from seta_stream.policies import REASONS, PolicyResult, summarize
+
+    monkeypatch.setattr(policies, "_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    inp = make_input()
+    n = inp.n
+    keep = rng.random(n) < 0.6
+    weight = np.where(keep, rng.choice(np.array([1.0, 2.0, 0.5], np.float32), n), np.float32(0.0))
+    weight[~keep & (rng.random(n) < 0.5)] = 3.0  # not kept: not counted, whatever the weight
+    reason = rng.integers(0, len(REASONS), n).astype(np.int8)
+    result = PolicyResult(keep, weight, reason, {}, None)
+    summarize(result, inp, "test", {}, False)
+    s = result.summary
+    assert s["weight_histogram"] == {
+        repr(float(v)): int(np.count_nonzero(keep & (weight == v))) for v in (np.float32(0.5), 1.0, 2.0)
+    }
+    assert s["rows_by_reason"] == {
+        REASONS[i]: int(np.count_nonzero(reason == i)) for i in range(len(REASONS)) if (reason == i).any()
+    }
+    assert s["kept_by_reason"] == {
+        REASONS[i]: int(np.count_nonzero(keep & (reason == i)))
+        for i in range(len(REASONS))
+        if (keep & (reason == i)).any()
+    }
