@@ -138,6 +138,16 @@ def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch
     assert both.filter(pl.col("epoch") == 2)["keep"].to_list() == load_plan(run, 2).column("keep").to_pylist()
 
 
+def test_planning_removes_what_a_killed_planner_left(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    d = tmp_path / "r/plans/epoch=1"
+    (d / ".tmp-0123-plan.parquet").mkdir(parents=True)
+    (d / ".tmp-0123-plan.parquet/part-00000.parquet").write_bytes(b"half")
+    (d / ".tmp-4567-keys.arrow").write_bytes(b"half")
+    plan_epoch(run, 1, **SETA)
+    assert sorted(os.listdir(d)) == ["keys.arrow", "lookup.arrow", "plan.parquet", "shards.arrow", "summary.json"]
+
+
 def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
     run = seeded_run(tmp_path / "r")
     plan_epoch(run, 1, **SETA)
