@@ -101,9 +101,7 @@ def main() -> None:
     one = run_ranks(1, urls[: args.shards_per_rank], args.epochs)
     two = run_ranks(2, urls, args.epochs)
     print(f"## 1 rank vs 2 ranks, {args.shards_per_rank} shards of {args.samples:,} samples per rank ({machine()})\n")
-    print(
-        "| ranks | rank | epoch | samples | CPU us/sample (read, filter, record) | compact s | plan s | wait s |"
-    )
+    print("| ranks | rank | epoch | samples | CPU us/sample (read, filter, record) | compact s | plan s | wait s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for world, res in ((1, one), (2, two)):
         for rank, stats in enumerate(res):
