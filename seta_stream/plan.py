@@ -44,7 +44,7 @@ from .table import MANIFEST, load_numeric, load_table, load_table_keys
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 
 #: Every column is non-nullable (Parquet ``required``): a plan has a value in every cell, and
-#: without definition levels to compute and encode plan.parquet is written about 18% faster.
+#: without definition levels to compute and encode plan.parquet is encoded about 18% faster.
 PLAN_SCHEMA = pa.schema(
     [
         pa.field("shard", pa.dictionary(pa.int32(), pa.string()), nullable=False),
@@ -61,6 +61,10 @@ PLAN_SCHEMA = pa.schema(
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
 _NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
+#: Rows per part of the plan.parquet folder. The parts are encoded in parallel: at 15M rows
+#: (8 parts) planning takes about 0.25 s less on 2 CPUs than with one file encoded on one
+#: thread (docs/benchmarks.md, "Planning").
+PLAN_PART_ROWS = 1 << 21
 #: plan.parquet: LZ4, like the loss table. At 15M rows it is 320 MB instead of 715 MB
 #: uncompressed, and every megabyte of a new file costs page-cache pages: on the benchmark VM a
 #: fresh 700 MB file takes 1.6 s to write however it is encoded, far more than LZ4's CPU time
@@ -69,10 +73,6 @@ _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: keep and reason columns cannot prune a row group and cost 10% of the encoding); values
 #: encoded in batches of 64K and pages cut by size (1 MB) rather than every 20K rows
 #: (pyarrow's defaults, 1K and 20K rows, cost about a quarter of the write time at 15M rows).
-#: Rows per part of the plan.parquet folder. The parts are encoded in parallel: at 15M rows
-#: (8 parts) planning takes about 0.25 s less on 2 CPUs than with one file encoded on one
-#: thread (docs/benchmarks.md, "Planning").
-PLAN_PART_ROWS = 1 << 21
 _PLAN_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "lz4",
     "use_dictionary": ["shard", "reason"],
