@@ -286,7 +286,7 @@ def plan_epoch(
         spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
         # files and folders a planner killed while publishing left (only one plans at a time)
         for rel in run.glob(f"{plan_dir(epoch)}/.tmp-*"):
-            run.fs.rm(run.path(rel), recursive=True)
+            run.remove(rel)
         _check_ema_setting(run, cfg["policy"], params)
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:

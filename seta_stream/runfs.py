@@ -317,8 +317,7 @@ class RunDir:
             return
         buffers = [io.BytesIO() for _ in slices]
         _write_parts(slices, buffers, n_threads, meanwhile, write_options)
-        if self.fs.exists(path):
-            self.fs.rm(path, recursive=True)
+        self.remove(rel)
         for name, buf in zip(names, buffers):
             self.publish_bytes(f"{rel}/{name}", buf.getvalue())
 
@@ -372,8 +371,9 @@ class RunDir:
         self.fs.mv(self.path(src_rel), dst)
 
     def remove(self, rel: str) -> None:
+        """Remove the file or folder ``rel`` (nothing to do if it is gone)."""
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self.path(rel))
+            self.fs.rm(self.path(rel), recursive=True)
 
     # ------------------------------------------------------------------ locks
     @contextlib.contextmanager

@@ -200,7 +200,7 @@ def load_table_keys(run: str | RunDir, manifest: dict[str, Any] | None = None) -
         return None
     try:
         keys = run.read_arrow(rel)
-    except (FileNotFoundError, OSError, pa.ArrowInvalid):
+    except (OSError, pa.ArrowInvalid):  # missing (FileNotFoundError) or unreadable
         return None
     if keys.schema != KEYS_SCHEMA or keys.num_rows != int(m.get("rows", -1)):
         return None
