@@ -12,45 +12,35 @@ fresh process after 5 s idle, with tree A and then tree B; prints every plan and
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import shutil
 import statistics
-import subprocess
-import sys
+import time
 from pathlib import Path
 
-from common import OUT
-
-PLAN_TWO_EPOCHS = """
-import json, os, shutil, sys, time
-sys.path.insert(0, {tree!r})
-import seta_stream.plan as P
-from seta_stream import RunDir
-assert P.__file__.startswith({tree!r}), P.__file__
-run = {run!r}
-shutil.rmtree(run + "/plans", ignore_errors=True)
-if os.path.exists(run + "/state.json"):
-    os.remove(run + "/state.json")
-os.sync()
-walls = []
-for e in (1, 2):
-    time.sleep(5)
-    t0 = time.perf_counter()
-    if e == 1:
-        P.plan_epoch(RunDir(run), 1, policy="seta", params=dict(r=0.0, k=10, alpha=0.5), epochs=10, seed=0)
-    else:
-        P.plan_epoch(RunDir(run), 2)
-    walls.append(time.perf_counter() - t0)
-print("RESULT" + json.dumps(walls))
-"""
+from common import OUT, measure
 
 
 def plan_twice(tree: Path, run: Path) -> list[float]:
-    prog = PLAN_TWO_EPOCHS.format(tree=str(tree.resolve()), run=str(run))
-    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"planning with {tree} failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    """Epochs 1 and 2 of a new run over ``run``'s table, each in a fresh process importing
+    seta_stream from ``tree``, after 5 s idle."""
+    shutil.rmtree(run / "plans", ignore_errors=True)
+    (run / "state.json").unlink(missing_ok=True)
+    os.sync()
+    setup = f"""
+        sys.path.insert(0, {str(tree.resolve())!r})
+        import seta_stream.plan as P
+        from seta_stream import RunDir
+        assert P.__file__.startswith({str(tree.resolve())!r}), P.__file__
+    """
+    walls = []
+    for code in (
+        f"P.plan_epoch(RunDir({str(run)!r}), 1, policy='seta', params=dict(r=0.0, k=10, alpha=0.5), epochs=10, seed=0)",
+        f"P.plan_epoch(RunDir({str(run)!r}), 2)",
+    ):
+        time.sleep(5)
+        walls.append(measure(code, setup)["wall_s"])
+    return walls
 
 
 def main() -> None:
