@@ -51,3 +51,15 @@ class EpochOrderError(SetaStreamError):
 
 class InvalidInputError(SetaStreamError, ValueError):
     """Arguments that cannot be used as given (lengths, shapes, dtypes, ranges)."""
+
+
+class ShardNameError(InvalidInputError):
+    """A shard cannot be named from its URL, or two different shards would get the same name.
+
+    Sample identity is (shard name, ``__key__``): two shards with one name would have their
+    samples merged, so this stops before anything is recorded or planned.
+    """
+
+
+class ShardNameConflictError(ShardNameError):
+    """Two different shard locations (URLs or paths) have the same shard name."""

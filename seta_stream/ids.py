@@ -23,15 +23,18 @@ This module does no I/O.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
 
-from .errors import InvalidInputError, SampleIdCollisionError
+from .errors import InvalidInputError, SampleIdCollisionError, ShardNameError
 
 __all__ = [
+    "shard_location",
     "shard_name",
     "mix64",
     "mix64_array",
@@ -45,23 +48,87 @@ _OFFSET = 0xCBF29CE484222325
 _P = 0x9FB21C651E98DF25
 
 
-def shard_name(url: str, depth: int = 1) -> str:
-    """Return the shard name of a webdataset ``__url__``: its last ``depth`` path components.
+def shard_location(url: str) -> str:
+    """Where a webdataset ``__url__`` reads its shard from: a URL or path, without query string.
 
-    ``pipe:`` URLs use their last whitespace-separated word; a query string (``?...``) is
-    dropped. ``shard_name("s3://b/train/shard-000.tar") == "shard-000.tar"``;
-    with ``depth=2`` it is ``"train/shard-000.tar"``.
+    * a plain path or URL is returned as given, without its query string (``?X-Amz-...`` of a
+      signed URL) or fragment; ``file://`` is dropped, so ``file:///d/a.tar`` is ``/d/a.tar``;
+    * a ``pipe:`` command is parsed like a shell line (quotes, ``||``, ``&&``, ``|``, ``;``),
+      and the location is the one URL (``scheme://...``) in its first command, or else its one
+      argument that names a tar file (``*.tar``, ``*.tar.gz``, ``*.tgz``, ...):
+      ``pipe:curl -s -L https://h/d/shard-0.tar || true`` -> ``https://h/d/shard-0.tar``,
+      ``pipe:aws s3 cp s3://b/t/shard-0.tar -`` -> ``s3://b/t/shard-0.tar``,
+      ``pipe:cat /d/shard-0.tar`` -> ``/d/shard-0.tar``.
+
+    Raises :class:`ShardNameError` for a ``pipe:`` command with no such argument, or with
+    several different ones, because naming its shard by any other word (``true``, ``-``,
+    ``cat``) would give every shard of a run the same name.
     """
-    if not isinstance(url, str) or not url:
+    if not isinstance(url, str) or not url.strip():
         raise InvalidInputError(f"__url__ must be a non-empty string, found {url!r}; pass the batch's '__url__' list")
+    if url.startswith("pipe:"):
+        return _pipe_location(url)
+    return _strip_url(url)
+
+
+def shard_name(url: str, depth: int = 1) -> str:
+    """Return the shard name of a webdataset ``__url__``: the last ``depth`` path components of
+    its :func:`shard_location`.
+
+    ``shard_name("s3://b/train/shard-000.tar") == "shard-000.tar"``; with ``depth=2`` it is
+    ``"train/shard-000.tar"``; ``shard_name("pipe:curl -s https://h/t/shard-000.tar || true")``
+    is ``"shard-000.tar"``.
+    """
     if depth < 1:
         raise InvalidInputError(f"shard_depth must be >= 1, found {depth}")
-    text = url
-    if text.startswith("pipe:"):
-        text = text.split()[-1]
-    text = text.split("?", 1)[0].rstrip("/")
-    parts = text.replace("\\", "/").split("/")
-    return "/".join(parts[-depth:])
+    parts = shard_location(url).replace("\\", "/").rstrip("/").split("/")
+    name = "/".join(parts[-depth:])
+    if not name:
+        raise ShardNameError(
+            f"__url__ {url!r} has no file name to name its shard by; expected a path or URL ending in the "
+            "shard's file name (e.g. '/data/shard-000.tar')"
+        )
+    return name
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_TAR_SUFFIX = re.compile(r"\.(tar|tgz|tar\.(gz|bz2|xz|zst|lz4))$", re.IGNORECASE)
+_SHELL_OPERATORS = {"|", "||", "&&", ";", "&", "|&"}
+
+
+def _strip_url(text: str) -> str:
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    if _SCHEME.match(text) or "?" in text:
+        text = text.split("#", 1)[0].split("?", 1)[0]
+    return text
+
+
+def _pipe_location(url: str) -> str:
+    command = url[len("pipe:") :]
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError as exc:
+        raise ShardNameError(f"cannot parse the pipe: command {url!r} ({exc}); expected a shell command") from None
+    first: list[str] = []
+    for word in words:
+        if word in _SHELL_OPERATORS:
+            break
+        first.append(word)
+    args = [w for w in first[1:] if not w.startswith("-") and not w.startswith(">")]
+    urls = {_strip_url(w) for w in args if _SCHEME.match(w)}
+    found = urls or {_strip_url(w) for w in args if _TAR_SUFFIX.search(_strip_url(w))}
+    if len(found) == 1:
+        return found.pop()
+    what = f"{len(found)} candidates {sorted(found)}" if found else "no URL or tar file path"
+    raise ShardNameError(
+        f"cannot tell which shard the pipe: URL {url!r} reads: its command has {what}; expected exactly one "
+        "URL (scheme://...) or *.tar path among the arguments of its first command, e.g. "
+        "'pipe:curl -s -L https://host/data/shard-000.tar || true'. Put the shard's URL or path in the command "
+        "as a plain argument (shard names come from it)"
+    )
 
 
 def mix64(x: int) -> int:
