@@ -36,6 +36,8 @@ from .errors import InvalidInputError, SampleIdCollisionError, ShardNameError
 __all__ = [
     "shard_location",
     "shard_name",
+    "separating_depth",
+    "depth_hint",
     "mix64",
     "mix64_array",
     "sample_uid",
@@ -89,6 +91,29 @@ def shard_name(url: str, depth: int = 1) -> str:
             "shard's file name (e.g. '/data/shard-000.tar')"
         )
     return name
+
+
+def separating_depth(location_a: str, location_b: str) -> int | None:
+    """The smallest ``shard_depth`` at which two shard locations get different names (None if
+    no depth separates them); error messages suggest it."""
+    a = location_a.replace("\\", "/").rstrip("/").split("/")
+    b = location_b.replace("\\", "/").rstrip("/").split("/")
+    for depth in range(1, max(len(a), len(b)) + 1):
+        if a[-depth:] != b[-depth:]:
+            return depth
+    return None
+
+
+def depth_hint(location_a: str, location_b: str) -> str:
+    """How to fix two locations that share a shard name (the end of an error message)."""
+    depth = separating_depth(location_a, location_b)
+    if depth is None:
+        return "Give the shards different file names"
+    return (
+        f"Start a new run directory with a larger shard_depth, so that shard names keep {depth} path components: "
+        f"Pruner(..., settings={{'shard_depth': {depth}}}) or RunDir(url, create=True, "
+        f"settings={{'shard_depth': {depth}}}) (and list_samples(urls, shard_depth={depth}))"
+    )
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError
-from .ids import sample_uids
+from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError, ShardNameConflictError
+from .ids import depth_hint, sample_uids, shard_location
 from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, policy_params, summarize
 from .runfs import PendingFile, RunDir
 from .table import MANIFEST, load_numeric, load_table, load_table_keys
@@ -158,22 +158,43 @@ def set_current_epoch(run: str | RunDir, epoch: int) -> None:
         run.publish_json("state.json", state)
 
 
-def _population_table(population: Any) -> pa.Table:
+def _population_table(population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
+    """(shard, key) of the population; with a ``url`` column (as ``list_samples`` returns) the
+    shard names are checked against their locations and the loss table's (a name standing for
+    two shards stops planning with :class:`ShardNameConflictError`)."""
     if isinstance(population, pa.Table):
         t = population
     elif isinstance(population, dict):
-        t = pa.table({"shard": population["shard"], "key": population["key"]})
+        t = pa.table({c: population[c] for c in ("shard", "key", "url") if c in population})
     else:
         pairs = list(population)
         t = pa.table({"shard": [p[0] for p in pairs], "key": [p[1] for p in pairs]})
     missing = {"shard", "key"} - set(t.column_names)
     if missing:
         raise InvalidInputError(f"population lacks column(s) {sorted(missing)}; expected shard and key")
+    if "url" in t.column_names and t.num_rows:
+        pairs = (
+            pa.table({"shard": pc.cast(t.column("shard"), pa.string()), "url": pc.cast(t.column("url"), pa.string())})
+            .group_by(["shard", "url"])
+            .aggregate([])
+            .to_pylist()
+        )
+        seen = {s: (loc, f"the loss table ({run.display(MANIFEST)})") for s, loc in locations.items()}
+        for pair in pairs:
+            shard, url = pair["shard"], pair["url"]
+            location = shard_location(url)
+            other = seen.setdefault(shard, (location, f"the population ({url!r})"))
+            if other[0] != location:
+                raise ShardNameConflictError(
+                    f"shard name {shard!r} stands for two shards: {other[0]!r} (in {other[1]}) and {location!r} "
+                    f"(in the population, url {url!r}); their samples would share one plan row per key, so "
+                    f"nothing was planned. {depth_hint(other[0], location)}"
+                )
     return t.select(["shard", "key"]).cast(pa.schema([("shard", pa.string()), ("key", pa.string())]))
 
 
-def _with_population(table: pa.Table, population: Any) -> pa.Table:
-    pop = _population_table(population)
+def _with_population(table: pa.Table, population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
+    pop = _population_table(population, locations, run)
     if pop.num_rows == 0:
         return table
     uid = sample_uids(pop.column("shard"), pop.column("key"))
@@ -290,7 +311,8 @@ def plan_epoch(
         _check_ema_setting(run, cfg["policy"], params)
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
-            table = _with_population(load_table(run, columns=_TABLE_COLUMNS, manifest=manifest), population)
+            table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
+            table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
             numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
             ids = _Identities(table.column("shard"), table.column("key"))
             del table

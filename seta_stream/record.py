@@ -25,6 +25,7 @@ loss table counts them per sample and the policies treat such samples as unseen.
 from __future__ import annotations
 
 import atexit
+import json
 import time
 import uuid
 import weakref
@@ -34,11 +35,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import InvalidInputError
-from .ids import sample_uids, shard_name
+from .errors import InvalidInputError, ShardNameConflictError
+from .ids import depth_hint, sample_uids, shard_location, shard_name
 from .runfs import FORMAT_VERSION, RunDir
 
-__all__ = ["LossRecorder", "PART_SCHEMA", "PART_WRITE_OPTIONS", "part_name", "write_part"]
+__all__ = [
+    "LossRecorder",
+    "PART_SCHEMA",
+    "PART_WRITE_OPTIONS",
+    "LOCATIONS_METADATA",
+    "part_name",
+    "write_part",
+    "part_locations",
+]
 
 PART_SCHEMA = pa.schema(
     [
@@ -60,6 +69,22 @@ PART_WRITE_OPTIONS: dict[str, Any] = {
     "use_dictionary": ["shard"],
     "write_statistics": ["epoch", "rank", "seq"],
 }
+
+
+#: Schema metadata key of a part: JSON object {shard name: shard location} of the shards whose
+#: records the part holds (``ids.shard_location`` of their ``__url__``). Compaction checks that
+#: one name never stands for two locations (two folders holding the same file name).
+LOCATIONS_METADATA = b"seta_stream.shard_locations"
+
+
+def part_locations(schema: pa.Schema) -> dict[str, str]:
+    """{shard name: location} recorded in a part's schema metadata ({} for parts written
+    before locations were recorded)."""
+    raw = (schema.metadata or {}).get(LOCATIONS_METADATA)
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def part_name(rank: int, epoch: int, seq0: int) -> str:
@@ -138,7 +163,7 @@ class LossRecorder:
         self._losses: list[Any] = []
         self._rows = 0
         self._shard_of_url: dict[str, str] = {}
-        self._url_of_shard: dict[str, str] = {}
+        self._shard_url: dict[str, tuple[str, str]] = {}  # shard name -> (location, first url)
         self.stats = {"records": 0, "nonfinite": 0, "parts": 0}
         self.closed = False
         ref = weakref.ref(self)
@@ -206,6 +231,11 @@ class LossRecorder:
         url_enc = pa.array([u for batch in self._urls for u in batch], type=pa.string()).dictionary_encode()
         shard_names = pa.array([self._shard_of_url[u] for u in url_enc.dictionary.to_pylist()], pa.string())
         shard_arr = pa.DictionaryArray.from_arrays(url_enc.indices, shard_names)
+        names = shard_names.to_pylist()
+        locations = {s: self._shard_url[s][0] for s in sorted(set(names))}
+        schema = PART_SCHEMA.with_metadata(
+            {**PART_SCHEMA.metadata, LOCATIONS_METADATA: json.dumps(locations, separators=(",", ":")).encode()}
+        )
         table = pa.Table.from_arrays(
             [
                 shard_arr.dictionary_decode(),
@@ -216,7 +246,7 @@ class LossRecorder:
                 pa.array(np.full(n, self.rank, dtype=np.int32)),
                 pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)),
             ],
-            schema=PART_SCHEMA,
+            schema=schema,
         )
         rel = write_part(self.run, self.rank, self.epoch, table)
         self._seq += n
@@ -264,15 +294,16 @@ class LossRecorder:
         ).astype(np.float32, copy=False)
 
     def _new_url(self, url: str) -> None:
-        """Name the shard of a url seen for the first time; two urls may not share a name."""
+        """Name the shard of a url seen for the first time; two locations may not share a name
+        (urls of one location may differ, e.g. signed URLs with different signatures)."""
         shard = shard_name(url, self._depth)
-        other = self._url_of_shard.get(shard)
-        if other is not None and other != url:
-            raise InvalidInputError(
-                f"two shards have the same name {shard!r}: {other!r} and {url!r}; sample identity "
-                f"is (shard name, __key__) with shard_depth={self._depth}, so their samples would be "
-                "mixed up. Create the run with a larger shard_depth (RunDir(url, create=True, "
-                "settings={'shard_depth': 2})) so the names differ"
+        location = shard_location(url)
+        other = self._shard_url.get(shard)
+        if other is not None and other[0] != location:
+            raise ShardNameConflictError(
+                f"two shards have the same name {shard!r}: {other[1]!r} and {url!r}; sample identity is "
+                f"(shard name, __key__) with shard_depth={self._depth}, so their samples would be mixed up. "
+                f"{depth_hint(other[0], location)}"
             )
-        self._url_of_shard[shard] = url
+        self._shard_url.setdefault(shard, (location, url))
         self._shard_of_url[url] = shard

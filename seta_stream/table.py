@@ -42,6 +42,7 @@ Fault injection for tests: the environment variable ``SETA_STREAM_FAULT`` set to
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import signal
 import time
@@ -56,9 +57,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import CorruptPartError, RunLockedError, SampleIdCollisionError
-from .ids import sample_uids
-from .record import PART_SCHEMA
+from .errors import CorruptPartError, RunLockedError, SampleIdCollisionError, ShardNameConflictError
+from .ids import depth_hint, sample_uids
+from .record import LOCATIONS_METADATA, PART_SCHEMA, part_locations
 from .runfs import FORMAT_VERSION, RunDir
 
 __all__ = [
@@ -320,7 +321,35 @@ def _read_part(run: RunDir, rel: str) -> pa.Table:
     table = table.set_column(0, "shard", shard.cast(_SHARD_DICT))
     if table.column("key").type != pa.string():
         table = table.set_column(1, "key", table.column("key").cast(pa.string()))
-    return table
+    try:
+        locations = part_locations(schema)
+    except ValueError as exc:
+        raise CorruptPartError(
+            f"{where}: its shard locations metadata is not valid JSON ({exc}). {_CORRUPT_HINT}", path=rel
+        ) from exc
+    # keep only the locations metadata: compaction checks names against it
+    raw = {LOCATIONS_METADATA: json.dumps(locations).encode()} if locations else None
+    return table.replace_schema_metadata(raw)
+
+
+def _check_locations(run: RunDir, known: dict[str, str], parts: list[pa.Table], names: list[str]) -> dict[str, str]:
+    """{shard: location} of the table after folding ``parts``; raises
+    :class:`ShardNameConflictError` (before anything is written) if one shard name stands for
+    two locations: two different shards whose samples would be merged."""
+    merged = dict(known)
+    where = {name: "the loss table (" + run.display(MANIFEST) + ")" for name in known}
+    for part, rel in zip(parts, names):
+        for shard, location in part_locations(part.schema).items():
+            other = merged.setdefault(shard, location)
+            where.setdefault(shard, run.display(rel))
+            if other != location:
+                raise ShardNameConflictError(
+                    f"shard name {shard!r} stands for two shards: {other!r} (in {where[shard]}) and {location!r} "
+                    f"(in {run.display(rel)}); their samples would be merged into one table row per key, so "
+                    f"nothing was compacted. {depth_hint(other, location)}; the parts recorded under the "
+                    f"conflicting name stay in {run.display('losses')}"
+                )
+    return merged
 
 
 def _part_order(rel: str) -> tuple[int, int, str]:
@@ -892,6 +921,7 @@ def compact(
                 _fault("compact:after_quarantine")
             if bar is not None:
                 bar.update(1)
+        locations = _check_locations(run, m.get("shard_locations") or {}, parts, good)
         _fault("compact:after_read")
         rec = _Records(run, parts, good)
         del parts  # the records keep no key strings
@@ -950,6 +980,7 @@ def compact(
             "folded": folded + good,
             "quarantined": _quarantined(run, m),
             "n_ref": n_ref or int(m.get("n_ref") or 0),
+            "shard_locations": {s: locations[s] for s in sorted(locations)},
             "format_version": FORMAT_VERSION,
         }
         run.publish_json(MANIFEST, manifest)

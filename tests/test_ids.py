@@ -89,3 +89,58 @@ def test_collision_check_passes_repeats_and_rejects_collisions():
     check_identity_collisions(uids, ["a", "b", "a"], ["k", "k", "k"])  # same identity twice
     with pytest.raises(SampleIdCollisionError, match=r"\('a', 'k'\) and \('c', 'k'\) both hash"):
         check_identity_collisions(uids, ["a", "b", "c"], ["k", "k", "k"])
+
+
+# Every shard spec idiom of the webdataset and OpenCLIP docs: (url, shard_location, shard_name).
+SPECS = [
+    ("/data/train/shard-000.tar", "/data/train/shard-000.tar", "shard-000.tar"),
+    ("file:///data/train/shard-001.tar", "/data/train/shard-001.tar", "shard-001.tar"),
+    ("pipe:cat /data/train/shard-002.tar", "/data/train/shard-002.tar", "shard-002.tar"),
+    ("pipe:cat /data/train/shard-003.tar || true", "/data/train/shard-003.tar", "shard-003.tar"),
+    ("pipe:curl -s -L https://h/data/shard-004.tar || true", "https://h/data/shard-004.tar", "shard-004.tar"),
+    ("pipe:curl -s -L 'https://h/data/shard-005.tar?sig=a b' || true", "https://h/data/shard-005.tar", "shard-005.tar"),
+    ("pipe:aws s3 cp s3://b/train/shard-006.tar -", "s3://b/train/shard-006.tar", "shard-006.tar"),
+    ("pipe:gsutil cat gs://b/train/shard-007.tar", "gs://b/train/shard-007.tar", "shard-007.tar"),
+    ("pipe:cat /data/train/shard-008.tar | cat", "/data/train/shard-008.tar", "shard-008.tar"),
+    ("pipe:curl -s https://h/d/shard-009.tar | cat", "https://h/d/shard-009.tar", "shard-009.tar"),
+    ("https://h/d/shard-010.tar?X-Amz-Signature=abc&X-Amz-Expires=60", "https://h/d/shard-010.tar", "shard-010.tar"),
+    ("s3://b/train/shard-011.tar", "s3://b/train/shard-011.tar", "shard-011.tar"),
+    ("/data/train/shard-{000..009}.tar", "/data/train/shard-{000..009}.tar", "shard-{000..009}.tar"),
+]
+
+
+@pytest.mark.parametrize(("url", "location", "name"), SPECS)
+def test_every_shard_spec_idiom_is_named_by_the_shard_it_reads(url, location, name):
+    from seta_stream.ids import shard_location
+
+    assert shard_location(url) == location
+    assert shard_name(url) == name
+
+
+def test_different_shards_never_share_a_name_across_idioms():
+    names = [shard_name(url) for url, _, _ in SPECS]
+    assert len(set(names)) == len(names)
+    # one shard reached through different idioms keeps one name
+    same = ["/d/s-1.tar", "file:///d/s-1.tar", "pipe:cat /d/s-1.tar || true", "pipe:cat '/d/s-1.tar' | cat"]
+    assert {shard_name(u, 2) for u in same} == {"d/s-1.tar"}
+
+
+@pytest.mark.parametrize(
+    ("url", "found"),
+    [
+        ("pipe:true", "no URL or tar file path"),
+        ("pipe:curl -s -L || true", "no URL or tar file path"),
+        ("pipe:cat /d/a.tar /d/b.tar", "2 candidates ['/d/a.tar', '/d/b.tar']"),
+    ],
+)
+def test_pipe_commands_without_one_shard_stop_with_how_to_name_it(url, found):
+    from seta_stream.errors import ShardNameError
+
+    with pytest.raises(ShardNameError) as err:
+        shard_name(url)
+    assert str(err.value) == (
+        f"cannot tell which shard the pipe: URL {url!r} reads: its command has {found}; expected exactly one "
+        "URL (scheme://...) or *.tar path among the arguments of its first command, e.g. "
+        "'pipe:curl -s -L https://host/data/shard-000.tar || true'. Put the shard's URL or path in the command "
+        "as a plain argument (shard names come from it)"
+    )
