@@ -1,0 +1,97 @@
+"""Two shards with one name (same file name in two folders) stop wherever their URLs meet:
+the recorders of two real rank processes, compaction (also an epoch later), planning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import write_shards
+
+import seta_stream as seta
+from seta_stream.errors import ShardNameConflictError
+
+RECORD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import webdataset as wds
+    from seta_stream import LossRecorder
+    run, rank, epoch, url = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    samples = list(wds.WebDataset(url, shardshuffle=False))
+    with LossRecorder(run, rank=rank, epoch=epoch) as rec:
+        rec.record([s["__key__"] for s in samples], [s["__url__"] for s in samples],
+                   np.arange(len(samples), dtype=np.float32) + rank)
+    """
+)
+
+
+def record_in_process(run, rank, epoch, url):
+    subprocess.run([sys.executable, "-c", RECORD, str(run), str(rank), str(epoch), url], check=True, timeout=120)
+
+
+@pytest.fixture
+def two_folders(tmp_path):
+    a = write_shards(tmp_path / "train", [6], prefix="shard")[0]
+    b = write_shards(tmp_path / "val", [6], prefix="shard")[0]
+    return a, b
+
+
+def test_two_ranks_recording_same_name_shards_stop_compaction(tmp_path, two_folders):
+    a, b = two_folders
+    run = tmp_path / "run"
+    seta.RunDir(run, create=True)
+    record_in_process(run, 0, 0, a)
+    record_in_process(run, 1, 0, f"pipe:cat {b} || true")
+    with pytest.raises(ShardNameConflictError) as err:
+        seta.compact(run)
+    msg = str(err.value)
+    assert msg.startswith(f"shard name 'shard-0000.tar' stands for two shards: {a!r} (in ")
+    assert f"and {b!r} (in " in msg and "rank=1/epoch=0/part-R00001-E000000-" in msg
+    assert "nothing was compacted" in msg and "settings={'shard_depth': 2}" in msg
+    assert not (run / "table" / "manifest.json").exists()
+    assert seta.load_table(run).num_rows == 0
+    assert len(list((run / "losses").rglob("*.parquet"))) == 2  # nothing recorded is lost
+
+
+def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(tmp_path, two_folders):
+    a, b = two_folders
+    run = tmp_path / "run"
+    seta.RunDir(run, create=True)
+    record_in_process(run, 0, 0, a)
+    report = seta.compact(run)
+    assert (report.rows_folded, report.samples_total) == (6, 6)
+    record_in_process(run, 1, 1, b)
+    with pytest.raises(ShardNameConflictError, match=rf"stands for two shards: {a!r} \(in the loss table"):
+        seta.compact(run)
+    table = seta.load_table(run, shard_as_dictionary=False)
+    assert (table.num_rows, set(table.column("seen").to_pylist())) == (6, {1})
+
+
+def test_signed_urls_of_one_shard_are_one_shard(tmp_path, two_folders):
+    a, _ = two_folders
+    run = tmp_path / "run"
+    with seta.LossRecorder(run) as rec:
+        rec.record(["k0"], [f"file://{a}?X-Amz-Signature=1"], __import__("numpy").ones(1, "float32"))
+        rec.record(["k0"], [f"file://{a}?X-Amz-Signature=2"], __import__("numpy").ones(1, "float32"))
+    seta.compact(run)
+    assert seta.load_table(run).column("seen").to_pylist() == [2]
+
+
+def test_planning_stops_when_the_population_names_another_shard_than_the_table(tmp_path, two_folders):
+    a, b = two_folders
+    run = tmp_path / "run"
+    seta.RunDir(run, create=True)
+    record_in_process(run, 0, 0, a)
+    seta.compact(run)
+    population = seta.list_samples([b])  # same name, other folder
+    with pytest.raises(ShardNameConflictError) as err:
+        seta.plan_epoch(run, 1, policy="full", epochs=2, population=population)
+    assert str(err.value).startswith(f"shard name 'shard-0000.tar' stands for two shards: {a!r} (in the loss table (")
+    assert f"and {b!r} (in the population, url {b!r}); their samples would share one plan row" in str(err.value)
+    assert not (run / "plans" / "epoch=1").exists()
+    # the same shard through a pipe: URL is no conflict
+    pipe = seta.list_samples([f"pipe:cat {a} || true"])
+    assert seta.plan_epoch(run, 1, policy="full", epochs=2, population=pipe)["n"] == 6
