@@ -242,17 +242,24 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 
-def evaluate(model: Any, ds: Dataset, urls: list[str]) -> float:
-    import torch
+def eval_batches(ds: Dataset, urls: list[str]) -> Any:
+    """The evaluation split as batches of (model input, labels), read through webdataset."""
     import webdataset as wds
 
     image = ds.name == "cifar10"
-    pipe = (
+    return (
         wds.WebDataset(urls, shardshuffle=False, empty_check=False)
         .decode(*(["rgb8"] if image else []))
         .to_tuple("jpg" if image else "txt", "cls")
         .batched(500, collation_fn=_collate)
     )
+
+
+def evaluate(model: Any, ds: Dataset, urls: list[str] | list[tuple]) -> float:
+    """Accuracy on ``urls`` (shards) or on batches already read by ``eval_batches``."""
+    import torch
+
+    pipe = urls if urls and isinstance(urls[0], tuple) else eval_batches(ds, urls)  # type: ignore[arg-type]
     model.eval()
     correct = total = 0
     with torch.no_grad():
@@ -271,7 +278,7 @@ def lr_at(t: float, epochs: int, peak: float) -> float:
     return peak * (t / w if t < w else max(0.0, (epochs - t) / (epochs - w)))
 
 
-def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> dict:
+def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any, rid: str | None = None) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -280,7 +287,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
     from seta_stream.policies import es_select
 
     policy, params, noisy = cfg["policy"], dict(cfg["params"]), cfg["noisy"]
-    run_dir = str(out / "runs" / run_id(ds.name, cfg, seed))
+    run_dir = str(out / "runs" / (rid or run_id(ds.name, cfg, seed)))
     shutil.rmtree(run_dir, ignore_errors=True)
     torch.manual_seed(seed)
     image = ds.name == "cifar10"
@@ -296,14 +303,20 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
         ]
     es_like = policy in ("es", "eswp")
     mini = 0.25
-    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=ds.epochs, seed=seed, population=population)
+    n_epochs = cfg.get("n_epochs", ds.epochs)  # the converged study's runs set their own length
+    curve = cfg.get("study") == "converged"  # test accuracy after every epoch (decoded once)
+    test_set = list(eval_batches(ds, ds.test)) if curve else None
+    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
     noise = noise_offsets(population, ds.classes) if noisy else None
     meta = int(ds.batch / mini) if es_like else ds.batch
     loader = train_loader(ds, run_dir, seed, noise, es_like, meta)
     epochs: list[dict] = []
     t_run = time.perf_counter()
-    for epoch in range(ds.epochs):
+    train_s = 0.0  # wall time without the per-epoch evaluation
+    samples = 0
+    for epoch in range(n_epochs):
         t0 = time.perf_counter()
+        cpu0 = machine_cpu()
         summary = pruner.start_epoch(epoch)
         active = es_like and bool(summary.get("active"))
         steps = max(1, math.ceil(summary["kept"] / (meta if active else ds.batch)))
@@ -327,7 +340,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
                 pruner.record(keys, urls, losses, trained=pick)
                 loss_sum += float(losses.sum())
                 for idx in chunks:
-                    _set_lr(opts, lr_at(epoch + min(step, steps) / steps, ds.epochs, peak))
+                    _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
                     xs = x[idx] if image else _select_text(x, idx)
                     loss = F.cross_entropy(model(xs), y[idx])
                     for o in opts:
@@ -338,7 +351,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
                     step += 1
                     backprop += len(idx)
                 continue
-            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, ds.epochs, peak))
+            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
             losses = F.cross_entropy(model(x), y, reduction="none")
             pruner.record(keys, urls, losses)
             for o in opts:
@@ -361,6 +374,12 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
                 "seconds": round(time.perf_counter() - t0, 2),
             }
         )
+        if curve:
+            train_s += time.perf_counter() - t0
+            samples += streamed
+            epochs[-1].update(other_cpu=round(other_cpu(cpu0, machine_cpu()), 3), load1=round(os.getloadavg()[0], 2),
+                              samples=samples, train_seconds=round(train_s, 2),
+                              test_acc=evaluate(model, ds, test_set))  # fmt: skip
         print(
             f"    epoch {epoch} {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}% "
             f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
@@ -377,13 +396,44 @@ def train_run(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any) -> 
         "pruned": 1 - sum(e["streamed"] for e in epochs) / n_total,
         "pruned_backprop": 1 - sum(e["backprop"] for e in epochs) / n_total,
         "val_acc": evaluate(model, ds, ds.val),
-        "test_acc": evaluate(model, ds, ds.test),
+        "test_acc": evaluate(model, ds, test_set or ds.test),
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
         "library_rev": os.environ.get("STUDY_REV", "working tree"),
     }
     del loader
     return result
+
+
+def machine_cpu() -> tuple[float, float, float]:
+    """(time, CPU seconds busy on the whole machine, CPU seconds of this process and its children).
+
+    Linux /proc only (zeros elsewhere); the difference between two readings tells how much of
+    the machine other work took meanwhile (``other_cpu``).
+    """
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        f = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        busy = (sum(f) - f[3] - f[4]) / hz  # all but idle and iowait
+        pids = {os.getpid()}
+        for task in Path("/proc/self/task").iterdir():
+            pids.update(int(c) for c in (task / "children").read_text().split())
+        ours = 0.0
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # a child that ended meanwhile
+                continue
+            ours += (int(stat[11]) + int(stat[12]) + int(stat[13]) + int(stat[14])) / hz
+        return time.monotonic(), busy, ours
+    except (OSError, ValueError):
+        return time.monotonic(), 0.0, 0.0
+
+
+def other_cpu(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """Fraction of the machine's cores other processes kept busy between readings ``a`` and ``b``."""
+    span = (b[0] - a[0]) * (os.cpu_count() or 1)
+    return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / span if span > 0 else 0.0
 
 
 def _set_lr(opts: list, lr: float) -> None:
@@ -408,7 +458,7 @@ def run_id(ds: str, cfg: dict, seed: int) -> str:
     return f"{ds}-{'noisy' if cfg['noisy'] else 'clean'}-{cfg['policy']}-{cfg['label']}-{p}-s{seed}"
 
 
-def calibrate(ds: Dataset, full_run: Path, population: Any) -> dict:
+def calibrate(ds: Dataset, full_run: Path, population: Any, epochs: int | None = None) -> dict:
     """InfoBatch and SeTa settings whose pruned % lands nearest 30/50/70%, chosen on training losses.
 
     Replays the policy over the per-epoch losses that the full-data run of seed 0 recorded
@@ -419,6 +469,8 @@ def calibrate(ds: Dataset, full_run: Path, population: Any) -> dict:
     import pyarrow.parquet as pq
 
     from seta_stream.ids import sample_uids
+
+    n_epochs = epochs or ds.epochs
     from seta_stream.policies import PolicyInput, run_policy
 
     shards = population.column("shard")
@@ -426,7 +478,7 @@ def calibrate(ds: Dataset, full_run: Path, population: Any) -> dict:
     uid = sample_uids(shards, keys)
     order = np.argsort(uid)
     per_epoch = []
-    for e in range(ds.epochs):
+    for e in range(n_epochs):
         files = sorted(glob.glob(str(full_run / f"losses/rank=0/epoch={e}/*.parquet")))
         t = (
             pq.read_table(files[0])
@@ -442,14 +494,14 @@ def calibrate(ds: Dataset, full_run: Path, population: Any) -> dict:
 
     def simulate(policy: str, params: dict) -> float:
         kept = 0
-        for e in range(ds.epochs):
+        for e in range(n_epochs):
             last = per_epoch[e - 1] if e else np.full(n, np.nan, np.float32)
             seen = np.isfinite(last).astype(np.int32)
             inp = PolicyInput(uid=uid, last_loss=last, ema=last.astype(np.float64), seen=seen,
-                              last_epoch=np.where(seen > 0, e - 1, -1).astype(np.int32), epoch=e, epochs=ds.epochs,
+                              last_epoch=np.where(seen > 0, e - 1, -1).astype(np.int32), epoch=e, epochs=n_epochs,
                               seed=0)  # fmt: skip
             kept += int(run_policy(policy, inp, **params).keep.sum())
-        return 1 - kept / (n * ds.epochs)
+        return 1 - kept / (n * n_epochs)
 
     grids = {
         "infobatch": [dict(r=r) for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
@@ -579,6 +631,107 @@ def _one(ds: Dataset, cfg: dict, seed: int, out: Path, population: Any, done: se
     )
     if not args.keep_runs and seed != 0:  # seed 0 run directories stay for inspection (a few MB each)
         shutil.rmtree(out / "runs" / rid, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ converged study
+CONVERGED_E = 36  # full data's test accuracy at E within 0.5 point of 2E (docs/quality.md says how it was chosen)
+
+
+def conv_results_dir() -> Path:
+    return RESULTS / "converged"
+
+
+def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None) -> dict:
+    return {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
+            "E": E, "n_epochs": n_epochs or E}  # fmt: skip
+
+
+def conv_full(E: int, n: int) -> dict:
+    return conv_cfg(E, "full", {}, f"e{n}", n)
+
+
+def conv_run_id(cfg: dict, seed: int) -> str:
+    p = "-".join(f"{k}{v}" for k, v in sorted(cfg["params"].items())) or "default"
+    return f"cifar10-E{cfg['E']}-{cfg['policy']}-{cfg['label']}-{p}-s{seed}"
+
+
+def conv_pruned(E: int, cal: dict) -> list[dict]:
+    """Pruned runs at E in the order they are most informative: SeTa and dynamic random side by
+    side at 30/50/70%, InfoBatch near 30%, SeTa with target_keep 0.5 (its 50% setting's r, k, alpha)."""
+    out = []
+    for lv in ("30", "50", "70"):
+        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}"))
+        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}"))
+    out.append(conv_cfg(E, "infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30"))
+    tk = dict(cal["levels"]["seta"]["50"]["params"])
+    tk["target_keep"] = min(0.5, round(1 - tk.get("r", 0.0), 6))
+    out.append(conv_cfg(E, "seta", tk, "p50tk"))
+    return out
+
+
+def equal_compute_epochs(E: int, pruned: list[float]) -> list[int]:
+    """round(E (1 - p)) for each measured pruned fraction p, distinct, longest first, E itself left out."""
+    return sorted({round(E * (1 - p)) for p in pruned} - {E, 0}, reverse=True)
+
+
+def converged_study(args: argparse.Namespace) -> None:
+    """Full data at E and 2E, the pruned runs at E, the equal-compute full-data runs; seed by seed."""
+    import torch
+
+    from seta_stream.listing import list_samples
+
+    torch.set_num_threads(args.threads)
+    res_dir = conv_results_dir()
+    res_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    ds = Cifar(Path(args.data), out)
+    ds.prepare()
+    E = args.epochs or CONVERGED_E
+    if args.smoke:  # every code path on one shard (results are meaningless)
+        ds.train, E = ds.train[:1], args.epochs or 3
+    population = list_samples(ds.train)
+    done = {p.stem for p in res_dir.glob("*.json")}
+
+    def one(cfg: dict, seed: int) -> dict | None:
+        rid = conv_run_id(cfg, seed)
+        path = res_dir / f"{rid}.json"
+        if rid not in done and not (args.only and not re.search(args.only, rid)):
+            print(f"== {rid}", flush=True)
+            try:
+                result = train_run(ds, cfg, seed, out, population, rid)
+            except Exception:  # one broken configuration must not stop a study of hours; rerun next time
+                import traceback
+
+                traceback.print_exc()
+                print(f"   -> FAILED: {rid} (no result written)", flush=True)
+                return None
+            path.write_text(json.dumps(result, indent=1))
+            done.add(rid)
+            print(f"   -> pruned {100 * result['pruned']:.1f}%, test {100 * result['test_acc']:.2f}%, "
+                  f"{result['seconds']:.0f}s", flush=True)  # fmt: skip
+            if not args.keep_runs and seed != 0:
+                shutil.rmtree(out / "runs" / rid, ignore_errors=True)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    for seed in range(args.seeds or 2):
+        one(conv_full(E, E), seed)
+        if seed == 0:
+            one(conv_full(E, 2 * E), 0)  # the convergence check (one seed)
+        cal_path = res_dir / f"cifar10-E{E}-calibration.json"
+        if not cal_path.exists():
+            full_dir = out / "runs" / conv_run_id(conv_full(E, E), 0)
+            if not (full_dir / "state.json").exists():
+                raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
+            cal_path.write_text(json.dumps(calibrate(ds, full_dir, population, E), indent=1))
+        cal = json.loads(cal_path.read_text())
+        pruned = conv_pruned(E, cal)
+        for cfg in pruned:
+            one(cfg, seed)
+        # the equal-compute baseline: from seed 0's measured pruned % (the same epochs for every seed)
+        measured = [json.loads(p.read_text())["pruned"] for c in pruned
+                    if (p := res_dir / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
+        for n in equal_compute_epochs(E, measured):
+            one(conv_full(E, n), seed)
 
 
 # ------------------------------------------------------------------------------ report
@@ -762,11 +915,18 @@ def main() -> None:
     p.add_argument("--results", default=str(RESULTS), help="folder of the per-run JSON files")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--smoke", action="store_true", help="one shard, 3 epochs: checks the code paths only")
+    p.add_argument("--study", choices=("short", "converged"), default="short",
+                   help="short: every policy at 6 (CIFAR-10) / 5 (SST-2) epochs; converged: CIFAR-10 at E and "
+                        "the equal-compute baseline")  # fmt: skip
+    p.add_argument("--epochs", type=int, default=0, help=f"converged study: E (default {CONVERGED_E})")
     args = p.parse_args()
     RESULTS = Path(args.results).resolve()
     DOC = RESULTS.parent / "quality.md"
     if args.report_only:
         report(Path(args.out) / "runs")
+        return
+    if args.study == "converged":
+        converged_study(args)
         return
     study(args)
 
