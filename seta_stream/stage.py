@@ -345,15 +345,25 @@ def _kept_tar_samples(
 
 
 def _skip_shards(
-    src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
+    src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None, empty_check: bool = False
 ) -> Iterator[dict[str, Any]]:
     view = PlanView(run, epoch)
+    shards = 0
     for item in src:
+        shards += 1
         if view.shard_is_empty(shard_name(item["url"], view.depth)):
             _COUNTERS["shards_skipped"] += 1
             continue
         _COUNTERS["shards_passed"] += 1
         yield item
+    if empty_check and shards == 0:
+        # webdataset's check_empty, moved here by attach(): a worker whose shards the plan
+        # emptied yields no sample, which is a normal epoch under pruning; a worker that was
+        # given no shard at all still is an error
+        raise ValueError(
+            "No samples found in dataset; perhaps you have fewer shards than workers.\n"
+            "Turn off using empty_check=False in the WebDataset constructor."
+        )
 
 
 keep_filter = pipelinefilter(_keep_filter)
@@ -384,6 +394,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     """
     import webdataset as wds
     from webdataset import cache as wds_cache
+    from webdataset import compat as wds_compat
 
     run_url = run if isinstance(run, RunDir) else RunDir(run)
     pipeline = getattr(ds, "pipeline", None)
@@ -421,8 +432,13 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
             "attach(): no tar reader found in this pipeline; for a custom wds.DataPipeline put "
             "seta_stream.kept_tar_samples(run) in place of wds.tarfile_to_samples() yourself"
         )
+    # webdataset's check_empty fails a worker whose samples the plan dropped; the shard stage
+    # checks instead that the worker was given shards at all
+    empty_check = any(st is wds_compat.check_empty for st in pipeline)
+    if empty_check and opener is not None:
+        pipeline[:] = [st for st in pipeline if st is not wds_compat.check_empty]
     if opener is not None:
-        pipeline.insert(opener, skip_shards(run_url, epoch=epoch))
+        pipeline.insert(opener, skip_shards(run_url, epoch=epoch, empty_check=empty_check))
     return ds
 
 
