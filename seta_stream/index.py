@@ -1,18 +1,32 @@
 """Shard index: where every member of every sample lies in an uncompressed tar shard.
 
-``index_shard(path)`` reads only the tar headers (the data blocks are skipped by seeking) and
-writes a sidecar ``<shard>.idx.json`` next to the shard (or into ``index_dir``)::
+``index_shard(url)`` reads only the tar headers (the data blocks are skipped by seeking) and
+writes a sidecar ``<shard>.idx.json`` next to the shard, or into ``index_dir``::
 
     {"format": "seta-stream-tar-index", "version": 1,
-     "shard": "part-000000.tar", "size": 1048576000, "mtime_ns": 1731000000000000000,
+     "shard": "part-000000.tar", "location": "s3://bucket/train/part-000000.tar",
+     "size": 1048576000, "mtime_ns": 1731000000000000000,
      "samples": [["<key>", [["<key>.jpg", 1536, 8211], ["<key>.cls", 10240, 1]]], ...]}
 
 ``samples`` is in file order; each member is (tar member name, byte offset of its data, size
-in bytes). A sample's members are consecutive in a webdataset shard, so its bytes are the range
-from its first member's header (data offset - 512, or earlier with long-name headers) to its
-last member's data end; the reader only needs the data offsets. ``size`` and ``mtime_ns`` detect
-an index that no longer matches its shard. Compressed shards (.tar.gz) cannot be range-read and
-are not indexed (the reader streams them).
+in bytes). A sample's members are consecutive in a webdataset shard; the reader only needs the
+data offsets (and checks the 512-byte tar header right before each member's data, see
+:func:`member_header_matches`). ``size`` and ``mtime_ns`` detect an index that no longer matches
+its shard. Compressed shards (.tar.gz) cannot be range-read and are not indexed (the reader
+streams them).
+
+Where indexes live:
+
+* without ``index_dir``: ``<location>.idx.json``, where the location is
+  :func:`seta_stream.ids.shard_location` of the URL (a ``pipe:`` command's shard URL or path;
+  ``file://`` dropped). A URL with a query string (a signed URL, ``...tar?X-Amz-Signature=...``)
+  has no such place: the signature authorises the shard only, and appending ``.idx.json`` to it
+  would fetch the shard itself. Such shards need ``index_dir``.
+* in ``index_dir``: ``<file name>.<hash>.idx.json``, the hash being the first 16 hex digits of
+  SHA-256 of the shard's canonical location (:func:`canonical_location`: the location without
+  query string, local paths made absolute). Two shards with the same file name in different
+  folders, buckets or hosts get different indexes, and the index records ``location``: an index
+  of another shard is refused (:class:`IndexMismatch`), never used.
 
 Indexes of other tools are not read: wids' JSON lists shards and sample counts but no member
 offsets, so it cannot drive range reads; DALI's ``.idx`` has offsets, but its line format
@@ -23,8 +37,10 @@ writes ours. ``index_while_streaming()`` writes missing indexes as shards first 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tarfile
 from typing import Any
 
@@ -33,23 +49,101 @@ from webdataset.filters import pipelinefilter
 from webdataset.tariterators import base_plus_ext
 
 from .errors import InvalidInputError
+from .ids import shard_location
 
-__all__ = ["index_shard", "load_index", "index_path", "IndexMismatch", "index_while_streaming", "INDEX_SUFFIX"]
+__all__ = [
+    "index_shard",
+    "load_index",
+    "index_path",
+    "index_name",
+    "canonical_location",
+    "byte_source",
+    "has_query",
+    "member_header_matches",
+    "open_fs",
+    "IndexMismatch",
+    "IndexMissing",
+    "index_while_streaming",
+    "INDEX_SUFFIX",
+]
 
 INDEX_FORMAT = "seta-stream-tar-index"
 INDEX_VERSION = 1
 INDEX_SUFFIX = ".idx.json"
+_COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_EXTRAS = {"http": "http", "https": "http", "s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
 class IndexMismatch(InvalidInputError):
-    """An index does not describe its shard (size, modification time or member names differ)."""
+    """An index does not describe its shard (location, size, modification time or member headers differ)."""
+
+
+class IndexMissing(InvalidInputError, FileNotFoundError):
+    """A shard has no index where it is looked up (also a FileNotFoundError)."""
+
+
+def canonical_location(url: str) -> str:
+    """The shard's location as indexes record it: :func:`~seta_stream.ids.shard_location`
+    (no query string, no ``file://``, the path inside a ``pipe:`` command), local paths absolute."""
+    loc = shard_location(url)
+    if not _SCHEME.match(loc):
+        loc = os.path.abspath(loc)
+    return loc
+
+
+def has_query(url: str) -> bool:
+    """True if the shard's URL carries a query string or fragment (a signed URL), also inside a ``pipe:`` command."""
+    loc = shard_location(url)
+    if url.startswith("pipe:"):
+        return re.search(re.escape(loc) + r"[?#]", url) is not None
+    text = url[len("file://") :] if url.startswith("file://") else url
+    return text != loc
+
+
+def byte_source(url: str) -> str | None:
+    """What fsspec opens to read the shard's bytes: the URL itself (query string kept), or for a
+    ``pipe:`` command the URL or path it reads. None for a ``pipe:`` command whose URL has a
+    query string (its bytes can only be had by running the command)."""
+    if not url.startswith("pipe:"):
+        return url
+    return None if has_query(url) else shard_location(url)
+
+
+def open_fs(url: str) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url)``; a missing protocol package names the extra that installs it."""
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        match = _SCHEME.match(url)
+        protocol = match.group(0)[:-3].lower() if match else "file"
+        extra = _EXTRAS.get(protocol)
+        hint = f"; install it with: pip install 'seta-stream[{extra}]'" if extra else ""
+        raise ImportError(f"reading {url}: {exc}{hint}") from exc
+
+
+def index_name(url: str) -> str:
+    """File name of the shard's index in an index_dir: ``<file name>.<16 hex of SHA-256(location)>.idx.json``."""
+    loc = canonical_location(url)
+    digest = hashlib.sha256(loc.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    base = loc.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or "shard"
+    return f"{base}.{digest}{INDEX_SUFFIX}"
 
 
 def index_path(shard: str, index_dir: str | None = None) -> str:
-    """Where the index of ``shard`` lives: next to it, or in ``index_dir``."""
-    if index_dir is None:
-        return shard + INDEX_SUFFIX
-    return os.path.join(index_dir, os.path.basename(shard) + INDEX_SUFFIX)
+    """Where the index of ``shard`` lives: ``<location>.idx.json``, or :func:`index_name` in ``index_dir``.
+
+    Raises :class:`IndexMissing` for a URL with a query string and no ``index_dir``.
+    """
+    if index_dir is not None:
+        return index_dir.rstrip("/") + "/" + index_name(shard)
+    if has_query(shard):
+        raise IndexMissing(
+            f"{shard}: the URL has a query string (a signed URL?), so its index cannot sit beside it "
+            f"({shard_location(shard)}{INDEX_SUFFIX} would need its own signature); expected an index_dir. "
+            f"Write the index with `seta-stream index URL --index-dir DIR` and read with read_kept(run, index_dir=DIR)"
+        )
+    return shard_location(shard) + INDEX_SUFFIX
 
 
 def _stat(fs: Any, path: str) -> tuple[int, int]:
@@ -60,11 +154,23 @@ def _stat(fs: Any, path: str) -> tuple[int, int]:
     return int(info["size"]), int(float(mtime) * 1e9)
 
 
+def _source(url: str) -> str:
+    src = byte_source(url)
+    if src is None:
+        raise InvalidInputError(
+            f"{url}: the pipe: command reads a URL with a query string ({shard_location(url)}?...); its bytes "
+            "can only be had by running the command, so it cannot be indexed or range-read. Index the URL itself "
+            "(`seta-stream index 'https://...?...' --index-dir DIR`)"
+        )
+    return src
+
+
 def build_index(url: str) -> dict[str, Any]:
     """The index of one uncompressed tar shard (headers only)."""
-    if url.endswith((".gz", ".tgz", ".bz2", ".xz", ".zst")):
+    loc = canonical_location(url)
+    if loc.endswith(_COMPRESSED):
         raise InvalidInputError(f"{url}: compressed shards cannot be range-read; index the plain .tar")
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = open_fs(_source(url))
     size, mtime = _stat(fs, path)
     samples: list[list[Any]] = []
     current: str | None = None
@@ -82,7 +188,8 @@ def build_index(url: str) -> dict[str, Any]:
     return {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
-        "shard": os.path.basename(path),
+        "shard": loc.replace("\\", "/").rsplit("/", 1)[-1],
+        "location": loc,
         "size": size,
         "mtime_ns": mtime,
         "samples": samples,
@@ -99,7 +206,7 @@ def index_shard(url: str, index_dir: str | None = None, *, force: bool = False) 
         except (FileNotFoundError, IndexMismatch):
             pass
     data = json.dumps(build_index(url), separators=(",", ":")).encode()
-    fs, path = fsspec.core.url_to_fs(out)
+    fs, path = open_fs(out)
     fs.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
     with fs.open(tmp, "wb") as fh:
@@ -111,33 +218,94 @@ def index_shard(url: str, index_dir: str | None = None, *, force: bool = False) 
 def load_index(url: str, index_dir: str | None = None) -> dict[str, Any]:
     """Read and check the index of ``url``.
 
-    Raises FileNotFoundError if there is none and :class:`IndexMismatch` if it does not match
-    the shard (size or modification time changed).
+    Raises :class:`IndexMissing` (a FileNotFoundError) if there is none and :class:`IndexMismatch`
+    if it does not match the shard (another location, or size or modification time changed).
     """
     ipath = index_path(url, index_dir)
-    fs, path = fsspec.core.url_to_fs(ipath)
-    with fs.open(path, "rb") as fh:
-        idx = json.loads(fh.read())
+    fs, path = open_fs(ipath)
+    try:
+        with fs.open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise IndexMissing(
+            f"{url}: no index at {ipath}; write it with `seta-stream index {shard_location(url)}"
+            + (f" --index-dir {index_dir}`" if index_dir is not None else "`")
+        ) from None
+    try:
+        idx = json.loads(raw)
+        if not isinstance(idx, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise IndexMismatch(
+            f"{ipath}: not a seta-stream index ({exc}); expected JSON of format {INDEX_FORMAT!r}. "
+            f"Rebuild it with `seta-stream index {shard_location(url)} --force`"
+        ) from None
     if idx.get("format") != INDEX_FORMAT or int(idx.get("version", 0)) > INDEX_VERSION:
         raise IndexMismatch(
             f"{ipath}: format {idx.get('format')!r} version {idx.get('version')!r}, expected "
-            f"{INDEX_FORMAT!r} <= {INDEX_VERSION}; rebuild it with `seta-stream index {url}`"
+            f"{INDEX_FORMAT!r} <= {INDEX_VERSION}; rebuild it with `seta-stream index {shard_location(url)} --force`"
         )
-    sfs, spath = fsspec.core.url_to_fs(url)
+    loc = canonical_location(url)
+    if index_dir is not None and idx.get("location") != loc:
+        raise IndexMismatch(
+            f"shard {loc}: index {ipath} describes the shard at {idx.get('location')!r}, expected {loc!r}; "
+            f"it belongs to another shard. Rebuild it with `seta-stream index {loc} --index-dir {index_dir} --force`"
+        )
+    sfs, spath = open_fs(_source(url))
     size, mtime = _stat(sfs, spath)
     if size != idx["size"] or (mtime and idx.get("mtime_ns") and mtime != idx["mtime_ns"]):
         raise IndexMismatch(
-            f"shard {os.path.basename(spath)}: index {ipath} describes {idx['size']} bytes modified at "
+            f"shard {os.path.basename(loc)}: index {ipath} describes {idx['size']} bytes modified at "
             f"{idx.get('mtime_ns')} ns, the shard has {size} bytes modified at {mtime} ns; the shard changed "
-            f"after indexing. Rebuild the index with `seta-stream index {url}`"
+            f"after indexing. Rebuild the index with `seta-stream index {loc} --force`"
         )
     return idx
+
+
+def _text(raw: bytes) -> str:
+    end = raw.find(b"\0")
+    return (raw if end < 0 else raw[:end]).decode("utf-8", "surrogateescape")
+
+
+def member_header_matches(header: bytes, name: str, size: int) -> bool:
+    """True if ``header`` (the 512 bytes right before a member's data) is a valid tar header of
+    a regular member of ``size`` bytes named ``name``.
+
+    Names that do not fit a plain ustar header (over 99 bytes, or not ASCII: GNU long-name and
+    pax records carry them, the header keeps a truncated or replaced copy) are not compared.
+    """
+    if len(header) != 512 or header[156:157] not in (b"0", b"\0", b"7"):
+        return False
+    try:
+        stored = int(_text(header[148:156]).strip() or "0", 8)
+        field = header[124:136]
+        if field[0] in (0o200, 0o377):
+            hsize = int.from_bytes(field[1:], "big")
+        else:
+            hsize = int(_text(field).strip() or "0", 8)
+    except ValueError:
+        return False
+    unsigned = sum(header) - sum(header[148:156]) + 256
+    signed = unsigned - 256 * sum(1 for i, b in enumerate(header) if b >= 128 and not 148 <= i < 156)
+    if stored not in (unsigned, signed):
+        return False
+    if hsize != size and not (hsize == 0 and size >= 8**11):  # pax size record of a huge member
+        return False
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) > 99 or not name.isascii():
+        return True
+    hname = _text(header[0:100])
+    prefix = _text(header[345:500])
+    if prefix:
+        hname = prefix + "/" + hname
+    return hname == name
 
 
 def _index_missing(src: Any, index_dir: str | None = None) -> Any:
     for item in src:
         url = item["url"]
-        if not url.endswith((".gz", ".tgz", ".bz2", ".xz", ".zst")):
+        indexable = byte_source(url) is not None and (index_dir is not None or not has_query(url))
+        if indexable and not canonical_location(url).endswith(_COMPRESSED):
             try:
                 load_index(url, index_dir)
             except (FileNotFoundError, IndexMismatch):
@@ -148,4 +316,5 @@ def _index_missing(src: Any, index_dir: str | None = None) -> Any:
 index_while_streaming = pipelinefilter(_index_missing)
 index_while_streaming.__doc__ = """URL stage: ``index_while_streaming(index_dir=None)``; put it before
 the tar reader. The first time a shard streams by, its index is written (one pass over its
-headers, then the shard is read from the page cache); later epochs can use ``read_kept``."""
+headers, then the shard is read from the page cache); later epochs can use ``read_kept``.
+Signed URLs (with a query string) are indexed only with ``index_dir``."""

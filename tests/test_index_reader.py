@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
+import re
+import shutil
+import tarfile
 import time
 
 import pytest
@@ -13,8 +18,9 @@ import webdataset as wds
 
 import seta_stream as seta
 from seta_stream.cli import main
+from seta_stream.errors import InvalidInputError
 from seta_stream.ids import sample_uid
-from seta_stream.index import IndexMismatch, build_index, index_shard, load_index
+from seta_stream.index import IndexMismatch, IndexMissing, build_index, index_shard, load_index
 from seta_stream.reader import read_kept
 
 
@@ -120,11 +126,13 @@ def test_cli_index(tmp_path, capsys):
     urls = awkward_shards(tmp_path / "s", [5, 6])
     assert main(["index", *urls, "--index-dir", str(tmp_path / "idx"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    digests = [hashlib.sha256(os.path.abspath(u).encode()).hexdigest()[:16] for u in urls]
     assert [o["index"] for o in out] == [
-        str(tmp_path / "idx" / "shard-000.tar.idx.json"),
-        str(tmp_path / "idx" / "shard-001.tar.idx.json"),
+        str(tmp_path / "idx" / f"shard-000.tar.{digests[0]}.idx.json"),
+        str(tmp_path / "idx" / f"shard-001.tar.{digests[1]}.idx.json"),
     ]
-    assert len(load_index(urls[1], str(tmp_path / "idx"))["samples"]) == 6
+    idx = load_index(urls[1], str(tmp_path / "idx"))
+    assert len(idx["samples"]) == 6 and idx["location"] == os.path.abspath(urls[1])
 
 
 def test_index_while_streaming_writes_missing_indexes(tmp_path):
@@ -150,3 +158,193 @@ def test_kept_only_reader_with_fsspec_urls(tmp_path):
         (s["__key__"], s["jpg"], s["cls"]) for s in streamed
     ]
     assert [s["__url__"] for s in ranged] == [f"file://{s['__url__']}" for s in streamed]
+
+
+def three_readers_and_reference(urls, run, index_dir=None):
+    """(reference, kept_tar_samples, attach, read_kept) sample lists for the same shards and plan."""
+
+    def pipe(*stages):
+        return list(wds.DataPipeline(wds.SimpleShardList(urls), *stages))
+
+    return (
+        pipe(wds.tarfile_to_samples(), seta.keep_filter(run)),
+        pipe(seta.skip_shards(run), seta.kept_tar_samples(run)),
+        list(seta.attach(wds.WebDataset(urls, shardshuffle=False), run)),
+        pipe(read_kept(run, index_dir=index_dir)),
+    )
+
+
+def fields(samples):
+    return [(s["__url__"], s["__key__"], s.get("txt"), s.get("cls"), s["__weight__"]) for s in samples]
+
+
+@pytest.mark.parametrize(
+    "drop, expected",
+    [
+        ((), [("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"4"), ("a", b"5")]),
+        (("b",), [("a", b"1"), ("a", b"3"), ("c", b"4"), ("a", b"5")]),
+        (("b", "c"), [("a", b"1"), ("a", b"3"), ("a", b"5")]),
+        (("a",), [("b", b"2"), ("c", b"4")]),
+    ],
+)
+def test_key_repeated_non_adjacently_is_separate_samples_in_every_reader(tmp_path, drop, expected):
+    # a, b, a, c, a: webdataset yields five samples; the plan decides (shard, key) once for all "a"
+    path = tmp_path / "s" / "shard-000.tar"
+    path.parent.mkdir()
+    with wds.TarWriter(str(path)) as w:
+        for i, k in enumerate("abaca", start=1):
+            w.write({"__key__": k, "txt": str(i), "cls": str(i)})
+    urls = [str(path)]
+    index_shard(urls[0])
+    run = str(tmp_path / "run")
+    seta.plan_epoch(
+        seta.RunDir(run, create=True),
+        0,
+        policy="test_drop_listed",
+        params={"drop": tuple(sample_uid("shard-000.tar", k) for k in drop)},
+        epochs=1,
+        seed=0,
+        population=[("shard-000.tar", k) for k in "abc"],
+    )
+    before = seta.stage_counters()
+    reference, kts, attached, ranged = three_readers_and_reference(urls, run)
+    assert [(s["__key__"], s["txt"]) for s in reference] == expected
+    assert all(s["cls"] == s["txt"] for s in reference)  # members never cross samples
+    assert fields(kts) == fields(reference)
+    assert fields(attached) == fields(reference)
+    assert ranged == reference
+    after = seta.stage_counters()
+    assert after.get("index_missing", 0) == before.get("index_missing", 0)
+    assert after.get("index_mismatch", 0) == before.get("index_mismatch", 0)
+
+
+def test_members_webdataset_skips_do_not_split_a_sample(tmp_path):
+    # a.txt, __meta__/x.json, a.cls: webdataset skips the meta member and yields one sample "a"
+    path = tmp_path / "shard-000.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data in [("a.txt", b"1"), ("__meta__/x.json", b"{}"), ("a.cls", b"1"), ("b.txt", b"2")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    index_shard(str(path))
+    run = str(tmp_path / "run")
+    plan(run, [str(path)], "full", {})
+    reference = list(
+        wds.DataPipeline(wds.SimpleShardList([str(path)]), wds.tarfile_to_samples(), seta.keep_filter(run))
+    )
+    ranged = list(wds.DataPipeline(wds.SimpleShardList([str(path)]), read_kept(run)))
+    assert [(s["__key__"], sorted(k for k in s if not k.startswith("__"))) for s in reference] == [
+        ("a", ["cls", "txt"]),
+        ("b", ["txt"]),
+    ]
+    assert ranged == reference
+
+
+def twin_shards(tmp_path):
+    """train/shard-000.tar and val/shard-000.tar: same file name, same size, same mtime, same
+    member sizes, other keys and bytes (as two folders unpacked from one archive)."""
+    urls = []
+    for split in ("train", "val"):
+        path = tmp_path / split / "shard-000.tar"
+        path.parent.mkdir(parents=True)
+        with wds.TarWriter(str(path)) as w:
+            for i in range(8):
+                w.write({"__key__": f"{split[0]}{i:03d}", "txt": f"{split}-{i}", "cls": str(i % 2)})
+        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        urls.append(str(path))
+    assert os.path.getsize(urls[0]) == os.path.getsize(urls[1])
+    return urls
+
+
+def test_index_dir_keeps_same_named_shards_apart(tmp_path, capsys):
+    urls = twin_shards(tmp_path)
+    idx_dir = str(tmp_path / "idx")
+    assert main(["index", *urls, "--index-dir", idx_dir, "--json"]) == 0
+    written = [o["index"] for o in json.loads(capsys.readouterr().out)]
+    assert len(set(written)) == 2 and sorted(os.listdir(idx_dir)) == sorted(os.path.basename(p) for p in written)
+    assert [load_index(u, idx_dir)["samples"][0][0] for u in urls] == ["t000", "v000"]
+    run = str(tmp_path / "run")
+    seta.plan_epoch(
+        seta.RunDir(run, create=True, settings={"shard_depth": 2}),
+        0,
+        policy="random",
+        params={"r": 0.5},
+        epochs=1,
+        seed=3,
+        population=[(f"{s}/shard-000.tar", f"{s[0]}{i:03d}") for s in ("train", "val") for i in range(8)],
+    )
+    reference = list(wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), seta.keep_filter(run)))
+    before = seta.stage_counters()
+    ranged = list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, index_dir=idx_dir)))
+    assert ranged == reference and 0 < len(ranged) < 16
+    assert {s["txt"].decode().split("-")[0] for s in ranged if s["__url__"] == urls[1]} == {"val"}
+    after = seta.stage_counters()
+    assert after.get("index_mismatch", 0) == before.get("index_mismatch", 0)
+    assert after["range_reads"] > before.get("range_reads", 0)
+
+    # the train index put where val's belongs (e.g. written by an older version): refused, val streamed
+    shutil.copy(written[0], written[1])
+    with pytest.raises(
+        IndexMismatch,
+        match=rf"shard {re.escape(os.path.abspath(urls[1]))}: index .* describes the shard at "
+        rf"'{re.escape(os.path.abspath(urls[0]))}', expected .* belongs to another shard",
+    ):
+        load_index(urls[1], idx_dir)
+    assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, index_dir=idx_dir))) == reference
+    assert seta.stage_counters()["index_mismatch"] == after.get("index_mismatch", 0) + 1
+    with pytest.raises(IndexMismatch):
+        list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, index_dir=idx_dir, on_mismatch="raise")))
+
+
+def test_index_of_another_shard_beside_it_is_caught_by_the_tar_headers(tmp_path):
+    # val's sidecar is a copy of train's: same size and mtime, so only the member headers differ
+    urls = twin_shards(tmp_path)
+    index_shard(urls[0])
+    shutil.copy(urls[0] + ".idx.json", urls[1] + ".idx.json")
+    load_index(urls[1])  # size and mtime agree: only reading can tell
+    run = str(tmp_path / "run")
+    seta.plan_epoch(
+        seta.RunDir(run, create=True, settings={"shard_depth": 2}),
+        0,
+        policy="full",
+        params={},
+        epochs=1,
+        seed=0,
+        population=[(f"{s}/shard-000.tar", f"{s[0]}{i:03d}") for s in ("train", "val") for i in range(8)],
+    )
+    reference = list(wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), seta.keep_filter(run)))
+    before = seta.stage_counters().get("index_mismatch", 0)
+    ranged = list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run)))
+    assert ranged == reference and [s["__key__"] for s in ranged[8:]] == [f"v{i:03d}" for i in range(8)]
+    assert seta.stage_counters()["index_mismatch"] == before + 1
+    with pytest.raises(
+        IndexMismatch,
+        match=r"val/shard-000.tar: the tar header at byte \d+ is not that of member 't000.cls' \(1 bytes\) as "
+        r"the index says; .* belongs to another shard: rebuild it with `seta-stream index .*val/shard-000.tar --force`",
+    ):
+        list(wds.DataPipeline(wds.SimpleShardList(urls[1:]), read_kept(run, on_mismatch="raise")))
+
+
+def test_pipe_cat_urls_range_read_with_an_index_and_run_the_command_without(tmp_path):
+    urls = awkward_shards(tmp_path / "s", [12, 9])
+    index_shard(urls[0])  # shard-001 has no index
+    pipes = [f"pipe:cat {u} || true" for u in urls]
+    run = str(tmp_path / "run")
+    plan(run, urls, "random", {"r": 0.5})
+    reference = list(wds.DataPipeline(wds.SimpleShardList(pipes), wds.tarfile_to_samples(), seta.keep_filter(run)))
+    before = seta.stage_counters()
+    ranged = list(wds.DataPipeline(wds.SimpleShardList(pipes), read_kept(run)))
+    after = seta.stage_counters()
+    assert ranged == reference and {s["__url__"] for s in ranged} == set(pipes)
+    assert after["index_missing"] == before.get("index_missing", 0) + 1
+    assert 0 < after["bytes_read"] - before.get("bytes_read", 0) < os.path.getsize(urls[0])
+    with pytest.raises(IndexMissing, match=r"no index at .*shard-001.tar.idx.json; write it with `seta-stream index"):
+        list(wds.DataPipeline(wds.SimpleShardList(pipes), read_kept(run, on_missing="raise")))
+
+
+def test_bad_reader_options_are_input_errors(tmp_path):
+    urls = awkward_shards(tmp_path / "s", [3])
+    run = str(tmp_path / "run")
+    plan(run, urls, "full", {})
+    with pytest.raises(InvalidInputError, match=r"on_missing='skip'.*expected 'stream' or 'raise'"):
+        list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, on_missing="skip")))
