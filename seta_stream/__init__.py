@@ -16,8 +16,11 @@ from .errors import (
     RunLockedError,
     SampleIdCollisionError,
     SetaStreamError,
+    ShardNameConflictError,
+    ShardNameError,
+    UnsupportedPipelineError,
 )
-from .ids import sample_uid, shard_name
+from .ids import sample_uid, shard_location, shard_name
 from .index import index_shard
 from .listing import list_samples
 from .plan import load_plan, load_summary, plan_epoch, set_current_epoch
@@ -47,6 +50,9 @@ __all__ = [
     "RunLockedError",
     "SampleIdCollisionError",
     "SetaStreamError",
+    "ShardNameConflictError",
+    "ShardNameError",
+    "UnsupportedPipelineError",
     "__version__",
     "attach",
     "compact",
@@ -64,6 +70,7 @@ __all__ = [
     "run_policy",
     "sample_uid",
     "set_current_epoch",
+    "shard_location",
     "shard_name",
     "skip_shards",
     "stage_counters",

@@ -214,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result = args.fn(args)
-    except SetaStreamError as exc:
-        print(f"seta-stream {args.command}: error: {exc}", file=sys.stderr)
+    except (SetaStreamError, OSError) as exc:
+        # one line, no traceback: every error the library raises on purpose says what to fix
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"seta-stream {args.command}: error: {text}", file=sys.stderr)
         return 2
     if getattr(args, "json", False):
         print(json.dumps(result, indent=1, sort_keys=True, default=str))

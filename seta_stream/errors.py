@@ -11,7 +11,11 @@ shard, key), what was found, what was expected, how to fix it.
     ├── SampleIdCollisionError  two different (shard, key) pairs map to the same 64-bit uid
     ├── PlanMissingError        no plan for the epoch a stage or a query asked for
     ├── EpochOrderError         planning an epoch below the last planned one
-    └── InvalidInputError       bad arguments to record()/plan() (also a ValueError)
+    ├── UnsupportedPipelineError attach() found no tar reader to filter (also a TypeError)
+    └── InvalidInputError       bad arguments, parameters or shard specs (also a ValueError)
+        ├── ShardNameError          a shard cannot be named from its URL (a pipe: command)
+        │   └── ShardNameConflictError  two shard locations with one shard name
+        └── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
 """
 
 from __future__ import annotations
@@ -63,3 +67,7 @@ class ShardNameError(InvalidInputError):
 
 class ShardNameConflictError(ShardNameError):
     """Two different shard locations (URLs or paths) have the same shard name."""
+
+
+class UnsupportedPipelineError(SetaStreamError, TypeError):
+    """``attach()`` was given something it cannot install the filter stages into."""

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import InvalidInputError
+
 __all__ = ["KMeans1D", "kmeans1d", "assign", "B_MAX"]
 
 B_MAX = 65_536
@@ -228,14 +230,14 @@ class _Prefix:
 def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 1000) -> KMeans1D:
     """Cluster 1-D ``values`` (NaN not allowed) into min(k, distinct values) clusters (§3.5)."""
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+        raise InvalidInputError(f"k must be >= 1, got {k}")
     if b_max < 2:
-        raise ValueError(f"b_max must be >= 2, got {b_max}")
+        raise InvalidInputError(f"b_max must be >= 2, got {b_max}")
     v = _sorted_values(values)
     if len(v) == 0:
-        raise ValueError("kmeans1d needs at least one value")
+        raise InvalidInputError("kmeans1d needs at least one value")
     if np.isnan(v[-1]) or np.isnan(v[0]):  # np.sort puts NaN last
-        raise ValueError("kmeans1d: values contain NaN")
+        raise InvalidInputError("kmeans1d: values contain NaN")
     M = len(v)
     U = _count_changes(v) + 1
     k_eff = min(k, U)

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import RunFormatError, RunLockedError
+from .errors import InvalidInputError, RunFormatError, RunLockedError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS"]
 
@@ -299,7 +299,7 @@ class RunDir:
         PUT one by one after ``meanwhile``.
         """
         if part_rows < 1:
-            raise ValueError(f"part_rows must be >= 1, got {part_rows}")
+            raise InvalidInputError(f"part_rows must be >= 1, got {part_rows}")
         write_options.setdefault("compression", "zstd")
         path = self.path(rel)
         slices = [table.slice(o, part_rows) for o in range(0, max(table.num_rows, 1), part_rows)]

@@ -41,7 +41,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
-from .errors import PlanMissingError, RunFormatError
+from .errors import InvalidInputError, PlanMissingError, RunFormatError, UnsupportedPipelineError
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 from .runfs import RunDir
@@ -360,9 +360,10 @@ def _skip_shards(
         # webdataset's check_empty, moved here by attach(): a worker whose shards the plan
         # emptied yields no sample, which is a normal epoch under pruning; a worker that was
         # given no shard at all still is an error
-        raise ValueError(
-            "No samples found in dataset; perhaps you have fewer shards than workers.\n"
-            "Turn off using empty_check=False in the WebDataset constructor."
+        raise InvalidInputError(
+            "No samples found in dataset; perhaps you have fewer shards than workers. This DataLoader worker "
+            "was given no shard (webdataset's check, made before the plan filters samples); use at most as "
+            "many workers x ranks as shards, or turn the check off with empty_check=False in the WebDataset constructor"
         )
 
 
@@ -399,7 +400,11 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     run_url = run if isinstance(run, RunDir) else RunDir(run)
     pipeline = getattr(ds, "pipeline", None)
     if pipeline is None:
-        raise TypeError(f"attach() needs a wds.WebDataset or wds.DataPipeline, got {type(ds).__name__}")
+        raise UnsupportedPipelineError(
+            f"attach() needs a wds.WebDataset or wds.DataPipeline, got {type(ds).__name__}; wrap the shard "
+            "list in wds.WebDataset(urls, ...) first, or put seta_stream.skip_shards(run) and "
+            "seta_stream.kept_tar_samples(run) into your own pipeline"
+        )
     opener = next(
         (i for i, st in enumerate(pipeline) if isinstance(st, (wds_cache.StreamingOpen, wds_cache.FileCache))),
         None,
@@ -428,7 +433,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     elif grouper is not None:
         pipeline.insert(grouper + 1, keep_filter(run_url, epoch=epoch))
     else:
-        raise TypeError(
+        raise UnsupportedPipelineError(
             "attach(): no tar reader found in this pipeline; for a custom wds.DataPipeline put "
             "seta_stream.kept_tar_samples(run) in place of wds.tarfile_to_samples() yourself"
         )

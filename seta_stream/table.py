@@ -57,7 +57,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import CorruptPartError, RunLockedError, SampleIdCollisionError, ShardNameConflictError
+from .errors import (
+    CorruptPartError,
+    InvalidInputError,
+    RunLockedError,
+    SampleIdCollisionError,
+    ShardNameConflictError,
+)
 from .ids import depth_hint, sample_uids
 from .record import LOCATIONS_METADATA, PART_SCHEMA, part_locations
 from .runfs import FORMAT_VERSION, RunDir
@@ -891,7 +897,7 @@ def compact(
     changes nothing.
     """
     if on_corrupt not in ("raise", "skip"):
-        raise ValueError(f"on_corrupt must be 'raise' or 'skip', found {on_corrupt!r}")
+        raise InvalidInputError(f"on_corrupt must be 'raise' or 'skip', found {on_corrupt!r}")
     run = run if isinstance(run, RunDir) else RunDir(run)
     t0 = time.perf_counter()
     with run.lock("compact", wait=lock_wait):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .evolved import EsParams, EswpParams, es, es_select, eswp
 from .full import FullParams, full
@@ -47,7 +48,7 @@ POLICIES: dict[str, PolicySpec] = {}
 def register(spec: PolicySpec) -> None:
     """Add a policy to the registry (name must be new)."""
     if spec.name in POLICIES:
-        raise ValueError(f"policy {spec.name!r} is already registered")
+        raise InvalidInputError(f"policy {spec.name!r} is already registered")
     POLICIES[spec.name] = spec
 
 
@@ -85,11 +86,14 @@ register(
 
 
 def get_policy(name: str) -> PolicySpec:
-    """The registered policy ``name`` (ValueError listing the valid names otherwise)."""
+    """The registered policy ``name`` (InvalidInputError listing the valid names otherwise)."""
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(sorted(POLICIES))}") from None
+        raise InvalidInputError(
+            f"unknown policy {name!r}; valid policies: {', '.join(sorted(POLICIES))} "
+            "(`seta-stream policies` describes them, with their parameters)"
+        ) from None
 
 
 def describe_policies() -> list[dict[str, Any]]:
@@ -209,13 +213,22 @@ def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, gu
 
 
 def policy_params(name: str, **params: Any) -> tuple[PolicySpec, Any]:
-    """The policy ``name`` and its validated parameters (ValueError naming what is wrong)."""
+    """The policy ``name`` and its validated parameters (InvalidInputError naming what is wrong
+    and how to set it)."""
     spec = get_policy(name)
     known = {f.name for f in dataclasses.fields(spec.params_type)}
     unknown = set(params) - known
+    fix = "set parameters with params={'name': value} (CLI: -p name=value); `seta-stream policies` lists them"
     if unknown:
-        raise ValueError(f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}")
-    return spec, spec.make_params(**params)
+        raise InvalidInputError(
+            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}; {fix}"
+        )
+    try:
+        return spec, spec.make_params(**params)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{exc}; {fix}") from None
+    except TypeError as exc:  # a value of the wrong type compared in validation
+        raise InvalidInputError(f"{name}: parameters {params} do not fit ({exc}); {fix}") from None
 
 
 def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import InvalidInputError
+
 __all__ = [
     "PolicyInput",
     "PolicyResult",
@@ -71,11 +73,11 @@ class PolicyInput:
         n = len(self.uid)
         for name in ("last_loss", "ema", "seen", "last_epoch"):
             if len(getattr(self, name)) != n:
-                raise ValueError(f"PolicyInput.{name} has {len(getattr(self, name))} rows, uid has {n}")
+                raise InvalidInputError(f"PolicyInput.{name} has {len(getattr(self, name))} rows, uid has {n}")
         if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+            raise InvalidInputError(f"epochs must be >= 1, got {self.epochs}")
         if not 0 <= self.epoch < self.epochs:
-            raise ValueError(f"epoch must be in [0, epochs={self.epochs}), got {self.epoch}")
+            raise InvalidInputError(f"epoch must be in [0, epochs={self.epochs}), got {self.epoch}")
 
     @property
     def n(self) -> int:

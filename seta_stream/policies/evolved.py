@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from ..ids import mix64, mix64_array
 from .base import PolicyInput, PolicyResult, reason_code
 from .random_draws import (
@@ -42,15 +43,17 @@ __all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs"]
 
 def _check(name: str, beta1: float, beta2: float, r: float, mini_ratio: float, anneal_ratio: float) -> None:
     if not 0 <= beta1 <= 1:
-        raise ValueError(f"{name}: beta1={beta1} is outside the valid range 0 <= beta1 <= 1")
+        raise InvalidInputError(f"{name}: beta1={beta1} is outside the valid range 0 <= beta1 <= 1")
     if not 0 <= beta2 < 1:
-        raise ValueError(f"{name}: beta2={beta2} is outside the valid range 0 <= beta2 < 1")
+        raise InvalidInputError(f"{name}: beta2={beta2} is outside the valid range 0 <= beta2 < 1")
     if not 0 <= r < 1:
-        raise ValueError(f"{name}: r={r} is outside the valid range 0 <= r < 1")
+        raise InvalidInputError(f"{name}: r={r} is outside the valid range 0 <= r < 1")
     if not 0 < mini_ratio <= 1:
-        raise ValueError(f"{name}: mini_ratio={mini_ratio} is outside the valid range 0 < mini_ratio <= 1")
+        raise InvalidInputError(f"{name}: mini_ratio={mini_ratio} is outside the valid range 0 < mini_ratio <= 1")
     if not 0 <= anneal_ratio <= 0.5:
-        raise ValueError(f"{name}: anneal_ratio={anneal_ratio} is outside the valid range 0 <= anneal_ratio <= 0.5")
+        raise InvalidInputError(
+            f"{name}: anneal_ratio={anneal_ratio} is outside the valid range 0 <= anneal_ratio <= 0.5"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class EsParams:
     def __post_init__(self) -> None:
         _check("es", self.beta1, self.beta2, self.r, self.mini_ratio, self.anneal_ratio)
         if self.r != 0:
-            raise ValueError(f"es: r={self.r}; ES has no set-level pruning (use policy 'eswp')")
+            raise InvalidInputError(f"es: r={self.r}; ES has no set-level pruning (use policy 'eswp')")
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,9 @@ def es_select(
     uid = np.asarray(uids, dtype=np.uint64)
     B = len(loss)
     if not (len(s) == B == len(uid)):
-        raise ValueError(f"es_select: {B} losses, {len(s)} scores and {len(uid)} uids; expected one each per sample")
+        raise InvalidInputError(
+            f"es_select: {B} losses, {len(s)} scores and {len(uid)} uids; expected one each per sample"
+        )
     b = min(B, int(math.ceil(mini_ratio * B - 1e-9)))
     w = beta1 * s + (1.0 - beta1) * loss
     extra = mix64(((int(rank) & 0xFFFFFFFF) << 32) + (int(step) & 0xFFFFFFFF))

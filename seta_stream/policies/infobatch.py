@@ -15,6 +15,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, reason_code
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
 
@@ -32,15 +33,15 @@ class InfoBatchParams:
 
     def __post_init__(self) -> None:
         if not 0 <= self.r <= 0.9:
-            raise ValueError(f"infobatch: r={self.r} is outside the valid range 0 <= r <= 0.9")
+            raise InvalidInputError(f"infobatch: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not 0 <= self.delta <= 1:
-            raise ValueError(f"infobatch: delta={self.delta} is outside the valid range 0 <= delta <= 1")
+            raise InvalidInputError(f"infobatch: delta={self.delta} is outside the valid range 0 <= delta <= 1")
         if self.score not in ("last", "ema"):
-            raise ValueError(f"infobatch: score={self.score!r}, expected 'last' or 'ema'")
+            raise InvalidInputError(f"infobatch: score={self.score!r}, expected 'last' or 'ema'")
         if self.rescale not in ("reference", "exact"):
-            raise ValueError(f"infobatch: rescale={self.rescale!r}, expected 'reference' or 'exact'")
+            raise InvalidInputError(f"infobatch: rescale={self.rescale!r}, expected 'reference' or 'exact'")
         if self.prune_epochs is not None and self.prune_epochs < 0:
-            raise ValueError(f"infobatch: prune_epochs={self.prune_epochs} must be >= 0")
+            raise InvalidInputError(f"infobatch: prune_epochs={self.prune_epochs} must be >= 0")
 
 
 def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:

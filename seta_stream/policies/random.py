@@ -12,6 +12,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, reason_code
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
 
@@ -27,15 +28,15 @@ class RandomParams:
 
     def __post_init__(self) -> None:
         if not 0 <= self.r < 1:
-            raise ValueError(f"random: r={self.r} is outside the valid range 0 <= r < 1")
+            raise InvalidInputError(f"random: r={self.r} is outside the valid range 0 <= r < 1")
         if self.mode not in ("dynamic", "static"):
-            raise ValueError(f"random: mode={self.mode!r}, expected 'dynamic' or 'static'")
+            raise InvalidInputError(f"random: mode={self.mode!r}, expected 'dynamic' or 'static'")
         if self.delta is not None and not 0 <= self.delta <= 1:
-            raise ValueError(f"random: delta={self.delta} is outside the valid range 0 <= delta <= 1")
+            raise InvalidInputError(f"random: delta={self.delta} is outside the valid range 0 <= delta <= 1")
         if self.mode == "static" and self.delta is not None:
-            raise ValueError("random: delta applies to mode='dynamic' only")
+            raise InvalidInputError("random: delta applies to mode='dynamic' only")
         if self.prune_epochs is not None and self.prune_epochs < 0:
-            raise ValueError(f"random: prune_epochs={self.prune_epochs} must be >= 0")
+            raise InvalidInputError(f"random: prune_epochs={self.prune_epochs} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class StaticParams:
 
     def __post_init__(self) -> None:
         if not 0 <= self.r < 1:
-            raise ValueError(f"static: r={self.r} is outside the valid range 0 <= r < 1")
+            raise InvalidInputError(f"static: r={self.r} is outside the valid range 0 <= r < 1")
 
 
 def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from ..ids import mix64, mix64_array
 
 __all__ = [
@@ -166,7 +167,7 @@ def _as_mask(candidates: np.ndarray, n: int) -> np.ndarray:
     c = np.asarray(candidates)
     if c.dtype == bool:
         if len(c) != n:
-            raise ValueError(f"candidate mask has {len(c)} rows, expected {n}")
+            raise InvalidInputError(f"candidate mask has {len(c)} rows, expected {n}")
         return c
     mask = np.zeros(n, dtype=bool)
     mask[c.astype(np.int64)] = True
@@ -195,16 +196,16 @@ def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.n
     mask = _as_mask(candidates, len(u))
     w = np.asarray(weights, dtype=np.float64)
     if len(w) != len(u):
-        raise ValueError(f"weighted_subset: {len(w)} weights for {len(u)} rows")
+        raise InvalidInputError(f"weighted_subset: {len(w)} weights for {len(u)} rows")
     keys = np.empty(len(u), dtype=np.float64)
     for lo in range(0, len(u), _BLOCK):  # blockwise: small temporaries
         hi = lo + _BLOCK
         wb, cb = w[lo:hi], mask[lo:hi]
         positive = wb > 0
         if np.any(cb & ~(positive | (wb == 0))):  # negative, NaN or inf weight of a candidate
-            raise ValueError("weighted_subset: weights must be finite and >= 0")
+            raise InvalidInputError("weighted_subset: weights must be finite and >= 0")
         if np.any(cb & np.isinf(wb)):
-            raise ValueError("weighted_subset: weights must be finite and >= 0")
+            raise InvalidInputError("weighted_subset: weights must be finite and >= 0")
         with np.errstate(divide="ignore", invalid="ignore"):
             kb = np.negative(np.log1p(-u[lo:hi]))
             kb /= wb

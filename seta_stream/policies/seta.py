@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from ..kmeans1d import assign, kmeans1d
 from .base import AbsentRule, PolicyInput, PolicyResult, reason_code
 from .random_draws import (
@@ -66,24 +67,24 @@ class SetaParams:
 
     def __post_init__(self) -> None:
         if not 0 <= self.r <= 0.9:
-            raise ValueError(f"seta: r={self.r} is outside the valid range 0 <= r <= 0.9")
+            raise InvalidInputError(f"seta: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not (isinstance(self.k, int) and 1 <= self.k <= 256):
-            raise ValueError(f"seta: k={self.k!r} is outside the valid range: integer 1 <= k <= 256")
+            raise InvalidInputError(f"seta: k={self.k!r} is outside the valid range: integer 1 <= k <= 256")
         if not 0 < self.alpha <= 1:
-            raise ValueError(f"seta: alpha={self.alpha} is outside the valid range 0 < alpha <= 1")
+            raise InvalidInputError(f"seta: alpha={self.alpha} is outside the valid range 0 < alpha <= 1")
         if round(self.alpha * self.k) < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"seta: alpha={self.alpha} with k={self.k} gives a window of round(alpha*k) = 0 "
                 "clusters; expected round(alpha*k) >= 1 (raise alpha or k)"
             )
         if not 0 <= self.delta <= 1:
-            raise ValueError(f"seta: delta={self.delta} is outside the valid range 0 <= delta <= 1")
+            raise InvalidInputError(f"seta: delta={self.delta} is outside the valid range 0 <= delta <= 1")
         if self.order not in ("e2h", "h2e"):
-            raise ValueError(f"seta: order={self.order!r}, expected 'e2h' or 'h2e'")
+            raise InvalidInputError(f"seta: order={self.order!r}, expected 'e2h' or 'h2e'")
         if self.prune_epochs is not None and self.prune_epochs < 0:
-            raise ValueError(f"seta: prune_epochs={self.prune_epochs} must be >= 0")
+            raise InvalidInputError(f"seta: prune_epochs={self.prune_epochs} must be >= 0")
         if self.target_keep is not None and not 0 < self.target_keep <= 1 - self.r + 1e-12:
-            raise ValueError(
+            raise InvalidInputError(
                 f"seta: target_keep={self.target_keep} is outside the valid range "
                 f"0 < target_keep <= 1 - r = {1 - self.r:g}"
             )
@@ -96,7 +97,7 @@ class SetaParams:
             "imagenet": dict(r=0.0, k=5, alpha=0.6, delta=0.875),
         }
         if name not in presets:
-            raise ValueError(f"seta: unknown preset {name!r}; valid: {sorted(presets)}")
+            raise InvalidInputError(f"seta: unknown preset {name!r}; valid: {sorted(presets)}")
         return cls(**{**presets[name], **overrides})
 
 
