@@ -1,0 +1,542 @@
+"""Does pruning keep retrieval quality on web-crawled image-text pairs, and does it drop mismatched pairs?
+
+Every run trains ``examples/train_pairs.py``'s small CLIP through the real pipeline (tar shards
+-> ``seta.attach`` -> DataLoader worker -> symmetric InfoNCE -> one recorded loss per pair ->
+compaction -> plan of the next epoch) on a set from ``tools/make_pair_shards.py`` with 0% and
+with 20% of the training pairs given another image's caption (same images, same clean captions,
+same held-out pairs). Runs at the same number of epochs: full data; dynamic random, SeTa and
+InfoBatch at settings that land near 30% and 50% pruned; 2 seeds. Reported: recall@1/@5
+image->text and text->image on the clean held-out pairs; per epoch, the share of mismatched
+pairs among the pairs the loader delivered (keys delivered vs ``noise.parquet``), and the mean
+recorded loss of mismatched and clean pairs; every epoch of every run is checked to deliver
+exactly the plan's kept pairs.
+
+SeTa's and InfoBatch's settings per level are chosen on training losses only: the policy is
+replayed over the per-epoch losses of the full run of seed 0 at the same noise level (the loss
+column of its plans) for a grid of settings, and the setting whose simulated pruned % is nearest
+the level is taken (``calibrate``). No held-out data is used.
+
+Each finished run is one JSON file ``docs/quality-runs/pairs-*.json`` (a rerun skips finished
+runs, so an interrupted study resumes); ``docs/quality-pairs.md`` and ``docs/quality/pairs-*.png``
+are rewritten from those files after every run and by ``--report-only``.
+
+    python benchmarks/pairs_study.py --snapshot        # everything, from a frozen copy of HEAD (~1 h)
+    python benchmarks/pairs_study.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "quality-runs"
+DOC = ROOT / "docs" / "quality-pairs.md"
+LEVELS = (0.3, 0.5)
+NOISE_LEVELS = (0.0, 0.2)
+SEEDS = 2
+POLICIES = ("full", "random", "seta", "infobatch")
+ORDER = {p: i for i, p in enumerate(POLICIES)}
+# the study's fixed shape (about an hour of CPU on 2 cores: 1 torch thread + 1 loader worker)
+DATA = dict(train=20000, test=1000, shard_size=2000, size=32, seed=0)
+TRAIN = dict(epochs=6, batch_size=128, lr=2e-3, workers=1, threads=1)
+
+
+def _import_example() -> Any:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_pairs
+
+    return train_pairs
+
+
+# ---------------------------------------------------------------------------------- data
+def data_dir(out: Path, noise: float) -> Path:
+    return out / f"data-noise{round(noise * 100)}"
+
+
+def prepare(out: Path, noise: float) -> Path:
+    d = data_dir(out, noise)
+    if not (d / "info.json").exists():
+        cmd = [sys.executable, str(ROOT / "tools" / "make_pair_shards.py"), "--out", str(d), "--noise", str(noise),
+               "--train", str(DATA["train"]), "--test", str(DATA["test"]), "--shard-size", str(DATA["shard_size"]),
+               "--size", str(DATA["size"]), "--seed", str(DATA["seed"]), "--workers", "2"]  # fmt: skip
+        subprocess.run(cmd, check=True)
+    return d
+
+
+# ---------------------------------------------------------------------------------- runs
+def run_id(noise: float, cfg: dict, seed: int) -> str:
+    p = "-".join(f"{k}{v}" for k, v in sorted(cfg["params"].items())) or "default"
+    return f"pairs-noise{round(noise * 100)}-{cfg['policy']}-{cfg['label']}-{p}-seed{seed}"
+
+
+def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys: set) -> list[dict]:
+    """Per epoch: delivered == plan's kept set (exactly), and the plan's loss of mismatched vs clean pairs."""
+    import seta_stream as seta
+
+    out = []
+    for e, got in enumerate(delivered):
+        t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "loss"])
+        keep = t.column("keep").to_numpy(zero_copy_only=False)
+        pairs = list(zip(t.column("shard").to_pylist(), t.column("key").to_pylist()))
+        kept = {p for p, k in zip(pairs, keep) if k}
+        noisy = np.array([p in noise_keys for p in pairs])
+        loss = t.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
+        seen = np.isfinite(loss)
+        out.append(
+            {
+                "epoch": e,
+                "delivered": len(got),
+                "delivered_unique": len(set(got)),
+                "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
+                "plan_loss_clean": float(loss[seen & ~noisy].mean()) if (seen & ~noisy).any() else None,
+                "plan_loss_mismatched": float(loss[seen & noisy].mean()) if (seen & noisy).any() else None,
+                "kept_share_clean": float(keep[~noisy].mean()) if (~noisy).any() else None,
+                "kept_share_mismatched": float(keep[noisy].mean()) if noisy.any() else None,
+            }
+        )
+    return out
+
+
+def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
+    tp = _import_example()
+    data = data_dir(out, noise)
+    rid = run_id(noise, cfg, seed)
+    run_dir = str(out / "runs" / rid)
+    args = argparse.Namespace(
+        data=str(data), seed=seed, quiet=True, **{k: v for k, v in TRAIN.items() if k != "threads"}
+    )
+    res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=lambda s: print(s, flush=True))
+    delivered = res.pop("delivered")
+    checks = plan_checks(run_dir, delivered, tp.load_noise(str(data)))
+    return {
+        "study": "pairs",
+        "noise": noise,
+        **cfg,
+        **res,
+        "checks": checks,
+        "data": {**DATA, "noise": noise},
+        "train": TRAIN,
+        "library_rev": os.environ.get("STUDY_REV", "working tree"),
+    }
+
+
+# ------------------------------------------------------------------------------ settings
+def calibrate(full_run: Path, epochs: int) -> dict:
+    """SeTa and InfoBatch settings whose pruned % lands nearest 30/50%, on training losses only.
+
+    The plan of epoch e of the full run holds every pair's loss recorded in epoch e-1; the
+    policy is replayed over those losses (as its own plans would see them if every pair were
+    trained every epoch) for a grid of settings. Pruned runs see stale losses for the pairs they
+    skipped, so the measured % differs somewhat; the report shows the measured one.
+    """
+    import seta_stream as seta
+    from seta_stream.policies import PolicyInput, run_policy
+
+    base = seta.load_plan(str(full_run), 0, columns=["uid"])
+    uid = base.column("uid").to_numpy()
+    order = np.argsort(uid)
+    n = len(uid)
+    per_epoch = [np.full(n, np.nan, np.float32)]
+    for e in range(1, epochs):
+        t = seta.load_plan(str(full_run), e, columns=["uid", "loss"])
+        loss = np.full(n, np.nan, np.float32)
+        loss[order[np.searchsorted(uid[order], t.column("uid").to_numpy())]] = t.column("loss").to_numpy(
+            zero_copy_only=False
+        )
+        per_epoch.append(loss)
+
+    def simulate(policy: str, params: dict) -> float:
+        kept = 0
+        for e in range(epochs):
+            last = per_epoch[e]
+            seen = np.isfinite(last).astype(np.int32)
+            inp = PolicyInput(uid=uid, last_loss=last, ema=last.astype(np.float64), seen=seen,
+                              last_epoch=np.where(seen > 0, e - 1, -1).astype(np.int32), epoch=e, epochs=epochs,
+                              seed=0)  # fmt: skip
+            kept += int(run_policy(policy, inp, **params).keep.sum())
+        return 1 - kept / (n * epochs)
+
+    grids = {
+        "infobatch": [dict(r=r) for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
+        "seta": [
+            dict(r=r, k=k, alpha=a)
+            for r in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+            for k in (5, 10)
+            for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+        ],
+    }
+    chosen: dict[str, Any] = {"source": full_run.name, "levels": {}}
+    for policy, grid in grids.items():
+        sims = [(simulate(policy, p), p) for p in grid]
+        for level in LEVELS:
+            # nearest; among near-equal (within 2 points) prefer small r and k=5 (the paper's ranges)
+            best = min(sims, key=lambda s: (round(abs(s[0] - level) / 0.02), s[1].get("r", 0), s[1].get("k", 0)))
+            chosen["levels"].setdefault(policy, {})[f"{int(level * 100)}"] = {"params": best[1], "simulated": best[0]}
+    return chosen
+
+
+def configs(cal: dict) -> list[dict]:
+    out = [{"policy": "full", "params": {}, "label": "full"}]
+    out += [{"policy": "random", "params": {"r": lv}, "label": f"p{int(lv * 100)}"} for lv in LEVELS]
+    for policy in ("seta", "infobatch"):
+        chosen: list[dict] = []
+        for lv in LEVELS:
+            p = cal["levels"][policy][f"{int(lv * 100)}"]["params"]
+            if p not in chosen:  # e.g. InfoBatch's largest r may serve both levels: one run
+                chosen.append(p)
+                out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}"})
+    return out
+
+
+# ---------------------------------------------------------------------------------- study
+def load_results() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("pairs-noise*-seed*.json"))]
+
+
+def study(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(TRAIN["threads"])
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    done = {p.stem for p in RESULTS.glob("pairs-noise*.json")}
+    full = {"policy": "full", "params": {}, "label": "full"}
+    seeds = list(range(args.seeds))
+    # rounds: (noise, seed) with every configuration of a round before the next one, seed 0 of
+    # both noise levels first, so an interrupted study has whole seeds
+    for seed in seeds:
+        for noise in NOISE_LEVELS:
+            prepare(out, noise)
+            _one(noise, full, 0, out, done)  # the calibration needs it
+            cal_path = RESULTS / f"pairs-noise{round(noise * 100)}-settings.json"
+            if not cal_path.exists():
+                cal = calibrate(out / "runs" / run_id(noise, full, 0), TRAIN["epochs"])
+                cal_path.write_text(json.dumps(cal, indent=1) + "\n")
+            for cfg in configs(json.loads(cal_path.read_text())):
+                if _one(noise, cfg, seed, out, done):
+                    report()
+    report()
+
+
+def _one(noise: float, cfg: dict, seed: int, out: Path, done: set) -> bool:
+    rid = run_id(noise, cfg, seed)
+    if rid in done:
+        return False
+    print(f"== {rid}  ({time.strftime('%H:%M:%S')})", flush=True)
+    try:
+        result = train_run(noise, cfg, seed, out)
+    except Exception:  # one broken configuration must not stop the study; it is rerun next time
+        traceback.print_exc()
+        print(f"   -> FAILED: {rid} (no result written)", flush=True)
+        return False
+    (RESULTS / f"{rid}.json").write_text(json.dumps(result, indent=1) + "\n")
+    done.add(rid)
+    print(
+        f"   -> pruned {100 * result['pruned']:.1f}%, R@1 i2t {100 * result['i2t_r1']:.1f} "
+        f"t2i {100 * result['t2i_r1']:.1f}, {result['seconds']:.0f}s",
+        flush=True,
+    )
+    return True
+
+
+# ---------------------------------------------------------------------------------- report
+def _fmt_params(p: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(p.items())) or "-"
+
+
+def _ms(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
+    a = np.asarray(xs, dtype=np.float64) * scale
+    return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+
+
+def _r1(r: dict) -> float:
+    return 0.5 * (r["i2t_r1"] + r["t2i_r1"])
+
+
+def _groups(results: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["noise"], r["policy"], r["label"], json.dumps(r["params"], sort_keys=True)), []).append(r)
+    return groups
+
+
+def _keys(groups: dict, noise: float) -> list[tuple]:
+    return sorted((k for k in groups if k[0] == noise), key=lambda k: (ORDER[k[1]], k[2]))
+
+
+def _vs_random(groups: dict, noise: float, rs: list[dict]) -> str:
+    """Mean R@1 minus dynamic random's at the same measured pruned % (linear between its points and full)."""
+    if rs[0]["policy"] in ("full", "random"):
+        return "-"
+    pts = [(0.0, groups.get((noise, "full", "full", "{}")))]
+    pts += [(float(np.mean([r["pruned"] for r in g])), g) for k, g in groups.items() if k[:2] == (noise, "random")]
+    pts = sorted((x, float(np.mean([_r1(r) for r in g]))) for x, g in pts if g)
+    x = float(np.mean([r["pruned"] for r in rs]))
+    if len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
+        return "-"
+    ref = float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
+    return f"{100 * (float(np.mean([_r1(r) for r in rs])) - ref):+.1f}"
+
+
+def report() -> None:
+    results = load_results()
+    if not results:
+        return
+    groups = _groups(results)
+    missing = _missing(groups)
+    lines = [
+        f"{len(results)} finished runs ({len(NOISE_LEVELS)} noise levels x up to {1 + 3 * len(LEVELS)} settings x "
+        f"{SEEDS} seeds; one run where a setting serves both pruned levels). "
+        + ("Still missing (the study resumes with them): " + "; ".join(missing) + "." if missing else "None missing."),
+        "",
+    ]
+    bad = [
+        f"{r['policy']} {_fmt_params(r['params'])} noise {r['noise']} seed {r['seed']} epoch {c['epoch']}"
+        for r in results
+        for c in r["checks"]
+        if not c["delivered_equals_plan"]
+    ]
+    n_epochs = sum(len(r["checks"]) for r in results)
+    lines += [
+        f"**Loader vs plan:** in {n_epochs - len(bad)} of {n_epochs} run-epochs the loader delivered exactly "
+        "the plan's kept pairs (same (shard, key) set, each once)"
+        + (": mismatches in " + "; ".join(bad[:20]) + "." if bad else "."),
+        "",
+    ]
+    for noise in NOISE_LEVELS:
+        keys = _keys(groups, noise)
+        if not keys:
+            continue
+        title = f"{round(noise * 100)}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
+        full = groups.get((noise, "full", "full", "{}"))
+        full_s = float(np.min([r["seconds"] for r in full])) if full else None
+        lines += [f"### {title}", ""]
+        lines += [
+            "| policy | setting | seeds | pruned % (measured) | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i "
+            "| mean R@1 vs dynamic random | mismatched % of trained pairs | wall s (fastest seed) | time vs full |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for k in keys:
+            rs = groups[k]
+            secs = float(np.min([r["seconds"] for r in rs]))
+            trained = sum(row["trained"] for r in rs for row in r["rows"])
+            mism = sum(row["mismatched_trained"] for r in rs for row in r["rows"])
+            cells = [
+                k[1],
+                _fmt_params(rs[0]["params"]),
+                str(len(rs)),
+                _ms([r["pruned"] for r in rs]),
+                _ms([r["i2t_r1"] for r in rs]),
+                _ms([r["t2i_r1"] for r in rs]),
+                _ms([r["i2t_r5"] for r in rs]),
+                _ms([r["t2i_r5"] for r in rs]),
+                _vs_random(groups, noise, rs),
+                f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
+                f"{secs:.0f}",
+                f"{secs / full_s:.2f}" if full_s else "-",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        E = len(groups[keys[0]][0]["rows"])
+        head = "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |"
+        sep = "| --- | --- |" + " --- |" * E
+        lines += ["Kept fraction per epoch (plan, mean over seeds):", "", head, sep]
+        for k in keys:
+            rs = groups[k]
+            lines.append(
+                f"| {k[1]} | {_fmt_params(rs[0]['params'])} | "
+                + " | ".join(f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in rs]):.2f}" for e in range(E))
+                + " |"
+            )
+        lines.append("")
+        if noise:
+            lines += [
+                f"Share of mismatched pairs among the pairs each policy trained on, per epoch (%, mean over "
+                f"seeds; counted from the keys the loader delivered against `noise.parquet`; "
+                f"{round(noise * 100)}% of the training set):",
+                "",
+                head,
+                sep,
+            ]
+            for k in keys:
+                rs = groups[k]
+                lines.append(
+                    f"| {k[1]} | {_fmt_params(rs[0]['params'])} | "
+                    + " | ".join(
+                        f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in rs]):.1f}" for e in range(E)
+                    )
+                    + " |"
+                )
+            lines += [
+                "",
+                "Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when last "
+                "trained; e0 has none), mean over seeds:",
+                "",
+                head,
+                sep,
+            ]
+            for k in keys:
+                rs = groups[k]
+                cells = []
+                for e in range(E):
+                    a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
+                    b = [r["checks"][e]["plan_loss_clean"] for r in rs]
+                    cells.append("-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}")
+                lines.append(f"| {k[1]} | {_fmt_params(rs[0]['params'])} | " + " | ".join(cells) + " |")
+            lines.append("")
+        _plot(noise, groups, keys)
+        lines += [f"![{title}](quality/pairs-noise{round(noise * 100)}.png)", ""]
+    cal = []
+    for p in sorted(RESULTS.glob("pairs-noise*-settings.json")):
+        c = json.loads(p.read_text())
+        for policy, levels in c["levels"].items():
+            for lv, v in levels.items():
+                cal.append(
+                    f"| {p.name.split('-')[1]} | {policy} | {lv}% | {_fmt_params(v['params'])} "
+                    f"| {100 * v['simulated']:.1f} |"
+                )
+    if cal:
+        lines += [
+            "### Settings chosen for the pruned levels (on training losses of the full run, seed 0)",
+            "",
+            "| data | policy | level | setting | simulated pruned % |",
+            "| --- | --- | --- | --- | --- |",
+            *cal,
+            "",
+        ]
+    revs = sorted({r.get("library_rev", "?") for r in results})
+    lines += [f"Library revision of the runs: {', '.join(revs)}.", ""]
+    text = DOC.read_text() if DOC.exists() else f"# Image-text pairs under pruning\n\n{BEGIN}\n{END}\n"
+    head_text, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(head_text + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+
+
+BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
+
+
+def _missing(groups: dict) -> list[str]:
+    out = []
+    for noise in NOISE_LEVELS:
+        cal_path = RESULTS / f"pairs-noise{round(noise * 100)}-settings.json"
+        cfgs = configs(json.loads(cal_path.read_text())) if cal_path.exists() else None
+        if cfgs is None:
+            out.append(f"every run at {round(noise * 100)}% mismatched")
+            continue
+        for c in cfgs:
+            have = len(groups.get((noise, c["policy"], c["label"], json.dumps(c["params"], sort_keys=True)), []))
+            if have < SEEDS:
+                out.append(
+                    f"{c['policy']} {_fmt_params(c['params'])} at {round(noise * 100)}% ({SEEDS - have} seed(s))"
+                )
+    return out
+
+
+def _plot(noise: float, groups: dict, keys: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3 if noise else 2, figsize=(16 if noise else 11, 4.5))
+    a, b = axes[0], axes[1]
+    by_policy: dict[str, list] = {}
+    for k in keys:
+        rs = groups[k]
+        y = np.array([_r1(r) for r in rs]) * 100
+        by_policy.setdefault(k[1], []).append(
+            (np.mean([r["pruned"] for r in rs]) * 100, y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0)
+        )
+    for policy, pts in sorted(by_policy.items(), key=lambda kv: ORDER[kv[0]]):
+        pts.sort()
+        a.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                   label=policy)  # fmt: skip
+    a.set_xlabel("measured pruned %")
+    a.set_ylabel("held-out R@1 % (mean of i2t and t2i)")
+    a.set_title(f"{round(noise * 100)}% mismatched: R@1 vs pruned")
+    a.grid(alpha=0.3)
+    a.legend(fontsize=8)
+    for k in keys:
+        rs = groups[k]
+        E = len(rs[0]["rows"])
+        b.plot(range(E), [np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]) for e in range(E)],
+               marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
+    b.set_xlabel("epoch")
+    b.set_ylabel("kept fraction (plan)")
+    b.set_title("kept fraction per epoch")
+    b.grid(alpha=0.3)
+    b.legend(fontsize=6)
+    if noise:
+        c = axes[2]
+        for k in keys:
+            rs = groups[k]
+            E = len(rs[0]["rows"])
+            c.plot(range(E), [100 * np.mean([r["rows"][e]["mismatched_share"] for r in rs]) for e in range(E)],
+                   marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
+        c.axhline(100 * noise, color="gray", ls="--", lw=1)
+        c.set_xlabel("epoch")
+        c.set_ylabel("mismatched % of trained pairs")
+        c.set_title("share of mismatched pairs trained on")
+        c.grid(alpha=0.3)
+        c.legend(fontsize=6)
+    fig.tight_layout()
+    (DOC.parent / "quality").mkdir(exist_ok=True)
+    fig.savefig(DOC.parent / "quality" / f"pairs-noise{round(noise * 100)}.png", dpi=90)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ snapshot
+def snapshot(argv: list[str]) -> None:
+    """Re-run this study from a frozen copy of HEAD's library (edits meanwhile do not affect it)."""
+    snap = ROOT / "bench-out" / "pairs-src"
+    shutil.rmtree(snap, ignore_errors=True)
+    snap.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "HEAD", "seta_stream"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
+    for rel in ("examples/train_pairs.py", "tools/make_pair_shards.py", "benchmarks/pairs_study.py"):
+        (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, snap / rel)
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(snap), "STUDY_REV": rev.stdout.strip()}
+    rest = [a for a in argv if a != "--snapshot"]
+    cmd = [sys.executable, str(snap / "benchmarks" / "pairs_study.py"), "--results", str(RESULTS), "--doc", str(DOC)]
+    os.execve(sys.executable, cmd + ["--out", str(ROOT / "bench-out" / "pairs")] + rest, env)
+
+
+def main(argv: list[str] | None = None) -> None:
+    global RESULTS, DOC
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=str(ROOT / "bench-out" / "pairs"), help="data sets and run directories")
+    p.add_argument("--seeds", type=int, default=SEEDS)
+    p.add_argument("--results", default=str(RESULTS), help="folder of the per-run JSON files")
+    p.add_argument("--doc", default=str(DOC), help="the generated report")
+    p.add_argument("--snapshot", action="store_true", help="run from a frozen copy of HEAD's seta_stream")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="2,000 pairs, 3 epochs: checks the code paths only")
+    args = p.parse_args(argv)
+    if args.smoke:
+        DATA.update(train=2000, test=200, shard_size=500)
+        TRAIN.update(epochs=3)
+    RESULTS, DOC = Path(args.results).resolve(), Path(args.doc).resolve()
+    if args.snapshot:
+        snapshot(argv)
+    if args.report_only:
+        report()
+        return
+    study(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Train a small CLIP-style model on image-text pairs streamed from tar shards, with pruning.
+
+The loop an OpenCLIP user has, with the three seta_stream calls added: the stage around the
+``wds.WebDataset`` of the training shards, ``pruner.record`` of one loss per pair in the step,
+``pruner.start_epoch`` before each epoch. The model is a small CNN image tower and a bag of
+hashed words text tower, each with a linear projection into a shared space, and CLIP's
+learnable temperature; the loss is the symmetric InfoNCE (CLIP) loss. CPU only; data from
+``tools/make_pair_shards.py``. Evaluation: image-to-text and text-to-image recall@1/@5 on the
+clean held-out pairs.
+
+Per-pair loss recorded (``pair_losses``): for pair i of a batch of B, the mean of the
+image-to-text cross-entropy of row i of the similarity matrix and the text-to-image
+cross-entropy of column i, unweighted. Their batch mean is exactly CLIP's loss, so
+``seta.weighted_mean(pair_losses, w)`` is CLIP's loss with InfoBatch's weights (all 1 for the
+other policies). Why a loss that depends on the rest of the batch still ranks pairs: see
+README.md, "Image-text pairs (contrastive training)".
+
+    python examples/train_pairs.py --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import time
+import zlib
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import webdataset as wds
+from tqdm import tqdm
+
+import seta_stream as seta
+from seta_stream.listing import list_samples
+
+BUCKETS = 1 << 12  # hashed word and word-pair ids of the text tower
+EMBED = 64  # shared embedding width
+MEAN = np.array([0.5, 0.5, 0.5], np.float32) * 255
+STD = np.array([0.25, 0.25, 0.25], np.float32) * 255
+
+
+# ------------------------------------------------------------------------------------ model
+def tokens(text: str) -> list[int]:
+    """Hashed unigrams and bigrams of a lower-cased caption (the text tower's tokenizer)."""
+    words = "".join(c if c.isalnum() else " " for c in text.lower()).split()
+    grams = words + [a + " " + b for a, b in zip(words, words[1:])]
+    return [zlib.crc32(g.encode()) % BUCKETS for g in grams] or [0]
+
+
+class Clip(nn.Module):
+    """Small CLIP: CNN image tower, bag of words text tower, projections, learnable temperature."""
+
+    def __init__(self, embed: int = EMBED) -> None:
+        super().__init__()
+
+        def block(i: int, o: int) -> nn.Module:
+            return nn.Sequential(
+                nn.Conv2d(i, o, 3, 1, 1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True), nn.MaxPool2d(2)
+            )
+
+        # 32x32 -> 4x4x128; the flattened map keeps where the object is (captions name it)
+        self.image = nn.Sequential(block(3, 32), block(32, 64), block(64, 128), nn.AdaptiveAvgPool2d(4), nn.Flatten())
+        self.image_proj = nn.Linear(128 * 16, embed)
+        self.text = nn.EmbeddingBag(BUCKETS, 128, mode="mean")
+        self.text_proj = nn.Sequential(nn.ReLU(), nn.Linear(128, embed))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))  # CLIP's initial temperature
+
+    def encode_image(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.image_proj(self.image(x)), dim=-1)
+
+    def encode_text(self, text: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        ids, offsets = text
+        return F.normalize(self.text_proj(self.text(ids, offsets)), dim=-1)
+
+    def forward(self, x: torch.Tensor, text: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """B x B logits: row i = image i against every text of the batch."""
+        scale = self.logit_scale.clamp(max=math.log(100)).exp()  # CLIP clamps the scale at 100
+        return scale * self.encode_image(x) @ self.encode_text(text).t()
+
+
+def pair_losses(logits: torch.Tensor) -> torch.Tensor:
+    """One loss per pair: mean of its row's image-to-text and its column's text-to-image CE.
+
+    ``pair_losses(logits).mean()`` equals CLIP's symmetric InfoNCE loss of the batch.
+    """
+    target = torch.arange(len(logits), device=logits.device)
+    i2t = F.cross_entropy(logits, target, reduction="none")
+    t2i = F.cross_entropy(logits.t(), target, reduction="none")
+    return 0.5 * (i2t + t2i)
+
+
+# ------------------------------------------------------------------------------ pipelines
+def collate(samples: list) -> tuple:
+    """(image HxWx3 uint8, caption, *rest) samples -> (NCHW tensor, (ids, offsets), *rest lists)."""
+    cols = list(zip(*samples))
+    x = (np.stack(cols[0]).astype(np.float32) - MEAN) / STD
+    ids = [tokens(t) for t in cols[1]]
+    offsets = np.cumsum([0] + [len(t) for t in ids[:-1]])
+    text = (torch.tensor([i for t in ids for i in t]), torch.from_numpy(offsets))
+    return (torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(), text, *[list(c) for c in cols[2:]])
+
+
+def has_pair(sample: dict) -> bool:
+    return "jpg" in sample and "txt" in sample  # OpenCLIP's filter_no_caption_or_no_image
+
+
+def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, seed: int) -> wds.WebLoader:
+    """OpenCLIP's webdataset training pipeline, with the seta stage after the shard list."""
+    ds = seta.attach(
+        wds.WebDataset(
+            urls, shardshuffle=len(urls), detshuffle=True, seed=seed, nodesplitter=wds.split_by_node, empty_check=False
+        ),
+        run_dir,
+    )  # (1) skips unkept shards unopened and unkept pairs before decode; attaches __weight__
+    ds = (
+        ds.shuffle(1000, seed=seed)  # batch composition changes every epoch (see README)
+        .select(has_pair)
+        .decode("rgb8")
+        .to_tuple("jpg", "txt", "__key__", "__url__", "__weight__")
+        # partial: every kept pair is trained and recorded once per epoch (OpenCLIP drops the tail)
+        .batched(batch_size, collation_fn=collate, partial=True)
+    )
+    return wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+
+
+def embed_all(model: Clip, urls: list[str], batch_size: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
+    ds = (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode("rgb8")
+        .to_tuple("jpg", "txt")
+        .batched(batch_size, collation_fn=collate)
+    )
+    imgs, txts = [], []
+    model.eval()
+    with torch.no_grad():
+        for x, text in ds:
+            imgs.append(model.encode_image(x))
+            txts.append(model.encode_text(text))
+    model.train()
+    return torch.cat(imgs), torch.cat(txts)
+
+
+def recall_at(sim: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[int, float]:
+    """Share of rows whose own column (the diagonal) is among their k highest similarities."""
+    own = sim.diagonal().unsqueeze(1)
+    rank = (sim > own).sum(1)  # ties count in the row's favour
+    return {k: float((rank < k).float().mean()) for k in ks}
+
+
+def evaluate(model: Clip, urls: list[str]) -> dict[str, float]:
+    """Retrieval recall@1/@5 over the held-out pairs: image->text (rows) and text->image."""
+    img, txt = embed_all(model, urls)
+    sim = img @ txt.t()
+    i2t, t2i = recall_at(sim), recall_at(sim.t())
+    return {"i2t_r1": i2t[1], "i2t_r5": i2t[5], "t2i_r1": t2i[1], "t2i_r5": t2i[5]}
+
+
+def load_noise(data: str) -> set[tuple[str, str]]:
+    """(shard, key) of the mismatched training pairs (``noise.parquet`` of make_pair_shards.py)."""
+    path = os.path.join(data, "noise.parquet")
+    if not os.path.exists(path):
+        return set()
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["shard", "key"])
+    return set(zip(t.column("shard").to_pylist(), t.column("key").to_pylist()))
+
+
+def shards(data: str, split: str) -> list[str]:
+    urls = sorted(glob.glob(os.path.join(data, split, "*.tar")))
+    if not urls:
+        raise SystemExit(f"{data}/{split}: no .tar shards; write them with tools/make_pair_shards.py --out {data}")
+    return urls
+
+
+# ------------------------------------------------------------------------------------ loop
+def lr_at(t: float, epochs: int, peak: float) -> float:
+    """Epoch-based warm-up (first 10%) then cosine decay; t = epoch + fraction of its steps."""
+    w = 0.1 * epochs
+    return peak * (t / w if t < w else 0.5 * (1 + math.cos(math.pi * min(1.0, (t - w) / (epochs - w)))))
+
+
+def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=print) -> dict:
+    """Train one model with ``policy``; per epoch: kept, trained, loss, mismatched share, recall.
+
+    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch.
+    """
+    train, test = shards(args.data, "train"), shards(args.data, "test")
+    noise = load_noise(args.data)
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)  # a fresh run each time
+    torch.manual_seed(args.seed)
+    model = Clip()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
+    pruner = seta.Pruner(
+        run_dir, policy=policy, params=params, epochs=args.epochs, seed=args.seed, population=list_samples(train)
+    )
+    loader = train_loader(train, run_dir, args.batch_size, args.workers, args.seed)
+    rows, delivered = [], []
+    t_run = time.perf_counter()
+    for epoch in range(args.epochs):
+        t0 = time.perf_counter()
+        summary = pruner.start_epoch(epoch)  # (3) compact + plan, before iter(loader)
+        steps = max(1, math.ceil(summary["kept"] / args.batch_size))
+        step = seen = noisy_seen = 0
+        loss_sum = 0.0
+        keys_this_epoch: list[tuple[str, str]] = []
+        bar = tqdm(total=summary["kept"], desc=f"{policy} epoch {epoch}", unit="pair", leave=False, disable=args.quiet)
+        for x, text, keys, urls, w in loader:
+            for g in opt.param_groups:  # step-based schedule sized from the plan (kept varies per epoch)
+                g["lr"] = lr_at(epoch + min(step, steps) / steps, args.epochs, args.lr)
+            losses = pair_losses(model(x, text))
+            pruner.record(keys, urls, losses)  # (2) unweighted per-pair losses
+            opt.zero_grad(set_to_none=True)
+            seta.weighted_mean(losses, w).backward()  # CLIP loss; InfoBatch's 1/(1-r) on rescaled pairs
+            opt.step()
+            pairs = [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+            noisy_seen += sum(p in noise for p in pairs)
+            if keep_keys:
+                keys_this_epoch += pairs
+            step += 1
+            seen += len(keys)
+            loss_sum += float(losses.detach().sum())
+            bar.update(len(keys))
+        bar.close()
+        train_s = time.perf_counter() - t0
+        metrics = evaluate(model, test)
+        rows.append(
+            {
+                "epoch": epoch,
+                "phase": summary["phase"],
+                "kept": summary["kept"],
+                "n": summary["n"],
+                "trained": seen,
+                "mismatched_trained": noisy_seen,
+                "mismatched_share": noisy_seen / max(seen, 1),
+                "loss": loss_sum / max(seen, 1),
+                "logit_scale": float(model.logit_scale.detach().exp()),
+                **metrics,
+                "train_s": round(train_s, 2),
+            }
+        )
+        delivered.append(keys_this_epoch)
+        log(
+            f"  [{policy:>9}] epoch {epoch}  {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}%"
+            f"  loss {loss_sum / max(seen, 1):.3f}"
+            + (f"  mismatched {100 * noisy_seen / max(seen, 1):4.1f}%" if noise else "")
+            + f"  R@1 i2t {100 * metrics['i2t_r1']:4.1f} t2i {100 * metrics['t2i_r1']:4.1f}"
+            f"  R@5 i2t {100 * metrics['i2t_r5']:4.1f} t2i {100 * metrics['t2i_r5']:4.1f}  {train_s:5.1f}s"
+        )
+    pruner.close()
+    del loader
+    total = time.perf_counter() - t_run
+    trained = sum(r["trained"] for r in rows)
+    result = {
+        "policy": policy,
+        "params": params,
+        "seed": args.seed,
+        "rows": rows,
+        **{k: rows[-1][k] for k in ("i2t_r1", "i2t_r5", "t2i_r1", "t2i_r5")},
+        "pruned": 1 - trained / sum(r["n"] for r in rows),
+        "mismatched_in_data": len(noise) / max(rows[0]["n"], 1),
+        "seconds": round(total, 1),
+        "run_dir": run_dir,
+    }
+    if keep_keys:
+        result["delivered"] = delivered
+    return result
+
+
+def policy_params(args: argparse.Namespace) -> dict:
+    if args.params:
+        return json.loads(args.params)
+    if args.policy == "seta":
+        return dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
+    if args.policy in ("random", "static", "infobatch"):
+        return dict(r=args.r)
+    return {}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="demo-out/pairs", help="folder written by tools/make_pair_shards.py")
+    p.add_argument("--run-dir", default="demo-out/pair-runs", help="parent folder of the run directories")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--policy", default="seta", help="policy to compare against full data")
+    p.add_argument("--r", type=float, default=0.1, help="SeTa/random/InfoBatch: r")
+    p.add_argument("--k", type=int, default=5, help="SeTa: number of loss clusters")
+    p.add_argument("--alpha", type=float, default=0.6, help="SeTa: window scale")
+    p.add_argument("--delta", type=float, default=0.875, help="SeTa: share of pruning epochs")
+    p.add_argument("--params", help="policy parameters as JSON (overrides --r/--k/...), e.g. '{\"r\": 0.5}'")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--batch-size", type=int, default=128, help="pairs per batch (= negatives + 1 per pair)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU)")
+    p.add_argument("--no-compare", action="store_true", help="skip the full-data run")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
+    params = policy_params(args)
+    results = [run(args, args.policy, params, os.path.join(args.run_dir, args.policy))]
+    if not args.no_compare and args.policy != "full":
+        results.append(run(args, "full", {}, os.path.join(args.run_dir, "full")))
+
+    print("\n  policy      pruned %   R@1 i2t   R@1 t2i   R@5 i2t   R@5 t2i   wall s   (same epochs, seed, init)")
+    for r in results:
+        print(
+            f"  {r['policy']:<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
+            f"  {100 * r['i2t_r5']:8.1f}  {100 * r['t2i_r5']:8.1f}  {r['seconds']:7.0f}"
+        )
+    print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{args.policy}.png")
+    os.makedirs(args.run_dir, exist_ok=True)
+    with open(os.path.join(args.run_dir, "results.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()
