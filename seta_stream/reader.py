@@ -26,7 +26,7 @@ and ``index_mismatch``): local and fsspec URLs through fsspec, ``pipe:`` URLs th
 webdataset's ``gopen`` (the command runs). ``"raise"`` stops with
 :class:`~seta_stream.index.IndexMissing` or :class:`~seta_stream.index.IndexMismatch` instead.
 A URL with a query string has its index only in ``index_dir`` (see ``seta_stream.index``);
-without one it is streamed, with a warning once per process. No sample is yielded twice and no
+without one it is streamed, with a warning once per process and folder. No sample is yielded twice and no
 kept sample is skipped: the index lists every member of the shard.
 """
 
@@ -64,7 +64,7 @@ _HEADER = 512
 _MAX_BLOCK = 8 << 20
 #: bytes fetched by one batch of concurrent range requests on remote filesystems
 _MAX_BATCH = 64 << 20
-_WARNED: set[str] = set()
+_WARNED: set[tuple[str, str]] = set()
 
 Member = tuple[str, int, int]  # (tar member name, data offset, size)
 Decision = tuple[bool, float, "float | None", bool]
@@ -75,9 +75,11 @@ def _is_meta(name: str) -> bool:
     return ("/" not in name and name.startswith("__") and name.endswith("__")) or bool(_SKIP_META.match(name))
 
 
-def _warn_once(kind: str, message: str) -> None:
-    if kind not in _WARNED:
-        _WARNED.add(kind)
+def _warn_once(kind: str, url: str, message: str) -> None:
+    """Warn once per process for each kind of problem and host (or local folder) of the shards."""
+    where = url.split("?", 1)[0].rsplit("/", 1)[0]
+    if (kind, where) not in _WARNED:
+        _WARNED.add((kind, where))
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
@@ -236,7 +238,7 @@ def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: s
         )
         if on_missing == "raise":
             raise IndexMissing(message)
-        _warn_once("query", message)
+        _warn_once("query", shard_location(url), message)
         return None
     try:
         return load_index(url, index_dir)
@@ -258,6 +260,7 @@ def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: s
         _COUNTERS["index_missing"] += 1
         _warn_once(
             "pipe",
+            shard_location(url),
             f"read_kept: the index of {url} could not be read through fsspec ({exc!r}); streaming "
             "pipe: shards like it by running their command",
         )
