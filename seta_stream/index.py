@@ -285,10 +285,11 @@ def member_header_matches(header: bytes, name: str, size: int) -> bool:
             hsize = int(_text(field).strip() or "0", 8)
     except ValueError:
         return False
-    unsigned = sum(header) - sum(header[148:156]) + 256
-    signed = unsigned - 256 * sum(1 for i, b in enumerate(header) if b >= 128 and not 148 <= i < 156)
-    if stored not in (unsigned, signed):
-        return False
+    unsigned = sum(header) - sum(header[148:156]) + 256  # the checksum field counts as 8 spaces
+    if stored != unsigned:
+        high = sum(1 for i, b in enumerate(header) if b >= 128 and not 148 <= i < 156)
+        if stored != unsigned - 256 * high:  # some tars sum signed bytes
+            return False
     if hsize != size and not (hsize == 0 and size >= 8**11):  # pax size record of a huge member
         return False
     encoded = name.encode("utf-8", "surrogateescape")
