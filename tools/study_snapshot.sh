@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Run benchmarks/quality.py from a frozen copy of the library (the commit given, default HEAD),
-# so a study that runs for hours is not affected by edits to the working tree meanwhile.
-# Results still land in this checkout's docs/quality-runs/. Extra arguments go to quality.py.
+# Run the accuracy study (python -m benchmarks.quality) from a frozen copy of the library and of the
+# study's package at one commit (default HEAD), so a study that runs for hours is not affected by
+# edits to the working tree meanwhile. Each invocation gets its own copy under bench-out/study-src/
+# (a running study's copy is never replaced). Results still land in this checkout's
+# docs/quality-runs/. Extra arguments go to the study.
 #   bash tools/study_snapshot.sh HEAD --datasets cifar10
+#   nohup bash tools/study_snapshot.sh HEAD --study converged --threads 1 > bench-out/converged-study.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 rev=${1:-HEAD}; shift || true
-snap=bench-out/study-src
-rm -rf "$snap" && mkdir -p "$snap"
-git archive "$rev" seta_stream | tar -x -C "$snap"
-mkdir -p "$snap/tools" "$snap/benchmarks"; cp benchmarks/quality.py benchmarks/quality_checks.py "$snap/benchmarks/"; cp tools/text_to_shards.py "$snap/tools/"
-exec env STUDY_REV="$(git rev-parse --short "$rev")" PYTHONPATH="$PWD/$snap" .venv/bin/python "$snap/benchmarks/quality.py" --results "$PWD/docs/quality-runs" \
-    --data "$PWD/../shared/data" --out "$PWD/bench-out/quality" "$@"
+short=$(git rev-parse --short "$rev")
+snap=$root/bench-out/study-src/$short-$(date -u +%Y%m%dT%H%M%S)
+mkdir -p "$snap"
+git archive "$rev" seta_stream benchmarks/quality tools/text_to_shards.py | tar -x -C "$snap"
+cd "$snap"
+exec env STUDY_REV="$short" PYTHONPATH="$snap" "$root/.venv/bin/python" -m benchmarks.quality \
+    --results "$root/docs/quality-runs" --data "$root/../shared/data" --out "$root/bench-out/quality" "$@"

@@ -1,4 +1,4 @@
-"""Checks of the accuracy study's runs against algorithms.md (read like a reviewer).
+"""Checks of the study's runs against algorithms.md (read like a reviewer).
 
 Run on the run directories the study keeps (seed 0) and on every run's result file:
 
@@ -9,10 +9,12 @@ Run on the run directories the study keeps (seed 0) and on every run's result fi
    every epoch, InfoBatch keeps N - |L| + floor((1-r)|L|) with weight 1/(1-r) on the drawn
    below-mean samples and weight 1 everywhere in annealing, SeTa's window width and start are
    w = min(k', max(1, round(alpha k'))) and s = e mod (k' - w + 1) with every cluster at e = 0,
-   clusters ordered by centroid, and annealing keeps floor((1-r)N).
+   clusters ordered by centroid, and annealing keeps floor((1-r)N); with ``target_keep`` t every
+   pruning epoch keeps exactly floor(t N).
 
-``python benchmarks/quality_checks.py [RUNS_DIR] [RESULTS_DIR]`` prints the findings; the study
-writes them to ``docs/quality-runs/checks.json`` and docs/quality.md lists them.
+``python -m benchmarks.quality.checks [RUNS_DIR] [RESULTS_DIR]`` prints the findings for the
+short study; the report writes them to ``docs/quality-runs/checks.json`` (the converged study:
+``docs/quality-runs/converged/checks.json``) and docs/quality.md lists them.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 
 def _floor(x: float) -> int:
@@ -34,6 +35,9 @@ def _floor(x: float) -> int:
 
 def check_run_dir(run: Path) -> list[str]:
     """Problems found in one kept run directory ([] if it follows algorithms.md)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     state = json.loads((run / "state.json").read_text())
     policy, params, E = state["policy"], state["params"], state["epochs"]
     problems: list[str] = []
@@ -67,13 +71,16 @@ def check_run_dir(run: Path) -> list[str]:
                     problems.append(f"{run.name} e{e}: {len(w_drawn)} rescaled weights, expected {m} at 1/(1-r)")
         if policy == "seta":
             k, alpha = int(params.get("k", 10)), float(params.get("alpha", 0.5))
+            budget = params.get("target_keep")
             if e >= P:
                 if kept != _floor((1 - r) * n):
                     problems.append(f"{run.name} e{e} (anneal): kept {kept}, expected {_floor((1 - r) * n)}")
+            elif budget is not None and kept != _floor(float(budget) * n):
+                problems.append(f"{run.name} e{e}: kept {kept}, expected floor(target_keep N) = {_floor(budget * n)}")
             elif e == 0:
                 if s.get("s") != "all":
                     problems.append(f"{run.name} e0: window {s.get('s')}, expected every cluster")
-            else:
+            elif s.get("k_eff") is not None:
                 kk = s["k_eff"]
                 w = min(kk, max(1, round(alpha * kk)))
                 if kk != min(k, kk) or s["w"] != w or s["s"] != e % (kk - w + 1):
@@ -82,11 +89,12 @@ def check_run_dir(run: Path) -> list[str]:
                     )
                 if list(s["centroids"]) != sorted(s["centroids"]):
                     problems.append(f"{run.name} e{e}: centroids not ascending")
-                cluster = t.column("cluster").to_numpy(zero_copy_only=False)
-                in_window = (cluster >= s["s"]) & (cluster < s["s"] + s["w"])
-                seen_kept = keep & (cluster >= 0)
-                if not np.array_equal(seen_kept, keep & in_window & (cluster >= 0)):
-                    problems.append(f"{run.name} e{e}: kept clustered samples outside the window")
+                if budget is None:  # with a budget the band is centred on the window, not the window
+                    cluster = t.column("cluster").to_numpy(zero_copy_only=False)
+                    in_window = (cluster >= s["s"]) & (cluster < s["s"] + s["w"])
+                    seen_kept = keep & (cluster >= 0)
+                    if not np.array_equal(seen_kept, keep & in_window & (cluster >= 0)):
+                        problems.append(f"{run.name} e{e}: kept clustered samples outside the window")
     if policy == "static":
         first = _kept_keys(plans[0][1])
         for e in range(1, E):
@@ -113,6 +121,7 @@ def check_run_dir(run: Path) -> list[str]:
 
 def _concat(parts: list[Path]) -> Any:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     return pa.concat_tables([pq.read_table(p) for p in parts])
 
@@ -135,12 +144,13 @@ def check_results(results: list[dict]) -> list[str]:
     return problems
 
 
-def run_checks(runs: Path, results: list[dict]) -> dict:
-    from quality import run_id  # the study's own naming of run directories
+def finished_run_dirs(runs: Path, results: list[dict], rid: Callable[[dict], str]) -> list[Path]:
+    """Run directories of finished runs only (a study running meanwhile writes the others)."""
+    done = {rid(r) for r in results}
+    return sorted(p for p in runs.glob("*") if p.name in done and (p / "state.json").exists())
 
-    done = {run_id(r["dataset"], r, r["seed"]) for r in results}
-    # only directories of finished runs: a study running meanwhile writes the others
-    dirs = sorted(p for p in runs.glob("*") if p.name in done and (p / "state.json").exists())
+
+def run_checks(dirs: list[Path], results: list[dict]) -> dict:
     problems = check_results(results)
     checked = []
     for d in dirs:
@@ -150,8 +160,12 @@ def run_checks(runs: Path, results: list[dict]) -> dict:
 
 
 if __name__ == "__main__":
-    root = Path(__file__).resolve().parent.parent
-    runs = Path(sys.argv[1]) if len(sys.argv) > 1 else root / "bench-out/quality/runs"
-    res_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else root / "docs/quality-runs"
-    res = [json.loads(p.read_text()) for p in res_dir.glob("*-s[0-9]*.json")]
-    print(json.dumps(run_checks(runs, res), indent=1))
+    from .configs import run_id
+    from .layout import Layout
+    from .results import load_results
+
+    layout = Layout()
+    runs = Path(sys.argv[1]) if len(sys.argv) > 1 else layout.runs
+    res = load_results(Path(sys.argv[2]) if len(sys.argv) > 2 else layout.results)
+    dirs = finished_run_dirs(runs, res, lambda r: run_id(r["dataset"], r, r["seed"]))
+    print(json.dumps(run_checks(dirs, res), indent=1))

@@ -1,0 +1,34 @@
+"""Does pruning keep accuracy? Every policy trained through the real pipeline on real data.
+
+Shards -> ``seta.attach`` (skip_shards + keep_filter) -> DataLoader worker -> model -> recorded
+per-sample losses -> compaction -> plan of the next epoch, exactly as a user's loop does it.
+
+Two studies, one command (``python -m benchmarks.quality``, see ``__main__``):
+
+* ``--study short`` (default): every policy at 6 (CIFAR-10) / 5 (SST-2) epochs, clean and with
+  40% label noise;
+* ``--study converged``: CIFAR-10 trained for E epochs, long enough that full data has converged
+  (checked against 2E), the pruned runs at E, and full data trained for round(E (1 - p)) epochs
+  for each measured pruned fraction p: the same compute as the pruned run.
+
+Each finished run is one JSON file under ``docs/quality-runs/`` (``converged/`` for the second
+study); a rerun skips finished runs, so a study resumes. ``--report-only`` rewrites
+docs/quality.md and its plots from those files.
+
+Modules, one job each (an arrow = may import):
+
+    layout      where results, documents, plots and run directories live
+    data        the data sets (splits) and the fixed label corruption
+    models      the models and the text featurisation
+    pipeline    the training loader through seta.attach, collation, evaluation
+    machine     how much of the machine other processes used (CPU readings)
+    train       one training run -> a result dict             (data, models, pipeline, machine)
+    calibrate   pruning settings from the full run's training losses
+    configs     which runs each study makes, their ids, the run order
+    study       runs the plan, writes and resumes result files (all of the above)
+    results     reads result files; grouping and formatting helpers
+    checks      result files and run directories against the policy rules (configs)
+    plots       the figures                                   (results)
+    report      the short study's section of docs/quality.md  (results, plots, checks, layout)
+    report_converged  the converged study's section           (results, plots, checks, configs)
+"""

@@ -1,0 +1,117 @@
+"""Which runs each study makes, the id of each run (its file and run-directory name), and their order."""
+
+from __future__ import annotations
+
+from .calibrate import LEVELS
+
+# ----------------------------------------------------------------------------- the short study
+DEFAULT_ORDER = "cifar10:0,sst2:0-1,cifar10:1,sst2:2-4"
+FULL = {"policy": "full", "params": {}, "label": "full", "noisy": False}
+
+
+def _params_id(params: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in sorted(params.items())) or "default"
+
+
+def run_id(ds: str, cfg: dict, seed: int) -> str:
+    """The short study's id, e.g. ``cifar10-clean-seta-p30-alpha0.7-k10-r0.1-s0``."""
+    noisy = "noisy" if cfg["noisy"] else "clean"
+    return f"{ds}-{noisy}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+
+
+def configs(calibration: dict | None) -> list[dict]:
+    """The short study's runs: every policy at every level, then the noisy-label runs."""
+    out: list[dict] = [dict(FULL)]
+    for policy in ("random", "static"):
+        out += [{"policy": policy, "params": {"r": lv}, "label": f"p{int(lv * 100)}", "noisy": False} for lv in LEVELS]
+    for policy in ("infobatch", "seta"):
+        chosen: list[dict] = []
+        for lv in LEVELS:
+            if calibration is None:
+                continue
+            p = calibration["levels"][policy][f"{int(lv * 100)}"]["params"]
+            if p in chosen:  # e.g. InfoBatch's largest r serves two levels: one run, not two
+                continue
+            chosen.append(p)
+            out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}", "noisy": False})
+    out += [{"policy": p, "params": {}, "label": "default", "noisy": False} for p in ("es", "eswp")]
+
+    def noisy_too(c: dict) -> bool:  # InfoBatch and SeTa run with label noise at their 50% setting
+        if c["policy"] in ("infobatch", "seta"):
+            return calibration is not None and c["params"] == calibration["levels"][c["policy"]]["50"]["params"]
+        return c["policy"] in ("full", "es", "eswp")
+
+    return out + [{**c, "noisy": True} for c in out if noisy_too(c)]
+
+
+def parse_order(spec: str, datasets: list[str]) -> list[tuple[str, list[int]]]:
+    """'cifar10:0,sst2:0-1' -> [('cifar10', [0]), ('sst2', [0, 1])], keeping only ``datasets``."""
+    out = []
+    for item in spec.split(","):
+        name, _, seeds = item.partition(":")
+        lo, _, hi = seeds.partition("-")
+        if name in datasets:
+            out.append((name, list(range(int(lo), int(hi or lo) + 1))))
+    return out
+
+
+# ------------------------------------------------------------------------- the converged study
+CONVERGED_E = 36  # chosen so that a full run stays under ~15 min here; docs/quality.md reports the 2E check
+CONVERGED_SEEDS = 2
+
+
+def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None) -> dict:
+    return {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
+            "E": E, "n_epochs": n_epochs or E}  # fmt: skip
+
+
+def conv_full(E: int, n: int) -> dict:
+    """Full data trained for n epochs (the lr schedule's shape compressed to n) in the study at E."""
+    return conv_cfg(E, "full", {}, f"e{n}", n)
+
+
+def conv_run_id(cfg: dict, seed: int) -> str:
+    """The converged study's id, e.g. ``cifar10-E36-full-e25-default-s0``, ``cifar10-E36-random-p30-r0.3-s1``."""
+    return f"cifar10-E{cfg['E']}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+
+
+def conv_calibration_name(E: int) -> str:
+    return f"cifar10-E{E}-calibration.json"
+
+
+def conv_pruned(E: int, cal: dict) -> list[dict]:
+    """Pruned runs at E in the order they are most informative: SeTa and dynamic random side by
+    side at 30/50/70%, InfoBatch near 30%, SeTa with target_keep 0.5 (its 50% setting's r, k, alpha)."""
+    out = []
+    for lv in ("30", "50", "70"):
+        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}"))
+        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}"))
+    out.append(conv_cfg(E, "infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30"))
+    tk = dict(cal["levels"]["seta"]["50"]["params"])
+    tk["target_keep"] = min(0.5, round(1 - tk.get("r", 0.0), 6))
+    out.append(conv_cfg(E, "seta", tk, "p50tk"))
+    return out
+
+
+def equal_compute_epochs(E: int, pruned: list[float]) -> list[int]:
+    """round(E (1 - p)) for each measured pruned fraction p, distinct, longest first, E itself left out."""
+    return sorted({round(E * (1 - p)) for p in pruned} - {E, 0}, reverse=True)
+
+
+def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float]) -> list[tuple[dict, int]]:
+    """Every run of the converged study known so far, in run order, seed by seed.
+
+    Per seed: full data at E (seed 0 also at 2E: the convergence check), the pruned runs (known
+    once ``cal``, the calibration on seed 0's full run, exists), then full data at equal compute
+    for each pruned fraction seed 0 measured so far (``measured``).
+    """
+    plan: list[tuple[dict, int]] = []
+    for seed in range(seeds):
+        plan.append((conv_full(E, E), seed))
+        if seed == 0:
+            plan.append((conv_full(E, 2 * E), 0))
+        if cal is None:
+            continue
+        plan += [(c, seed) for c in conv_pruned(E, cal)]
+        plan += [(conv_full(E, n), seed) for n in equal_compute_epochs(E, measured)]
+    return plan

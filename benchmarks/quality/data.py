@@ -1,0 +1,97 @@
+"""The data sets (train / held-out validation / test shards) and the fixed label corruption.
+
+* CIFAR-10: train shards 0-8 (45,000 images) train, train shard 9 (5,000) is the held-out
+  validation split, the 10,000 test images are the test split.
+* SST-2: ``train.tsv`` converted to shards with ``tools/text_to_shards.py`` (shuffled, seed 0):
+  shards 0-12 (65,000 sentences) train, shard 13 (2,349) held-out validation; GLUE's ``dev.tsv``
+  (872) is the test split (GLUE's test labels are not public).
+"""
+
+from __future__ import annotations
+
+import glob
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+from .layout import ROOT
+
+NOISE = 0.4
+NOISE_SEED = 20261122
+
+
+class Dataset:
+    name: str
+    classes: int
+    epochs: int
+    batch: int
+    workers: int
+
+    def __init__(self, data: Path, out: Path) -> None:
+        self.data, self.out = data, out
+
+    def prepare(self) -> None: ...
+
+    train: list[str]
+    val: list[str]
+    test: list[str]
+
+    @property
+    def image(self) -> bool:
+        return self.name == "cifar10"
+
+
+class Cifar(Dataset):
+    name, classes, epochs, batch, workers = "cifar10", 10, 6, 128, 1
+
+    def prepare(self) -> None:
+        d = self.data / "cifar10"
+        shards = sorted(glob.glob(str(d / "train-*.tar.gz")))
+        if len(shards) != 10:
+            raise SystemExit(f"{d}: expected 10 train-*.tar.gz shards, found {len(shards)}; see {d}/README.md")
+        self.train, self.val = shards[:9], shards[9:]
+        self.test = sorted(glob.glob(str(d / "test-*.tar.gz")))
+
+
+class Sst2(Dataset):
+    name, classes, epochs, batch, workers = "sst2", 2, 5, 128, 2
+
+    def prepare(self) -> None:
+        d = self.out / "sst2-shards"
+        if not (d / "sst2-test.json").exists():
+            tool = ROOT / "tools" / "text_to_shards.py"
+            common = ["--text", "sentence", "--label", "label", "--labels", "0,1", "--shard-size", "5000"]
+            src = self.data / "sst2"
+            for split, extra in (("train", ["--shuffle", "0"]), ("test", [])):
+                tsv = src / ("train.tsv" if split == "train" else "dev.tsv")
+                subprocess.run(
+                    [sys.executable, str(tool), str(tsv), "--out", str(d), "--prefix", f"sst2-{split}", "--json"]
+                    + common
+                    + extra,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+        shards = sorted(glob.glob(str(d / "sst2-train-*.tar")))
+        self.train, self.val = shards[:-1], shards[-1:]
+        self.test = sorted(glob.glob(str(d / "sst2-test-*.tar")))
+
+
+DATASETS: dict[str, type[Dataset]] = {"cifar10": Cifar, "sst2": Sst2}
+
+
+def _hash01(text: str, salt: int) -> float:
+    return zlib.crc32(f"{salt}:{text}".encode()) / 2**32
+
+
+def noise_offsets(population: Any, classes: int) -> dict[str, int]:
+    """key -> label offset (1..C-1) for exactly round(40%) of the training samples.
+
+    Fixed and seeded (NOISE_SEED), derived from the keys alone, so every policy and seed sees
+    the same corrupted labels; the new label (y + offset) mod C is always a different class.
+    """
+    keys = sorted(population.column("key").to_pylist())
+    order = sorted(keys, key=lambda k: (_hash01(k, NOISE_SEED), k))
+    chosen = order[: round(NOISE * len(keys))]
+    return {k: 1 + int(_hash01(k, NOISE_SEED + 1) * (classes - 1)) for k in chosen}

@@ -1,0 +1,126 @@
+"""Samples in, tensors out: the training loader through ``seta.attach``, collation and evaluation.
+
+Shards -> ``seta.attach`` (skip_shards + keep_filter) -> shuffle -> decode -> batches of 128,
+collated (and for images augmented) in one DataLoader worker; evaluation reads its split in
+order, 500 at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .data import Dataset
+from .models import tokens
+
+MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32) * 255
+STD = np.array([0.2470, 0.2435, 0.2616], np.float32) * 255
+
+_RNG: list[np.random.Generator] = []
+
+
+def _images(batch: list, augment: bool = False) -> Any:
+    """Batch of HWC uint8 images -> normalised NCHW float tensor (channels-last memory).
+
+    ``augment``: random 32x32 crop of the 4-pixel zero-padded image and a random horizontal
+    flip, drawn per sample for the whole batch at once.
+    """
+    import torch
+
+    x = np.stack(batch)
+    if augment:
+        if not _RNG:  # one generator per worker process, created on first use
+            _RNG.append(np.random.default_rng())
+        b = len(x)
+        pad = np.zeros((b, 40, 40, 3), np.uint8)
+        pad[:, 4:36, 4:36] = x
+        d = _RNG[0].integers(0, 9, (b, 2))
+        flip = _RNG[0].random(b) < 0.5
+        x = np.stack([pad[i, d[i, 0] : d[i, 0] + 32, d[i, 1] : d[i, 1] + 32] for i in range(b)])
+        x[flip] = x[flip, :, ::-1]
+    x = (x.astype(np.float32) - MEAN) / STD
+    return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+
+
+def _texts(batch: list) -> Any:
+    import torch
+
+    ids = [tokens(t) for t in batch]
+    offsets = np.cumsum([0] + [len(t) for t in ids[:-1]])
+    return torch.tensor([i for t in ids for i in t]), torch.from_numpy(offsets)
+
+
+def _collate(samples: list, augment: bool = False) -> tuple:
+    cols = list(zip(*samples))
+    x = _images(list(cols[0]), augment) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
+    return (x, *[list(c) for c in cols[1:]])
+
+
+def _collate_train(samples: list) -> tuple:
+    return _collate(samples, augment=True)
+
+
+def _relabel(offsets: dict[str, int], classes: int) -> Any:
+    def fn(sample: dict) -> dict:
+        off = offsets.get(sample["__key__"])
+        if off:  # before decode: the label is still the member's bytes
+            sample["cls"] = str((int(sample["cls"]) + off) % classes).encode()
+        return sample
+
+    return fn
+
+
+def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int) -> Any:
+    """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps."""
+    import webdataset as wds
+
+    import seta_stream as seta
+
+    pipe = seta.attach(wds.WebDataset(ds.train, shardshuffle=len(ds.train), seed=seed, empty_check=False), run_dir)
+    if noise:
+        pipe = pipe.map(_relabel(noise, ds.classes))
+    fields = ["jpg" if ds.image else "txt", "cls", "__key__", "__url__", "__weight__"] + (
+        ["__score__"] if with_score else []
+    )
+    pipe = pipe.shuffle(2000, seed=seed).decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
+    pipe = pipe.batched(bs, collation_fn=_collate_train, partial=True)
+    return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
+
+
+def eval_batches(ds: Dataset, urls: list[str]) -> Any:
+    """The evaluation split as batches of (model input, labels), read through webdataset."""
+    import webdataset as wds
+
+    return (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode(*(["rgb8"] if ds.image else []))
+        .to_tuple("jpg" if ds.image else "txt", "cls")
+        .batched(500, collation_fn=_collate)
+    )
+
+
+def evaluate(model: Any, batches: Any) -> float:
+    """Accuracy over ``batches`` (``eval_batches``, or a list of them read once and reused)."""
+    import torch
+
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in batches:
+            y = torch.as_tensor([int(v) for v in y])
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    model.train()
+    return correct / max(total, 1)
+
+
+def select_text(x: Any, idx: Any) -> Any:
+    """The rows ``idx`` of a text batch (ids, offsets)."""
+    import torch
+
+    ids, offsets = x
+    ends = torch.cat([offsets[1:], torch.tensor([len(ids)])])
+    parts = [ids[offsets[i] : ends[i]] for i in idx.tolist()]
+    lens = torch.tensor([len(p) for p in parts])
+    return torch.cat(parts), torch.cat([torch.tensor([0]), lens.cumsum(0)[:-1]])

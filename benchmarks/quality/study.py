@@ -1,0 +1,176 @@
+"""Runs a study's plan: one result file per finished run, finished runs skipped (a study resumes)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .calibrate import calibrate
+from .configs import (
+    CONVERGED_E,
+    CONVERGED_SEEDS,
+    DEFAULT_ORDER,
+    FULL,
+    configs,
+    conv_calibration_name,
+    conv_full,
+    conv_pruned,
+    conv_run_id,
+    converged_plan,
+    parse_order,
+    run_id,
+)
+from .data import DATASETS, Cifar, Dataset
+from .layout import Layout
+from .train import train_run
+
+
+def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: Layout, population: Any,
+            args: argparse.Namespace) -> dict | None:  # fmt: skip
+    """Train one configuration unless its result file exists; the result, or None if it failed."""
+    path = results / f"{rid}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    print(f"== {rid}", flush=True)
+    try:
+        result = train_run(ds, cfg, seed, layout.runs, population, rid)
+    except Exception:  # one broken configuration must not stop a study of hours; it is rerun next time
+        import traceback
+
+        traceback.print_exc()
+        print(f"   -> FAILED: {rid} (no result written)", flush=True)
+        return None
+    path.write_text(json.dumps(result, indent=1))
+    print(
+        f"   -> pruned {100 * result['pruned']:.1f}% (backprop {100 * result['pruned_backprop']:.1f}%), "
+        f"val {100 * result['val_acc']:.2f}%, test {100 * result['test_acc']:.2f}%, {result['seconds']:.0f}s",
+        flush=True,
+    )
+    if not args.keep_runs and seed != 0:  # seed 0 run directories stay for inspection and the checks
+        shutil.rmtree(layout.runs / rid, ignore_errors=True)
+    return result
+
+
+def short_study(args: argparse.Namespace, layout: Layout) -> None:
+    """Every policy at 6 / 5 epochs, data set by data set in rounds of seeds (``--order``)."""
+    import torch
+    from tqdm import tqdm
+
+    from seta_stream.listing import list_samples
+
+    from .report import report_short
+
+    torch.set_num_threads(args.threads)
+    layout.results.mkdir(parents=True, exist_ok=True)
+    wanted = [d for d in args.datasets.split(",") if d]
+    order = parse_order(args.order or DEFAULT_ORDER, wanted)
+    if args.seeds:
+        order = [(name, list(range(args.seeds))) for name in wanted]
+    loaded: dict[str, tuple[Dataset, Any]] = {}
+    bar = tqdm(desc="runs", unit="run")
+    # rounds (data set, seeds): every configuration of a round before the next round, so an
+    # interrupted study has whole seeds of each data set rather than a few configurations
+    for name, seeds in order:
+        if name not in loaded:
+            ds: Dataset = DATASETS[name](layout.data, layout.out)
+            ds.prepare()
+            if args.smoke:  # every code path on one shard for 3 epochs (results are meaningless)
+                ds.train, ds.epochs = ds.train[:1], 3
+            loaded[name] = (ds, list_samples(ds.train))
+        ds, population = loaded[name]
+
+        cal_path = layout.results / f"{name}-calibration.json"
+        todo: list[tuple[dict, int]] = []  # nothing more if full data (the calibration needs it) failed
+        if (layout.results / f"{run_id(name, FULL, 0)}.json").exists() or run_one(
+            ds, FULL, 0, run_id(name, FULL, 0), layout.results, layout, population, args
+        ):
+            if not cal_path.exists():
+                cal = calibrate(layout.runs / run_id(name, FULL, 0), population, ds.epochs)
+                cal_path.write_text(json.dumps(cal, indent=1))
+            cfgs = configs(json.loads(cal_path.read_text()))
+            if args.only:
+                cfgs = [c for c in cfgs if re.search(args.only, run_id(name, c, 0))]
+            todo = [(c, s) for s in seeds for c in cfgs]
+        for cfg, seed in todo:
+            rid = run_id(name, cfg, seed)
+            if not (layout.results / f"{rid}.json").exists() and run_one(
+                ds, cfg, seed, rid, layout.results, layout, population, args
+            ):
+                bar.update(1)
+        report_short(layout)
+    bar.close()
+
+
+def converged_study(args: argparse.Namespace, layout: Layout) -> None:
+    """CIFAR-10 at E: full data at E and 2E, the pruned runs, the equal-compute full-data runs, seed by seed.
+
+    The plan is recomputed after every run (``configs.converged_plan``): the calibration on
+    seed 0's full run decides the pruned settings, and the pruned fractions seed 0 measures decide
+    the equal-compute runs' lengths. Runs that fail are retried in the next invocation.
+    """
+    import torch
+
+    from seta_stream.listing import list_samples
+
+    torch.set_num_threads(args.threads)
+    res = layout.converged
+    res.mkdir(parents=True, exist_ok=True)
+    ds = Cifar(layout.data, layout.out)
+    ds.prepare()
+    E = args.epochs or CONVERGED_E
+    if args.smoke:  # every code path on one shard (results are meaningless)
+        ds.train, E = ds.train[:1], args.epochs or 3
+    population = list_samples(ds.train)
+    with single_study(layout.out / f"converged-{res.parent.name}.pid"):
+        _converged_loop(args, layout, ds, E, population)
+
+
+@contextlib.contextmanager
+def single_study(pid_file: Path) -> Iterator[None]:
+    """At most one process runs a study into the same results: a second one exits with the first one's pid."""
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        other = int(pid_file.read_text())
+        os.kill(other, 0)
+    except (OSError, ValueError):  # no file, a dead process or a torn file: ours now
+        pass
+    else:
+        if other != os.getpid():
+            raise SystemExit(f"{pid_file}: a study (pid {other}) is already running into these results; "
+                             "wait for it or stop it first")  # fmt: skip
+    pid_file.write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def _converged_loop(args: argparse.Namespace, layout: Layout, ds: Dataset, E: int, population: Any) -> None:
+    res = layout.converged
+    cal_path = res / conv_calibration_name(E)
+    failed: set[str] = set()
+    while True:
+        full_dir = layout.runs / conv_run_id(conv_full(E, E), 0)
+        if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
+            if not (full_dir / "state.json").exists():
+                raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
+            cal_path.write_text(json.dumps(calibrate(full_dir, population, E), indent=1))
+        cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
+        measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal) if cal else [])
+                    if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
+        todo = [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured)
+                if (rid := conv_run_id(c, s)) not in failed and not (res / f"{rid}.json").exists()
+                and not (args.only and not re.search(args.only, rid))]  # fmt: skip
+        if not todo:
+            break
+        cfg, seed = todo[0]
+        rid = conv_run_id(cfg, seed)
+        if run_one(ds, cfg, seed, rid, res, layout, population, args) is None:
+            failed.add(rid)

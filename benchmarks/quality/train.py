@@ -1,0 +1,162 @@
+"""One training run through the real pipeline -> its result dict (the content of a run file)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import Dataset, noise_offsets
+from .machine import machine_cpu, other_cpu
+from .models import cifar_model, text_model
+from .pipeline import eval_batches, evaluate, select_text, train_loader
+
+
+def lr_at(t: float, epochs: int, peak: float) -> float:
+    """Epoch-based one-cycle: linear warm-up over the first 15% of training, then linear decay."""
+    w = 0.15 * epochs
+    return peak * (t / w if t < w else max(0.0, (epochs - t) / (epochs - w)))
+
+
+def _set_lr(opts: list, lr: float) -> None:
+    for o in opts:
+        for g in o.param_groups:
+            g["lr"] = lr
+
+
+def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str) -> dict:
+    """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
+
+    The converged study's runs (``cfg["study"] == "converged"``) also record, after every epoch,
+    the test accuracy, the samples trained so far, the training wall time so far (evaluation
+    excluded) and the share of the machine other processes used meanwhile.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    import seta_stream as seta
+    from seta_stream.ids import sample_uid, shard_name
+    from seta_stream.policies import es_select
+
+    policy, params, noisy = cfg["policy"], dict(cfg["params"]), cfg["noisy"]
+    run_dir = str(runs / rid)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    torch.manual_seed(seed)
+    image = ds.image
+    model = cifar_model().to(memory_format=torch.channels_last) if image else text_model()
+    if image:
+        peak = 0.1
+        opts = [torch.optim.SGD(model.parameters(), lr=peak, momentum=0.9, nesterov=True, weight_decay=5e-4)]
+    else:
+        peak = 0.01
+        opts = [
+            torch.optim.SparseAdam(model.emb.parameters(), lr=peak),
+            torch.optim.Adam(model.out.parameters(), lr=peak),
+        ]
+    es_like = policy in ("es", "eswp")
+    mini = 0.25
+    n_epochs = cfg.get("n_epochs", ds.epochs)  # the converged study's runs set their own length
+    curve = cfg.get("study") == "converged"  # test accuracy after every epoch (split read once)
+    test_set = list(eval_batches(ds, ds.test)) if curve else None
+    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
+    noise = noise_offsets(population, ds.classes) if noisy else None
+    meta = int(ds.batch / mini) if es_like else ds.batch
+    loader = train_loader(ds, run_dir, seed, noise, es_like, meta)
+    epochs: list[dict] = []
+    t_run = time.perf_counter()
+    train_s = 0.0  # wall time without the per-epoch evaluation
+    samples = 0
+    for epoch in range(n_epochs):
+        t0 = time.perf_counter()
+        cpu0 = machine_cpu()
+        summary = pruner.start_epoch(epoch)
+        active = es_like and bool(summary.get("active"))
+        steps = max(1, math.ceil(summary["kept"] / (meta if active else ds.batch)))
+        step = streamed = backprop = 0
+        loss_sum = 0.0
+        for batch in loader:
+            x, y, keys, urls, w = batch[:5]
+            y = torch.as_tensor([int(v) for v in y])
+            streamed += len(keys)
+            if es_like:
+                with torch.no_grad():
+                    losses = F.cross_entropy(model(x), y, reduction="none")
+                if active:
+                    uids = [sample_uid(shard_name(u), k) for u, k in zip(urls, keys)]
+                    pick = es_select(losses, np.asarray(batch[5], np.float64), mini_ratio=mini, beta1=0.2, seed=seed,
+                                     epoch=epoch, rank=0, step=step, uids=uids)  # fmt: skip
+                    chunks = [torch.from_numpy(np.flatnonzero(pick))]
+                else:  # warm-up / annealing: the meta-batch as ordinary mini-batches
+                    pick = np.ones(len(keys), bool)
+                    chunks = list(torch.arange(len(keys)).split(ds.batch))
+                pruner.record(keys, urls, losses, trained=pick)
+                loss_sum += float(losses.sum())
+                for idx in chunks:
+                    _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
+                    xs = x[idx] if image else select_text(x, idx)
+                    loss = F.cross_entropy(model(xs), y[idx])
+                    for o in opts:
+                        o.zero_grad(set_to_none=True)
+                    loss.backward()
+                    for o in opts:
+                        o.step()
+                    step += 1
+                    backprop += len(idx)
+                continue
+            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
+            losses = F.cross_entropy(model(x), y, reduction="none")
+            pruner.record(keys, urls, losses)
+            for o in opts:
+                o.zero_grad(set_to_none=True)
+            seta.weighted_mean(losses, w).backward()
+            for o in opts:
+                o.step()
+            step += 1
+            loss_sum += float(losses.detach().sum())
+            backprop += len(keys)
+        epochs.append(
+            {
+                "epoch": epoch,
+                "phase": summary["phase"],
+                "n": summary["n"],
+                "kept": summary["kept"],
+                "streamed": streamed,
+                "backprop": backprop,
+                "train_loss": loss_sum / max(streamed, 1),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+        if curve:
+            train_s += time.perf_counter() - t0
+            samples += streamed
+            epochs[-1].update(other_cpu=round(other_cpu(cpu0, machine_cpu()), 3), load1=round(os.getloadavg()[0], 2),
+                              samples=samples, train_seconds=round(train_s, 2),
+                              test_acc=evaluate(model, test_set))  # fmt: skip
+        print(
+            f"    epoch {epoch} {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}% "
+            f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
+            flush=True,
+        )
+    pruner.close()
+    seconds = time.perf_counter() - t_run
+    n_total = sum(e["n"] for e in epochs)
+    result = {
+        "dataset": ds.name,
+        **cfg,
+        "seed": seed,
+        "epochs": epochs,
+        "pruned": 1 - sum(e["streamed"] for e in epochs) / n_total,
+        "pruned_backprop": 1 - sum(e["backprop"] for e in epochs) / n_total,
+        "val_acc": evaluate(model, eval_batches(ds, ds.val)),
+        "test_acc": evaluate(model, test_set or eval_batches(ds, ds.test)),
+        "seconds": round(seconds, 1),
+        "torch_threads": torch.get_num_threads(),
+        "library_rev": os.environ.get("STUDY_REV", "working tree"),
+    }
+    del loader
+    return result
