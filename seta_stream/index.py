@@ -103,11 +103,14 @@ def has_query(url: str) -> bool:
 
 def byte_source(url: str) -> str | None:
     """What fsspec opens to read the shard's bytes: the URL itself (query string kept), or for a
-    ``pipe:`` command the URL or path it reads. None for a ``pipe:`` command whose URL has a
-    query string (its bytes can only be had by running the command)."""
+    ``pipe:`` command the URL or path it reads, as written in the command (query string kept).
+    None if that cannot be found verbatim in the command (shell escapes): only running the
+    command can read it."""
     if not url.startswith("pipe:"):
         return url
-    return None if has_query(url) else shard_location(url)
+    loc = shard_location(url)
+    match = re.search(re.escape(loc) + r"(\?[^\s'\"#]*)?", url)
+    return None if match is None else match.group(0)
 
 
 def open_fs(url: str) -> tuple[Any, str]:
@@ -158,9 +161,9 @@ def _source(url: str) -> str:
     src = byte_source(url)
     if src is None:
         raise InvalidInputError(
-            f"{url}: the pipe: command reads a URL with a query string ({shard_location(url)}?...); its bytes "
-            "can only be had by running the command, so it cannot be indexed or range-read. Index the URL itself "
-            "(`seta-stream index 'https://...?...' --index-dir DIR`)"
+            f"{url}: the shard {shard_location(url)} is not written verbatim in the pipe: command (shell escapes?), "
+            "so only the command can read it and it cannot be indexed or range-read through it; expected the URL "
+            "or path as a plain or quoted argument. Index the URL or path itself (`seta-stream index URL`)"
         )
     return src
 

@@ -16,9 +16,9 @@ Which URLs:
 
 * local paths, ``file://`` and fsspec URLs (``s3://``, ``gs://``, ``https://``, ...) are
   range-read through fsspec, with the full URL (a signed URL's query string is kept);
-* ``pipe:`` commands: the shard the command reads (``seta_stream.ids.shard_location``) is
-  range-read through fsspec when it has an index; otherwise the command runs and its stream
-  is filtered.
+* ``pipe:`` commands: the shard the command reads (``seta_stream.ids.shard_location``, read
+  with its query string as the command has it) is range-read through fsspec when it has an
+  index; otherwise the command runs and its stream is filtered.
 
 A shard without an index, or whose index does not match it, is streamed and filtered instead
 (``on_missing``/``on_mismatch="stream"``, counted in ``stage_counters()`` as ``index_missing``
@@ -239,6 +239,11 @@ def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: s
         if on_missing == "raise":
             raise IndexMissing(message)
         _warn_once("query", shard_location(url), message)
+        return None
+    if byte_source(url) is None:  # a pipe: command whose shard cannot be read around it
+        if on_missing == "raise":
+            raise IndexMissing(f"{url}: the shard the pipe: command reads cannot be range-read around the command")
+        _COUNTERS["index_missing"] += 1
         return None
     try:
         return load_index(url, index_dir)

@@ -390,3 +390,26 @@ def test_end_to_end_pipe_curl_urls_through_every_reader(tmp_path, http_shards, r
         assert {r.path for r in gets if not r.range} == {f"/data/{os.path.basename(p)}" for p in paths[2:]}
     else:
         assert gets and all(r.range is None for r in gets)  # curl fetched whole shards
+
+
+@curl_needed
+def test_pipe_curl_of_a_signed_url_range_reads_with_its_query_from_an_index_dir(tmp_path, http_shards):
+    server, paths = http_shards
+    urls = [f"pipe:curl -s -L '{signed(server, p)}' || true" for p in paths]
+    idx_dir = str(tmp_path / "idx")
+    for u in urls[:2]:
+        index_shard(u, idx_dir)  # read through the command's signed URL
+    run = seta.RunDir(str(tmp_path / "run"), create=True)
+    plan_random(run, seta.list_samples(paths))
+    expected = reference(paths, run, urls)
+    server.clear()
+    before = counters()
+    assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, index_dir=idx_dir))) == expected
+    d = delta(before)
+    assert d["index_missing"] == 2 and d["index_mismatch"] == 0
+    gets = server.requests(".tar", "GET")
+    assert all(r.status in (200, 206) and "X-Amz-Signature=ok" in r.query for r in gets)
+    assert {r.path for r in gets if r.range} == {f"/signed/data/{os.path.basename(p)}" for p in paths[:2]}
+    assert {r.path for r in gets if not r.range} == {f"/signed/data/{os.path.basename(p)}" for p in paths[2:]}
+    with pytest.warns(UserWarning, match=r"has a query string"):  # no index_dir: the command runs
+        assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run))) == expected
