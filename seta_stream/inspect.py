@@ -12,33 +12,26 @@ from typing import Any
 import polars as pl
 
 from .errors import PlanMissingError
+from .layout import MANIFEST, plan_file, stats_glob
+from .plans import planned_epochs, read_summary
 from .runfs import RunDir
+from .state import read_state
 
 __all__ = ["run_summary", "format_summary", "plot_epoch"]
 
 
-def _planned_epochs(run: RunDir) -> list[int]:
-    out = []
-    for rel in run.glob("plans/epoch=*/summary.json"):
-        try:
-            out.append(int(rel.split("epoch=", 1)[1].split("/", 1)[0]))
-        except ValueError:
-            continue
-    return sorted(out)
-
-
 def _summary(run: RunDir, epoch: int) -> dict[str, Any]:
-    s = run.read_json(f"plans/epoch={epoch}/summary.json")
+    s = read_summary(run, epoch)
     if s is None:
         raise PlanMissingError(
-            f"{run.display(f'plans/epoch={epoch}/summary.json')} does not exist; planned epochs: "
-            f"{_planned_epochs(run)}. Plan it with `seta-stream plan {run.url} --epoch {epoch}`"
+            f"{run.display(plan_file(epoch, 'summary.json'))} does not exist; planned epochs: "
+            f"{planned_epochs(run)}. Plan it with `seta-stream plan {run.url} --epoch {epoch}`"
         )
-    return dict(s)
+    return s
 
 
 def _shard_losses(run: RunDir, epoch: int, top: int) -> dict[str, list[dict[str, Any]]]:
-    plan = pl.from_arrow(run.read_parquet(f"plans/epoch={epoch}/plan.parquet", columns=["shard", "keep"]))
+    plan = pl.from_arrow(run.read_parquet(plan_file(epoch, "plan.parquet"), columns=["shard", "keep"]))
     assert isinstance(plan, pl.DataFrame)
     per_shard = (
         plan.group_by("shard")
@@ -58,13 +51,13 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
     shards that lost most and least of their samples in it; ``table``: rows of the loss table.
     """
     run = RunDir(run)
-    planned = _planned_epochs(run)
-    state = run.read_json("state.json", default={}) or {}
-    manifest = run.read_json("table/manifest.json", default={}) or {}
+    planned = planned_epochs(run)
+    state = read_state(run)
+    manifest = run.read_json(MANIFEST, default={}) or {}
     epochs: list[dict[str, Any]] = []
     for e in planned:
         s = _summary(run, e)
-        counts = [run.read_json(rel) or {} for rel in run.glob(f"stats/epoch={e}/rank=*.json")]
+        counts = [run.read_json(rel) or {} for rel in run.glob(stats_glob(e))]
         epochs.append(
             {
                 "epoch": e,
@@ -162,12 +155,12 @@ def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
     import numpy as np
 
     run = RunDir(run)
-    planned = _planned_epochs(run)
+    planned = planned_epochs(run)
     if not planned:
         raise PlanMissingError(f"{run.display('plans')}: no plan yet; nothing to plot")
     sel = planned[-1] if epoch is None else epoch
     summary = _summary(run, sel)
-    plan = run.read_parquet(f"plans/epoch={sel}/plan.parquet", columns=["loss", "keep"])
+    plan = run.read_parquet(plan_file(sel, "plan.parquet"), columns=["loss", "keep"])
     loss = plan.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
     keep = plan.column("keep").to_numpy(zero_copy_only=False)
     finite = np.isfinite(loss)

@@ -1,16 +1,8 @@
 """Planning: run a policy on the loss table and publish the plan of an epoch.
 
-``plan_epoch(run, e)`` reads the table columns the policies need, adds listed-but-unrecorded
-samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``:
-
-* ``plan.parquet``: one row per known sample, a folder of Parquet parts written in parallel
-  (docs/format.md, "Plans");
-* ``keys.arrow`` + ``lookup.arrow`` + ``shards.arrow``: what the stage memory-maps (rows
-  grouped by shard; keys.arrow is a hard link to the table's keys file, or written while the
-  policy runs, and published after it);
-* ``summary.json``: written last, so its presence means the plan is complete;
-
-then ``state.json`` (policy, params, seed, epochs, per-epoch history, ``current_epoch``).
+``plan_epoch(run, e)`` reads the table columns the policy needs, adds listed-but-unrecorded
+samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``
+(written by :mod:`seta_stream.plans`), then ``state.json`` (:mod:`seta_stream.state`).
 
 Invariants: a plan, once published, is never recomputed unless ``force=True`` (a resumed run
 gets exactly the plans of an uninterrupted one); the settings of a run (policy, params, seed,
@@ -28,58 +20,35 @@ import importlib
 import os
 import signal
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import EpochOrderError, InvalidInputError, PlanMissingError, RunFormatError, ShardNameConflictError
+from . import state as run_state
+from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
 from .ids import depth_hint, sample_uids, shard_location
+from .layout import MANIFEST, STATE, plan_dir, plan_file
+from .plans import (
+    PLAN_SCHEMA,
+    PlanIdentities,
+    discard_leftovers,
+    load_plan,
+    load_summary,
+    publish_plan,
+    publish_summary,
+    read_summary,
+)
 from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, policy_params, summarize
-from .runfs import PendingFile, RunDir
-from .table import MANIFEST, load_numeric, load_table, load_table_keys
+from .runfs import RunDir
+from .table import load_numeric, load_table, load_table_keys
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 
-#: Every column is non-nullable (Parquet ``required``): a plan has a value in every cell, and
-#: without definition levels to compute and encode plan.parquet is encoded about 18% faster.
-PLAN_SCHEMA = pa.schema(
-    [
-        pa.field("shard", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("uid", pa.uint64(), nullable=False),
-        pa.field("loss", pa.float32(), nullable=False),
-        pa.field("cluster", pa.int16(), nullable=False),
-        pa.field("keep", pa.bool_(), nullable=False),
-        pa.field("weight", pa.float32(), nullable=False),
-        pa.field("reason", pa.dictionary(pa.int8(), pa.string()), nullable=False),
-    ]
-)
-
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
 _NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
-_SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
-#: Rows per part of the plan.parquet folder. The parts are encoded in parallel: at 15M rows
-#: (8 parts) planning takes about 0.25 s less on 2 CPUs than with one file encoded on one
-#: thread (docs/benchmarks.md, "Planning").
-PLAN_PART_ROWS = 1 << 21
-#: plan.parquet: LZ4, like the loss table. At 15M rows it is 320 MB instead of 715 MB
-#: uncompressed, and every megabyte of a new file costs page-cache pages: on the benchmark VM a
-#: fresh 700 MB file takes 1.6 s to write however it is encoded, far more than LZ4's CPU time
-#: (docs/benchmarks.md, "Planning"). Dictionary pages only for the low-cardinality columns;
-#: statistics only for the numeric columns (those of the identity columns and of the few-valued
-#: keep and reason columns cannot prune a row group and cost 10% of the encoding); values
-#: encoded in batches of 64K and pages cut by size (1 MB) rather than every 20K rows
-#: (pyarrow's defaults, 1K and 20K rows, cost about a quarter of the write time at 15M rows).
-_PLAN_WRITE_OPTIONS: dict[str, Any] = {
-    "compression": "lz4",
-    "use_dictionary": ["shard", "reason"],
-    "write_statistics": ["loss", "cluster", "weight"],
-    "write_batch_size": 1 << 16,
-    "max_rows_per_page": 1 << 20,
-}
 
 
 def _madvise_hugepage_setter() -> Any:
@@ -121,41 +90,14 @@ def _run(run: str | RunDir) -> RunDir:
 
 def read_state(run: str | RunDir) -> dict[str, Any]:
     """Contents of state.json ({} for a run never planned)."""
-    return dict(_run(run).read_json("state.json", default=None) or {})
-
-
-def plan_dir(epoch: int) -> str:
-    return f"plans/epoch={int(epoch)}"
-
-
-def load_summary(run: str | RunDir, epoch: int) -> dict[str, Any]:
-    """The summary of the plan of ``epoch`` (PlanMissingError if it was never planned)."""
-    run = _run(run)
-    s = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
-    if s is None:
-        raise PlanMissingError(
-            f"{run.display(plan_dir(epoch), 'summary.json')}: no plan for epoch {epoch}; call "
-            f"seta_stream.plan_epoch(run, {epoch}) (or pruner.start_epoch({epoch})) before "
-            "iterating the loader of that epoch"
-        )
-    return dict(s)
-
-
-def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -> pa.Table:
-    """plan.parquet of ``epoch`` as an Arrow table."""
-    run = _run(run)
-    load_summary(run, epoch)  # raises PlanMissingError with a hint
-    return run.read_parquet(f"{plan_dir(epoch)}/plan.parquet", columns=columns)
+    return run_state.read_state(_run(run))
 
 
 def set_current_epoch(run: str | RunDir, epoch: int) -> None:
     """Mark ``epoch`` as the one the stages use when a DataLoader iterator starts."""
     run = _run(run)
     load_summary(run, epoch)
-    state = read_state(run)
-    if state.get("current_epoch") != epoch:
-        state["current_epoch"] = int(epoch)
-        run.publish_json("state.json", state)
+    run_state.with_current_epoch(run, int(epoch))
 
 
 def _population_table(population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
@@ -226,39 +168,37 @@ def _with_population(table: pa.Table, population: Any, locations: dict[str, str]
     return merged.take(pa.array(perm))
 
 
-def _resolve_settings(
-    state: dict[str, Any],
-    policy: str | None,
-    params: dict[str, Any] | None,
-    epochs: int | None,
-    seed: int | None,
-    force: bool,
-    run: RunDir,
-) -> dict[str, Any]:
-    given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
-    if not state.get("policy"):
-        if policy is None or epochs is None:
-            raise InvalidInputError(
-                f"{run.display('state.json')}: this run has no plan yet, so its first plan needs "
-                "policy= and epochs= (CLI: --policy NAME --epochs N); seed defaults to 0"
-            )
-        return {"policy": policy, "params": dict(params or {}), "epochs": int(epochs), "seed": int(seed or 0)}
-    resolved = {k: state[k] for k in ("policy", "params", "epochs", "seed")}
-    for k, v in given.items():
-        if v is None:
-            continue
-        if isinstance(v, dict):  # params
-            v = dict(v)
-        if v != resolved[k]:
-            if not force:
-                raise InvalidInputError(
-                    f"{run.display('state.json')}: the run was planned with {k}={resolved[k]!r}, "
-                    f"this call asks {k}={v!r}; a run's settings are fixed by its first plan. Use "
-                    "a new run directory, or pass force=True (CLI: --force) to change them from "
-                    "this epoch on"
-                )
-            resolved[k] = v
-    return resolved
+def _with_population(table: pa.Table, population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
+    pop = _population_table(population, locations, run)
+    if pop.num_rows == 0:
+        return table
+    uid = sample_uids(pop.column("shard"), pop.column("key"))
+    uid, first = np.unique(uid, return_index=True)
+    pop = pop.take(pa.array(first))
+    known = np.isin(uid, table.column("uid").to_numpy())
+    add = np.flatnonzero(~known)
+    if len(add) == 0:
+        return table
+    n = len(add)
+    extra = pa.table(
+        {
+            "shard": pop.column("shard").take(pa.array(add)),
+            "key": pop.column("key").take(pa.array(add)),
+            "uid": pa.array(uid[add], type=pa.uint64()),
+            "last_loss": pa.array(np.full(n, np.nan, dtype=np.float32)),
+            "last_epoch": pa.array(np.full(n, -1, dtype=np.int32)),
+            "seen": pa.array(np.zeros(n, dtype=np.int32)),
+            "ema": pa.array(np.full(n, np.nan)),
+        }
+    )
+    merged = pa.concat_tables([table.select(_TABLE_COLUMNS).cast(extra.schema), extra]).combine_chunks()
+    # keep rows grouped by shard (stable: table order within a shard, then new rows)
+    enc = pc.dictionary_encode(merged.column("shard")).combine_chunks()
+    names = np.array(enc.dictionary.to_pylist(), dtype=object)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(names, kind="stable")] = np.arange(len(names))
+    perm = np.argsort(rank[enc.indices.to_numpy(zero_copy_only=False)], kind="stable")
+    return merged.take(pa.array(perm))
 
 
 def plan_epoch(
@@ -286,17 +226,18 @@ def plan_epoch(
     if epoch < 0:
         raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
     with run.lock("plan", wait=120), _normal_pages():
-        state = read_state(run)
-        cfg = _resolve_settings(state, policy, params, epochs, seed, force, run)
+        state = run_state.read_state(run)
+        given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
+        cfg = run_state.resolve_settings(run, state, given, force)
         if not 0 <= epoch < cfg["epochs"]:
             raise InvalidInputError(f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs")
-        existing = run.read_json(f"{plan_dir(epoch)}/summary.json", default=None)
+        existing = read_summary(run, epoch)
         if existing is not None and not force:
             # also completes state.json if a crash came between the summary and the state
-            new_state = _state_with(state, cfg, epoch, existing)
+            new_state = run_state.after_plan(state, cfg, epoch, existing)
             if new_state != state:
-                run.publish_json("state.json", new_state)
-            return dict(existing)
+                run.publish_json(STATE, new_state)
+            return existing
         last = int(state.get("last_planned_epoch", -1))
         if epoch < last and not force:
             raise EpochOrderError(
@@ -305,24 +246,96 @@ def plan_epoch(
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
         spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
-        # files and folders a planner killed while publishing left (only one plans at a time)
-        for rel in run.glob(f"{plan_dir(epoch)}/.tmp-*"):
-            run.remove(rel)
+        discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
         _check_ema_setting(run, cfg["policy"], params)
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
             table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
             table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
-            numeric = {c: _np(table.column(c)) for c in _NUMERIC_COLUMNS}
-            ids = _Identities(table.column("shard"), table.column("key"))
+            numeric = {c: _column(table.column(c)) for c in _NUMERIC_COLUMNS}
+            ids = PlanIdentities(table.column("shard"), table.column("key"))
             del table
-            return _plan_and_publish(run, manifest, numeric, ids, epoch, cfg, (spec, params), state, True)
-        # the policy needs only the numeric columns; the identity columns are read on the
-        # other core while it runs (pyarrow and most NumPy loops release the GIL)
-        numeric = load_numeric(run, _policy_columns(cfg), manifest=manifest)
-        with ThreadPoolExecutor(1) as pool:
-            strings = pool.submit(_read_identities, run, manifest, plan_dir(epoch))
-            return _plan_and_publish(run, manifest, numeric, strings, epoch, cfg, (spec, params), state, False)
+            result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
+            listed = True
+        else:
+            # the policy needs only the numeric columns; the identity columns are read on the
+            # other core while it runs (pyarrow and most NumPy loops release the GIL)
+            numeric = load_numeric(run, _policy_columns(cfg), manifest=manifest)
+            with ThreadPoolExecutor(1) as pool:
+                reading = pool.submit(_read_identities, run, manifest, epoch)
+                try:
+                    result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
+                except BaseException:
+                    with contextlib.suppress(BaseException):
+                        reading.result().discard()  # keys.arrow prepared ahead
+                    raise
+                ids = reading.result()
+            listed = False
+        del numeric
+        return _publish(run, epoch, ids, result, inp, guard, (cfg, params), state, manifest, listed)
+
+
+def _run_policy(
+    spec: PolicySpec,
+    params: Any,
+    numeric: dict[str, np.ndarray],
+    manifest: dict[str, Any],
+    epoch: int,
+    cfg: dict[str, Any],
+) -> tuple[Any, PolicyInput, Any]:
+    """(result, input, guard) of the policy on the table columns."""
+    n = len(numeric["uid"])
+    inp = PolicyInput(
+        uid=numeric["uid"],
+        last_loss=numeric["last_loss"],
+        ema=numeric["ema"] if "ema" in numeric else _constant(n, np.nan, np.float64),
+        seen=numeric["seen"],
+        last_epoch=numeric["last_epoch"] if "last_epoch" in numeric else _constant(n, -1, np.int32),
+        epoch=epoch,
+        epochs=cfg["epochs"],
+        seed=cfg["seed"],
+        n_ref=int(manifest.get("n_ref") or 0),
+    )
+    result = spec.fn(inp, params)
+    return result, inp, apply_guard(result, inp)
+
+
+def _publish(
+    run: RunDir,
+    epoch: int,
+    ids: PlanIdentities,
+    result: Any,
+    inp: PolicyInput,
+    guard: Any,
+    settings: tuple[dict[str, Any], Any],
+    state: dict[str, Any],
+    manifest: dict[str, Any],
+    population_listed: bool,
+) -> dict[str, Any]:
+    """Publish the plan files, then summary.json, then state.json; returns the summary."""
+    cfg, params = settings
+    n = len(inp.uid)
+    columns = {
+        "uid": inp.uid,
+        "loss": inp.last_loss,
+        "cluster": result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16),
+        "keep": result.keep,
+        "weight": result.weight,
+        "reason": result.reason,
+        "reason_names": list(REASONS),
+        "score": result.score,
+    }
+    publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard))
+    _fault("plan:after_plan_file")
+    summary = dict(result.summary)
+    summary["pruned_so_far"] = run_state.pruned_so_far(state, epoch, n, int(summary["kept"]))
+    summary["phase"] = summary.get("phase", "prune")
+    summary["table_generation"] = int(manifest.get("generation", 0))
+    summary["population_listed"] = population_listed
+    publish_summary(run, epoch, summary)
+    _fault("plan:after_summary")
+    run.publish_json(STATE, run_state.after_plan(state, cfg, epoch, summary))
+    return summary
 
 
 def _policy_columns(cfg: dict[str, Any]) -> list[str]:
@@ -334,34 +347,16 @@ def _policy_columns(cfg: dict[str, Any]) -> list[str]:
     return ["uid", "last_loss", "seen"] + (["ema"] if needs_ema else [])
 
 
-def _unread(n: int, value: float | int, dtype: Any) -> np.ndarray:
+def _constant(n: int, value: float | int, dtype: Any) -> np.ndarray:
     """A column the policy does not read, as a read-only constant view (no memory)."""
     return np.broadcast_to(np.array(value, dtype=dtype), (n,))
 
 
-def _np(col: Any) -> np.ndarray:
+def _column(col: Any) -> np.ndarray:
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
 
 
-class _Identities:
-    """The plan's identity columns: ``shard`` with one dictionary for all chunks, ``key``, and
-    the row ranges of the shards (rows are grouped by shard)."""
-
-    def __init__(self, shard: pa.ChunkedArray | pa.Array, key: pa.ChunkedArray | pa.Array) -> None:
-        if isinstance(shard, pa.Array):
-            shard = pa.chunked_array([shard])
-        if not pa.types.is_dictionary(shard.type):  # population rows: encode like the table read
-            shard = pc.dictionary_encode(shard)
-        # one dictionary, so that plan.parquet keeps the shard column dictionary-encoded
-        # without decoding it, and the ranges are found on the integer codes
-        shard = shard.cast(_SHARD_TYPE).unify_dictionaries()
-        self.shard: pa.ChunkedArray = shard
-        self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
-        self.starts, self.stops, self.names = _shard_runs(shard)
-        self.keys_file: PendingFile | None = None  # keys.arrow, written ahead of the plan
-
-
-def _read_identities(run: RunDir, manifest: dict[str, Any], d: str) -> _Identities:
+def _read_identities(run: RunDir, manifest: dict[str, Any], epoch: int) -> PlanIdentities:
     """Read the identity columns and prepare keys.arrow, unpublished (the policy may still
     fail). Runs beside the policy, so it decodes on this thread only.
 
@@ -371,129 +366,15 @@ def _read_identities(run: RunDir, manifest: dict[str, Any], d: str) -> _Identiti
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
         shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
-        ids = _Identities(shard, table_keys[0])
+        ids = PlanIdentities(shard, table_keys[0])
         with contextlib.suppress(FileNotFoundError):  # removed by compactions meanwhile: write it
-            ids.keys_file = run.prepare_link(table_keys[1], f"{d}/keys.arrow")
+            ids.keys_file = run.prepare_link(table_keys[1], plan_file(epoch, "keys.arrow"))
     else:
         t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
-        ids = _Identities(t.column("shard"), t.column("key"))
+        ids = PlanIdentities(t.column("shard"), t.column("key"))
     if ids.keys_file is None:
-        ids.keys_file = run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
+        ids.keys_file = run.prepare_arrow(plan_file(epoch, "keys.arrow"), pa.table({"key": ids.key}))
     return ids
-
-
-def _plan_and_publish(
-    run: RunDir,
-    manifest: dict[str, Any],
-    numeric: dict[str, np.ndarray],
-    ids: _Identities | Future[_Identities],
-    epoch: int,
-    cfg: dict[str, Any],
-    policy: tuple[PolicySpec, Any],
-    state: dict[str, Any],
-    population_listed: bool,
-) -> dict[str, Any]:
-    spec, params = policy  # validated by plan_epoch
-    uid = numeric["uid"]
-    n = len(uid)
-    try:
-        inp = PolicyInput(
-            uid=uid,
-            last_loss=numeric["last_loss"],
-            ema=numeric["ema"] if "ema" in numeric else _unread(n, np.nan, np.float64),
-            seen=numeric["seen"],
-            last_epoch=numeric["last_epoch"] if "last_epoch" in numeric else _unread(n, -1, np.int32),
-            epoch=epoch,
-            epochs=cfg["epochs"],
-            seed=cfg["seed"],
-            n_ref=int(manifest.get("n_ref") or 0),
-        )
-        del numeric
-        result = spec.fn(inp, params)
-        guard = apply_guard(result, inp)
-    except BaseException:
-        if isinstance(ids, Future):  # drop the keys written ahead
-            with contextlib.suppress(Exception):
-                pending = ids.result().keys_file
-                if pending is not None:
-                    pending.discard()
-        raise
-
-    d = plan_dir(epoch)
-    reason = pa.DictionaryArray.from_arrays(
-        pa.array(result.reason, type=pa.int8()), pa.array(list(REASONS), type=pa.string())
-    )
-    cluster = result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16)
-    if isinstance(ids, Future):
-        ids = ids.result()
-    keep = pa.array(result.keep, type=pa.bool_())
-    weight = pa.array(result.weight, type=pa.float32())
-    cols = [
-        ids.shard,
-        ids.key,
-        pa.array(uid, type=pa.uint64()),
-        pa.array(inp.last_loss, type=pa.float32()),
-        pa.array(cluster, type=pa.int16()),
-        keep,
-        weight,
-        reason,
-    ]
-    lookup = {"keep": keep, "weight": weight}
-    schema = PLAN_SCHEMA
-    if result.score is not None:
-        score = pa.array(result.score, type=pa.float64())
-        cols.append(score)
-        lookup["score"] = score
-        schema = schema.append(pa.field("score", pa.float64(), nullable=False))
-    plan = pa.Table.from_arrays(cols, schema=schema)
-    del cols
-
-    def meanwhile() -> None:  # the summary and the stage's files, while plan.parquet is encoded
-        summarize(result, inp, cfg["policy"], params, guard)
-        _publish_stage_files(run, d, ids, pa.table(lookup), result.keep)
-
-    run.publish_parquet_parts(
-        f"{d}/plan.parquet", plan, part_rows=PLAN_PART_ROWS, meanwhile=meanwhile, **_PLAN_WRITE_OPTIONS
-    )
-    summary = dict(result.summary)
-    _fault("plan:after_plan_file")
-
-    history = dict(state.get("history", {}))
-    history[str(epoch)] = {"n": n, "kept": int(summary["kept"])}
-    upto = [v for k, v in history.items() if int(k) <= epoch]
-    total_n = sum(v["n"] for v in upto)
-    summary["pruned_so_far"] = (1.0 - sum(v["kept"] for v in upto) / total_n) if total_n else 0.0
-    summary["phase"] = summary.get("phase", "prune")
-    summary["table_generation"] = int(manifest.get("generation", 0))
-    summary["population_listed"] = population_listed
-    run.publish_json(f"{d}/summary.json", summary)
-    _fault("plan:after_summary")
-    run.publish_json("state.json", _state_with(state, cfg, epoch, summary))
-    return summary
-
-
-def _publish_stage_files(run: RunDir, d: str, ids: _Identities, lookup: pa.Table, keep: np.ndarray) -> None:
-    """keys.arrow + lookup.arrow (row-aligned with plan.parquet) and shards.arrow."""
-    keys = ids.keys_file or run.prepare_arrow(f"{d}/keys.arrow", pa.table({"key": ids.key}))
-    keys.commit()
-    run.publish_arrow(f"{d}/lookup.arrow", lookup)
-    run.publish_arrow(f"{d}/shards.arrow", _shard_ranges(ids, keep))
-
-
-def _state_with(state: dict[str, Any], cfg: dict[str, Any], epoch: int, summary: dict[str, Any]) -> dict[str, Any]:
-    """state.json after publishing the plan of ``epoch`` (which becomes the current epoch)."""
-    history = dict(state.get("history", {}))
-    history[str(epoch)] = {"n": int(summary["n"]), "kept": int(summary["kept"])}
-    return {
-        **state,
-        "policy": cfg["policy"],
-        "params": cfg["params"],
-        "seed": cfg["seed"],
-        "epochs": cfg["epochs"],
-        "history": history,
-        "last_planned_epoch": max(epoch, int(state.get("last_planned_epoch", -1))),
-        "current_epoch": epoch,
-    }
 
 
 def _check_ema_setting(run: RunDir, name: str, params: Any) -> None:
@@ -508,42 +389,3 @@ def _check_ema_setting(run: RunDir, name: str, params: Any) -> None:
             f"when the run is created. Create the run with settings={{'ema_beta2': {beta2}}} "
             "(Pruner does this for es/eswp), or pass the run's beta2"
         )
-
-
-def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """Row ranges [start, stop) of the shards and their names (one dictionary for all chunks)."""
-    n = len(shard)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string())
-    starts, codes, o = [], [], 0
-    for chunk in shard.chunks:
-        c = chunk.indices.to_numpy(zero_copy_only=False)
-        if len(c):
-            change = np.flatnonzero(c[1:] != c[:-1]) + 1
-            first = np.concatenate([[0], change])
-            starts.append(first + o)
-            codes.append(c[first])
-        o += len(chunk)
-    start = np.concatenate(starts).astype(np.int64)
-    code = np.concatenate(codes)
-    joined = np.concatenate([[True], code[1:] != code[:-1]])  # a shard spanning chunks is one run
-    start, code = start[joined], code[joined]
-    if len(np.unique(code)) != len(code):
-        raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
-    stop = np.concatenate([start[1:], [n]]).astype(np.int64)
-    return start, stop, shard.chunk(0).dictionary.take(pa.array(code))
-
-
-def _shard_ranges(ids: _Identities, keep: np.ndarray) -> pa.Table:
-    """One row per shard: row range [start, stop) in lookup.arrow, n, kept; sorted by shard."""
-    kept = np.add.reduceat(keep, ids.starts, dtype=np.int64) if len(ids.starts) else np.zeros(0, np.int64)
-    t = pa.table(
-        {
-            "shard": ids.names.cast(pa.string()),
-            "start": pa.array(ids.starts, pa.int64()),
-            "stop": pa.array(ids.stops, pa.int64()),
-            "n": pa.array(ids.stops - ids.starts, pa.int64()),
-            "kept": pa.array(kept, pa.int64()),
-        }
-    )
-    return t.sort_by("shard")

@@ -34,7 +34,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -276,50 +276,44 @@ class RunDir:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def publish_parquet_parts(
-        self,
-        rel: str,
-        table: pa.Table,
-        *,
-        part_rows: int,
-        meanwhile: Callable[[], None] | None = None,
-        workers: int | None = None,
-        **write_options: Any,
-    ) -> None:
-        """Write ``table`` as a Parquet folder ``rel``: ``part-00000.parquet``,
-        ``part-00001.parquet``... of ``part_rows`` rows each (the last one shorter), in row
-        order, and at least one part (an empty table keeps its schema). pyarrow and polars read
-        the folder as one table; duckdb reads ``rel/*.parquet``.
+    def publish_parquet_parts(self, rel: str, table: pa.Table, *, part_rows: int, **write_options: Any) -> None:
+        """Write ``table`` as a Parquet folder ``rel`` (see :meth:`prepare_parquet_parts`) and
+        publish it."""
+        self.prepare_parquet_parts(rel, table, part_rows=part_rows, **write_options).commit()
+
+    def prepare_parquet_parts(
+        self, rel: str, table: pa.Table, *, part_rows: int, workers: int | None = None, **write_options: Any
+    ) -> PendingFile:
+        """Write ``table`` as a Parquet folder that appears at ``rel`` only on ``commit()``:
+        ``part-00000.parquet``, ``part-00001.parquet``... of ``part_rows`` rows each (the last
+        one shorter), in row order, and at least one part (an empty table keeps its schema).
+        pyarrow and polars read the folder as one table; duckdb reads ``rel/*.parquet``.
 
         The parts are encoded on ``workers`` threads (default: the CPUs this process may run
-        on; pyarrow releases the GIL while encoding) while ``meanwhile`` runs on the calling
-        thread. Locally they are written into a temporary folder that replaces ``rel`` (file or
-        folder) once every part is written; an error on either side leaves ``rel`` as it was.
-        Remotely the parts are encoded in memory, then ``rel`` is removed and the parts are
-        PUT one by one after ``meanwhile``.
+        on; pyarrow releases the GIL while encoding). Locally they go into a temporary folder
+        that replaces ``rel`` (file or folder) on commit; remotely they are encoded in memory,
+        and commit removes ``rel`` and PUTs the parts one by one. An error, or ``discard()``,
+        leaves ``rel`` as it was.
         """
         if part_rows < 1:
             raise InvalidInputError(f"part_rows must be >= 1, got {part_rows}")
         write_options.setdefault("compression", "zstd")
-        path = self.path(rel)
         slices = [table.slice(o, part_rows) for o in range(0, max(table.num_rows, 1), part_rows)]
         width = max(5, len(str(len(slices) - 1)))  # name order stays row order
         names = [f"part-{i:0{width}d}.parquet" for i in range(len(slices))]
         n_threads = max(1, min(len(slices), workers or _usable_cpus()))
         if self.is_local:
-            tmp = _temp_beside(path)
+            tmp = _temp_beside(self.path(rel))
             os.mkdir(tmp)
             try:
-                _write_parts(slices, [f"{tmp}/{name}" for name in names], n_threads, meanwhile, write_options)
-                _replace_with(tmp, path)
-            finally:
+                _write_parts(slices, [f"{tmp}/{name}" for name in names], n_threads, write_options)
+            except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
-            return
+                raise
+            return PendingFile(self, rel, tmp=tmp)
         buffers = [io.BytesIO() for _ in slices]
-        _write_parts(slices, buffers, n_threads, meanwhile, write_options)
-        self.remove(rel)
-        for name, buf in zip(names, buffers):
-            self.publish_bytes(f"{rel}/{name}", buf.getvalue())
+        _write_parts(slices, buffers, n_threads, write_options)
+        return PendingFile(self, rel, parts={name: buf.getvalue() for name, buf in zip(names, buffers)})
 
     def publish_arrow(self, rel: str, table: pa.Table) -> None:
         """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
@@ -462,22 +456,12 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _write_parts(
-    parts: list[pa.Table],
-    sinks: list[Any],
-    threads: int,
-    meanwhile: Callable[[], None] | None,
-    options: dict[str, Any],
-) -> None:
-    """Write ``parts[i]`` as Parquet to ``sinks[i]`` on ``threads`` worker threads (in order)
-    and run ``meanwhile`` on this thread; re-raise the first error (``meanwhile``'s first)
-    once every started write has ended."""
+def _write_parts(parts: list[pa.Table], sinks: list[Any], threads: int, options: dict[str, Any]) -> None:
+    """Write ``parts[i]`` as Parquet to ``sinks[i]`` on ``threads`` worker threads; re-raise
+    the first error once every started write has ended."""
     pool = ThreadPoolExecutor(threads)
     try:
-        futures = [pool.submit(pq.write_table, part, sink, **options) for part, sink in zip(parts, sinks)]
-        if meanwhile is not None:
-            meanwhile()
-        for future in futures:
+        for future in [pool.submit(pq.write_table, part, sink, **options) for part, sink in zip(parts, sinks)]:
             future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -505,35 +489,57 @@ def _replace_with(tmp: str, path: str) -> None:
 
 
 class PendingFile:
-    """A file written by :meth:`RunDir.prepare_arrow`, not yet visible at its path."""
+    """A file (or Parquet parts folder) written by a ``prepare_*`` method of :class:`RunDir`,
+    not yet visible at its path: ``commit()`` publishes it, ``discard()`` drops it."""
 
     def __init__(
-        self, run: RunDir, rel: str, *, tmp: str | None = None, data: bytes | None = None, copy_of: str | None = None
+        self,
+        run: RunDir,
+        rel: str,
+        *,
+        tmp: str | None = None,
+        data: bytes | None = None,
+        copy_of: str | None = None,
+        parts: dict[str, bytes] | None = None,
     ) -> None:
-        self.run, self.rel, self._tmp, self._data, self._copy_of = run, rel, tmp, data, copy_of
+        self.run, self.rel, self._tmp, self._data, self._copy_of, self._parts = run, rel, tmp, data, copy_of, parts
 
     def commit(self) -> None:
-        """Make the file visible at its path (an atomic rename locally, one PUT remotely)."""
+        """Make it visible at its path (an atomic rename locally, PUTs remotely)."""
         if self._tmp is not None:
             tmp, self._tmp = self._tmp, None
             try:
-                os.replace(tmp, self.run.path(self.rel))
+                if os.path.isdir(tmp):
+                    _replace_with(tmp, self.run.path(self.rel))
+                else:
+                    os.replace(tmp, self.run.path(self.rel))
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                if os.path.isdir(tmp):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
         elif self._data is not None:
             data, self._data = self._data, None
             self.run.publish_bytes(self.rel, data)
         elif self._copy_of is not None:
             src, self._copy_of = self._copy_of, None
             self.run.fs.copy(self.run.path(src), self.run.path(self.rel))
+        elif self._parts is not None:
+            parts, self._parts = self._parts, None
+            self.run.remove(self.rel)
+            for name, data in parts.items():
+                self.run.publish_bytes(f"{self.rel}/{name}", data)
 
     def discard(self) -> None:
-        """Drop the file without publishing it."""
+        """Drop it without publishing it."""
         if self._tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._tmp)
-        self._tmp = self._data = self._copy_of = None
+            if os.path.isdir(self._tmp):
+                shutil.rmtree(self._tmp, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._tmp)
+        self._tmp = self._data = self._copy_of = self._parts = None
 
 
 def _reopen(url: str, storage_options: dict[str, Any]) -> RunDir:

@@ -29,21 +29,18 @@ are folded exactly once, so no flushed loss is lost or counted twice.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import SetaStreamError
+from .layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
 from .plan import load_summary, plan_epoch, set_current_epoch
 from .record import LossRecorder
 from .runfs import RunDir
 from .table import compact, folded_parts
 
 __all__ = ["Pruner", "supersede_parts"]
-
-_PART_EPOCH = re.compile(r"losses/rank=(\d+)/epoch=(\d+)/")
-
 
 def supersede_parts(run: RunDir, from_epoch: int) -> list[str]:
     """Move unfolded loss parts of epochs >= ``from_epoch`` to ``losses-superseded/``.
@@ -53,11 +50,10 @@ def supersede_parts(run: RunDir, from_epoch: int) -> list[str]:
     """
     folded = set(folded_parts(run))
     moved = []
-    for rel in run.glob("losses/rank=*/epoch=*/part-*.parquet"):
-        m = _PART_EPOCH.match(rel)
-        if m is None or rel in folded or int(m.group(2)) < from_epoch:
+    for rel in run.glob(PARTS_GLOB):
+        if rel in folded or epoch_of(rel) < from_epoch:
             continue
-        run.move(rel, "losses-superseded/" + rel[len("losses/") :])
+        run.move(rel, moved_part(rel, SUPERSEDED))
         moved.append(rel)
     return moved
 
@@ -192,7 +188,7 @@ class Pruner:
         if self.epoch is None or self._recorded == 0:
             return
         self.run.publish_json(
-            f"stats/epoch={self.epoch}/rank={self.rank}.json",
+            stats_file(self.epoch, self.rank),
             {"epoch": self.epoch, "rank": self.rank, "recorded": self._recorded, "trained": self._trained},
         )
         self._recorded = self._trained = 0

@@ -41,10 +41,12 @@ from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
-from .errors import InvalidInputError, PlanMissingError, RunFormatError, UnsupportedPipelineError
+from .errors import InvalidInputError, UnsupportedPipelineError
 from .ids import sample_uid, shard_name
+from .plans import read_stage_lookup
 from .policies.random_draws import uniform_of
 from .runfs import RunDir
+from .state import current_epoch
 from .tario import tar_members
 
 __all__ = [
@@ -65,30 +67,14 @@ def stage_counters() -> dict[str, int]:
     return dict(_COUNTERS)
 
 
-def _current_epoch(run: RunDir) -> int:
-    state = run.read_json("state.json", default=None) or {}
-    epoch = state.get("current_epoch")
-    if epoch is None:
-        raise PlanMissingError(
-            f"{run.display('state.json')}: no epoch has been planned in this run; call "
-            "pruner.start_epoch(e) (or seta_stream.plan_epoch(run, e)) before iter(loader)"
-        )
-    return int(epoch)
-
-
 class PlanView:
     """Read-only view of one epoch's plan for the stages (and the kept-only reader)."""
 
     def __init__(self, run: str | RunDir, epoch: int | None = None) -> None:
         self.run = run if isinstance(run, RunDir) else RunDir(run)
-        self.epoch = _current_epoch(self.run) if epoch is None else int(epoch)
-        d = f"plans/epoch={self.epoch}"
-        summary = self.run.read_json(f"{d}/summary.json", default=None)
-        if summary is None:
-            raise PlanMissingError(
-                f"{self.run.display(d, 'summary.json')}: no plan for epoch {self.epoch}; call "
-                f"pruner.start_epoch({self.epoch}) (or plan_epoch) before iter(loader)"
-            )
+        self.epoch = current_epoch(self.run) if epoch is None else int(epoch)
+        stage = read_stage_lookup(self.run, self.epoch)
+        summary = stage.summary
         self.depth = int(self.run.settings["shard_depth"])
         rule = summary.get("absent_rule") or {"kind": "keep"}
         self.absent_kind = rule.get("kind", "keep")
@@ -99,21 +85,9 @@ class PlanView:
         # with a population listing every sample of a known shard is a plan row, so a shard
         # with no kept row holds nothing to train; without one it may hold unknown samples
         self.population_listed = bool(summary.get("population_listed", False))
-        self.lookup = self.run.read_arrow(f"{d}/lookup.arrow")
-        if "key" in self.lookup.column_names:  # a plan written before keys.arrow existed
-            self.keys = self.lookup.column("key")
-        else:
-            self.keys = self.run.read_arrow(f"{d}/keys.arrow").column("key")
-            if len(self.keys) != self.lookup.num_rows:
-                raise RunFormatError(
-                    f"{self.run.display(d)}: keys.arrow has {len(self.keys)} rows, lookup.arrow "
-                    f"{self.lookup.num_rows}; expected the same rows. The plan directory is "
-                    f"inconsistent: plan the epoch again with force=True"
-                )
-        shards = self.run.read_arrow(f"{d}/shards.arrow").to_pydict()
-        self.shards = {
-            s: (a, b, k) for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])
-        }
+        self.lookup = stage.decisions
+        self.keys = stage.keys
+        self.shards = stage.shards
         self.has_score = "score" in self.lookup.column_names
         self._cache_name: str | None = None
         self._cache: dict[str, tuple[bool, float, float | None, bool]] = {}

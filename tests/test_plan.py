@@ -116,9 +116,9 @@ def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch
     every epoch with hive partitioning, as in the README) and load_plan read its rows in order."""
     import polars as pl
 
-    import seta_stream.plan as plan_module
+    import seta_stream.plans as plans_module
 
-    monkeypatch.setattr(plan_module, "PLAN_PART_ROWS", 7)
+    monkeypatch.setattr(plans_module, "PLAN_PART_ROWS", 7)
     run = seeded_run(tmp_path / "r")
     plan_epoch(run, 1, **SETA)
     plan_epoch(run, 2)
@@ -265,7 +265,8 @@ def test_shard_ranges_span_table_chunks_with_different_dictionaries():
     by a chunk boundary is one range."""
     import pyarrow as pa
 
-    from seta_stream.plan import _Identities, _shard_ranges
+    from seta_stream.plans import PlanIdentities as _Identities
+    from seta_stream.plans import shard_ranges as _shard_ranges
 
     shard = pa.chunked_array(
         [

@@ -120,8 +120,6 @@ def test_stale_lock_of_killed_process_is_broken(tmp_path):
 
 @pytest.mark.parametrize("scheme", ["file", "memory"])
 def test_parquet_parts_are_written_whole_in_row_order(tmp_path, scheme):
-    import threading
-
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -129,16 +127,9 @@ def test_parquet_parts_are_written_whole_in_row_order(tmp_path, scheme):
     run = RunDir(url, create=True)
     n = 200_000
     table = pa.table({"x": np.arange(n), "s": pa.array([f"key-{i}" for i in range(n)])})
-    calls = []
-    run.publish_parquet_parts(
-        "out.parquet",
-        table,
-        part_rows=30_000,
-        meanwhile=lambda: calls.append(threading.current_thread()),
-        workers=2,
-        compression="lz4",
-    )
-    assert calls == [threading.main_thread()]
+    pending = run.prepare_parquet_parts("out.parquet", table, part_rows=30_000, workers=2, compression="lz4")
+    assert not run.exists("out.parquet")  # nothing visible before commit
+    pending.commit()
     names = [f"part-{i:05d}.parquet" for i in range(7)]  # ceil(200,000 / 30,000)
     assert sorted(p.rsplit("/", 1)[-1] for p in run.fs.ls(run.path("out.parquet"), detail=False)) == names
     assert run.read_parquet("out.parquet").equals(table)
@@ -171,22 +162,21 @@ def test_parquet_parts_replace_an_old_file_or_folder(tmp_path, old):
     assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]  # the old one is gone
 
 
-def test_parquet_parts_beside_failing_work_leave_the_old_folder(tmp_path):
+@pytest.mark.parametrize("scheme", ["file", "memory"])
+def test_parquet_parts_discarded_or_failing_leave_the_old_folder(tmp_path, scheme):
     import numpy as np
 
-    run = RunDir(tmp_path / "r", create=True)
+    url = str(tmp_path / "r") if scheme == "file" else f"memory://discard-{tmp_path.name}"
+    run = RunDir(url, create=True)
     run.publish_parquet_parts("out.parquet", pa.table({"x": [1, 2, 3]}), part_rows=2)
     table = pa.table({"x": np.arange(500_000)})
-
-    def fails():
-        raise ValueError("summary failed")
-
-    with pytest.raises(ValueError, match="summary failed"):
-        run.publish_parquet_parts("out.parquet", table, part_rows=100_000, meanwhile=fails)
+    run.prepare_parquet_parts("out.parquet", table, part_rows=100_000).discard()  # e.g. the summary failed
+    assert run.read_parquet("out.parquet").column("x").to_pylist() == [1, 2, 3]
     with pytest.raises(pa.ArrowException, match="no-such-codec"):  # an encoding error surfaces too
-        run.publish_parquet_parts(
-            "out.parquet", table, part_rows=100_000, meanwhile=lambda: None, compression="no-such-codec"
-        )
+        run.prepare_parquet_parts("out.parquet", table, part_rows=100_000, compression="no-such-codec")
+    if scheme == "memory":
+        assert run.read_parquet("out.parquet").column("x").to_pylist() == [1, 2, 3]
+        return
     with pytest.raises(pa.ArrowException, match="no-such-codec"):
         run.publish_parquet_parts("new.parquet", table, part_rows=100_000, compression="no-such-codec")
     assert sorted(os.listdir(tmp_path / "r")) == ["out.parquet", "seta-stream.json"]  # no temporary left
