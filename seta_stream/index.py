@@ -210,11 +210,18 @@ def index_shard(url: str, index_dir: str | None = None, *, force: bool = False) 
             pass
     data = json.dumps(build_index(url), separators=(",", ":")).encode()
     fs, path = open_fs(out)
-    fs.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
-    with fs.open(tmp, "wb") as fh:
-        fh.write(data)
-    fs.mv(tmp, path)
+    try:
+        fs.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+    except (NotImplementedError, OSError) as exc:
+        raise InvalidInputError(
+            f"{url}: cannot write its index at {out} ({type(exc).__name__}: {exc}); expected a writable place "
+            "(HTTP servers are read-only). Write the indexes elsewhere with `seta-stream index URL --index-dir DIR` "
+            "and read with read_kept(run, index_dir=DIR)"
+        ) from exc
     return out
 
 

@@ -15,6 +15,7 @@ import webdataset as wds
 from servers import have_curl, moto_s3_server, range_http_server
 
 import seta_stream as seta
+from seta_stream.errors import InvalidInputError
 from seta_stream.ids import shard_name
 from seta_stream.index import IndexMismatch, IndexMissing, index_name, index_shard, load_index
 from seta_stream.reader import read_kept
@@ -120,6 +121,8 @@ def test_http_without_index_streams_and_a_server_ignoring_ranges_is_refused(tmp_
         gets = server.requests(".tar", "GET")
         assert {r.path for r in gets if r.range} == {"/shard-000.tar"}  # answered whole (200), then streamed
         assert all(r.status == 200 for r in gets)
+        with pytest.raises(InvalidInputError, match=r"cannot write its index at http://.*HTTP servers are read-only"):
+            index_shard(urls[1])
         with pytest.raises(IndexMismatch, match=r"got \d+; expected the exact range.*does not honour range requests"):
             list(wds.DataPipeline(wds.SimpleShardList(urls[:1]), read_kept(run, on_mismatch="raise")))
 
