@@ -1,0 +1,128 @@
+"""The accuracy study's plan and report (benchmarks/quality): no training, synthetic run files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from benchmarks.quality.configs import (  # noqa: E402
+    conv_cfg,
+    conv_full,
+    conv_run_id,
+    converged_plan,
+    equal_compute_epochs,
+)
+from benchmarks.quality.layout import Layout  # noqa: E402
+from benchmarks.quality.machine import other_cpu  # noqa: E402
+from benchmarks.quality.report_converged import report_converged  # noqa: E402
+
+CAL = {
+    "source": "cifar10-E36-full-e36-default-s0",
+    "levels": {
+        "infobatch": {lv: {"params": {"r": 0.7}, "simulated": 0.29} for lv in ("30", "50", "70")},
+        "seta": {
+            "30": {"params": {"alpha": 0.7, "k": 10, "r": 0.1}, "simulated": 0.3},
+            "50": {"params": {"alpha": 0.5, "k": 10, "r": 0.2}, "simulated": 0.5},
+            "70": {"params": {"alpha": 0.3, "k": 5, "r": 0.5}, "simulated": 0.7},
+        },
+    },
+}
+
+
+def test_equal_compute_epochs_are_distinct_rounded_and_leave_out_E() -> None:
+    assert equal_compute_epochs(36, [0.3, 0.306, 0.5, 0.7, 0.0, 0.49]) == [25, 18, 11]
+
+
+def test_converged_plan_before_and_after_calibration() -> None:
+    ids = [conv_run_id(c, s) for c, s in converged_plan(36, 2, None, [])]
+    assert ids == [
+        "cifar10-E36-full-e36-default-s0",
+        "cifar10-E36-full-e72-default-s0",
+        "cifar10-E36-full-e36-default-s1",
+    ]
+    ids = [conv_run_id(c, s) for c, s in converged_plan(36, 2, CAL, [0.3, 0.5])]
+    seed0 = [
+        "cifar10-E36-full-e36-default-s0",
+        "cifar10-E36-full-e72-default-s0",
+        "cifar10-E36-seta-p30-alpha0.7-k10-r0.1-s0",
+        "cifar10-E36-random-p30-r0.3-s0",
+        "cifar10-E36-seta-p50-alpha0.5-k10-r0.2-s0",
+        "cifar10-E36-random-p50-r0.5-s0",
+        "cifar10-E36-seta-p70-alpha0.3-k5-r0.5-s0",
+        "cifar10-E36-random-p70-r0.7-s0",
+        "cifar10-E36-infobatch-p30-r0.7-s0",
+        "cifar10-E36-seta-p50tk-alpha0.5-k10-r0.2-target_keep0.5-s0",
+        "cifar10-E36-full-e25-default-s0",
+        "cifar10-E36-full-e18-default-s0",
+    ]
+    seed1 = [i.replace("-s0", "-s1") for i in seed0 if "e72" not in i]
+    assert ids == seed0 + seed1
+
+
+def _run(cfg: dict, seed: int, accs: list[float], pruned: float, other: float = 0.0) -> dict:
+    n, kept = 45000, round(45000 * (1 - pruned))
+    epochs = [
+        {
+            "epoch": e,
+            "phase": "prune",
+            "n": n,
+            "kept": kept,
+            "streamed": kept,
+            "backprop": kept,
+            "train_loss": 1.0,
+            "seconds": 20.0,
+            "other_cpu": other,
+            "load1": 1.0,
+            "samples": kept * (e + 1),
+            "train_seconds": 20.0 * (e + 1),
+            "test_acc": a,
+        }  # fmt: skip
+        for e, a in enumerate(accs)
+    ]
+    return {"dataset": "cifar10", **cfg, "seed": seed, "epochs": epochs, "pruned": pruned,
+            "pruned_backprop": pruned, "val_acc": accs[-1], "test_acc": accs[-1], "seconds": 100.0}  # fmt: skip
+
+
+def test_report_renders_partial_results(tmp_path: Path) -> None:
+    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
+    layout.converged.mkdir(parents=True)
+    layout.doc.write_text("# t\n\nintro\n\n<!-- converged:begin -->\nold\n<!-- converged:end -->\n\ntail\n")
+    (layout.converged / "cifar10-E4-calibration.json").write_text(json.dumps(CAL))
+    runs = [
+        _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
+        _run(conv_full(4, 8), 0, [0.5, 0.6, 0.7, 0.75, 0.8, 0.83, 0.85, 0.86], 0.0, other=0.4),
+        _run(conv_cfg(4, "random", {"r": 0.5}, "p50"), 0, [0.4, 0.6, 0.7, 0.80], 0.5),
+        _run(conv_full(4, 2), 0, [0.6, 0.82], 0.0),
+    ]
+    for r in runs:
+        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
+    report_converged(layout)
+    doc = layout.doc.read_text()
+    assert doc.startswith("# t\n\nintro\n\n<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
+    assert doc.endswith("<!-- converged:end -->\n\ntail\n")
+    assert "**Status:** 4 of the 21 runs planned so far have finished." in doc
+    assert "`cifar10-E4-seta-p30-alpha0.7-k10-r0.1-s0`, `cifar10-E4-random-p30-r0.3-s0`" in doc
+    assert "full data reaches 85.00% at E = 4 epochs and 86.00% at 2E = 8 (+1.00 points)" in doc
+    assert "**More than 0.5 point: full data has NOT converged at E**" in doc
+    # random at 50%: -5 points against full data at E, -2 against full data trained 2 epochs
+    assert "| random p50 | r=0.5 | 1 | 50.0 | 80.00 | -5.00 | 2 | 82.00 | -2.00 | - |" in doc
+    assert (
+        "| 50% | 95.3 (-0.3) | 95.1 (-0.5) | 94.5 (-1.1) | - | - | 80.00 (-5.00) at 50.0% | 82.00 (-3.00), 2 epochs |"
+        in doc
+    )
+    assert "more than 10% of the 2 cores on average): `cifar10-E4-full-e8-default-s0` (40%)." in doc
+    assert sorted(p.name for p in layout.plots.iterdir()) == ["cifar10-E4-curves.png", "cifar10-E4-pruned.png"]
+    checks = json.loads((layout.converged / "checks.json").read_text())
+    assert checks == {"runs_checked": 4, "results_problems": [], "run_dirs": {}}
+
+
+def test_other_cpu_is_the_share_of_all_cores_used_by_other_processes() -> None:
+    cores = os.cpu_count() or 1
+    # 10 s, the machine busy for 6 CPU-seconds of which 2 are ours: 4 CPU-seconds over 10 s x cores
+    assert other_cpu((0.0, 100.0, 50.0), (10.0, 106.0, 52.0)) == pytest.approx(4 / (10 * cores))
+    assert other_cpu((0.0, 100.0, 50.0), (10.0, 101.0, 52.0)) == 0.0
