@@ -43,7 +43,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples
 
 from .errors import InvalidInputError
-from .ids import shard_location, shard_name
+from .ids import shard_location
 from .index import (
     IndexMismatch,
     IndexMissing,
@@ -53,8 +53,8 @@ from .index import (
     member_header_matches,
     open_fs,
 )
+from .planview import Decision, PlanView, StageCounts
 from .runfs import RunDir
-from .stage import _COUNTERS, PlanView
 
 __all__ = ["read_kept"]
 
@@ -67,7 +67,6 @@ _MAX_BATCH = 64 << 20
 _WARNED: set[tuple[str, str]] = set()
 
 Member = tuple[str, int, int]  # (tar member name, data offset, size)
-Decision = tuple[bool, float, "float | None", bool]
 
 
 def _is_meta(name: str) -> bool:
@@ -126,7 +125,8 @@ def _read_blocks(url: str, source: str, blocks: list[tuple[int, int, list[Member
     i = 0
     while i < len(blocks):
         j, total = i, 0
-        while j < len(blocks) and (j == i or total + blocks[j][1] - blocks[j][0] <= _MAX_BATCH):
+        # the first read goes alone: a server that ignores Range sends the whole shard once, not per read
+        while j < len(blocks) and (j == i or (i > 0 and total + blocks[j][1] - blocks[j][0] <= _MAX_BATCH)):
             total += blocks[j][1] - blocks[j][0]
             j += 1
         batch = blocks[i:j]
@@ -141,7 +141,8 @@ def _checked(url: str, data: bytes, start: int, end: int) -> bytes:
         raise IndexMismatch(
             f"{url}: asked for bytes {start}-{end - 1} ({end - start} bytes), got {len(data)}; expected the "
             "exact range. The shard is shorter than its index says, or the server does not honour range "
-            "requests (HTTP 'Range' headers); rebuild the index or read this shard with on_missing streaming"
+            "requests (HTTP 'Range' headers); rebuild the index, or let read_kept stream such shards "
+            "(on_mismatch='stream', the default)"
         )
     return bytes(data)
 
@@ -163,7 +164,7 @@ def _kept_files(
     members: list[Member] = []
     last_of_sample: set[int] = set()  # offsets of the last member of each kept sample
     for (_, sample_members), decision in zip(samples, decisions):
-        if decision[0]:
+        if decision.keep:
             members.extend(sample_members)
             last_of_sample.add(sample_members[-1][1])
     first = True
@@ -192,32 +193,22 @@ def _kept_files(
                 yield {}
 
 
-def _filtered(samples: Iterable[dict[str, Any]], view: PlanView, depth: int) -> Iterator[dict[str, Any]]:
+def _filtered(samples: Iterable[dict[str, Any]], view: PlanView, counts: StageCounts) -> Iterator[dict[str, Any]]:
     """keep_filter on one streamed shard, with this reader's PlanView."""
-    counts: Counter[str] = Counter()
-    try:
-        for sample in samples:
-            keep, weight, score, known = view.decide(shard_name(sample["__url__"], depth), sample["__key__"])
-            if not known:
-                counts["absent_kept" if keep else "absent_dropped"] += 1
-            if not keep:
-                counts["dropped"] += 1
-                continue
-            counts["kept"] += 1
-            sample["__weight__"] = weight
-            if view.has_score:
-                sample["__score__"] = score if score is not None else float("nan")
+    for sample in samples:
+        decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
+        counts.count(decision)
+        if decision.keep:
+            sample.update(decision.fields(view.has_score))
             yield sample
-    finally:
-        _COUNTERS.update(counts)
 
 
-def _streamed(item: dict[str, Any], view: PlanView) -> Iterator[dict[str, Any]]:
+def _streamed(item: dict[str, Any], view: PlanView, counts: StageCounts) -> Iterator[dict[str, Any]]:
     """The shard streamed whole and filtered: ``pipe:`` through webdataset's gopen (the command
     runs), everything else through fsspec, as the indexed path reads."""
     url = item["url"]
     if url.startswith("pipe:"):
-        yield from _filtered(tarfile_samples(iter([dict(item)])), view, view.depth)
+        yield from _filtered(tarfile_samples(iter([dict(item)])), view, counts)
         return
     fs, path = open_fs(url)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
@@ -225,12 +216,14 @@ def _streamed(item: dict[str, Any], view: PlanView) -> Iterator[dict[str, Any]]:
     with fs.open(path, "rb", **options) as fh:
         source = {k: v for k, v in item.items() if k != "stream"}
         source["stream"] = fh
-        yield from _filtered(group_by_keys(tar_file_expander(iter([source]))), view, view.depth)
+        yield from _filtered(group_by_keys(tar_file_expander(iter([source]))), view, counts)
 
 
-def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: str) -> dict[str, Any] | None:
+def _find_index(
+    url: str, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
+) -> dict[str, Any] | None:
     if index_dir is None and has_query(url):
-        _COUNTERS["index_missing"] += 1
+        counts["index_missing"] += 1
         message = (
             f"read_kept: {url} has a query string (a signed URL?); its index is looked up only in an "
             "index_dir (an index beside the shard would need its own signature). Streaming shards like it; "
@@ -243,18 +236,18 @@ def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: s
     if byte_source(url) is None:  # a pipe: command whose shard cannot be read around it
         if on_missing == "raise":
             raise IndexMissing(f"{url}: the shard the pipe: command reads cannot be range-read around the command")
-        _COUNTERS["index_missing"] += 1
+        counts["index_missing"] += 1
         return None
     try:
         return load_index(url, index_dir)
     except FileNotFoundError:
         if on_missing == "raise":
             raise
-        _COUNTERS["index_missing"] += 1
+        counts["index_missing"] += 1
     except IndexMismatch:
         if on_mismatch == "raise":
             raise
-        _COUNTERS["index_mismatch"] += 1
+        counts["index_mismatch"] += 1
     except Exception as exc:
         if not url.startswith("pipe:"):
             raise
@@ -262,7 +255,7 @@ def _find_index(url: str, index_dir: str | None, on_missing: str, on_mismatch: s
         # protocol packages): the command itself can still read it
         if on_missing == "raise":
             raise IndexMissing(f"{url}: its index could not be read through fsspec ({exc!r})") from exc
-        _COUNTERS["index_missing"] += 1
+        counts["index_missing"] += 1
         _warn_once(
             "pipe",
             shard_location(url),
@@ -286,22 +279,23 @@ def _read_kept(
             f"read_kept: on_missing={on_missing!r}, on_mismatch={on_mismatch!r}; expected 'stream' or 'raise'"
         )
     view = PlanView(run, epoch)
+    counts = StageCounts()
     stats: Counter[str] = Counter()
     try:
         for item in src:
             url = item["url"]
-            shard = shard_name(url, view.depth)
-            if view.shard_is_empty(shard):
-                _COUNTERS["shards_skipped"] += 1
+            plan = view.shard_of(url)
+            if plan.is_empty:
+                counts["shards_skipped"] += 1
                 continue
-            idx = _find_index(url, index_dir, on_missing, on_mismatch)
+            idx = _find_index(url, index_dir, on_missing, on_mismatch, counts)
             source = byte_source(url) if idx is not None else None
             if idx is None or source is None:
-                yield from _streamed(item, view)
+                yield from _streamed(item, view, counts)
                 continue
             samples = _samples_of(idx)
-            decisions = [view.decide(shard, key) for key, _ in samples]
-            pending: deque[Decision] = deque(d for d in decisions if d[0])
+            decisions = [plan.decide(key) for key, _ in samples]
+            pending: deque[Decision] = deque(d for d in decisions if d.keep)
             rebuild = f"seta-stream index {shard_location(url)} --force" + (
                 f" --index-dir {index_dir}" if index_dir is not None else ""
             )
@@ -311,26 +305,18 @@ def _read_kept(
             except IndexMismatch:
                 if on_mismatch == "raise":
                     raise
-                _COUNTERS["index_mismatch"] += 1
-                yield from _streamed(item, view)
+                counts["index_mismatch"] += 1
+                yield from _streamed(item, view, counts)
                 continue
-            counts = Counter(
-                ("kept" if keep else "dropped") if known else ("absent_kept" if keep else "absent_dropped")
-                for keep, _, _, known in decisions
-            )
-            counts["kept"] += counts["absent_kept"]
-            counts["dropped"] += counts["absent_dropped"]
-            _COUNTERS.update(counts)
+            for decision in decisions:
+                counts.count(decision)
             if head is None:
                 continue
             for sample in group_by_keys(files):
-                _, weight, score, _ = pending.popleft()  # decided once, when reading
-                sample["__weight__"] = weight
-                if view.has_score:
-                    sample["__score__"] = score if score is not None else float("nan")
+                sample.update(pending.popleft().fields(view.has_score))  # decided once, when reading
                 yield sample
     finally:
-        _COUNTERS.update(stats)
+        counts.update(stats)
 
 
 read_kept = pipelinefilter(_read_kept)

@@ -42,11 +42,8 @@ from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
 from .errors import InvalidInputError, UnsupportedPipelineError
-from .ids import sample_uid, shard_name
-from .plans import read_stage_lookup
-from .policies.random_draws import uniform_of
+from .planview import Decision, PlanView, StageCounts, stage_counters
 from .runfs import RunDir
-from .state import current_epoch
 from .tario import tar_members
 
 __all__ = [
@@ -59,128 +56,40 @@ __all__ = [
     "PlanView",
 ]
 
-_COUNTERS: Counter[str] = Counter()
-
-
-def stage_counters() -> dict[str, int]:
-    """Counters of the stages in this process (a DataLoader worker counts its own)."""
-    return dict(_COUNTERS)
-
-
-class PlanView:
-    """Read-only view of one epoch's plan for the stages (and the kept-only reader)."""
-
-    def __init__(self, run: str | RunDir, epoch: int | None = None) -> None:
-        self.run = run if isinstance(run, RunDir) else RunDir(run)
-        self.epoch = current_epoch(self.run) if epoch is None else int(epoch)
-        stage = read_stage_lookup(self.run, self.epoch)
-        summary = stage.summary
-        self.depth = int(self.run.settings["shard_depth"])
-        rule = summary.get("absent_rule") or {"kind": "keep"}
-        self.absent_kind = rule.get("kind", "keep")
-        self.absent_fraction = float(rule.get("fraction", 1.0))
-        self.absent_stream = int(rule.get("stream", 1))
-        self.absent_epoch = self.epoch if rule.get("epoch") is None else int(rule["epoch"])
-        self.seed = int(summary.get("seed", 0))
-        # with a population listing every sample of a known shard is a plan row, so a shard
-        # with no kept row holds nothing to train; without one it may hold unknown samples
-        self.population_listed = bool(summary.get("population_listed", False))
-        self.lookup = stage.decisions
-        self.keys = stage.keys
-        self.shards = stage.shards
-        self.has_score = "score" in self.lookup.column_names
-        self._cache_name: str | None = None
-        self._cache: dict[str, tuple[bool, float, float | None, bool]] = {}
-
-    def shard_is_empty(self, shard: str) -> bool:
-        """True if the plan knows the shard and keeps none of its samples, and samples the
-        plan does not know would be dropped too (so the shard need not be opened)."""
-        entry = self.shards.get(shard)
-        if entry is None or entry[2] > 0:
-            return False
-        return self.population_listed or (self.absent_kind == "bernoulli" and self.absent_fraction <= 0.0)
-
-    def shard_keeps_all(self, shard: str) -> bool:
-        """True if the plan keeps every sample of ``shard`` it knows and every one it does not
-        (so nothing in the shard can be dropped)."""
-        absent_kept = self.absent_kind == "keep" or self.absent_fraction >= 1.0  # u < 1 always
-        entry = self.shards.get(shard)
-        return absent_kept and (entry is None or entry[2] == entry[1] - entry[0])
-
-    def _load_shard(self, shard: str) -> None:
-        entry = self.shards.get(shard)
-        self._cache_name = shard
-        if entry is None:
-            self._cache = {}
-            return
-        a, b, _ = entry
-        part = self.lookup.slice(a, b - a)
-        # key -> (keep, weight, score, known) as Python objects: one dict look-up per sample
-        scores = part.column("score").to_pylist() if self.has_score else [None] * (b - a)
-        self._cache = {
-            k: (keep, weight, score, True)
-            for k, keep, weight, score in zip(
-                self.keys.slice(a, b - a).to_pylist(),
-                part.column("keep").to_pylist(),
-                part.column("weight").to_pylist(),
-                scores,
-            )
-        }
-
-    def decide(self, shard: str, key: str) -> tuple[bool, float, float | None, bool]:
-        """(keep, weight, score, known) for one sample."""
-        if shard != self._cache_name:
-            self._load_shard(shard)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        if self.absent_kind == "keep":
-            return True, 1.0, None, False
-        u = uniform_of(sample_uid(shard, key), self.seed, self.absent_epoch, self.absent_stream)
-        return u < self.absent_fraction, 1.0, None, False
-
 
 def _keep_filter(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
 ) -> Iterator[dict[str, Any]]:
     view = PlanView(run, epoch)
-    depth, has_score = view.depth, view.has_score
-    kept = dropped = absent_kept = absent_dropped = 0
-    # hot loop: the current shard's decisions are a local dict, refreshed when the url changes
+    has_score = view.has_score
+    counts = StageCounts()
+    # hot loop: the current shard's decisions are a local dict, refreshed when the url changes,
+    # and the counts local integers, added to the iterator's counts at its end
     last_url: str | None = None
-    shard = ""
-    decisions: dict[str, tuple[bool, float, float | None, bool]] = {}
+    plan = view.shard("")
+    known: dict[str, Decision] = {}
+    kept = dropped = absent_kept = absent_dropped = 0
     try:
         for sample in src:
             url = sample["__url__"]
             if url != last_url:
-                shard = shard_name(url, depth)
-                if shard != view._cache_name:
-                    view._load_shard(shard)
-                decisions, last_url = view._cache, url
-            key = sample["__key__"]
-            hit = decisions.get(key)
-            if hit is None:  # absent from the plan: the plan's absent rule
-                keep, weight, score, _ = view.decide(shard, key)
-                if keep:
+                plan = view.shard_of(url)
+                known, last_url = plan.known, url
+            decision = known.get(sample["__key__"])
+            if decision is None:  # absent from the plan: the plan's absent rule
+                decision = plan.decide(sample["__key__"])
+                if decision.keep:
                     absent_kept += 1
                 else:
                     absent_dropped += 1
-            else:
-                keep, weight, score, _ = hit
-            if not keep:
+            if not decision.keep:
                 dropped += 1
                 continue
             kept += 1
-            sample["__weight__"] = weight
-            if has_score:
-                sample["__score__"] = score if score is not None else float("nan")
+            sample.update(decision.fields(has_score))
             yield sample
     finally:
-        _COUNTERS["kept"] += kept
-        _COUNTERS["dropped"] += dropped
-        _COUNTERS["absent_kept"] += absent_kept
-        _COUNTERS["absent_dropped"] += absent_dropped
+        counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
 
 
 #: webdataset.tariterators.base_plus_ext's pattern, compiled (it is matched once per member):
@@ -196,18 +105,17 @@ class _KeptMembers:
     """
 
     def __init__(self, view: PlanView, url: str, select_files: Callable[[str], bool] | None) -> None:
-        shard = shard_name(url, view.depth)
-        if shard != view._cache_name:
-            view._load_shard(shard)
-        self.view, self.url, self.shard, self.plan, self.user_select = view, url, shard, view._cache, select_files
+        self.url, self.user_select = url, select_files
+        self.plan = view.shard_of(url)
+        self.shard = self.plan.shard
         # nothing to skip in a shard the plan keeps whole: its members are read unfiltered and
         # its samples decided after grouping, as keep_filter does
-        self.keeps_all = view.shard_keeps_all(shard)
+        self.keeps_all = self.plan.keeps_all
         self.key: str | None = None  # key of the current run of members, and its decision
         self.keep = False
         self.run = 0  # ordinal of the current run within the shard
-        self.kept: dict[str, tuple[bool, float, float | None, bool]] = {}
-        self.counts: Counter[str] = Counter()
+        self.kept: dict[str, Decision] = {}
+        self.counts = Counter[str]()
 
     def __call__(self, fname: str) -> bool:
         if self.user_select is not None and not self.user_select(fname):
@@ -218,14 +126,13 @@ class _KeptMembers:
         key = match.group(1)
         if key == self.key:
             return self.keep
-        hit = self.plan.get(key)
-        if hit is None:  # absent from the plan: the plan's absent rule
-            hit = self.view.decide(self.shard, key)
-            self.counts["absent_kept" if hit[0] else "absent_dropped"] += 1
-        self.key, self.keep, self.run = key, hit[0], self.run + 1
+        decision = self.plan.decide(key)
+        if not decision.known:
+            self.counts["absent_kept" if decision.keep else "absent_dropped"] += 1
+        self.key, self.keep, self.run = key, decision.keep, self.run + 1
         if self.keep:
             self.counts["kept"] += 1
-            self.kept[key] = hit
+            self.kept[key] = decision
         else:
             self.counts["dropped"] += 1
         return self.keep
@@ -243,6 +150,7 @@ def _kept_samples_of_streams(
     group_by_keys, with a select_files that consults the plan of the shard."""
     view = PlanView(run, epoch)
     has_score = view.has_score
+    counts = StageCounts()
     # the current shard's selector and the previous one's: group_by_keys yields the last sample
     # of a shard when it reads the end-of-shard marker, or, after a read error the handler
     # skipped, the first member of the next shard
@@ -279,7 +187,7 @@ def _kept_samples_of_streams(
                     continue
                 break
             finally:
-                _COUNTERS.update(select.counts)
+                counts.update(select.counts)
                 select.counts.clear()
 
     kept = absent_kept = 0  # samples of shards kept whole, decided here
@@ -290,20 +198,15 @@ def _kept_samples_of_streams(
             if select.url != url:
                 select = next(s for s in recent if s.url == url)
             if select.keeps_all:
-                hit = select.plan.get(key)
-                if hit is None:
-                    hit = view.decide(select.shard, key)
-                    absent_kept += 1
+                decision = select.plan.decide(key)
+                absent_kept += not decision.known
                 kept += 1
             else:
-                hit = select.kept[key]
-            sample["__weight__"] = hit[1]
-            if has_score:
-                sample["__score__"] = hit[2] if hit[2] is not None else float("nan")
+                decision = select.kept[key]
+            sample.update(decision.fields(has_score))
             yield sample
     finally:
-        _COUNTERS["kept"] += kept
-        _COUNTERS["absent_kept"] += absent_kept
+        counts.update(kept=kept, absent_kept=absent_kept)
 
 
 def _kept_tar_samples(
@@ -322,13 +225,14 @@ def _skip_shards(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None, empty_check: bool = False
 ) -> Iterator[dict[str, Any]]:
     view = PlanView(run, epoch)
+    counts = StageCounts()
     shards = 0
     for item in src:
         shards += 1
-        if view.shard_is_empty(shard_name(item["url"], view.depth)):
-            _COUNTERS["shards_skipped"] += 1
+        if view.shard_of(item["url"]).is_empty:
+            counts["shards_skipped"] += 1
             continue
-        _COUNTERS["shards_passed"] += 1
+        counts["shards_passed"] += 1
         yield item
     if empty_check and shards == 0:
         # webdataset's check_empty, moved here by attach(): a worker whose shards the plan
