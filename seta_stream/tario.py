@@ -40,8 +40,8 @@ from webdataset.tariterators import meta_prefix, meta_suffix, tar_file_iterator
 
 __all__ = ["tar_members"]
 
-_BLOCK = 512
-_ZEROS = bytes(_BLOCK)
+TAR_BLOCK = 512  # bytes of a tar header and of the unit member data is padded to
+_ZEROS = bytes(TAR_BLOCK)
 _REGULAR = frozenset(tarfile.REGULAR_TYPES) - {tarfile.GNUTYPE_SPARSE}
 _SUPPORTED = frozenset(tarfile.SUPPORTED_TYPES)
 _GNU = frozenset(tarfile.GNU_TYPES)
@@ -101,7 +101,7 @@ def _header(block: bytes) -> tuple[str, bytes, int] | str:
     """(name, type, size) of a header block, or why tarfile would not accept it (its message)."""
     if not block:
         return "empty header"
-    if len(block) != _BLOCK:
+    if len(block) != TAR_BLOCK:
         return "truncated header"
     if block == _ZEROS:
         return "end of file header"
@@ -149,7 +149,7 @@ def tar_members(
 ) -> Iterator[dict[str, Any]]:
     """``{"fname", "data"}`` of the selected regular members of a tar stream: what
     ``webdataset.tariterators.tar_file_iterator`` yields for the same arguments."""
-    first = bytes(fileobj.read(_BLOCK))
+    first = bytes(fileobj.read(TAR_BLOCK))
     if isinstance(_header(first), str):  # compressed, empty, or not a tar header: webdataset's reader
         yield from tar_file_iterator(
             _Replay(first, fileobj), skip_meta=skip_meta, handler=handler,
@@ -167,107 +167,21 @@ def _members(
     select_files: Callable[[str], bool] | None,
     rename_files: Callable[[str], str] | None,
 ) -> Iterator[dict[str, Any]]:
-    read = f.read
-    end = None  # length of the stream from the first header where it can seek; else None
-    try:
-        if f.seekable():
-            here = f.tell()
-            end = f.seek(0, 2) - here + _BLOCK
-            f.seek(here)
-    except Exception:  # no seekable(), tell() or seek(): read through what is skipped
-        end = None
+    stream = _TarStream(f)
     meta = re.compile(skip_meta) if skip_meta is not None else None
-    global_pax: dict[str, str] = {}
-    pending: dict[str, str] = {}  # long name / pax records for the next member
-    after_extension = False
-    position = _BLOCK  # bytes of the stream consumed (the first header is read)
-
-    def advance(target: int) -> None:
-        """Move to ``target`` (the next header). tarfile requires the byte before it to exist."""
-        nonlocal position
-        gap = target - position
-        if end is not None:
-            if gap:
-                f.seek(gap, 1)
-            position = target
-            if target > end:
-                raise tarfile.ReadError("unexpected end of data")
-            return
-        while gap > 0:
-            chunk = read(min(gap, 1 << 20))
-            if not chunk:
-                raise tarfile.ReadError("unexpected end of data")
-            gap -= len(chunk)
-            position += len(chunk)
-
-    def next_block() -> bytes:
-        nonlocal position
-        out = bytes(read(_BLOCK))
-        position += len(out)
-        return out
-
-    def extension_data(size: int) -> bytes:  # tarfile reads these padded, without a length check
-        nonlocal position
-        out = bytes(read(size + -size % _BLOCK))
-        position += len(out)
-        return out[:size]
-
     while True:
-        parsed = _header(block)
-        if isinstance(parsed, str):
-            if after_extension:
-                raise tarfile.ReadError(parsed)
+        parsed = stream.member(block)
+        if parsed is None:
             return
         name, kind, size = parsed
-        if kind == tarfile.GNUTYPE_LONGNAME or kind == tarfile.GNUTYPE_LONGLINK:
-            data = extension_data(size)
-            if kind == tarfile.GNUTYPE_LONGNAME:
-                pending["path"] = _text(data)
-            after_extension = True
-            block = next_block()
-            continue
-        if kind in _PAX or kind == tarfile.XGLTYPE:
-            try:
-                records = _pax_records(extension_data(size))
-            except (ValueError, IndexError):  # tarfile: an invalid header ends the archive
-                return
-            if any(k.startswith("GNU.sparse.") for k in records):
-                raise tarfile.ReadError(f"sparse member (pax GNU.sparse records after {name!r}) is not supported")
-            if kind == tarfile.XGLTYPE:
-                global_pax.update(records)
-            else:
-                pending.update(records)
-            after_extension = True
-            block = next_block()
-            continue
-        after_extension = False
-        records = {**global_pax, **pending} if global_pax else pending
-        pending = {}
-        if records:
-            if "path" in records:
-                name = records["path"]
-            if "size" in records:
-                size = int(records["size"])
-        if kind == tarfile.GNUTYPE_SPARSE:
-            raise tarfile.ReadError(f"sparse member {name!r} is not supported")
         regular = kind in _REGULAR
-        following = position + (size + -size % _BLOCK if (regular or kind not in _SUPPORTED) else 0)
-        fname = name
+        following = stream.position + (_padded(size) if (regular or kind not in _SUPPORTED) else 0)
         sample = None
         try:
-            if (
-                regular
-                and not ("/" not in fname and fname.startswith(meta_prefix) and fname.endswith(meta_suffix))
-                and not (meta is not None and meta.match(fname))
-            ):
-                if rename_files:
-                    fname = rename_files(fname)
+            if regular and not _is_meta(name, meta):
+                fname = rename_files(name) if rename_files else name
                 if select_files is None or select_files(fname):
-                    data = bytes(read(size)) if size else b""
-                    position += len(data)
-                    if len(data) != size:
-                        raise tarfile.ReadError("unexpected end of data")
-                    sample = {"fname": fname, "data": data}
+                    sample = {"fname": fname, "data": stream.data(size)}
         except Exception as exn:
             if hasattr(exn, "args") and len(exn.args) > 0:
                 exn.args = (str(exn.args[0]) + " @ " + str(f),) + exn.args[1:]
@@ -275,5 +189,106 @@ def _members(
                 return
         if sample is not None:
             yield sample
-        advance(following)
-        block = next_block()
+        stream.advance(following)
+        block = stream.next_block()
+
+
+def _padded(size: int) -> int:
+    """Bytes a member's data takes in the archive (whole 512-byte blocks)."""
+    return size + -size % TAR_BLOCK
+
+
+def _is_meta(name: str, meta: re.Pattern[str] | None) -> bool:
+    """webdataset's rule: ``__x__`` members and names matching ``skip_meta`` are not sample files."""
+    return ("/" not in name and name.startswith(meta_prefix) and name.endswith(meta_suffix)) or (
+        meta is not None and meta.match(name) is not None
+    )
+
+
+class _TarStream:
+    """Position in a tar stream; headers are read block by block, member data skipped by
+    seeking where the stream can, by reading through it otherwise."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.read = f, f.read
+        self.end = None  # length of the stream from the first header where it can seek
+        try:
+            if f.seekable():
+                here = f.tell()
+                self.end = f.seek(0, 2) - here + TAR_BLOCK
+                f.seek(here)
+        except Exception:  # no seekable(), tell() or seek(): read through what is skipped
+            self.end = None
+        self.position = TAR_BLOCK  # bytes of the stream consumed (the first header is read)
+        self.global_pax: dict[str, str] = {}
+
+    def member(self, block: bytes) -> tuple[str, bytes, int] | None:
+        """(name, type, size) of the member whose header starts at ``block``, after the long-name
+        and pax headers before it; None at the end of the archive."""
+        pending: dict[str, str] = {}  # long name / pax records for the next member
+        after_extension = False
+        while True:
+            parsed = _header(block)
+            if isinstance(parsed, str):
+                if after_extension:
+                    raise tarfile.ReadError(parsed)
+                return None
+            name, kind, size = parsed
+            if kind == tarfile.GNUTYPE_LONGNAME or kind == tarfile.GNUTYPE_LONGLINK:
+                data = self.extension_data(size)
+                if kind == tarfile.GNUTYPE_LONGNAME:
+                    pending["path"] = _text(data)
+            elif kind in _PAX or kind == tarfile.XGLTYPE:
+                try:
+                    records = _pax_records(self.extension_data(size))
+                except (ValueError, IndexError):  # tarfile: an invalid header ends the archive
+                    return None
+                if any(k.startswith("GNU.sparse.") for k in records):
+                    raise tarfile.ReadError(f"sparse member (pax GNU.sparse records after {name!r}) is not supported")
+                (self.global_pax if kind == tarfile.XGLTYPE else pending).update(records)
+            else:
+                records = {**self.global_pax, **pending} if self.global_pax else pending
+                name = records.get("path", name)
+                if "size" in records:
+                    size = int(records["size"])
+                if kind == tarfile.GNUTYPE_SPARSE:
+                    raise tarfile.ReadError(f"sparse member {name!r} is not supported")
+                return name, kind, size
+            after_extension = True
+            block = self.next_block()
+
+    def data(self, size: int) -> bytes:
+        """The next ``size`` bytes: a selected member's data."""
+        data = bytes(self.read(size)) if size else b""
+        self.position += len(data)
+        if len(data) != size:
+            raise tarfile.ReadError("unexpected end of data")
+        return data
+
+    def advance(self, target: int) -> None:
+        """Move to ``target`` (the next header). tarfile requires the byte before it to exist."""
+        gap = target - self.position
+        if self.end is not None:
+            if gap:
+                self.f.seek(gap, 1)
+            self.position = target
+            if target > self.end:
+                raise tarfile.ReadError("unexpected end of data")
+            return
+        while gap > 0:
+            chunk = self.read(min(gap, 1 << 20))
+            if not chunk:
+                raise tarfile.ReadError("unexpected end of data")
+            gap -= len(chunk)
+            self.position += len(chunk)
+
+    def next_block(self) -> bytes:
+        out = bytes(self.read(TAR_BLOCK))
+        self.position += len(out)
+        return out
+
+    def extension_data(self, size: int) -> bytes:
+        """A long-name or pax header's data (tarfile reads these padded, without a length check)."""
+        out = bytes(self.read(_padded(size)))
+        self.position += len(out)
+        return out[:size]
