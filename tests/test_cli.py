@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import torch
 
 from seta_stream import LossRecorder, RunDir
 from seta_stream.cli import main
@@ -22,7 +21,7 @@ def recorded_run(path, n=300):
         rec.record(
             [f"k{i:04d}" for i in range(n)],
             [f"/d/shard-{i % 3}.tar" for i in range(n)],
-            torch.tensor(rng.lognormal(size=n), dtype=torch.float32),
+            rng.lognormal(size=n).astype(np.float32),
         )
     return run
 

@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from seta_stream import (
     EpochOrderError,
@@ -32,7 +31,7 @@ def seeded_run(path, n=200, shards=4, epochs=1):
     with LossRecorder(run, epoch=0) as rec:
         keys = [f"k{i:04d}" for i in range(n)]
         urls = [f"/d/shard-{i % shards}.tar" for i in range(n)]
-        rec.record(keys, urls, torch.tensor(rng.lognormal(size=n), dtype=torch.float32))
+        rec.record(keys, urls, rng.lognormal(size=n).astype(np.float32))
     compact(run)
     return run
 

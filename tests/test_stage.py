@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-import torch
 import webdataset as wds
 from conftest import write_shards
 
@@ -17,6 +16,8 @@ from seta_stream import PlanMissingError, RunDir, plan_epoch
 from seta_stream.ids import sample_uid
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code
+
+torch = pytest.importorskip("torch")
 
 
 @dataclass(frozen=True)
