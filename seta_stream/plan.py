@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import signal
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 
 from . import state as run_state
 from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
+from .faults import fault
 from .ids import depth_hint, sample_uids, shard_location
 from .layout import MANIFEST, STATE, plan_dir, plan_file
 from .plans import (
@@ -77,11 +77,6 @@ def _normal_pages() -> Iterator[None]:
         yield
     finally:
         setter(previous)
-
-
-def _fault(point: str) -> None:
-    if os.environ.get("SETA_STREAM_FAULT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run(run: str | RunDir) -> RunDir:
@@ -326,14 +321,14 @@ def _publish(
         "score": result.score,
     }
     publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard))
-    _fault("plan:after_plan_file")
+    fault("plan:after_plan_file")
     summary = dict(result.summary)
     summary["pruned_so_far"] = run_state.pruned_so_far(state, epoch, n, int(summary["kept"]))
     summary["phase"] = summary.get("phase", "prune")
     summary["table_generation"] = int(manifest.get("generation", 0))
     summary["population_listed"] = population_listed
     publish_summary(run, epoch, summary)
-    _fault("plan:after_summary")
+    fault("plan:after_summary")
     run.publish_json(STATE, run_state.after_plan(state, cfg, epoch, summary))
     return summary
 
