@@ -1,16 +1,17 @@
 """LossRecorder: per-sample losses from the training loop into immutable Parquet parts.
 
-This module owns ``losses/rank=R/``: one recorder per rank (in the main process) writes parts
-that nobody modifies afterwards (docs/format.md, "Loss parts"). Invariant: every published part
-is complete (written under a temporary name, then renamed) and its ``seq`` values are strictly
-greater than those of every earlier part of the same rank, also across restarts (``seq`` starts
-at the wall-clock time in ns when the recorder opens; a rank records far fewer than 10^9 samples
-per second, so a later recorder always starts above an earlier one's last ``seq``).
+One recorder per rank (in the main process) writes the loss parts of ``losses/rank=R/``,
+which nobody modifies afterwards; their format (schema, name, metadata) is ``parts``'s
+(docs/format.md, "Loss parts"). Invariant: every published part is complete (written under a
+temporary name, then renamed) and its ``seq`` values are strictly greater than those of every
+earlier part of the same rank, also across restarts (``seq`` starts at the wall-clock time in
+ns when the recorder opens; a rank records far fewer than 10^9 samples per second, so a later
+recorder always starts above an earlier one's last ``seq``).
 
 ``record()`` only validates lengths, shape, dtype and string types and appends references to a
 buffer (no device sync, no conversion); ``flush()`` converts the buffered losses to float32 (one
-device-to-host copy), maps urls to shard names (computed once per distinct ``__url__``),
-computes uids (``ids.sample_uids``) and publishes one part.
+device-to-host copy), maps urls to shard names (computed once per distinct ``__url__``) and
+publishes one part (``parts.make_part`` computes the uids, ``parts.write_part`` publishes).
 
 What a crash can lose: the unflushed buffer, at most ``flush_rows`` records (plus the batch
 that crossed the threshold) per rank. On a normal interpreter exit, including one that never
@@ -25,9 +26,7 @@ loss table counts them per sample and the policies treat such samples as unseen.
 from __future__ import annotations
 
 import atexit
-import json
 import time
-import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -36,67 +35,11 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import InvalidInputError, ShardNameConflictError
-from .ids import depth_hint, sample_uids, shard_location, shard_name
-from .runfs import FORMAT_VERSION, RunDir
+from .ids import depth_hint, shard_location, shard_name
+from .parts import make_part, write_part
+from .runfs import RunDir
 
-__all__ = [
-    "LossRecorder",
-    "PART_SCHEMA",
-    "PART_WRITE_OPTIONS",
-    "LOCATIONS_METADATA",
-    "part_name",
-    "write_part",
-    "part_locations",
-]
-
-PART_SCHEMA = pa.schema(
-    [
-        ("shard", pa.string()),
-        ("key", pa.string()),
-        ("uid", pa.uint64()),
-        ("loss", pa.float32()),
-        ("epoch", pa.int32()),
-        ("rank", pa.int32()),
-        ("seq", pa.int64()),
-    ],
-    metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
-)
-
-#: Parquet options of parts: LZ4 (compaction reads it several times faster than zstd), the
-#: shard column dictionary-encoded (a few distinct values per part), no statistics for keys.
-PART_WRITE_OPTIONS: dict[str, Any] = {
-    "compression": "lz4",
-    "use_dictionary": ["shard"],
-    "write_statistics": ["epoch", "rank", "seq"],
-}
-
-
-#: Schema metadata key of a part: JSON object {shard name: shard location} of the shards whose
-#: records the part holds (``ids.shard_location`` of their ``__url__``). Compaction checks that
-#: one name never stands for two locations (two folders holding the same file name).
-LOCATIONS_METADATA = b"seta_stream.shard_locations"
-
-
-def part_locations(schema: pa.Schema) -> dict[str, str]:
-    """{shard name: location} recorded in a part's schema metadata ({} for parts written
-    before locations were recorded)."""
-    raw = (schema.metadata or {}).get(LOCATIONS_METADATA)
-    if not raw:
-        return {}
-    value = json.loads(raw)
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def part_name(rank: int, epoch: int, seq0: int) -> str:
-    """Relative path of a new part (docs/format.md)."""
-    return f"losses/rank={rank}/epoch={epoch}/part-R{rank:05d}-E{epoch:06d}-{seq0:020d}-{uuid.uuid4().hex[:8]}.parquet"
-
-
-def write_part(run: RunDir, rank: int, epoch: int, table: pa.Table) -> str:
-    """Publish ``table`` (PART_SCHEMA, first ``seq`` = its seq0) as a new part; returns its path."""
-    rel = part_name(rank, epoch, int(table.column("seq")[0].as_py()) if table.num_rows else 0)
-    run.publish_parquet(rel, table, **PART_WRITE_OPTIONS)
-    return rel
+__all__ = ["LossRecorder"]
 
 
 def _dist_rank() -> int:
@@ -231,22 +174,9 @@ class LossRecorder:
         url_enc = pa.array([u for batch in self._urls for u in batch], type=pa.string()).dictionary_encode()
         shard_names = pa.array([self._shard_of_url[u] for u in url_enc.dictionary.to_pylist()], pa.string())
         shard_arr = pa.DictionaryArray.from_arrays(url_enc.indices, shard_names)
-        names = shard_names.to_pylist()
-        locations = {s: self._shard_url[s][0] for s in sorted(set(names))}
-        schema = PART_SCHEMA.with_metadata(
-            {**PART_SCHEMA.metadata, LOCATIONS_METADATA: json.dumps(locations, separators=(",", ":")).encode()}
-        )
-        table = pa.Table.from_arrays(
-            [
-                shard_arr.dictionary_decode(),
-                key_arr,
-                pa.array(sample_uids(shard_arr, key_arr), type=pa.uint64()),
-                pa.array(loss, type=pa.float32()),
-                pa.array(np.full(n, self.epoch, dtype=np.int32)),
-                pa.array(np.full(n, self.rank, dtype=np.int32)),
-                pa.array(np.arange(self._seq, self._seq + n, dtype=np.int64)),
-            ],
-            schema=schema,
+        locations = {s: self._shard_url[s][0] for s in set(shard_names.to_pylist())}
+        table = make_part(
+            shard_arr, key_arr, loss, epoch=self.epoch, rank=self.rank, seq0=self._seq, locations=locations
         )
         rel = write_part(self.run, self.rank, self.epoch, table)
         self._seq += n

@@ -1,0 +1,279 @@
+"""Compaction: fold the pending loss parts into a new loss table, exactly once, crash-safe.
+
+The transaction around the pure fold (``fold.fold``). Steps, and the :data:`FAULT_POINTS`
+(``faults.fault``) where a test kills the process:
+
+1. take ``locks/compact.lock`` (two compactions never interleave) -- ``compact:locked``;
+2. read the manifest and every part under ``losses/`` it does not list (``parts``); a part
+   that cannot be folded raises, or with ``on_corrupt="skip"`` moves to
+   ``losses-quarantine/`` -- ``compact:after_quarantine``; shard locations are checked
+   against the table's (a conflict stops here, before anything is written) --
+   ``compact:after_read``;
+3. fold the records into the old table's columns (``fold``; a part the fold finds corrupt is
+   quarantined like the others and the fold runs again without it);
+4. write the new table file and its keys file under fresh names (``table``) --
+   ``compact:after_table_write``;
+5. re-check the manifest's generation (a compaction that published meanwhile wins; this
+   result is discarded), then replace the manifest: the new table and the parts it folds
+   appear together -- ``compact:after_manifest``;
+6. remove table files older than the previous one and temporaries -- ``compact:after_cleanup``.
+
+A kill before step 5 leaves the previous manifest, so a rerun folds the same parts from the
+same previous table once; a kill after it leaves the new one. Either way a rerun converges to
+the table of an undisturbed run (tests/test_crash_compaction.py kills at every point).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from .errors import CorruptPartError, InvalidInputError, RunLockedError
+from .faults import fault
+from .fold import Folded, OldTable, Records, fold
+from .layout import MANIFEST
+from .parts import merge_locations, pending_parts, quarantine_part, quarantined_parts, read_part, read_part_keys
+from .runfs import RunDir
+from .table import (
+    TABLE_SCHEMA,
+    make_manifest,
+    publish_manifest,
+    publish_table,
+    read_column,
+    read_identity,
+    read_manifest,
+    remove_table_files_except,
+)
+
+__all__ = ["compact", "CompactionReport", "FAULT_POINTS"]
+
+#: Named points where ``SETA_STREAM_FAULT=<point>`` kills the compacting process (tests only):
+#: after taking the lock, after reading the parts, after quarantining a corrupt part, after
+#: writing the new table file, after replacing the manifest, after removing old table files.
+FAULT_POINTS = (
+    "compact:locked",
+    "compact:after_read",
+    "compact:after_quarantine",
+    "compact:after_table_write",
+    "compact:after_manifest",
+    "compact:after_cleanup",
+)
+
+
+@dataclass
+class CompactionReport:
+    """What one compaction did.
+
+    ``quarantined`` lists the parts this compaction moved to ``losses-quarantine/`` (their
+    original relative paths); ``generation`` is the table generation after the call.
+    """
+
+    parts_folded: int = 0
+    rows_folded: int = 0
+    samples_total: int = 0
+    new_samples: int = 0
+    nonfinite: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    generation: int = 0
+    seconds: float = 0.0
+
+
+def compact(
+    run: str | RunDir,
+    *,
+    on_corrupt: Literal["raise", "skip"] = "raise",
+    progress: bool = False,
+    lock_wait: float = 0.0,
+) -> CompactionReport:
+    """Fold every loss part not yet in the table into a new table and publish it.
+
+    Holds ``locks/compact.lock`` (waits up to ``lock_wait`` seconds for another compaction,
+    then raises :class:`RunLockedError`). ``on_corrupt="raise"`` raises
+    :class:`CorruptPartError` naming the first unreadable or foreign part and changes nothing;
+    ``on_corrupt="skip"`` moves such parts to ``losses-quarantine/`` (listed in the report and
+    the manifest) and folds the others. Safe to rerun at any time: without new parts it
+    changes nothing.
+    """
+    if on_corrupt not in ("raise", "skip"):
+        raise InvalidInputError(f"on_corrupt must be 'raise' or 'skip', found {on_corrupt!r}")
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    t0 = time.perf_counter()
+    with run.lock("compact", wait=lock_wait):
+        fault("compact:locked")
+        m = read_manifest(run)
+        report = CompactionReport(generation=int(m.get("generation", 0)), samples_total=int(m.get("rows", 0)))
+        pending = pending_parts(run, m.get("folded", []))
+        if pending:
+            _compact_pending(run, m, pending, on_corrupt == "skip", progress, report)
+        else:  # still finish the cleanup of a compaction killed after publishing
+            remove_table_files_except(run, [m.get(f) for f in ("table", "previous_table", "keys", "previous_keys")])
+        report.seconds = time.perf_counter() - t0
+        return report
+
+
+def _compact_pending(
+    run: RunDir, m: dict[str, Any], pending: list[str], skip: bool, progress: bool, report: CompactionReport
+) -> None:
+    """Steps 2 to 6 for the ``pending`` parts of manifest ``m``; fills ``report``."""
+    bar = _progress(progress, len(pending))
+    parts, good = _read_parts(run, pending, skip, report, bar)
+    locations = merge_locations(run, m.get("shard_locations") or {}, parts, good)
+    fault("compact:after_read")
+    records = Records(parts, good, _PartKeys(run, good))
+    del parts  # the records keep no key strings
+    folded, old_keys = _fold(run, m, records, good, skip, report, bar)
+    del records
+    if bar is not None:
+        bar.close()
+    report.parts_folded = len(good)
+    report.rows_folded = folded.records
+    report.nonfinite = folded.nan_losses
+    report.new_samples = folded.new_samples
+    report.samples_total = folded.rows
+    table = pa.Table.from_pydict(folded.columns, schema=TABLE_SCHEMA)
+    n_ref = folded.n_ref
+    del folded
+
+    generation = int(m.get("generation", 0))
+    # same rows, same keys: the keys file stays
+    table_rel, keys_rel = publish_table(run, generation + 1, table, old_keys if report.new_samples == 0 else None)
+    fault("compact:after_table_write")
+    _check_generation(run, m, table_rel, keys_rel)
+    manifest = make_manifest(
+        generation=generation + 1,
+        table=table_rel,
+        keys=keys_rel,
+        previous=m,
+        rows=table.num_rows,
+        folded=list(m.get("folded", [])) + good,
+        quarantined=sorted(set(m.get("quarantined", [])) | quarantined_parts(run)),
+        n_ref=n_ref or int(m.get("n_ref") or 0),
+        shard_locations=locations,
+    )
+    del table
+    publish_manifest(run, manifest)
+    fault("compact:after_manifest")
+    remove_table_files_except(run, {table_rel, m.get("table"), keys_rel, m.get("keys")})
+    fault("compact:after_cleanup")
+    report.generation = generation + 1
+
+
+def _read_parts(
+    run: RunDir, pending: list[str], skip: bool, report: CompactionReport, bar: Any
+) -> tuple[list[pa.Table], list[str]]:
+    """(parts, their paths): the pending parts that pass ``parts.read_part``; the others raise
+    or (``skip``) are quarantined."""
+    parts: list[pa.Table] = []
+    good: list[str] = []
+    for rel in pending:
+        try:
+            parts.append(read_part(run, rel))
+            good.append(rel)
+        except CorruptPartError:
+            if not skip:
+                raise
+            _quarantine(run, rel, report)
+        if bar is not None:
+            bar.update(1)
+    return parts, good
+
+
+def _quarantine(run: RunDir, rel: str, report: CompactionReport) -> None:
+    quarantine_part(run, rel)
+    report.quarantined.append(rel)
+    fault("compact:after_quarantine")
+
+
+class _PartKeys:
+    """The fold's key source (``fold.KeySource``): part k's key column, re-read from its file.
+
+    The records drop their key strings after the parts are read (see ``fold.Records``): a
+    compaction of known samples needs none, and at 15M records they take about 400 MB; the
+    fold asks for a part's keys only for new samples and error messages."""
+
+    def __init__(self, run: RunDir, names: list[str]) -> None:
+        self.run = run
+        self.names = list(names)
+
+    def __call__(self, k: int) -> pa.ChunkedArray:
+        return read_part_keys(self.run, self.names[k])
+
+
+def _old_table(run: RunDir, m: dict[str, Any]) -> tuple[OldTable, str | None]:
+    """The fold's view of manifest ``m``'s table (statistics columns read one at a time, when
+    the fold asks for them), and the keys file its key column was mapped from (None: decoded
+    from the table file, or no table)."""
+    identity, keys_rel = read_identity(run, m)
+    if identity is None:
+        return OldTable.empty(), None
+    old = OldTable(identity.column("shard"), identity.column("key"), identity.column("uid"), _StatColumns(run, m))
+    return old, keys_rel
+
+
+class _StatColumns:
+    """The fold's ``OldTable.stats`` source: one column of the old table file per call."""
+
+    def __init__(self, run: RunDir, m: dict[str, Any]) -> None:
+        self.run, self.m = run, m
+
+    def __call__(self, name: str) -> pa.ChunkedArray:
+        return read_column(self.run, self.m, name)
+
+
+def _fold(
+    run: RunDir, m: dict[str, Any], records: Records, good: list[str], skip: bool, report: CompactionReport, bar: Any
+) -> tuple[Folded, str | None]:
+    """(the fold of ``records`` into ``m``'s table, the old table's keys file); a part the fold
+    finds corrupt is quarantined (``skip``) and the fold runs again without it."""
+    settings = run.settings
+    while True:
+        if bar is not None:
+            bar.reset(total=len(good))
+            bar.set_description("compact: folding parts")
+        old, old_keys = _old_table(run, m)
+        try:
+            folded = fold(
+                old,
+                records,
+                beta2=float(settings["ema_beta2"]),
+                dataset_size=settings.get("dataset_size"),
+                on_part=None if bar is None else lambda: bar.update(1),
+            )
+            return folded, old_keys
+        except CorruptPartError as exc:  # a part whose uids are not the hash of its ids
+            if not skip or exc.path not in good:
+                raise
+            good.remove(exc.path)
+            _quarantine(run, exc.path, report)
+            records = Records([read_part(run, rel) for rel in good], good, _PartKeys(run, good))
+        finally:
+            del old
+
+
+def _check_generation(run: RunDir, m: dict[str, Any], table_rel: str, keys_rel: str) -> None:
+    """Raise :class:`RunLockedError` (removing the files just written) if another compaction
+    published since ``m`` was read."""
+    generation = int(m.get("generation", 0))
+    current = int(read_manifest(run).get("generation", 0))
+    if current == generation:
+        return
+    run.remove(table_rel)
+    if keys_rel != m.get("keys"):
+        run.remove(keys_rel)
+    raise RunLockedError(
+        f"{run.display(MANIFEST)} changed while compacting: generation {current}, expected "
+        f"{generation} (another compaction published meanwhile, its lock broken or not "
+        "honoured by the storage); this result was discarded and nothing was lost. Run "
+        "compact again, and run one compaction at a time"
+    )
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="compact: reading parts", unit="part")
