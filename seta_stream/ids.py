@@ -255,13 +255,13 @@ def sample_uids(
     # Blocks of 2^18 rows keep temporaries small: whole-array temporaries at 15M rows are
     # about 10x slower per element here (page faults on every fresh allocation).
     out = np.empty(n, dtype=np.uint64)
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
+    for lo in range(0, n, _ROWS_PER_BLOCK):
+        hi = min(n, lo + _ROWS_PER_BLOCK)
         out[lo:hi] = _fold_block(h[lo:hi], offsets[lo : hi + 1], words_at)
     return out
 
 
-_BLOCK = 1 << 18
+_ROWS_PER_BLOCK = 1 << 18
 
 
 def _fold_block(h: np.ndarray, offsets: np.ndarray, words_at: np.ndarray) -> np.ndarray:
