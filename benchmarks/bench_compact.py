@@ -21,7 +21,7 @@ from common import OUT, machine, make_table_run, measure, st_mj_identities
 
 def make_parts(run, n: int, parts: int) -> None:
     from seta_stream.ids import sample_uids
-    from seta_stream.record import PART_SCHEMA, write_part
+    from seta_stream.parts import PART_SCHEMA, write_part
     from seta_stream.runfs import RunDir
 
     shards, keys = st_mj_identities(n)

@@ -33,7 +33,7 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory whose loss table has n rows (log-normal losses), built directly."""
     from seta_stream.ids import sample_uids
     from seta_stream.runfs import RunDir
-    from seta_stream.table import TABLE_SCHEMA, _sort_by_shard
+    from seta_stream.table import TABLE_SCHEMA
 
     if (path / "table/manifest.json").exists():
         _add_keys_file(path)  # a run made before tables had keys files
@@ -57,7 +57,7 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
         },
         schema=TABLE_SCHEMA,
     )
-    table = _sort_by_shard(table)
+    table = sort_by_shard(table)
     rel = "table/table-000001-bench.parquet"
     run.publish_parquet(rel, table)
     run.publish_json(
@@ -66,6 +66,21 @@ def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     )
     _add_keys_file(path)
     return path
+
+
+def sort_by_shard(table: pa.Table) -> pa.Table:
+    """Rows ordered by (shard, uid), shard names in code-point order: the order of a loss table
+    (docs/format.md), for tables built directly instead of by compaction."""
+    shard = table.column("shard")
+    if not pa.types.is_dictionary(shard.type):
+        shard = shard.dictionary_encode()
+    shard = shard.combine_chunks()
+    names = shard.dictionary.to_pylist()
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    codes = rank[shard.indices.to_numpy(zero_copy_only=False)]
+    perm = np.lexsort((table.column("uid").to_numpy(), codes))
+    return table.take(pa.array(perm)).combine_chunks()
 
 
 def _add_keys_file(path: Path) -> None:
