@@ -504,7 +504,8 @@ class _Stats:
         self.last_seq[new_dest] = np.iinfo(np.int64).min
         self.seen[new_dest] = 0
         self.nonfinite[new_dest] = 0
-        self.ema[new_dest] = 1.0 / n_ref  # ES eq. 2.5: s_i(0) = 1/n
+        if len(new_dest):  # n_ref >= 1 then
+            self.ema[new_dest] = 1.0 / n_ref  # ES eq. 2.5: s_i(0) = 1/n
 
     def apply(
         self, p: np.ndarray, loss: np.ndarray, epoch: np.ndarray, rank: np.ndarray, seq: np.ndarray, beta2: float

@@ -207,6 +207,21 @@ def test_corrupt_parts_are_named_and_can_be_quarantined(tmp_path, kind, message)
     assert manifest["quarantined"] == ["losses/rank=0/epoch=0/part-bad.parquet"]
 
 
+def test_a_compaction_whose_only_part_is_quarantined_publishes_an_empty_table(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    write_part(tmp_path / "r", "part-bad.parquet", good_part_table().drop_columns(["loss"]), META)
+    report = compact(run, on_corrupt="skip")
+    assert report.quarantined == ["losses/rank=0/epoch=0/part-bad.parquet"]
+    assert (report.parts_folded, report.rows_folded, report.samples_total, report.generation) == (0, 0, 0, 1)
+    assert load_table(run).num_rows == 0 and load_table(run).schema.equals(TABLE_SCHEMA)
+    manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())
+    assert (manifest["folded"], manifest["rows"], manifest["n_ref"]) == ([], 0, 0)
+    with LossRecorder(run) as rec:
+        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+    assert compact(run).new_samples == 1
+    assert load_table(run).column("key").to_pylist() == ["good"]
+
+
 def test_part_with_wrong_uids_is_rejected(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     t = good_part_table(("a",)).set_column(2, "uid", pa.array([12345], pa.uint64()))
