@@ -1,4 +1,4 @@
-"""Exact, deterministic 1-D k-means (algorithms.md §3.5).
+"""Exact, deterministic 1-D k-means (docs/algorithms.md §3.5).
 
 In one dimension every optimal partition is a set of contiguous runs of the sorted values, so
 the optimum is found by dynamic programming over the sorted points (Wang & Song 2011). Points

@@ -41,7 +41,7 @@ from .plans import (
     publish_summary,
     read_summary,
 )
-from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, policy_params, summarize
+from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, check_run_settings, policy_params, summarize
 from .runfs import RunDir
 from .table import load_numeric, load_table, load_table_keys
 
@@ -242,7 +242,7 @@ def plan_epoch(
             )
         spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
-        _check_ema_setting(run, cfg["policy"], params)
+        check_run_settings(spec, params, run.settings, run.display("seta-stream.json"))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
             table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
@@ -255,7 +255,7 @@ def plan_epoch(
         else:
             # the policy needs only the numeric columns; the identity columns are read on the
             # other core while it runs (pyarrow and most NumPy loops release the GIL)
-            numeric = load_numeric(run, _policy_columns(cfg), manifest=manifest)
+            numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
             with ThreadPoolExecutor(1) as pool:
                 reading = pool.submit(_read_identities, run, manifest, epoch)
                 try:
@@ -278,14 +278,9 @@ def _run_policy(
     epoch: int,
     cfg: dict[str, Any],
 ) -> tuple[Any, PolicyInput, Any]:
-    """(result, input, guard) of the policy on the table columns."""
-    n = len(numeric["uid"])
-    inp = PolicyInput(
-        uid=numeric["uid"],
-        last_loss=numeric["last_loss"],
-        ema=numeric["ema"] if "ema" in numeric else _constant(n, np.nan, np.float64),
-        seen=numeric["seen"],
-        last_epoch=numeric["last_epoch"] if "last_epoch" in numeric else _constant(n, -1, np.int32),
+    """(result, input, guard) of the policy on the table columns it declares."""
+    inp = PolicyInput.from_columns(
+        {c: numeric[c] for c in spec.table_columns(params)},
         epoch=epoch,
         epochs=cfg["epochs"],
         seed=cfg["seed"],
@@ -333,20 +328,6 @@ def _publish(
     return summary
 
 
-def _policy_columns(cfg: dict[str, Any]) -> list[str]:
-    """The table columns the run's policy reads: no policy reads ``last_epoch``, and only ES,
-    ESWP and InfoBatch with ``score="ema"`` read ``ema`` (skipping them saves 12 bytes a row)."""
-    needs_ema = cfg["policy"] in ("es", "eswp") or (
-        cfg["policy"] == "infobatch" and cfg["params"].get("score", "last") == "ema"
-    )
-    return ["uid", "last_loss", "seen"] + (["ema"] if needs_ema else [])
-
-
-def _constant(n: int, value: float | int, dtype: Any) -> np.ndarray:
-    """A column the policy does not read, as a read-only constant view (no memory)."""
-    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
-
-
 def _column(col: Any) -> np.ndarray:
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
 
@@ -370,17 +351,3 @@ def _read_identities(run: RunDir, manifest: dict[str, Any], epoch: int) -> PlanI
     if ids.keys_file is None:
         ids.keys_file = run.prepare_arrow(plan_file(epoch, "keys.arrow"), pa.table({"key": ids.key}))
     return ids
-
-
-def _check_ema_setting(run: RunDir, name: str, params: Any) -> None:
-    """ES/ESWP read the table's EMA, whose beta2 is fixed by the run; the two must agree."""
-    if name not in ("es", "eswp"):
-        return
-    beta2 = params.beta2
-    if beta2 != run.settings["ema_beta2"]:
-        raise InvalidInputError(
-            f"{run.display('seta-stream.json')}: the loss table's EMA uses beta2="
-            f"{run.settings['ema_beta2']}, policy {name} asks beta2={beta2}; beta2 is fixed "
-            f"when the run is created. Create the run with settings={{'ema_beta2': {beta2}}} "
-            "(Pruner does this for es/eswp), or pass the run's beta2"
-        )

@@ -36,6 +36,7 @@ from typing import Any
 from .errors import SetaStreamError
 from .layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
 from .plan import load_summary, plan_epoch, set_current_epoch
+from .policies import run_settings_for
 from .record import LossRecorder
 from .runfs import RunDir
 from .table import compact, folded_parts
@@ -100,12 +101,8 @@ class Pruner:
     ) -> None:
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
-        if policy in ("es", "eswp") and not (settings or {}).get("ema_beta2"):
-            # the table's EMA must use the policy's beta2 (fixed at run creation)
-            from .policies import get_policy
-
-            beta2 = get_policy(policy).make_params(**(params or {})).beta2
-            settings = {**(settings or {}), "ema_beta2": beta2}
+        # a new run gets the run settings its policy declares (such as the loss table's EMA factor)
+        settings = run_settings_for(policy, params, settings)
         self.run = RunDir(run, create=True, settings=settings, storage_options=storage_options)
         self.policy = policy
         self.params = dict(params or {})

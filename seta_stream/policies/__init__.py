@@ -2,8 +2,9 @@
 
 One module per policy plus this registry. ``run_policy(name, inp, **params)`` validates the
 parameters, runs the policy and :func:`finalize` s the result (empty-plan guard, common summary
-fields). Adding a policy = one module with a params dataclass and a function, plus one
-``register`` call below.
+fields). Adding a policy = one module with a params dataclass, a function and its ``SPECS``
+(:class:`PolicySpec`: description, the table columns it reads, the run settings it fixes),
+named in the registration loop below. Nothing outside this package names a policy.
 """
 
 from __future__ import annotations
@@ -14,24 +15,53 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInputError
-from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
-from .evolved import EsParams, EswpParams, es, es_select, eswp
-from .full import FullParams, full
-from .infobatch import InfoBatchParams, infobatch
-from .random import RandomParams, StaticParams, random_policy, static_policy
+from . import evolved as _evolved
+from . import full as _full
+from . import infobatch as _infobatch
+from . import random as _random
+from . import seta as _seta
+from .base import (
+    INPUT_COLUMNS,
+    PLAN_COLUMNS,
+    REASONS,
+    AbsentRule,
+    PolicyInput,
+    PolicyResult,
+    PolicySpec,
+    RunSetting,
+    reason_code,
+)
+from .evolved import EsParams as EsParams
+from .evolved import EswpParams as EswpParams
+from .evolved import es as es
+from .evolved import es_select
+from .evolved import eswp as eswp
+from .full import FullParams as FullParams
+from .full import full as full
+from .infobatch import InfoBatchParams as InfoBatchParams
+from .infobatch import infobatch as infobatch
+from .random import RandomParams as RandomParams
+from .random import StaticParams as StaticParams
+from .random import random_policy as random_policy
+from .random import static_policy as static_policy
 from .random_draws import STREAM_GUARD, smallest_mask, uniforms
-from .seta import SetaParams, seta
+from .seta import SetaParams as SetaParams
+from .seta import seta as seta
 
 _BLOCK = 1 << 20  # rows per block of the summary's counts
 
 __all__ = [
+    "INPUT_COLUMNS",
+    "PLAN_COLUMNS",
     "POLICIES",
     "REASONS",
     "AbsentRule",
     "PolicyInput",
     "PolicyResult",
     "PolicySpec",
+    "RunSetting",
     "apply_guard",
+    "check_run_settings",
     "describe_policies",
     "es_select",
     "finalize",
@@ -39,6 +69,7 @@ __all__ = [
     "policy_params",
     "register",
     "run_policy",
+    "run_settings_for",
     "summarize",
 ]
 
@@ -52,37 +83,10 @@ def register(spec: PolicySpec) -> None:
     POLICIES[spec.name] = spec
 
 
-register(PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)"))
-register(
-    PolicySpec(
-        "random", RandomParams, random_policy, "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)"
-    )
-)
-register(
-    PolicySpec(
-        "static", StaticParams, static_policy, "static random: one uniform (1-r) subset for the whole run (baseline)"
-    )
-)
-register(
-    PolicySpec(
-        "infobatch",
-        InfoBatchParams,
-        infobatch,
-        "InfoBatch: prune a (r) share of below-mean-loss samples, rescale the kept ones by 1/(1-r)",
-    )
-)
-register(PolicySpec("es", EsParams, es, "Evolved Sampling: keep all; select per meta-batch with es_select"))
-register(
-    PolicySpec("eswp", EswpParams, eswp, "Evolved Sampling with Pruning: keep (1-r) of samples drawn by EMA loss score")
-)
-register(
-    PolicySpec(
-        "seta",
-        SetaParams,
-        seta,
-        "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard window, partial annealing",
-    )
-)
+for _module in (_full, _random, _infobatch, _evolved, _seta):
+    for _spec in _module.SPECS:
+        register(_spec)
+del _module, _spec
 
 
 def get_policy(name: str) -> PolicySpec:
@@ -235,3 +239,31 @@ def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
     """Validate ``params`` for policy ``name``, run it and finalize the result."""
     spec, p = policy_params(name, **params)
     return finalize(spec.fn(inp, p), inp, name, p)
+
+
+def check_run_settings(spec: PolicySpec, params: Any, run_settings: dict[str, Any], where: str) -> None:
+    """Raise InvalidInputError if a run setting the policy declares (``spec.settings``) differs
+    from its parameter; ``where`` names the run's settings file in the message."""
+    for setting in spec.settings:
+        asked, has = getattr(params, setting.param), run_settings.get(setting.name)
+        if asked != has:
+            raise InvalidInputError(
+                f"{where}: {setting.governs} uses {setting.param}={has}, policy {spec.name} asks "
+                f"{setting.param}={asked}; {setting.name} is fixed when the run is created. Create the run "
+                f"with settings={{'{setting.name}': {asked}}} (Pruner does this for policy {spec.name}), or "
+                f"pass the run's {setting.param}"
+            )
+
+
+def run_settings_for(
+    name: str, params: dict[str, Any] | None, settings: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``settings`` of a run to create for policy ``name``, completed with the run settings its
+    parameters fix (a setting given wins). An unknown policy name changes nothing: planning
+    reports it."""
+    spec = POLICIES.get(name)
+    missing = [s for s in spec.settings if not (settings or {}).get(s.name)] if spec else []
+    if not missing:
+        return settings
+    p = spec.make_params(**(params or {}))
+    return {**(settings or {}), **{s.name: getattr(p, s.param) for s in missing}}

@@ -3,13 +3,18 @@
 A policy is a pure function ``fn(inp: PolicyInput, params) -> PolicyResult``; ``params`` is a
 frozen dataclass validated in ``__post_init__``. No I/O, no globals, no process-wide RNG:
 every random draw comes from the per-sample uniforms of ``seta_stream.policies.random_draws``
-(algorithms.md §0.4). Everything with side effects (reading the table, writing the plan) is
-in ``seta_stream.plan``.
+(docs/algorithms.md §0.4). Everything with side effects (reading the table, writing the plan)
+is in ``seta_stream.plan``.
+
+A policy declares what it needs on its :class:`PolicySpec`: the loss-table columns it reads
+(``columns``) and the run settings its parameters must agree with (``settings``). The planner
+reads exactly those columns (plus :data:`PLAN_COLUMNS`) and checks those settings, so it never
+names a policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,9 +27,18 @@ __all__ = [
     "PolicyResult",
     "AbsentRule",
     "PolicySpec",
+    "RunSetting",
     "REASONS",
+    "INPUT_COLUMNS",
+    "PLAN_COLUMNS",
     "reason_code",
 ]
+
+#: The loss-table columns a :class:`PolicyInput` carries (docs/format.md, loss table).
+INPUT_COLUMNS: tuple[str, ...] = ("uid", "last_loss", "ema", "seen", "last_epoch")
+#: Columns every plan reads, whatever its policy: ``uid`` (identity), ``last_loss`` (the
+#: plan's ``loss`` column) and ``seen`` (the summary's ``unseen`` and ``nonfinite`` counts).
+PLAN_COLUMNS: tuple[str, ...] = ("uid", "last_loss", "seen")
 
 #: Every reason a plan row can carry (stored as a dictionary column in plan.parquet).
 REASONS: tuple[str, ...] = (
@@ -56,14 +70,16 @@ def reason_code(name: str) -> int:
 class PolicyInput:
     """Columns of the loss table (one row per known sample) plus the planning context.
 
-    Row order is irrelevant to every policy (algorithms.md §0.4).
+    Row order is irrelevant to every policy (docs/algorithms.md §0.4). ``last_epoch`` is read
+    by no built-in policy: the planner passes it (else None) only to a policy that declares it
+    among its columns.
     """
 
     uid: np.ndarray  # uint64[N]
     last_loss: np.ndarray  # float32[N], NaN = never recorded / non-finite
     ema: np.ndarray  # float64[N], NaN = never recorded
     seen: np.ndarray  # int32[N]
-    last_epoch: np.ndarray  # int32[N], -1 = never
+    last_epoch: np.ndarray | None  # int32[N], -1 = never; None = not read
     epoch: int  # e, 0-based epoch being planned
     epochs: int  # E, total epochs of the run
     seed: int  # run seed (uint64)
@@ -72,7 +88,7 @@ class PolicyInput:
     def __post_init__(self) -> None:
         n = len(self.uid)
         for name in ("last_loss", "ema", "seen", "last_epoch"):
-            if len(getattr(self, name)) != n:
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise InvalidInputError(f"PolicyInput.{name} has {len(getattr(self, name))} rows, uid has {n}")
         if self.epochs < 1:
             raise InvalidInputError(f"epochs must be >= 1, got {self.epochs}")
@@ -101,6 +117,38 @@ class PolicyInput:
             seed=seed,
         )
 
+    @classmethod
+    def from_columns(
+        cls, columns: Mapping[str, np.ndarray], *, epoch: int, epochs: int, seed: int, n_ref: int = 0
+    ) -> PolicyInput:
+        """The input of a policy from the table columns it declared (``uid`` is required).
+
+        A column not given is a read-only constant that allocates nothing: ``last_loss`` and
+        ``ema`` NaN, ``seen`` 0 (never recorded); ``last_epoch`` is None."""
+        unknown = set(columns) - set(INPUT_COLUMNS)
+        if unknown:
+            raise InvalidInputError(
+                f"PolicyInput has no column(s) {sorted(unknown)}; a policy may read {list(INPUT_COLUMNS)}"
+            )
+        uid = columns["uid"]
+        n = len(uid)
+        return cls(
+            uid=uid,
+            last_loss=columns["last_loss"] if "last_loss" in columns else _constant(n, np.nan, np.float32),
+            ema=columns["ema"] if "ema" in columns else _constant(n, np.nan, np.float64),
+            seen=columns["seen"] if "seen" in columns else _constant(n, 0, np.int32),
+            last_epoch=columns.get("last_epoch"),
+            epoch=epoch,
+            epochs=epochs,
+            seed=seed,
+            n_ref=n_ref,
+        )
+
+
+def _constant(n: int, value: float | int, dtype: Any) -> np.ndarray:
+    """A column nobody reads, as a read-only constant view (no memory)."""
+    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+
 
 @dataclass(frozen=True)
 class AbsentRule:
@@ -123,7 +171,7 @@ class AbsentRule:
 class PolicyResult:
     """Output of a policy for N samples.
 
-    ``summary`` holds the policy-specific fields (algorithms.md names them per policy) plus
+    ``summary`` holds the policy-specific fields (docs/algorithms.md names them per policy) plus
     ``phase``; the common fields (n, kept, pruned_fraction, unseen, nonfinite,
     weight_histogram, empty_plan_guard) are added by :func:`seta_stream.policies.finalize`.
     """
@@ -138,13 +186,52 @@ class PolicyResult:
 
 
 @dataclass(frozen=True)
+class RunSetting:
+    """A run setting (fixed when the run is created, stored in seta-stream.json) that must equal
+    a parameter of the policy, e.g. ES's ``beta2`` is the loss table's ``ema_beta2``."""
+
+    name: str  # the run setting, e.g. "ema_beta2"
+    param: str  # the field of the params dataclass, e.g. "beta2"
+    governs: str  # what the setting governs, for messages, e.g. "the loss table's EMA"
+
+
+def _every_column(params: Any) -> frozenset[str]:
+    return frozenset(INPUT_COLUMNS)
+
+
+@dataclass(frozen=True)
 class PolicySpec:
-    """A registered policy: name, parameter dataclass, pure function, one-line description."""
+    """A registered policy: name, parameter dataclass, pure function, one-line description,
+    and what it needs from the run.
+
+    ``columns(params)``: the :data:`INPUT_COLUMNS` the function reads with these parameters
+    (default: all of them; a column not declared reaches the policy as a constant, see
+    :meth:`PolicyInput.from_columns`). ``settings``: the run settings its parameters must
+    agree with; the planner refuses a mismatch and ``Pruner`` creates a new run with them.
+    """
 
     name: str
     params_type: type
     fn: Callable[[PolicyInput, Any], PolicyResult]
     description: str
+    columns: Callable[[Any], Iterable[str]] = _every_column
+    settings: tuple[RunSetting, ...] = ()
 
     def make_params(self, **kwargs: Any) -> Any:
         return self.params_type(**kwargs)
+
+    def table_columns(self, params: Any) -> list[str]:
+        """The loss-table columns a plan of this policy reads: :data:`PLAN_COLUMNS` and the
+        declared ones, in :data:`INPUT_COLUMNS` order."""
+        declared = set(self.columns(params))
+        unknown = declared - set(INPUT_COLUMNS)
+        if unknown:
+            raise InvalidInputError(
+                f"policy {self.name!r} declares column(s) {sorted(unknown)}; a policy may read {list(INPUT_COLUMNS)}"
+            )
+        wanted = declared | set(PLAN_COLUMNS)
+        return [c for c in INPUT_COLUMNS if c in wanted]
+
+    def run_settings(self, params: Any) -> dict[str, Any]:
+        """The values of the run settings these parameters require (``{}`` for most policies)."""
+        return {s.name: getattr(params, s.param) for s in self.settings}

@@ -1,9 +1,10 @@
-"""`es` and `eswp`: Evolved Sampling, with set-level Pruning (algorithms.md §5).
+"""`es` and `eswp`: Evolved Sampling, with set-level Pruning (docs/algorithms.md §5).
 
 The score s_i is the loss table's ``ema`` column: the decoupled EMA s <- beta2 s + (1 - beta2)
 loss over every recorded loss, from 1/n (compaction keeps it; beta2 is the run setting
-``ema_beta2``). Epochs are split into warm-up e < E_a, active E_a <= e < E - E_a and annealing
-e >= E - E_a, with E_a = ceil(anneal_ratio * E - 1e-9).
+``ema_beta2``, which both policies declare in their ``SPECS``: their ``beta2`` must equal it).
+Epochs are split into warm-up e < E_a, active E_a <= e < E - E_a and annealing e >= E - E_a,
+with E_a = ceil(anneal_ratio * E - 1e-9).
 
 * ``eswp`` (set level, the plan): in active epochs keep (1 - r) of the seen samples drawn
   without replacement with probability proportional to s_i (successive sampling, stream 4)
@@ -27,18 +28,18 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..ids import mix64, mix64_array
-from .base import PolicyInput, PolicyResult, reason_code
+from .base import PolicyInput, PolicyResult, PolicySpec, RunSetting, reason_code
 from .random_draws import (
     STREAM_ES_BATCH,
     STREAM_ESWP,
-    _smallest,
     keep_count,
     salt,
+    smallest_indices,
     uniforms,
     weighted_subset,
 )
 
-__all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs"]
+__all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs", "SPECS"]
 
 
 def _check(name: str, beta1: float, beta2: float, r: float, mini_ratio: float, anneal_ratio: float) -> None:
@@ -87,7 +88,7 @@ class EswpParams:
 
 
 def anneal_epochs(anneal_ratio: float, epochs: int) -> int:
-    """E_a = ceil(rho E - 1e-9) (algorithms.md A10)."""
+    """E_a = ceil(rho E - 1e-9) (docs/algorithms.md A10)."""
     return int(math.ceil(anneal_ratio * epochs - 1e-9))
 
 
@@ -167,7 +168,7 @@ def es_select(
     step: int,
     uids: Any,
 ) -> np.ndarray:
-    """Batch-level selection of ES (algorithms.md §5.4): a bool mask of the b = ceil(mini_ratio B)
+    """Batch-level selection of ES (docs/algorithms.md §5.4): a bool mask of the b = ceil(mini_ratio B)
     samples of a meta-batch to back-propagate, drawn without replacement with probability
     proportional to w_i = beta1 s_i + (1 - beta1) loss_i (successive sampling; stream 6, salt
     extended with mix(rank * 2^32 + step)). Inputs are numpy arrays or torch tensors.
@@ -189,5 +190,33 @@ def es_select(
         keys = -np.log1p(-u) / w  # Efraimidis-Spirakis keys; w <= 0 or NaN -> +inf below
     keys[~(w > 0)] = np.inf
     mask = np.zeros(B, dtype=bool)
-    mask[_smallest(keys, u, uid, b)] = True
+    mask[smallest_indices(keys, u, uid, b)] = True
     return mask
+
+
+def columns(p: EsParams | EswpParams) -> frozenset[str]:
+    """The EMA score, ``seen`` and the uid."""
+    return frozenset({"uid", "seen", "ema"})
+
+
+#: The table's EMA is folded at compaction with the run's ``ema_beta2``: it must be the policy's beta2.
+EMA_BETA2 = RunSetting("ema_beta2", "beta2", "the loss table's EMA")
+
+SPECS = (
+    PolicySpec(
+        "es",
+        EsParams,
+        es,
+        "Evolved Sampling: keep all; select per meta-batch with es_select",
+        columns,
+        (EMA_BETA2,),
+    ),
+    PolicySpec(
+        "eswp",
+        EswpParams,
+        eswp,
+        "Evolved Sampling with Pruning: keep (1-r) of samples drawn by EMA loss score",
+        columns,
+        (EMA_BETA2,),
+    ),
+)

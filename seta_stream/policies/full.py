@@ -1,4 +1,4 @@
-"""`full`: keep every sample with weight 1 in every epoch (algorithms.md §1)."""
+"""`full`: keep every sample with weight 1 in every epoch (docs/algorithms.md §1)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import PolicyInput, PolicyResult, reason_code
+from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
 
 
 @dataclass(frozen=True)
@@ -22,3 +22,11 @@ def full(inp: PolicyInput, params: FullParams) -> PolicyResult:
         reason=np.full(n, reason_code("all"), dtype=np.int8),
         summary={"phase": "prune"},
     )
+
+
+def columns(params: FullParams) -> frozenset[str]:
+    """No column: the number of rows is all ``full`` needs."""
+    return frozenset()
+
+
+SPECS = (PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)", columns),)

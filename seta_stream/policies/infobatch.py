@@ -1,4 +1,4 @@
-"""`infobatch`: InfoBatch (algorithms.md §4).
+"""`infobatch`: InfoBatch (docs/algorithms.md §4).
 
 Pruning epochs e < P = floor(delta E): among the seen samples S, those with a score strictly
 below the mean score are "well learned" (L); a uniform (1 - r) share of L is kept (stream 3)
@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidInputError
-from .base import PolicyInput, PolicyResult, reason_code
+from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
 
 
@@ -86,3 +86,19 @@ def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
         "rescaled": int(drawn.sum()),
     }
     return PolicyResult(keep, weight, reason, summary)
+
+
+def columns(p: InfoBatchParams) -> frozenset[str]:
+    """The score column (``last_loss`` or ``ema``), ``seen`` and the uid."""
+    return frozenset({"uid", "seen", "last_loss" if p.score == "last" else "ema"})
+
+
+SPECS = (
+    PolicySpec(
+        "infobatch",
+        InfoBatchParams,
+        infobatch,
+        "InfoBatch: prune a (r) share of below-mean-loss samples, rescale the kept ones by 1/(1-r)",
+        columns,
+    ),
+)

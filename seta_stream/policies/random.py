@@ -1,6 +1,6 @@
 """`random` (dynamic: a fresh uniform subset every epoch) and `static` (one subset for the run).
 
-algorithms.md §2. Score-free: seen and unseen samples are treated alike (§0.5). Samples
+docs/algorithms.md §2. Score-free: seen and unseen samples are treated alike (§0.5). Samples
 absent from the plan (no listing) are kept by the stage with probability 1 - r using the same
 per-sample uniform (§0.2), so epoch 0 is down-sampled too.
 """
@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidInputError
-from .base import AbsentRule, PolicyInput, PolicyResult, reason_code
+from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
 
 
@@ -83,3 +83,26 @@ def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
 
 def static_policy(inp: PolicyInput, params: StaticParams) -> PolicyResult:
     return random_policy(inp, RandomParams(r=params.r, mode="static"))
+
+
+def columns(params: RandomParams | StaticParams) -> frozenset[str]:
+    """Score-free: only the uid, whose uniforms make the draw."""
+    return frozenset({"uid"})
+
+
+SPECS = (
+    PolicySpec(
+        "random",
+        RandomParams,
+        random_policy,
+        "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)",
+        columns,
+    ),
+    PolicySpec(
+        "static",
+        StaticParams,
+        static_policy,
+        "static random: one uniform (1-r) subset for the whole run (baseline)",
+        columns,
+    ),
+)

@@ -1,4 +1,4 @@
-"""Per-sample randomness and the two selection primitives (algorithms.md §0.3, §0.4).
+"""Per-sample randomness and the two selection primitives (docs/algorithms.md §0.3, §0.4).
 
 Every draw is a function of (uid, seed, epoch, stream) only, so plans are identical on any
 machine, independent of row order, and mergeable across partitions (a uniform m-subset is the
@@ -30,6 +30,7 @@ __all__ = [
     "uniform_subset",
     "weighted_subset",
     "smallest_mask",
+    "smallest_indices",
     "kth_smallest",
 ]
 
@@ -75,8 +76,9 @@ def prune_epochs(delta: float, epochs: int, override: int | None = None) -> int:
     return int(math.floor(float(delta) * float(epochs) + 1e-9))
 
 
-def _smallest(keys: np.ndarray, tie1: np.ndarray, tie2: np.ndarray | None, m: int) -> np.ndarray:
-    """Indices (into keys) of the m smallest keys; ties broken by tie1 then tie2 (small arrays)."""
+def smallest_indices(keys: np.ndarray, tie1: np.ndarray, tie2: np.ndarray | None, m: int) -> np.ndarray:
+    """Indices (into keys) of the m smallest keys; ties broken by tie1 then tie2 (for small
+    arrays such as a meta-batch; :func:`smallest_mask` is the O(N) version for a table)."""
     n = len(keys)
     if m <= 0:
         return np.zeros(0, dtype=np.int64)

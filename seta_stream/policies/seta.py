@@ -1,4 +1,4 @@
-"""`seta`: SeTa (Scale Efficient Training), algorithms.md §3.
+"""`seta`: SeTa (Scale Efficient Training), docs/algorithms.md §3.
 
 Pruning epochs e < P = floor(delta E):
   1. R = uniform (1 - r) subset of all N samples (stream 1, fresh every epoch);
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..kmeans1d import assign, kmeans1d
-from .base import AbsentRule, PolicyInput, PolicyResult, reason_code
+from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import (
     STREAM_ANNEAL,
     STREAM_RANDOM,
@@ -49,12 +49,12 @@ from .random_draws import (
     uniforms,
 )
 
-__all__ = ["SetaParams", "seta", "window_width", "window_start", "rank_range"]
+__all__ = ["SetaParams", "seta", "window_width", "window_start", "rank_range", "SPECS"]
 
 
 @dataclass(frozen=True)
 class SetaParams:
-    """SeTa parameters (algorithms.md §3.1); defaults are the reference class defaults."""
+    """SeTa parameters (docs/algorithms.md §3.1); defaults are the reference class defaults."""
 
     r: float = 0.0
     k: int = 10
@@ -255,3 +255,19 @@ def rank_range(vals: np.ndarray, uid: np.ndarray, lo: int, hi: int) -> np.ndarra
         return upto_hi
     upto_hi &= ~smallest_mask(vals, lo, uid)
     return upto_hi
+
+
+def columns(p: SetaParams) -> frozenset[str]:
+    """The last loss (clustered), ``seen`` and the uid."""
+    return frozenset({"uid", "last_loss", "seen"})
+
+
+SPECS = (
+    PolicySpec(
+        "seta",
+        SetaParams,
+        seta,
+        "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard window, partial annealing",
+        columns,
+    ),
+)
