@@ -29,6 +29,8 @@ Modules, one job each (an arrow = may import):
     results     reads result files; grouping and formatting helpers
     checks      result files and run directories against the policy rules (configs)
     plots       the figures                                   (results)
-    report      the short study's section of docs/quality.md  (results, plots, checks, layout)
-    report_converged  the converged study's section           (results, plots, checks, configs)
+    report      the short study's section of docs/quality.md, and the splicing of a generated
+                section between its markers                   (results, plots, checks, configs, layout)
+    report_converged  the converged study's section           (report, results, plots, checks, configs)
+    __main__    the command line
 """
