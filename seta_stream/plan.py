@@ -30,7 +30,7 @@ from . import state as run_state
 from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
 from .faults import fault
 from .ids import depth_hint, sample_uids, shard_location
-from .layout import MANIFEST, STATE, plan_dir, plan_file
+from .layout import MANIFEST, STATE, plan_dir
 from .plans import (
     PLAN_SCHEMA,
     PlanIdentities,
@@ -257,13 +257,8 @@ def plan_epoch(
             # other core while it runs (pyarrow and most NumPy loops release the GIL)
             numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
             with ThreadPoolExecutor(1) as pool:
-                reading = pool.submit(_read_identities, run, manifest, epoch)
-                try:
-                    result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
-                except BaseException:
-                    with contextlib.suppress(BaseException):
-                        reading.result().discard()  # keys.arrow prepared ahead
-                    raise
+                reading = pool.submit(_read_identities, run, manifest)
+                result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
                 ids = reading.result()
             listed = False
         del numeric
@@ -332,22 +327,14 @@ def _column(col: Any) -> np.ndarray:
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
 
 
-def _read_identities(run: RunDir, manifest: dict[str, Any], epoch: int) -> PlanIdentities:
-    """Read the identity columns and prepare keys.arrow, unpublished (the policy may still
-    fail). Runs beside the policy, so it decodes on this thread only.
+def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:
+    """Read the identity columns. Runs beside the policy, so it decodes on this thread only.
 
-    The keys come memory-mapped from the table's keys file, and keys.arrow is a hard link to
-    it; a table without one (written by an older version) has its keys decoded from Parquet
-    and written out."""
+    The keys come memory-mapped from the table's keys file; a table without one (written by an
+    older version) has its keys decoded from Parquet."""
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
         shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
-        ids = PlanIdentities(shard, table_keys[0])
-        with contextlib.suppress(FileNotFoundError):  # removed by compactions meanwhile: write it
-            ids.keys_file = run.prepare_link(table_keys[1], plan_file(epoch, "keys.arrow"))
-    else:
-        t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
-        ids = PlanIdentities(t.column("shard"), t.column("key"))
-    if ids.keys_file is None:
-        ids.keys_file = run.prepare_arrow(plan_file(epoch, "keys.arrow"), pa.table({"key": ids.key}))
-    return ids
+        return PlanIdentities(shard, table_keys[0])
+    t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
+    return PlanIdentities(t.column("shard"), t.column("key"))

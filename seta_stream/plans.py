@@ -4,22 +4,38 @@ This module owns the folder (docs/format.md, "Plans"):
 
 * ``plan.parquet``: one row per known sample (:data:`PLAN_SCHEMA`), a folder of Parquet parts
   in row order, rows grouped by shard;
-* ``keys.arrow`` + ``lookup.arrow``: the stage's per-row key and (keep, weight[, score]),
-  row-aligned with plan.parquet, uncompressed Arrow IPC so workers memory-map them;
-* ``shards.arrow``: one row per shard, its row range and kept count (the stage skips a shard
-  with no kept row without opening it);
+* ``stage.arrow``: what the stage needs of each row, (uid, keep, weight[, score]), as an
+  uncompressed Arrow IPC file with one record batch per shard, so that a DataLoader worker
+  reads the slice of the shards it opens and nothing else (memory-mapped locally, one range
+  request per shard on object stores);
+* ``shards.arrow``: one row per shard, its row range, kept count and the byte range of its
+  record batch in stage.arrow (the stage skips a shard with no kept row without opening it);
 * ``summary.json``: written last, so its presence means the plan is complete.
 
 :func:`publish_plan` writes them in that order; :func:`load_plan`, :func:`load_summary` and
 :func:`read_stage_lookup` read them. Nothing here decides what to keep (``policies``) or how a
 stage applies it (``planview``).
+
+Why uids and not keys in stage.arrow: a shard of 5,000 MJSynth-like keys holds 145 KB of keys
+(25-byte keys and their offsets) against 61 KB of (uid, keep, weight), so a worker reading 10
+shards of a 15M-sample plan fetches 0.9 MB instead of 2.3 MB; the worker computes a sample's uid
+from its key (``ids.sample_uid``, about 2 us in pure Python) to look up its decision
+(docs/benchmarks.md, "Stage on an object store"). uids are unique within a loss table (two
+identities with one uid are rejected when compacting and planning), and a sample the plan does
+not list has the uid of a listed sample of its shard with probability about 2^-64 per listed
+sample.
+
+Plans written by earlier versions hold ``keys.arrow`` + ``lookup.arrow`` (rows of the plan,
+keys and decisions; or a ``key`` column in ``lookup.arrow`` and no ``keys.arrow``) and a
+shards.arrow without byte ranges; :func:`read_stage_lookup` reads them whole, as those
+versions did.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,18 +44,21 @@ import pyarrow.compute as pc
 
 from .errors import PlanMissingError, RunFormatError
 from .layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
-from .runfs import PendingFile, RunDir
+from .runfs import RunDir
 
 __all__ = [
     "PLAN_SCHEMA",
     "PLAN_PART_ROWS",
     "PlanIdentities",
+    "STAGE_FIELDS",
     "StageLookup",
     "publish_plan",
     "load_plan",
     "load_summary",
     "read_stage_lookup",
     "shard_ranges",
+    "shards_file",
+    "stage_batches",
     "publish_summary",
     "read_summary",
     "discard_leftovers",
@@ -75,12 +94,18 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "max_rows_per_page": 1 << 20,
 }
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
+#: Columns of stage.arrow (``score`` for ES/ESWP plans only), in this order.
+STAGE_FIELDS = {"uid": pa.uint64(), "keep": pa.bool_(), "weight": pa.float32(), "score": pa.float64()}
+#: Schema metadata of shards.arrow naming stage.arrow's columns: its presence marks the layout
+#: with a stage.arrow (earlier plans have keys.arrow + lookup.arrow instead).
+_STAGE_META = b"seta_stream.stage"
+#: IPC file magic ("ARROW1" and 2 bytes of padding) in front of stage.arrow's schema message.
+_IPC_MAGIC = 8
 
 
 class PlanIdentities:
     """The plan's identity columns: ``shard`` with one dictionary for all chunks, ``key``, and
-    the row range of each shard (rows are grouped by shard). ``keys_file`` is keys.arrow,
-    prepared ahead (a hard link to the loss table's keys file) and published with the plan."""
+    the row range of each shard (rows are grouped by shard)."""
 
     def __init__(self, shard: pa.ChunkedArray | pa.Array, key: pa.ChunkedArray | pa.Array) -> None:
         if isinstance(shard, pa.Array):
@@ -92,23 +117,6 @@ class PlanIdentities:
         self.shard: pa.ChunkedArray = shard.cast(_SHARD_TYPE).unify_dictionaries()
         self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
         self.starts, self.stops, self.names = _shard_runs(self.shard)
-        self.keys_file: PendingFile | None = None
-
-    def discard(self) -> None:
-        """Drop keys.arrow prepared ahead (the plan was not published)."""
-        if self.keys_file is not None:
-            with contextlib.suppress(Exception):
-                self.keys_file.discard()
-
-
-@dataclass
-class StageLookup:
-    """What a stage reads of a plan: the summary, per-row keys and decisions, per-shard ranges."""
-
-    summary: dict[str, Any]
-    keys: pa.ChunkedArray
-    decisions: pa.Table  # keep, weight[, score]; row-aligned with keys
-    shards: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # shard -> (start, stop, kept)
 
 
 def publish_plan(
@@ -118,32 +126,33 @@ def publish_plan(
     columns: dict[str, np.ndarray | pa.Array],
     summarize: Any,
 ) -> None:
-    """Publish plan.parquet, keys.arrow, lookup.arrow and shards.arrow of ``epoch`` (not the
-    summary: :func:`publish_summary` completes the plan).
+    """Publish plan.parquet, stage.arrow and shards.arrow of ``epoch`` (not the summary:
+    :func:`publish_summary` completes the plan).
 
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
     encoded (the summary costs about as much as one part)."""
     names = columns.pop("reason_names")
     reason = pa.DictionaryArray.from_arrays(pa.array(columns["reason"], type=pa.int8()), pa.array(names, pa.string()))
+    uid = pa.array(columns["uid"], type=pa.uint64())
     keep = pa.array(columns["keep"], type=pa.bool_())
     weight = pa.array(columns["weight"], type=pa.float32())
     arrays = [
         ids.shard,
         ids.key,
-        pa.array(columns["uid"], type=pa.uint64()),
+        uid,
         pa.array(columns["loss"], type=pa.float32()),
         pa.array(columns["cluster"], type=pa.int16()),
         keep,
         weight,
         reason,
     ]
-    lookup = {"keep": keep, "weight": weight}
+    stage = {"uid": uid, "keep": keep, "weight": weight}
     schema = PLAN_SCHEMA
     if columns.get("score") is not None:
         score = pa.array(columns["score"], type=pa.float64())
         arrays.append(score)
-        lookup["score"] = score
+        stage["score"] = score
         schema = schema.append(pa.field("score", pa.float64(), nullable=False))
     plan = pa.Table.from_arrays(arrays, schema=schema)
     del arrays
@@ -151,12 +160,34 @@ def publish_plan(
 
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
         summarize()
-        keys = ids.keys_file or run.prepare_arrow(plan_file(epoch, "keys.arrow"), pa.table({"key": ids.key}))
-        keys.commit()
-        run.publish_arrow(plan_file(epoch, "lookup.arrow"), pa.table(lookup))
-        run.publish_arrow(plan_file(epoch, "shards.arrow"), shard_ranges(ids, keep_np))
+        batches, ranges = stage_batches(ids, pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage)))
+        run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
+        shards = shard_ranges(ids, keep_np, ranges)
+        run.publish_bytes(plan_file(epoch, "shards.arrow"), shards_file(shards, list(stage)))
 
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files)
+
+
+def stage_batches(ids: PlanIdentities, stage: pa.Table) -> tuple[list[pa.RecordBatch], np.ndarray]:
+    """stage.arrow's record batches, one per shard in row order (zero-copy slices of ``stage``),
+    and the byte range ``[offset, offset + length)`` of each in the IPC file written from them
+    (int64 array of shape (shards, 2)).
+
+    The ranges come from writing the same file to a byte counter (``pa.MockOutputStream``): the
+    IPC file format is the magic, the schema message, then one message per batch as written, so
+    the counter's positions are the file's. An empty plan has one empty batch (the schema)."""
+    table = stage.combine_chunks()
+    batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
+    batches = [batch.slice(int(a), int(b - a)) for a, b in zip(ids.starts, ids.stops)] or [batch]
+    ranges = np.zeros((len(ids.starts), 2), np.int64)
+    counter = pa.MockOutputStream()
+    with pa.ipc.new_file(counter, table.schema) as writer:
+        start = _IPC_MAGIC + table.schema.serialize().size  # the schema is written with the first batch
+        for i in range(len(ids.starts)):
+            writer.write_batch(batches[i])
+            ranges[i] = start, counter.tell() - start
+            start = counter.tell()
+    return batches, ranges
 
 
 def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any) -> None:
@@ -217,29 +248,108 @@ def discard_leftovers(run: RunDir, epoch: int) -> None:
         run.remove(rel)
 
 
+class StageLookup:
+    """What a stage reads of the plan of one epoch: the summary, one row per shard
+    (``shards``: shard -> (start, stop, kept)), and the rows of one shard on demand
+    (:meth:`shard_rows`).
+
+    With a stage.arrow (this version's plans) a shard's rows are one record batch, read when
+    asked: a slice of the memory-mapped file locally, one range request on other storage, so a
+    worker fetches and holds only the shards it opens. Plans written by earlier versions
+    (keys.arrow + lookup.arrow) are read whole, as those versions did. ``identity`` says which
+    column identifies a row: ``"uid"`` (stage.arrow) or ``"key"`` (earlier plans)."""
+
+    def __init__(self, run: RunDir, epoch: int, summary: dict[str, Any], shards: pa.Table) -> None:
+        self.run, self.epoch, self.summary = run, epoch, summary
+        cols = shards.to_pydict()
+        self.shards: dict[str, tuple[int, int, int]] = {
+            s: (a, b, k) for s, a, b, k in zip(cols["shard"], cols["start"], cols["stop"], cols["kept"])
+        }
+        meta = (shards.schema.metadata or {}).get(_STAGE_META)
+        self.bytes_read = 0  # bytes of stage.arrow fetched (read through the page cache locally)
+        self._map: pa.Buffer | None = None
+        if meta is not None:
+            columns = json.loads(meta)["columns"]
+            self.identity = "uid"
+            self.columns: list[str] = columns
+            self._schema = _stage_schema(columns)
+            self._ranges = {s: (o, n) for s, o, n in zip(cols["shard"], cols["offset"], cols["length"])}
+            self._whole: pa.Table | None = None
+        else:
+            self.identity = "key"
+            self._whole = _read_earlier_lookup(run, epoch)
+            self.columns = self._whole.column_names
+
+    @property
+    def has_score(self) -> bool:
+        return "score" in self.columns
+
+    def shard_rows(self, shard: str) -> pa.RecordBatch | pa.Table | None:
+        """The plan's rows of ``shard``: columns ``identity``, keep, weight[, score]; None if
+        the plan does not list the shard."""
+        entry = self.shards.get(shard)
+        if entry is None:
+            return None
+        start, stop, _ = entry
+        if self._whole is not None:
+            return self._whole.slice(start, stop - start)
+        offset, length = self._ranges[shard]
+        rel = plan_file(self.epoch, "stage.arrow")
+        try:
+            if self.run.is_local:
+                if self._map is None:
+                    self._map = pa.memory_map(self.run.path(rel), "r").read_buffer()
+                data = self._map.slice(offset, length)
+            else:
+                data = pa.py_buffer(self.run.fs.cat_file(self.run.path(rel), start=offset, end=offset + length))
+            self.bytes_read += length
+            batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), self._schema)
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            raise RunFormatError(
+                f"{self.run.display(rel)}: cannot read the rows of shard {shard!r} at bytes "
+                f"[{offset}, {offset + length}) that shards.arrow gives ({exc}); expected one Arrow record "
+                "batch there. The plan directory is inconsistent: plan the epoch again with force=True"
+            ) from exc
+        if batch.num_rows != stop - start:
+            raise RunFormatError(
+                f"{self.run.display(rel)}: shard {shard!r} has {batch.num_rows} rows at bytes [{offset}, "
+                f"{offset + length}), shards.arrow says {stop - start}; expected the same. The plan directory "
+                "is inconsistent: plan the epoch again with force=True"
+            )
+        return batch
+
+
+def _stage_schema(columns: Any) -> pa.Schema:
+    """stage.arrow's schema: ``columns`` of :data:`STAGE_FIELDS`, in that order, non-nullable."""
+    return pa.schema([pa.field(c, STAGE_FIELDS[c], nullable=False) for c in columns])
+
+
 def read_stage_lookup(run: RunDir, epoch: int) -> StageLookup:
-    """The stage's view of the plan of ``epoch`` (memory-mapped locally)."""
-    d = plan_dir(epoch)
+    """The stage's view of the plan of ``epoch``: its summary and shards.arrow, read now; the
+    rows of a shard are read when :meth:`StageLookup.shard_rows` asks for them."""
     summary = read_summary(run, epoch)
     if summary is None:
         raise PlanMissingError(
-            f"{run.display(d, 'summary.json')}: no plan for epoch {epoch}; call "
+            f"{run.display(plan_dir(epoch), 'summary.json')}: no plan for epoch {epoch}; call "
             f"pruner.start_epoch({epoch}) (or plan_epoch) before iter(loader)"
         )
+    return StageLookup(run, epoch, summary, run.read_arrow(plan_file(epoch, "shards.arrow")))
+
+
+def _read_earlier_lookup(run: RunDir, epoch: int) -> pa.Table:
+    """keys.arrow + lookup.arrow of a plan written by an earlier version, as one table (key,
+    keep, weight[, score]), memory-mapped locally; the oldest have the key in lookup.arrow."""
     decisions = run.read_arrow(plan_file(epoch, "lookup.arrow"))
     if "key" in decisions.column_names:  # a plan written before keys.arrow existed
-        keys = decisions.column("key")
-    else:
-        keys = run.read_arrow(plan_file(epoch, "keys.arrow")).column("key")
-        if len(keys) != decisions.num_rows:
-            raise RunFormatError(
-                f"{run.display(d)}: keys.arrow has {len(keys)} rows, lookup.arrow "
-                f"{decisions.num_rows}; expected the same rows. The plan directory is "
-                f"inconsistent: plan the epoch again with force=True"
-            )
-    shards = run.read_arrow(plan_file(epoch, "shards.arrow")).to_pydict()
-    ranges = {s: (a, b, k) for s, a, b, k in zip(shards["shard"], shards["start"], shards["stop"], shards["kept"])}
-    return StageLookup(summary, keys, decisions, ranges)
+        return decisions.select(["key", *[c for c in decisions.column_names if c != "key"]])
+    keys = run.read_arrow(plan_file(epoch, "keys.arrow")).column("key")
+    if len(keys) != decisions.num_rows:
+        raise RunFormatError(
+            f"{run.display(plan_dir(epoch))}: keys.arrow has {len(keys)} rows, lookup.arrow "
+            f"{decisions.num_rows}; expected the same rows. The plan directory is "
+            f"inconsistent: plan the epoch again with force=True"
+        )
+    return pa.Table.from_arrays([keys, *decisions.columns], ["key", *decisions.column_names])
 
 
 def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
@@ -266,16 +376,30 @@ def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Arra
     return start, stop, shard.chunk(0).dictionary.take(pa.array(code))
 
 
-def shard_ranges(ids: PlanIdentities, keep: np.ndarray) -> pa.Table:
-    """One row per shard: row range [start, stop) in lookup.arrow, n, kept; sorted by shard."""
+def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | None = None) -> pa.Table:
+    """One row per shard, sorted by shard: row range [start, stop) in the plan, n, kept, and
+    (given ``ranges``, from :func:`stage_batches`) the byte range [offset, offset + length) of
+    its rows in stage.arrow."""
     kept = np.add.reduceat(keep, ids.starts, dtype=np.int64) if len(ids.starts) else np.zeros(0, np.int64)
-    t = pa.table(
-        {
-            "shard": ids.names.cast(pa.string()),
-            "start": pa.array(ids.starts, pa.int64()),
-            "stop": pa.array(ids.stops, pa.int64()),
-            "n": pa.array(ids.stops - ids.starts, pa.int64()),
-            "kept": pa.array(kept, pa.int64()),
-        }
-    )
-    return t.sort_by("shard")
+    columns = {
+        "shard": ids.names.cast(pa.string()),
+        "start": pa.array(ids.starts, pa.int64()),
+        "stop": pa.array(ids.stops, pa.int64()),
+        "n": pa.array(ids.stops - ids.starts, pa.int64()),
+        "kept": pa.array(kept, pa.int64()),
+    }
+    if ranges is not None:
+        columns["offset"] = pa.array(ranges[:, 0], pa.int64())
+        columns["length"] = pa.array(ranges[:, 1], pa.int64())
+    return pa.table(columns).sort_by("shard")
+
+
+def shards_file(shards: pa.Table, stage_columns: list[str]) -> bytes:
+    """shards.arrow's bytes: ``shards`` (:func:`shard_ranges` with byte ranges) with the schema
+    metadata ``seta_stream.stage`` naming stage.arrow's columns, zstd-compressed (every worker
+    reads all of it: about 15 bytes a shard instead of 70)."""
+    shards = shards.replace_schema_metadata({_STAGE_META: json.dumps({"columns": stage_columns})})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, shards.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(shards)
+    return sink.getvalue().to_pybytes()

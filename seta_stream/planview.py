@@ -3,11 +3,14 @@ shard through one :class:`PlanView`, and counted per iterator.
 
 The three readers (``keep_filter``, ``kept_tar_samples``, ``read_kept``) share this module:
 
-* :class:`PlanView` reads the stage files of an epoch (``plans.read_stage_lookup``; the
-  current epoch from ``state.json`` unless one is pinned) and answers per shard:
+* :class:`PlanView` reads the summary and shards.arrow of an epoch (``plans.read_stage_lookup``;
+  the current epoch from ``state.json`` unless one is pinned) and answers per shard:
   :meth:`PlanView.shard` gives a :class:`ShardDecisions` with the decision of every sample the
   plan knows and the plan's absent rule for the others, ``is_empty`` (nothing to open) and
-  ``keeps_all`` (nothing to skip).
+  ``keeps_all`` (nothing to skip). The rows of a shard are read the first time one of its
+  samples is decided (one record batch of stage.arrow: a slice of the memory-mapped file, or
+  one range request on an object store), and only the last shard asked is held, so what a
+  worker reads and holds grows with the shards it opens, not with the plan.
 * :class:`Decision` is (keep, weight, score, known): what is attached to a kept sample
   (``__weight__``, ``__score__``) and how it is counted.
 * :class:`StageCounts` is one iterator's counts (kept, dropped, absent_kept, absent_dropped,
@@ -17,6 +20,10 @@ The three readers (``keep_filter``, ``kept_tar_samples``, ``read_kept``) share t
 Samples absent from the plan (new data, or never recorded) follow the plan's absent rule: kept
 with weight 1 (default), or, for score-free policies, kept iff their per-sample uniform is
 below the keep fraction (the same draw the planner makes, docs/algorithms.md §0.2).
+
+A sample is found in the plan by its uid (``ids.sample_uid(shard, key)``, computed per sample:
+about 2 us in pure Python, against 0.07 us for the key dict of plans written by earlier
+versions, which are read by key; docs/benchmarks.md, "Stage on an object store").
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from .policies.random_draws import uniform_of
 from .runfs import RunDir
 from .state import current_epoch
 
-__all__ = ["Decision", "ShardDecisions", "PlanView", "StageCounts", "stage_counters"]
+__all__ = ["Decision", "ShardDecisions", "KnownByKey", "PlanView", "StageCounts", "stage_counters"]
 
 
 class Decision(NamedTuple):
@@ -88,13 +95,44 @@ class ShardDecisions:
         self.keeps_all = view.shard_keeps_all(shard)  # every sample of it is kept: nothing to skip
 
     @cached_property
-    def known(self) -> dict[str, Decision]:
-        """key -> Decision of the samples the plan lists (built on first use)."""
+    def listed(self) -> dict[Any, Decision]:
+        """uid (or key, for plans written by earlier versions) -> Decision of the samples the
+        plan lists (read on first use)."""
         return self.view.known_decisions(self.shard)
 
+    @cached_property
+    def known(self) -> KnownByKey | dict[str, Decision]:
+        """key -> Decision of the samples the plan lists (``known.get(key)``; None if absent)."""
+        if self.view.identity == "key":
+            return self.listed
+        return KnownByKey(self.shard, self.listed)
+
     def decide(self, key: str) -> Decision:
-        hit = self.known.get(key)
-        return hit if hit is not None else self.view.absent(self.shard, key)
+        if self.view.identity == "key":
+            hit = self.listed.get(key)
+            return hit if hit is not None else self.view.absent(self.shard, key)
+        uid = sample_uid(self.shard, key)
+        hit = self.listed.get(uid)
+        return hit if hit is not None else self.view.absent_uid(uid)
+
+
+class KnownByKey:
+    """The decisions of one shard's listed samples looked up by key: ``get(key)`` finds the
+    sample's uid (``ids.sample_uid``) among the plan's rows of the shard."""
+
+    __slots__ = ("shard", "by_uid")
+
+    def __init__(self, shard: str, by_uid: dict[int, Decision]) -> None:
+        self.shard, self.by_uid = shard, by_uid
+
+    def get(self, key: str, default: Decision | None = None) -> Decision | None:
+        return self.by_uid.get(sample_uid(self.shard, key), default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and sample_uid(self.shard, key) in self.by_uid
+
+    def __len__(self) -> int:
+        return len(self.by_uid)
 
 
 class PlanView:
@@ -103,8 +141,8 @@ class PlanView:
     def __init__(self, run: str | RunDir, epoch: int | None = None) -> None:
         self.run = run if isinstance(run, RunDir) else RunDir(run)
         self.epoch = current_epoch(self.run) if epoch is None else int(epoch)
-        stage = read_stage_lookup(self.run, self.epoch)
-        summary = stage.summary
+        self.stage = read_stage_lookup(self.run, self.epoch)
+        summary = self.stage.summary
         self.depth = int(self.run.settings["shard_depth"])
         rule = summary.get("absent_rule") or {"kind": "keep"}
         self.absent_kind = rule.get("kind", "keep")
@@ -115,10 +153,9 @@ class PlanView:
         # with a population listing every sample of a known shard is a plan row, so a shard
         # with no kept row holds nothing to train; without one it may hold unknown samples
         self.population_listed = bool(summary.get("population_listed", False))
-        self.lookup = stage.decisions
-        self.keys = stage.keys
-        self.shards = stage.shards
-        self.has_score = "score" in self.lookup.column_names
+        self.shards = self.stage.shards
+        self.has_score = self.stage.has_score
+        self.identity = self.stage.identity  # "uid", or "key" for plans of earlier versions
         self._last: ShardDecisions | None = None
 
     def shard_of(self, url: str) -> ShardDecisions:
@@ -155,24 +192,30 @@ class PlanView:
         """The plan's absent rule for a sample it does not list."""
         if self.absent_kind == "keep":
             return Decision(True, 1.0, None, False)
-        u = uniform_of(sample_uid(shard, key), self.seed, self.absent_epoch, self.absent_stream)
+        return self.absent_uid(sample_uid(shard, key))
+
+    def absent_uid(self, uid: int) -> Decision:
+        """The plan's absent rule for the unlisted sample with this uid."""
+        if self.absent_kind == "keep":
+            return Decision(True, 1.0, None, False)
+        u = uniform_of(uid, self.seed, self.absent_epoch, self.absent_stream)
         return Decision(bool(u < self.absent_fraction), 1.0, None, False)
 
-    def known_decisions(self, shard: str) -> dict[str, Decision]:
-        """key -> Decision of every sample of ``shard`` the plan lists."""
-        entry = self.shards.get(shard)
-        if entry is None:
+    def known_decisions(self, shard: str) -> dict[Any, Decision]:
+        """uid (or key, for plans of earlier versions: see ``identity``) -> Decision of every
+        sample of ``shard`` the plan lists."""
+        rows = self.stage.shard_rows(shard)
+        if rows is None:
             return {}
-        a, b, _ = entry
-        part = self.lookup.slice(a, b - a)
-        # key -> Decision as Python objects: one dict look-up per sample
-        scores = part.column("score").to_pylist() if self.has_score else [None] * (b - a)
+        n = rows.num_rows
+        # identity -> Decision as Python objects: one dict look-up per sample
+        scores = rows.column("score").to_pylist() if self.has_score else [None] * n
         return {
-            k: Decision(keep, weight, score, True)
-            for k, keep, weight, score in zip(
-                self.keys.slice(a, b - a).to_pylist(),
-                part.column("keep").to_pylist(),
-                part.column("weight").to_pylist(),
+            ident: Decision(keep, weight, score, True)
+            for ident, keep, weight, score in zip(
+                rows.column(self.identity).to_pylist(),
+                rows.column("keep").to_pylist(),
+                rows.column("weight").to_pylist(),
                 scores,
             )
         }

@@ -1,4 +1,4 @@
-"""The loss table's keys file (table/keys-*.arrow) and the plan's keys.arrow linked to it."""
+"""The loss table's keys file (table/keys-*.arrow), which planning reads the plan's keys from."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_compaction_writes_the_keys_file_row_aligned_with_the_table(tmp_path):
     )
 
 
-def test_plan_keys_are_a_link_to_the_table_keys_and_plans_match_a_table_without_them(tmp_path):
+def test_plans_from_the_keys_file_match_plans_of_a_table_without_one(tmp_path):
     keys = [f"k{i:03d}" for i in range(120)]
     runs = []
     for name in ("with", "without"):
@@ -84,12 +84,10 @@ def test_plan_keys_are_a_link_to_the_table_keys_and_plans_match_a_table_without_
         plan_epoch(run, 1, **SETA)
     a, b = (load_plan(run, 1) for run in runs)
     assert a.equals(b)
-    table_keys = tmp_path / "with" / manifest(tmp_path / "with")["keys"]
-    plan_keys = tmp_path / "with/plans/epoch=1/keys.arrow"
-    assert os.path.samefile(table_keys, plan_keys)  # a hard link: no bytes copied
-    assert (tmp_path / "with/plans/epoch=1/keys.arrow").read_bytes() == (
-        tmp_path / "without/plans/epoch=1/keys.arrow"
-    ).read_bytes()
+    for name in ("with", "without"):
+        assert (tmp_path / name / "plans/epoch=1/stage.arrow").read_bytes() == (
+            tmp_path / "with/plans/epoch=1/stage.arrow"
+        ).read_bytes()
 
 
 def test_keys_file_that_does_not_match_the_table_is_not_used(tmp_path):
@@ -110,23 +108,6 @@ def test_keys_file_that_does_not_match_the_table_is_not_used(tmp_path):
     assert load_table_keys(run) is None
 
 
-def test_keys_are_copied_where_hard_links_fail(tmp_path, monkeypatch):
-    run = RunDir(tmp_path / "r", create=True)
-    record(run, 0, [f"k{i:03d}" for i in range(30)])
-    compact(run)
-
-    def no_links(src, dst):
-        raise OSError(18, "Invalid cross-device link")
-
-    monkeypatch.setattr(os, "link", no_links)
-    plan_epoch(run, 1, **SETA)
-    table_keys = tmp_path / "r" / manifest(tmp_path / "r")["keys"]
-    plan_keys = tmp_path / "r/plans/epoch=1/keys.arrow"
-    assert not os.path.samefile(table_keys, plan_keys)
-    assert plan_keys.read_bytes() == table_keys.read_bytes()
-    assert not [p for p in os.listdir(tmp_path / "r/plans/epoch=1") if p.startswith(".tmp-")]
-
-
 @pytest.mark.parametrize("scheme", ["memory"])
 def test_keys_file_on_fsspec_storage(tmp_path, scheme):
     url = f"{scheme}://keys-file-{os.getpid()}"
@@ -136,4 +117,4 @@ def test_keys_file_on_fsspec_storage(tmp_path, scheme):
     m = run.read_json("table/manifest.json")
     assert run.exists(m["keys"])
     plan_epoch(run, 1, **SETA)
-    assert run.read_arrow("plans/epoch=1/keys.arrow").equals(run.read_arrow(m["keys"]))
+    assert load_plan(run, 1).column("key").to_pylist() == run.read_arrow(m["keys"]).column("key").to_pylist()

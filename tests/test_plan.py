@@ -68,16 +68,13 @@ def test_plan_files_columns_and_summary(tmp_path):
     clusters = plan.column("cluster").to_numpy()
     in_window = (clusters >= 1) & (clusters <= 3)
     assert np.array_equal(keep, in_window)
-    # stage lookup: grouped by shard, same decisions
+    # stage file: one record batch per shard, same decisions
     import pyarrow.ipc as ipc
 
-    lookup = ipc.open_file(str(tmp_path / "r/plans/epoch=1/lookup.arrow")).read_all()
-    keys = ipc.open_file(str(tmp_path / "r/plans/epoch=1/keys.arrow")).read_all()
+    stage = ipc.open_file(str(tmp_path / "r/plans/epoch=1/stage.arrow"))
     shards = ipc.open_file(str(tmp_path / "r/plans/epoch=1/shards.arrow")).read_all().to_pylist()
-    assert lookup.column_names == ["keep", "weight"] and keys.column_names == ["key"]
-    assert keys.column("key").to_pylist() == plan.column("key").to_pylist()
-    assert lookup.column("keep").to_pylist() == plan.column("keep").to_pylist()
-    assert lookup.column("weight").to_pylist() == plan.column("weight").to_pylist()
+    assert stage.schema.names == ["uid", "keep", "weight"] and stage.num_record_batches == 4
+    assert stage.read_all().equals(plan.select(["uid", "keep", "weight"]))
     assert [s["shard"] for s in shards] == [f"shard-{i}.tar" for i in range(4)]
     assert sum(s["n"] for s in shards) == 200 and sum(s["kept"] for s in shards) == summary["kept"]
     for s in shards:
@@ -85,10 +82,9 @@ def test_plan_files_columns_and_summary(tmp_path):
         assert set(part.column("shard").to_pylist()) == {s["shard"]}
         assert s["kept"] == sum(part.column("keep").to_pylist())
     assert sorted(os.listdir(tmp_path / "r/plans/epoch=1")) == [
-        "keys.arrow",
-        "lookup.arrow",
         "plan.parquet",
         "shards.arrow",
+        "stage.arrow",
         "summary.json",
     ]
     assert os.listdir(tmp_path / "r/plans/epoch=1/plan.parquet") == ["part-00000.parquet"]
@@ -144,7 +140,7 @@ def test_planning_removes_what_a_killed_planner_left(tmp_path):
     (d / ".tmp-0123-plan.parquet/part-00000.parquet").write_bytes(b"half")
     (d / ".tmp-4567-keys.arrow").write_bytes(b"half")
     plan_epoch(run, 1, **SETA)
-    assert sorted(os.listdir(d)) == ["keys.arrow", "lookup.arrow", "plan.parquet", "shards.arrow", "summary.json"]
+    assert sorted(os.listdir(d)) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
 
 
 def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
@@ -172,10 +168,9 @@ def test_plans_are_deterministic_and_reused(tmp_path):
     assert other_seed["seed"] == 4
     assert not load_plan(a, 1).equals(load_plan(b, 1))
     assert sorted(os.listdir(tmp_path / "a/plans/epoch=1")) == [  # the old folder was replaced, not kept
-        "keys.arrow",
-        "lookup.arrow",
         "plan.parquet",
         "shards.arrow",
+        "stage.arrow",
         "summary.json",
     ]
     assert sb["kept"] == sa["kept"]
@@ -249,14 +244,14 @@ def test_killed_planning_converges_on_rerun(tmp_path, point):
 
 
 def test_a_failing_policy_publishes_no_stage_file(tmp_path):
-    """keys.arrow is written while the policy runs; if the policy fails it is dropped."""
+    """If the policy fails no file of the plan is published."""
     run = seeded_run(tmp_path / "r")
     with pytest.raises(ValueError, match="unknown parameter"):
         plan_epoch(run, 1, policy="seta", params={"no_such": 1}, epochs=10)
     d = tmp_path / "r/plans/epoch=1"
     assert not d.exists() or os.listdir(d) == []
     plan_epoch(run, 1, **SETA)
-    assert sorted(os.listdir(d)) == ["keys.arrow", "lookup.arrow", "plan.parquet", "shards.arrow", "summary.json"]
+    assert sorted(os.listdir(d)) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
 
 
 def test_shard_ranges_span_table_chunks_with_different_dictionaries():

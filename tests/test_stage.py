@@ -230,7 +230,8 @@ def test_an_empty_shard_is_harmless(tmp_path):
 
 
 def test_plans_with_keys_in_lookup_arrow_are_still_read(tmp_path, shards):
-    """Plans written before keys.arrow existed carry the key column in lookup.arrow."""
+    """Plans written before keys.arrow and stage.arrow existed carry the key column in
+    lookup.arrow, and shards.arrow has no byte ranges."""
     import os
 
     import pyarrow as pa
@@ -241,12 +242,18 @@ def test_plans_with_keys_in_lookup_arrow_are_still_read(tmp_path, shards):
         RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=3, seed=1, population=population(shards)
     )
     d = run / "plans/epoch=0"
-    keys = ipc.open_file(str(d / "keys.arrow")).read_all().column("key")
-    lookup = ipc.open_file(str(d / "lookup.arrow")).read_all()
-    old = pa.table({"key": keys, "keep": lookup.column("keep"), "weight": lookup.column("weight")})
-    os.remove(d / "keys.arrow")
-    with pa.OSFile(str(d / "lookup.arrow"), "wb") as sink, ipc.new_file(sink, old.schema) as w:
-        w.write_table(old)
+    plan = seta.load_plan(str(run), 0)
+    shards_arrow = ipc.open_file(str(d / "shards.arrow")).read_all()
+    old = {
+        "lookup.arrow": pa.table(
+            {"key": plan.column("key"), "keep": plan.column("keep"), "weight": plan.column("weight")}
+        ),
+        "shards.arrow": pa.table({c: shards_arrow.column(c) for c in ("shard", "start", "stop", "n", "kept")}),
+    }
+    os.remove(d / "stage.arrow")
+    for name, table in old.items():
+        with pa.OSFile(str(d / name), "wb") as sink, ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
     ds = wds.DataPipeline(wds.SimpleShardList(shards), wds.tarfile_to_samples(), seta.keep_filter(str(run)))
     (got,) = iterate(ds)
     assert {(s, k) for s, k, _ in got} == kept_set(run, 0) and len(got) == 60
