@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from seta_stream import LossRecorder, RunDir, RunLockedError, compact, load_table
-from seta_stream.table import FAULT_POINTS
+from seta_stream.compaction import FAULT_POINTS
 
 
 def python(code: str, fault: str | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:
