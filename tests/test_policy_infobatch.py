@@ -1,12 +1,12 @@
-"""InfoBatch (algorithms.md §4): mean test, uniform draw of below-mean samples, rescaling,
-annealing without leaked weights, unseen samples, edge cases, validation."""
+"""InfoBatch (docs/algorithms.md §4): mean test, uniform draw of below-mean samples, rescaling,
+annealing without leaked weights, unseen samples, edge cases, validation, declared columns."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from seta_stream.policies import PolicyInput, run_policy
+from seta_stream.policies import PolicyInput, get_policy, run_policy
 from seta_stream.policies.infobatch import InfoBatchParams
 from seta_stream.policies.random_draws import uniforms
 
@@ -32,7 +32,7 @@ def test_rule_summary_and_stream_3_draw():
     assert s["weight_histogram"] == {"1.0": int((~below).sum()), "2.0": s["m"]}
     assert s["kept_by_reason"] == {"above_mean": int((~below).sum()), "below_mean_drawn": s["m"]}
     assert res.summary["absent_rule"]["kind"] == "keep"
-    assert 0.62 < s["kept"] / inp.n < 0.70  # §11: 0.652 on log-normal losses at r = 0.5
+    assert 0.62 < s["kept"] / inp.n < 0.70  # docs/algorithms.md §11: 0.652 on log-normal losses at r = 0.5
 
 
 def test_samples_equal_to_the_mean_are_not_candidates():
@@ -42,14 +42,16 @@ def test_samples_equal_to_the_mean_are_not_candidates():
     assert s["n_below_mean"] == 1 and s["m"] == 0 and s["kept"] == 4  # floor(0.1 * 1) = 0
 
 
+@pytest.mark.parametrize("losses", ["one_table", "a_table_per_seed"])
 @pytest.mark.parametrize("rescale", ["reference", "exact"])
-def test_weighted_count_of_kept_below_mean_samples_matches_their_number(rescale):
+def test_weighted_count_of_kept_below_mean_samples_matches_their_number(rescale, losses):
     # sum of weights over the kept below-mean samples estimates |L|. Over 200 fixed seeds the
     # mean ratio is within 0.5% of 1 (reference: 1/(1-r) floor((1-r)|L|) is within one weight
-    # of |L|, i.e. about 0.3% at |L| ~ 700, r = 0.7); "exact" is exact in every epoch.
+    # of |L|, i.e. about 0.3% at |L| ~ 700, r = 0.7); "exact" is exact in every epoch. The
+    # seeds draw on one table of losses, or each on its own.
     totals = []
     for seed in range(200):
-        inp = lognormal_input(n=1001, seed=seed, rs=seed)
+        inp = lognormal_input(n=1001, seed=seed, rs=seed if losses == "a_table_per_seed" else 0)
         res = run_policy("infobatch", inp, r=0.7, rescale=rescale)
         below = inp.last_loss < inp.last_loss.astype(np.float64).mean()
         totals.append(float(res.weight[below & res.keep].sum()) / int(below.sum()))
@@ -97,6 +99,16 @@ def test_unseen_score_and_ema_score():
     a = run_policy("infobatch", ema, score="ema")
     below = ema.ema < ema.ema.mean()
     assert np.all(a.keep[~below]) and a.summary["n_below_mean"] == int(below.sum())
+
+
+def test_infobatch_reads_the_column_of_its_score():
+    spec = get_policy("infobatch")
+    last, ema = InfoBatchParams(), InfoBatchParams(score="ema")
+    assert set(spec.columns(last)) == {"uid", "seen", "last_loss"}
+    assert set(spec.columns(ema)) == {"uid", "seen", "ema"}
+    assert spec.table_columns(last) == ["uid", "last_loss", "seen"]
+    assert spec.table_columns(ema) == ["uid", "last_loss", "ema", "seen"]
+    assert spec.settings == () and spec.run_settings(ema) == {}  # any EMA factor of the run will do
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,12 @@
-"""Random baselines (algorithms.md §2): dynamic (stream 1, fresh every epoch, optional delta)
-and static (stream 5, epoch 0, the same subset every epoch)."""
+"""Random baselines (docs/algorithms.md §2): dynamic (stream 1, fresh every epoch, optional
+delta) and static (stream 5, epoch 0, the same subset every epoch); the columns they declare."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from seta_stream.policies import PolicyInput, run_policy
+from seta_stream.policies import PolicyInput, get_policy, run_policy
 from seta_stream.policies.random import RandomParams, StaticParams
 from seta_stream.policies.random_draws import uniforms
 
@@ -45,6 +45,8 @@ def test_dynamic_delta_anneals_with_full_data():
     anneal = run_policy("random", make_input(epoch=8), r=0.3, delta=0.8)
     assert anneal.summary["phase"] == "anneal" and anneal.summary["kept"] == 2000
     assert anneal.summary["absent_rule"]["kind"] == "keep"
+    last = run_policy("random", make_input(epoch=9, epochs=10), r=0.3, delta=0.8)
+    assert last.summary["phase"] == "anneal" and last.summary["kept"] == 2000
     assert run_policy("random", make_input(epoch=9), r=0.3).summary["kept"] == 1400  # delta=None: never
     assert run_policy("random", make_input(epoch=3), r=0.3, prune_epochs=3).summary["phase"] == "anneal"
 
@@ -59,6 +61,14 @@ def test_static_is_one_subset_for_the_run():
         assert res.summary["absent_rule"] == {"kind": "bernoulli", "fraction": 0.7, "stream": 5, "epoch": 0}
     mode = run_policy("random", make_input(epoch=4), r=0.3, mode="static")
     assert np.array_equal(mode.keep, first.keep)
+
+
+def test_random_and_static_read_only_the_uid():
+    for name, params in (("random", RandomParams()), ("random", RandomParams(delta=0.5)), ("static", StaticParams())):
+        spec = get_policy(name)
+        assert set(spec.columns(params)) == {"uid"}
+        assert spec.table_columns(params) == ["uid", "last_loss", "seen"]  # the plan's own columns
+        assert spec.settings == () and spec.run_settings(params) == {}
 
 
 @pytest.mark.parametrize(

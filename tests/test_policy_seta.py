@@ -1,13 +1,16 @@
-"""SeTa (algorithms.md §3): window arithmetic, down-sampling, clustering, annealing, unseen
-samples, degenerate losses, validation, and the opt-in budget (``target_keep``)."""
+"""SeTa (docs/algorithms.md §3): window arithmetic, down-sampling, clustering, annealing, unseen
+samples, degenerate losses, summary, validation, row-order freedom, the opt-in budget
+(``target_keep``) and the columns SeTa declares."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seta_stream.kmeans1d import kmeans1d
-from seta_stream.policies import PolicyInput, run_policy
+from seta_stream.policies import PolicyInput, get_policy, run_policy
 from seta_stream.policies.base import reason_code
 from seta_stream.policies.random_draws import uniforms
 from seta_stream.policies.seta import SetaParams, rank_range, window_start, window_width
@@ -38,6 +41,9 @@ def test_window_sequences_of_the_spec():
     assert windows(10, 0.5, 10) == ["all", 1, 2, 3, 4, 5, 0, 1, 2, 3]
     assert windows(5, 0.9, 6) == ["all", 1, 0, 1, 0, 1]
     assert windows(5, 0.6, 8) == ["all", 1, 2, 0, 1, 2, 0, 1]
+    assert [window_start(e, 10, 5) for e in range(1, 9)] == [1, 2, 3, 4, 5, 0, 1, 2]
+    assert [window_start(e, 5, 4) for e in range(1, 5)] == [1, 0, 1, 0]
+    assert [window_start(e, 5, 3) for e in range(1, 7)] == [1, 2, 0, 1, 2, 0]
 
 
 def test_plans_follow_the_window_sequence_over_epochs():
@@ -112,6 +118,8 @@ def test_partial_annealing_draws_stream_2_with_non_integer_delta_e():
     assert set(np.unique(res.weight[res.keep])) == {1.0}
     assert run_policy("seta", make_input(epoch=9), r=0.0).summary["kept"] == 2000  # r = 0: full data
     assert run_policy("seta", make_input(epoch=3), r=0.0, prune_epochs=3).summary["phase"] == "anneal"
+    first = run_policy("seta", make_input(epoch=0), r=0.2, k=5, alpha=0.6)  # stream 1, not stream 2
+    assert first.summary["kept"] == 1600 and not np.array_equal(first.keep, res.keep)
 
 
 # ---------------------------------------------------------------- unseen, degenerate
@@ -147,6 +155,19 @@ def test_degenerate_losses(losses, k, k_eff, w, kept):
     assert all(np.isfinite(s["centroids"]))
 
 
+def test_degenerate_losses_of_the_whole_table():
+    r = run_policy("seta", make_input(epoch=2, dist="equal"), r=0.0, k=10, alpha=0.5)
+    assert r.summary["k_eff"] == 1 and r.summary["kept"] == 2000  # U = 1 keeps all of R
+    tiny = PolicyInput.from_losses(np.array([1, 2], np.uint64), np.array([1.0, 5.0], np.float32), epoch=3, epochs=10)
+    r = run_policy("seta", tiny, r=0.0, k=10, alpha=0.5)
+    assert r.summary["k_eff"] == 2 and r.summary["w"] == 1 and r.summary["kept"] == 1
+    one = PolicyInput.from_losses(np.array([1], np.uint64), np.array([1.0], np.float32), epoch=3, epochs=10)
+    r = run_policy("seta", one, r=0.9, k=10, alpha=0.5)  # floor(0.1 * 1) = 0 kept -> guard
+    assert r.summary["empty_plan_guard"] is True and r.summary["kept"] == 1
+    empty = PolicyInput.from_losses(np.zeros(0, np.uint64), np.zeros(0, np.float32), epoch=3, epochs=10)
+    assert run_policy("seta", empty).summary["kept"] == 0
+
+
 def test_tiny_inputs_use_the_guard():
     one = PolicyInput.from_losses(np.array([1], np.uint64), np.array([1.0], np.float32), epoch=3, epochs=10)
     s = run_policy("seta", one, r=0.9, k=10, alpha=0.5).summary  # floor(0.1 * 1) = 0: |R| = 0
@@ -154,10 +175,77 @@ def test_tiny_inputs_use_the_guard():
 
 
 def test_cifar_recipe_kept_fraction_swings():
-    # algorithms.md §11: the CIFAR recipe alternates about 0.90 / 0.26-0.31
+    # docs/algorithms.md §11: the CIFAR recipe alternates about 0.90 / 0.26-0.31
     params = vars(SetaParams.preset("cifar"))
     fr = [run_policy("seta", make_input(n=20_000, epoch=e), **params).summary["kept"] / 20_000 for e in range(1, 5)]
     assert fr[0] < 0.4 and fr[1] > 0.85 and fr[2] < 0.4 and fr[3] > 0.85
+
+
+# ---------------------------------------------------------------- summary, row order
+def test_summary_has_the_common_and_the_seta_fields():
+    s = run_policy("seta", make_input(epoch=2), r=0.1, k=5, alpha=0.6).summary
+    for field in (
+        "policy",
+        "params",
+        "epoch",
+        "epochs",
+        "phase",
+        "n",
+        "kept",
+        "pruned_fraction",
+        "unseen",
+        "nonfinite",
+        "weight_histogram",
+        "empty_plan_guard",
+        "absent_rule",
+        "k_eff",
+        "w",
+        "s",
+        "cluster_sizes",
+        "centroids",
+        "cluster_min",
+        "cluster_max",
+        "n_downsampled",
+        "kept_by_reason",
+    ):
+        assert field in s, field
+    assert s["weight_histogram"] == {"1.0": s["kept"]}
+    assert s["pruned_fraction"] == pytest.approx(1 - s["kept"] / 2000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(0, 12),
+    st.floats(0, 0.9),
+    st.integers(1, 12),
+    st.floats(0.1, 1.0),
+    st.integers(0, 2**32),
+)
+def test_seta_properties(n, epoch, r, k, alpha, seed):
+    if round(alpha * k) < 1:
+        return
+    inp = make_input(n=n, epoch=epoch, epochs=13, seed=seed, unseen=n // 5)
+    a = run_policy("seta", inp, r=r, k=k, alpha=alpha)
+    assert 0 <= a.summary["kept"] <= n
+    assert a.summary["kept"] >= 1  # guard
+    perm = np.random.default_rng(seed % 1000).permutation(n)
+    shuffled = PolicyInput(
+        inp.uid[perm], inp.last_loss[perm], inp.ema[perm], inp.seen[perm], inp.last_epoch[perm], epoch, 13, seed
+    )
+    b = run_policy("seta", shuffled, r=r, k=k, alpha=alpha)
+    assert set(inp.uid[a.keep]) == set(shuffled.uid[b.keep])  # same plan in any row order
+    again = run_policy("seta", inp, r=r, k=k, alpha=alpha)
+    assert np.array_equal(a.keep, again.keep)
+
+
+# ---------------------------------------------------------------- declaration
+def test_seta_reads_the_last_loss_seen_and_uid_and_fixes_no_run_setting():
+    spec = get_policy("seta")
+    for params in (SetaParams(), SetaParams(unseen_score=1.0), SetaParams(r=0.2, target_keep=0.5)):
+        assert set(spec.columns(params)) == {"uid", "last_loss", "seen"}
+        assert spec.table_columns(params) == ["uid", "last_loss", "seen"]
+        assert spec.settings == () and spec.run_settings(params) == {}
 
 
 # ---------------------------------------------------------------- parameters
@@ -241,3 +329,17 @@ def test_budget_epoch0_and_unseen_over_budget():
     many_unseen = make_input(n=1000, epoch=2, unseen=700)
     res = run_policy("seta", many_unseen, r=0.0, target_keep=0.5)
     assert res.summary["kept"] == 500 and res.keep[700:].sum() == 0  # all slots go to unseen
+
+
+def test_seta_budget_holds_within_two_points_on_skewed_losses():
+    for e in range(1, 8):
+        inp = make_input(n=20000, epoch=e, epochs=10, rs=e)
+        r = run_policy("seta", inp, r=0.1, k=10, alpha=0.5, target_keep=0.5)
+        assert abs(r.summary["kept"] / 20000 - 0.5) <= 0.02
+        # the band follows the window: its mean loss moves with the window start
+    lows = [
+        run_policy("seta", make_input(n=20000, epoch=e, epochs=10), r=0.0, k=10, alpha=0.5, target_keep=0.3)
+        for e in (1, 5)
+    ]
+    m1, m5 = (float(np.mean(make_input(n=20000, epoch=e, epochs=10).last_loss[x.keep])) for e, x in zip((1, 5), lows))
+    assert m5 > m1  # later window start = harder band
