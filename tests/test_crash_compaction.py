@@ -17,7 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from seta_stream import LossRecorder, RunDir, RunLockedError, compact, load_table
 from seta_stream.compaction import FAULT_POINTS
@@ -55,7 +54,7 @@ def url(key: str) -> str:
 RECORDED: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # identity -> (epoch, rank, loss)
 
 
-def record(run: RunDir, rank: int, epoch: int, keys: list[str], loss: torch.Tensor, flush_rows: int) -> None:
+def record(run: RunDir, rank: int, epoch: int, keys: list[str], loss: np.ndarray, flush_rows: int) -> None:
     with LossRecorder(run, rank=rank, epoch=epoch, flush_rows=flush_rows) as rec:
         for lo in range(0, len(keys), 5):
             rec.record(keys[lo : lo + 5], [url(k) for k in keys[lo : lo + 5]], loss[lo : lo + 5])
@@ -72,11 +71,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = RunDir(root, create=True, settings={"ema_beta2": 0.8})
     for rank in range(2):
         keys = [f"k{i}" for i in range(rank, 40, 2)]
-        record(run, rank, 0, keys, torch.arange(len(keys), dtype=torch.float32) / 7.0, flush_rows=9)
+        record(run, rank, 0, keys, np.arange(len(keys), dtype=np.float32) / np.float32(7.0), flush_rows=9)
     compact(run)
     for rank in range(2):
         keys = [f"k{i}" for i in range(rank, 50, 2)] + ["k0"]
-        loss = torch.arange(len(keys), dtype=torch.float32) / 3.0 + rank
+        loss = np.arange(len(keys), dtype=np.float32) / np.float32(3.0) + np.float32(rank)
         loss[3] = float("nan")
         record(run, rank, 1, keys, loss, flush_rows=11)
     bad = root / "losses/rank=1/epoch=1/part-R00001-E000001-00000000000000000001-deadbeef.parquet"
@@ -194,10 +193,10 @@ def test_second_compaction_is_refused_or_waits_for_the_lock(template, tmp_path):
 def test_killed_recorder_loses_only_its_buffer_and_nothing_is_folded_twice(tmp_path):
     path = str(tmp_path / "run")
     code = (
-        "import os, signal, torch; from seta_stream import LossRecorder\n"
+        "import os, signal, numpy as np; from seta_stream import LossRecorder\n"
         f"r = LossRecorder({path!r}, flush_rows=6)\n"
         "for i in range(8):\n"
-        "    r.record([f'k{4*i+j}' for j in range(4)], ['/d/s.tar'] * 4, torch.full((4,), float(i)))\n"
+        "    r.record([f'k{4*i+j}' for j in range(4)], ['/d/s.tar'] * 4, np.full(4, float(i), np.float32))\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     assert python(code).returncode == -signal.SIGKILL
@@ -209,7 +208,7 @@ def test_killed_recorder_loses_only_its_buffer_and_nothing_is_folded_twice(tmp_p
     assert set(t.column("seen").to_pylist()) == {1}
     # the restarted training records again; its seq continues above the killed recorder's
     with LossRecorder(path, flush_rows=6) as rec:
-        rec.record(["k0", "k1"], ["/d/s.tar"] * 2, torch.tensor([9.0, 9.0]))
+        rec.record(["k0", "k1"], ["/d/s.tar"] * 2, np.array([9.0, 9.0], np.float32))
     second = compact(path)
     assert (second.parts_folded, second.rows_folded, second.new_samples) == (1, 2, 0)
     rows = {r["key"]: r for r in full_table(tmp_path / "run").to_pylist()}
@@ -219,6 +218,7 @@ def test_killed_recorder_loses_only_its_buffer_and_nothing_is_folded_twice(tmp_p
 
 
 def test_recorder_without_close_flushes_at_normal_exit(tmp_path):
+    pytest.importorskip("torch")  # bfloat16 losses
     path = str(tmp_path / "run")
     code = (
         "import torch; from seta_stream import LossRecorder\n"

@@ -9,7 +9,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
 from seta_stream.table import KEYS_SCHEMA, load_table_keys
@@ -21,7 +20,7 @@ def record(run, epoch, keys, shards=3):
     rng = np.random.default_rng(epoch)
     with LossRecorder(run, epoch=epoch) as rec:
         urls = [f"/d/shard-{int(k[1:]) % shards}.tar" for k in keys]
-        rec.record(keys, urls, torch.tensor(rng.lognormal(size=len(keys)), dtype=torch.float32))
+        rec.record(keys, urls, rng.lognormal(size=len(keys)).astype(np.float32))
 
 
 def manifest(path):

@@ -8,10 +8,11 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from seta_stream import InvalidInputError, LossRecorder, RunDir, compact, load_table
 from seta_stream.ids import sample_uid
+
+torch = pytest.importorskip("torch")  # the recorder's torch inputs (dtypes, devices, shapes)
 
 
 def parts(run_dir):

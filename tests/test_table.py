@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from seta_stream import (
     CorruptPartError,
@@ -25,6 +24,11 @@ from seta_stream import (
 from seta_stream.table import TABLE_SCHEMA
 
 
+def f32(values):
+    """Per-sample losses as a NumPy training loop passes them to LossRecorder."""
+    return np.asarray(values, dtype=np.float32)
+
+
 def record_epochs(run, epochs=3, ranks=2, n=12, flush_rows=5):
     """Deterministic records: loss = (rank + 1) * 10 + epoch + i / 100 for key k{i} of s{rank}."""
     expected = {}
@@ -34,7 +38,7 @@ def record_epochs(run, epochs=3, ranks=2, n=12, flush_rows=5):
                 for i in range(0, n, 4):
                     keys = [f"k{j}" for j in range(i, min(n, i + 4))]
                     urls = [f"/data/s{j % 2}.tar" for j in range(i, min(n, i + 4))]
-                    losses = torch.tensor([(rank + 1) * 10 + e + j / 100 for j in range(i, i + len(keys))])
+                    losses = f32([(rank + 1) * 10 + e + j / 100 for j in range(i, i + len(keys))])
                     rec.record(keys, urls, losses)
                     for k, u, v in zip(keys, urls, losses.tolist()):
                         expected.setdefault((u.rsplit("/", 1)[1], k), []).append((e, rank, v))
@@ -85,7 +89,7 @@ def test_incremental_equals_one_shot_and_is_idempotent(tmp_path):
     for e in range(3):
         for run in (a, b):
             with LossRecorder(run, epoch=e) as rec:
-                rec.record(["x", "y", f"new{e}"], ["s.tar"] * 3, torch.tensor([1.0 + e, 2.0, 3.0]))
+                rec.record(["x", "y", f"new{e}"], ["s.tar"] * 3, f32([1.0 + e, 2.0, 3.0]))
         compact(a)  # after every epoch
     compact(b)  # once at the end
     cols = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank"]
@@ -111,10 +115,10 @@ def test_empty_run_and_empty_table(tmp_path):
 def test_n_ref_is_the_table_size_after_the_first_fold_of_each_sample(tmp_path):
     run = RunDir(tmp_path / "r", create=True, settings={"ema_beta2": 0.5})
     with LossRecorder(run) as rec:
-        rec.record(["a", "b"], ["s.tar"] * 2, torch.tensor([1.0, 2.0]))
+        rec.record(["a", "b"], ["s.tar"] * 2, f32([1.0, 2.0]))
     compact(run)
     with LossRecorder(run, epoch=1) as rec:
-        rec.record(["a", "c", "d"], ["s.tar"] * 3, torch.tensor([3.0, 4.0, float("inf")]))
+        rec.record(["a", "c", "d"], ["s.tar"] * 3, f32([3.0, 4.0, float("inf")]))
     report = compact(run)
     assert (report.new_samples, report.samples_total, report.nonfinite) == (2, 4, 1)
     rows = {r["key"]: r for r in load_table(run, shard_as_dictionary=False).to_pylist()}
@@ -131,10 +135,10 @@ def test_n_ref_is_the_table_size_after_the_first_fold_of_each_sample(tmp_path):
 def test_late_part_of_an_older_epoch_does_not_replace_last_loss(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run, rank=0, epoch=1) as rec:
-        rec.record(["a"], ["s.tar"], torch.tensor([5.0]))
+        rec.record(["a"], ["s.tar"], f32([5.0]))
     compact(run)
     with LossRecorder(run, rank=1, epoch=0) as rec:  # a slow rank's part of epoch 0 arrives late
-        rec.record(["a"], ["s.tar"], torch.tensor([7.0]))
+        rec.record(["a"], ["s.tar"], f32([7.0]))
     compact(run)
     (row,) = load_table(run).to_pylist()
     assert (row["last_loss"], row["last_epoch"], row["last_rank"], row["seen"]) == (5.0, 1, 0, 2)
@@ -182,7 +186,7 @@ META = {b"seta_stream.format_version": b"1"}
 def test_corrupt_parts_are_named_and_can_be_quarantined(tmp_path, kind, message):
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
-        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+        rec.record(["good"], ["s.tar"], f32([1.0]))
     t = good_part_table()
     if kind == "truncated":
         path = write_part(tmp_path / "r", "part-bad.parquet", t, META)
@@ -217,7 +221,7 @@ def test_a_compaction_whose_only_part_is_quarantined_publishes_an_empty_table(tm
     manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())
     assert (manifest["folded"], manifest["rows"], manifest["n_ref"]) == ([], 0, 0)
     with LossRecorder(run) as rec:
-        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+        rec.record(["good"], ["s.tar"], f32([1.0]))
     assert compact(run).new_samples == 1
     assert load_table(run).column("key").to_pylist() == ["good"]
 
@@ -232,7 +236,7 @@ def test_part_with_wrong_uids_is_rejected(tmp_path):
     ):
         compact(run)
     with LossRecorder(run) as rec:
-        rec.record(["good"], ["s.tar"], torch.tensor([1.0]))
+        rec.record(["good"], ["s.tar"], f32([1.0]))
     report = compact(run, on_corrupt="skip")
     assert report.quarantined == ["losses/rank=0/epoch=0/part-x.parquet"] and report.parts_folded == 1
     assert load_table(run).column("key").to_pylist() == ["good"]
@@ -248,10 +252,10 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
     monkeypatch.setattr("seta_stream.fold.sample_uids", fake)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
-        rec.record(["a"], ["s.tar"], torch.tensor([1.0]))
+        rec.record(["a"], ["s.tar"], f32([1.0]))
     compact(run)
     with LossRecorder(run) as rec:
-        rec.record(["bb"], ["s.tar"], torch.tensor([1.0]))
+        rec.record(["bb"], ["s.tar"], f32([1.0]))
     with pytest.raises(
         SampleIdCollisionError,
         match=r"\('s.tar', 'bb'\) \(recorded in .*\) has uid 0x0+2a, which the table already holds for \('s.tar', 'a'",
@@ -259,7 +263,7 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
         compact(run)
     run2 = RunDir(tmp_path / "r2", create=True)
     with LossRecorder(run2) as rec:
-        rec.record(["a", "bb"], ["s.tar", "t.tar"], torch.tensor([1.0, 2.0]))
+        rec.record(["a", "bb"], ["s.tar", "t.tar"], f32([1.0, 2.0]))
     with pytest.raises(
         SampleIdCollisionError, match=r"has uid 0x000000000000002a, which \(.t.tar., .bb.\) \(recorded in .*\) also has"
     ):
@@ -268,7 +272,7 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
 
 def test_same_key_in_two_shards_is_two_samples(tmp_path):
     with LossRecorder(tmp_path / "r") as rec:
-        rec.record(["k", "k"], ["/a/one.tar", "/a/two.tar"], torch.tensor([1.0, 2.0]))
+        rec.record(["k", "k"], ["/a/one.tar", "/a/two.tar"], f32([1.0, 2.0]))
     compact(tmp_path / "r")
     rows = sorted((r["shard"], r["key"], r["last_loss"]) for r in load_table(tmp_path / "r").to_pylist())
     assert rows == [("one.tar", "k", 1.0), ("two.tar", "k", 2.0)]
@@ -277,7 +281,7 @@ def test_same_key_in_two_shards_is_two_samples(tmp_path):
 def test_keys_with_dots_slashes_spaces_and_unicode_round_trip(tmp_path):
     keys = ["a.b.c", "dir/sub/x", "with space", "ключ-ü", "emoji🙂"]
     with LossRecorder(tmp_path / "r") as rec:
-        rec.record(keys, ["s.tar"] * 5, torch.arange(5, dtype=torch.float32))
+        rec.record(keys, ["s.tar"] * 5, np.arange(5, dtype=np.float32))
     compact(tmp_path / "r")
     t = load_table(tmp_path / "r")
     assert dict(zip(t.column("key").to_pylist(), t.column("last_loss").to_pylist())) == {
@@ -296,7 +300,11 @@ def test_two_compaction_processes_at_once_leave_a_consistent_table(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run, flush_rows=500) as rec:
         for i in range(0, 20000, 500):
-            rec.record([f"k{j}" for j in range(i, i + 500)], ["s.tar"] * 500, torch.rand(500))
+            rec.record(
+                [f"k{j}" for j in range(i, i + 500)],
+                ["s.tar"] * 500,
+                np.random.default_rng(i).random(500, dtype=np.float32),
+            )
     code = (
         "import sys; from seta_stream import compact, RunLockedError\n"
         f"try:\n    r = compact({str(tmp_path / 'r')!r}); print('done', r.parts_folded)\n"
@@ -317,7 +325,7 @@ def test_killed_compaction_converges_on_rerun(tmp_path, point):
         run = RunDir(path, create=True)
         for e in range(2):
             with LossRecorder(run, epoch=e, flush_rows=7) as rec:
-                rec.record([f"k{i}" for i in range(20)], ["s.tar"] * 20, torch.arange(20.0) + e)
+                rec.record([f"k{i}" for i in range(20)], ["s.tar"] * 20, np.arange(20, dtype=np.float32) + e)
         return run
 
     ref, run = make(tmp_path / "ref"), make(tmp_path / "r")
@@ -340,7 +348,7 @@ def test_record_compact_plan_on_fsspec_urls(tmp_path, scheme):
 
     url = f"memory://fsspec-{tmp_path.name}/run" if scheme == "memory" else f"file://{tmp_path}/run"
     with LossRecorder(url, flush_rows=3) as rec:
-        rec.record(["a", "b", "c", "d"], ["s0.tar"] * 4, torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        rec.record(["a", "b", "c", "d"], ["s0.tar"] * 4, f32([1.0, 2.0, 3.0, 4.0]))
     report = compact(url)
     assert (report.parts_folded, report.samples_total) == (1, 4)
     plan_epoch(url, 1, policy="infobatch", params={"r": 0.5}, epochs=4, seed=0)
@@ -357,7 +365,7 @@ def test_a_sample_repeated_within_one_part_is_folded_step_by_step(tmp_path):
     keys = ["a", "b", "a", "c", "a", "b"]
     values = [1.0, 2.0, 3.0, 4.0, float("nan"), 6.0]
     with LossRecorder(run, flush_rows=100) as rec:
-        rec.record(keys, ["s.tar"] * 6, torch.tensor(values))
+        rec.record(keys, ["s.tar"] * 6, f32(values))
     report = compact(run)
     assert (report.parts_folded, report.rows_folded, report.new_samples, report.nonfinite) == (1, 6, 3, 1)
     rows = {r["key"]: r for r in load_table(run).to_pylist()}
@@ -374,8 +382,8 @@ def test_a_sample_repeated_within_one_part_is_folded_step_by_step(tmp_path):
 
 def test_progress_bar_reports_parts(tmp_path, capsys):
     with LossRecorder(tmp_path / "r", flush_rows=2) as rec:
-        rec.record(["a", "b"], ["s.tar"] * 2, torch.arange(2.0))
-        rec.record(["c", "d"], ["s.tar"] * 2, torch.arange(2.0))
+        rec.record(["a", "b"], ["s.tar"] * 2, np.arange(2, dtype=np.float32))
+        rec.record(["c", "d"], ["s.tar"] * 2, np.arange(2, dtype=np.float32))
     report = compact(tmp_path / "r", progress=True)
     assert report.parts_folded == 2
     err = capsys.readouterr().err
@@ -387,11 +395,13 @@ def test_new_samples_are_merged_in_order_by_slices_or_by_one_take(tmp_path, monk
     monkeypatch.setattr("seta_stream.fold._MAX_KEY_PIECES", max_pieces)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
-        rec.record([f"k{i}" for i in range(0, 40, 2)], [f"/d/s{i % 4}.tar" for i in range(0, 40, 2)], torch.zeros(20))
+        rec.record(
+            [f"k{i}" for i in range(0, 40, 2)], [f"/d/s{i % 4}.tar" for i in range(0, 40, 2)], np.zeros(20, np.float32)
+        )
     compact(run)
     with LossRecorder(run, epoch=1) as rec:  # new keys in existing shards, a new shard, known keys
         keys = [f"k{i}" for i in range(40)] + ["z0", "z1"]
-        rec.record(keys, [f"/d/s{i % 4}.tar" for i in range(40)] + ["/d/a-new.tar"] * 2, torch.ones(42))
+        rec.record(keys, [f"/d/s{i % 4}.tar" for i in range(40)] + ["/d/a-new.tar"] * 2, np.ones(42, np.float32))
     assert compact(run).new_samples == 22
     t = load_table(run, shard_as_dictionary=False)
     rows = list(zip(t.column("shard").to_pylist(), t.column("uid").to_pylist()))
