@@ -139,7 +139,9 @@ class PlanView:
     """Read-only view of one epoch's plan (the current epoch unless ``epoch`` is given)."""
 
     def __init__(self, run: str | RunDir, epoch: int | None = None) -> None:
-        self.run = run if isinstance(run, RunDir) else RunDir(run)
+        # a remote run is opened again here: an fsspec filesystem made before a fork (the
+        # RunDir handed to attach) is not fork-safe, and fsspec gives each process its own
+        self.run = run if isinstance(run, RunDir) and run.is_local else RunDir(run)
         self.epoch = current_epoch(self.run) if epoch is None else int(epoch)
         self.stage = read_stage_lookup(self.run, self.epoch)
         summary = self.stage.summary
