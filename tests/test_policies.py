@@ -208,7 +208,7 @@ def test_summary_counts_are_exact_across_blocks(monkeypatch):
     import seta_stream.policies as policies
     from seta_stream.policies import REASONS, summarize
 
-    monkeypatch.setattr(policies, "_BLOCK", 7)
+    monkeypatch.setattr(policies, "_COUNT_BLOCK_ROWS", 7)
     rng = np.random.default_rng(5)
     inp = lognormal_input()
     n = inp.n

@@ -48,7 +48,7 @@ from .random_draws import STREAM_GUARD, smallest_mask, uniforms
 from .seta import SetaParams as SetaParams
 from .seta import seta as seta
 
-_BLOCK = 1 << 20  # rows per block of the summary's counts
+_COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts
 
 __all__ = [
     "INPUT_COLUMNS",
@@ -147,9 +147,9 @@ def _reason_counts(reason: np.ndarray, keep: np.ndarray) -> np.ndarray:
     block (np.bincount converts its input to 8-byte integers: 120 MB at 15M rows at once)."""
     both = np.zeros(2 * len(REASONS), dtype=np.int64)
     r = np.asarray(reason, dtype=np.int8).view(np.uint8)
-    for lo in range(0, len(r), _BLOCK):
-        code = r[lo : lo + _BLOCK] * np.uint8(2)
-        code += keep[lo : lo + _BLOCK]
+    for lo in range(0, len(r), _COUNT_BLOCK_ROWS):
+        code = r[lo : lo + _COUNT_BLOCK_ROWS] * np.uint8(2)
+        code += keep[lo : lo + _COUNT_BLOCK_ROWS]
         both += np.bincount(code, minlength=len(both))
     return both
 

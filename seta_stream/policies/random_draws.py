@@ -38,7 +38,7 @@ STREAM_RANDOM, STREAM_ANNEAL, STREAM_INFOBATCH, STREAM_ESWP = 1, 2, 3, 4
 STREAM_STATIC, STREAM_ES_BATCH, STREAM_GUARD = 5, 6, 7
 
 _MASK = (1 << 64) - 1
-_BLOCK = 1 << 20
+_DRAW_BLOCK_ROWS = 1 << 20
 _TWO_M53 = 2.0**-53
 
 
@@ -52,10 +52,10 @@ def uniforms(uid: np.ndarray, seed: int, epoch: int, stream: int) -> np.ndarray:
     uid = np.asarray(uid, dtype=np.uint64)
     s = np.uint64(salt(seed, epoch, stream))
     out = np.empty(len(uid), dtype=np.float64)
-    for lo in range(0, len(uid), _BLOCK):  # small temporaries are much faster here
-        z = mix64_array(uid[lo : lo + _BLOCK] ^ s)
+    for lo in range(0, len(uid), _DRAW_BLOCK_ROWS):  # small temporaries are much faster here
+        z = mix64_array(uid[lo : lo + _DRAW_BLOCK_ROWS] ^ s)
         z >>= np.uint64(11)
-        np.multiply(z, _TWO_M53, out=out[lo : lo + _BLOCK], casting="unsafe")
+        np.multiply(z, _TWO_M53, out=out[lo : lo + _DRAW_BLOCK_ROWS], casting="unsafe")
     return out
 
 
@@ -200,8 +200,8 @@ def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.n
     if len(w) != len(u):
         raise InvalidInputError(f"weighted_subset: {len(w)} weights for {len(u)} rows")
     keys = np.empty(len(u), dtype=np.float64)
-    for lo in range(0, len(u), _BLOCK):  # blockwise: small temporaries
-        hi = lo + _BLOCK
+    for lo in range(0, len(u), _DRAW_BLOCK_ROWS):  # blockwise: small temporaries
+        hi = lo + _DRAW_BLOCK_ROWS
         wb, cb = w[lo:hi], mask[lo:hi]
         positive = wb > 0
         if np.any(cb & ~(positive | (wb == 0))):  # negative, NaN or inf weight of a candidate

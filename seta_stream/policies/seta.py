@@ -13,7 +13,7 @@ Weights are always 1.
 
 Budget (opt-in ``target_keep = t``, not in the paper). With skewed losses the window's clusters
 differ wildly in size, so the kept fraction of plain SeTa swings from epoch to epoch (§3.3,
-§11: 1.00, 0.56, 0.18, 0.03, 0.002, ...). With a budget every pruning epoch keeps exactly
+§11: 1.00, 0.58, 0.19, 0.03, 0.02, ...). With a budget every pruning epoch keeps exactly
 B = floor(t N) samples (t <= 1 - r, so B <= |R|):
 
   * e = 0 or no seen sample in R: the B samples of smallest u (stream 1), a subset of R;
