@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -76,11 +76,11 @@ FOLD_BLOCK_ROWS = 1 << 20
 _MAX_KEY_PIECES = 1 << 14
 _SHARD_DICT = pa.dictionary(pa.int32(), pa.string())
 
-ArrayLike = pa.ChunkedArray | pa.Array | np.ndarray
+ArrayLike: TypeAlias = pa.ChunkedArray | pa.Array | np.ndarray
 #: ``keys_of(k)``: the key column of part ``k`` (all its rows, in order).
-KeySource = Callable[[int], pa.ChunkedArray | pa.Array]
+KeySource: TypeAlias = Callable[[int], pa.ChunkedArray | pa.Array]
 #: ``column(name)``: one statistics column of the old table (all its rows, in order).
-ColumnSource = Callable[[str], ArrayLike]
+ColumnSource: TypeAlias = Callable[[str], ArrayLike]
 
 
 def _chunked(col: ArrayLike, type_: pa.DataType) -> pa.ChunkedArray:
@@ -106,10 +106,10 @@ class OldTable:
     """
 
     def __init__(self, shard: ArrayLike, key: ArrayLike, uid: ArrayLike, stats: ColumnSource) -> None:
-        shard = _chunked(shard, pa.string())
-        if not pa.types.is_dictionary(shard.type):
-            shard = pc.dictionary_encode(shard)
-        self.shard: pa.ChunkedArray = shard.cast(_SHARD_DICT)
+        names = _chunked(shard, pa.string())
+        if not pa.types.is_dictionary(names.type):
+            names = pc.dictionary_encode(names)
+        self.shard: pa.ChunkedArray = names.cast(_SHARD_DICT)
         self.key: pa.ChunkedArray = _chunked(key, pa.string())
         self.uid_column = uid
         self.uid = column_to_numpy(uid)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -85,6 +85,10 @@ TABLE_WRITE_OPTIONS: dict[str, Any] = {
 #: uncompressed Arrow IPC (memory-mapped: planning reads 15M keys in milliseconds instead of
 #: decoding them from Parquet, and a plan's ``keys.arrow`` is a hard link to it).
 KEYS_SCHEMA = pa.schema([("key", pa.string())])
+
+
+if TYPE_CHECKING:
+    from .compaction import FAULT_POINTS, CompactionReport, compact  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
