@@ -1,0 +1,295 @@
+"""The stage with its run directory on an S3 API (issue 15, item 5): what one DataLoader worker
+reading 10 shards of a 15M-sample plan fetches and holds.
+
+A synthetic ST+MJ-shaped run (5,000 samples per shard, MJSynth-like keys; benchmarks/common.py)
+is planned locally (SeTa), then its run files (seta-stream.json, state.json, the plan's
+summary.json, shards.arrow, stage.arrow) are uploaded to moto's S3 server on loopback, behind a
+WSGI wrapper that counts the body bytes of every answer by path. Ten real tar shards of that
+plan (5,000 samples each, small payloads) are written to local disk. Each variant runs as a
+fresh worker process that iterates those 10 shards once:
+
+* ``no stage``: ``wds.WebDataset(urls)`` alone (the same imports, s3fs included);
+* ``stage``: ``seta_stream.attach`` (skip_shards + kept_tar_samples) with the run on S3;
+* ``earlier layout``: the same, with the plan in the layout of earlier versions (keys.arrow +
+  lookup.arrow, read whole by every worker), uploaded beside it (``--no-earlier`` skips it).
+
+Reported: bytes of plan data fetched (server side), peak RSS (VmHWM) of the worker, its wall
+time; and, in one process on the local plan, the time per sample of the decision lookup the
+readers make (``ShardDecisions.known.get(key)``, keep_filter's hot loop): by uid (this version)
+against by key (earlier layout), and the time to load one shard's decisions.
+
+    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+from common import OUT, ROOT, machine, make_table_run, st_mj_identities
+
+SHARD = 5000
+READ = 10
+
+
+class Counter:
+    """WSGI middleware: body bytes and GET count of every answer, by path."""
+
+    def __init__(self, app) -> None:
+        self.app, self.lock, self.by_path = app, threading.Lock(), {}
+
+    def __call__(self, environ, start_response):
+        body = self.app(environ, start_response)
+        sent = 0
+        try:
+            for chunk in body:
+                sent += len(chunk)
+                yield chunk
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+            if environ["REQUEST_METHOD"] == "GET":
+                with self.lock:
+                    n, b = self.by_path.get(environ.get("PATH_INFO", ""), (0, 0))
+                    self.by_path[environ.get("PATH_INFO", "")] = (n + 1, b + sent)
+
+    def take(self) -> dict[str, tuple[int, int]]:
+        with self.lock:
+            out, self.by_path = self.by_path, {}
+        return out
+
+
+@contextlib.contextmanager
+def s3_server():
+    import logging
+
+    import fsspec.config
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+
+    counter = Counter(DomainDispatcherApplication(create_backend_app))
+    httpd = make_server("127.0.0.1", 0, counter, True)
+    endpoint = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "FSSPEC_S3_ENDPOINT_URL": endpoint,  # fsspec's config from the environment (worker processes)
+        "FSSPEC_S3_USE_SSL": "false",
+    }
+    os.environ.update(env)
+    fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "use_ssl": False}
+    try:
+        yield counter
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def build(n: int) -> tuple[str, str]:
+    """The local run (table + SeTa plan of epoch 1) and the 10 tar shards the worker reads."""
+    import webdataset as wds
+
+    import seta_stream as seta
+
+    path = OUT / f"stage-remote-{n}"
+    make_table_run(path, n)
+    run = seta.RunDir(path)
+    seta.plan_epoch(run, 1, policy="seta", params={"r": 0.3, "k": 5, "alpha": 0.6}, epochs=10, seed=0)
+    shards_dir = OUT / "stage-remote-shards"
+    if not (shards_dir / "done").exists():
+        shutil.rmtree(shards_dir, ignore_errors=True)
+        shards_dir.mkdir(parents=True)
+        shard, key = st_mj_identities(READ * SHARD)
+        names, keys = shard.to_pylist(), key.to_pylist()
+        for s in range(READ):
+            with wds.TarWriter(str(shards_dir / names[s * SHARD])) as w:
+                for i in range(s * SHARD, (s + 1) * SHARD):
+                    w.write({"__key__": keys[i], "txt": f"{i}", "cls": str(i % 10)})
+        (shards_dir / "done").write_text("")
+    return str(path), str(shards_dir)
+
+
+def upload(fs, local: str, bucket: str, earlier: bool) -> dict[str, int]:
+    """Copy what a worker reads to s3://bucket/NAME; returns the plan files' sizes."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    d = "plans/epoch=1"
+    for rel in ("seta-stream.json", "state.json", f"{d}/summary.json"):
+        fs.put_file(f"{local}/{rel}", f"{bucket}/stage/{rel}")
+        if earlier:
+            fs.put_file(f"{local}/{rel}", f"{bucket}/earlier/{rel}")
+    for rel in ("shards.arrow", "stage.arrow"):
+        fs.put_file(f"{local}/{d}/{rel}", f"{bucket}/stage/{d}/{rel}")
+    sizes = {f"stage/{rel}": os.path.getsize(f"{local}/{d}/{rel}") for rel in ("shards.arrow", "stage.arrow")}
+    if earlier:  # keys.arrow + lookup.arrow as planning wrote them before stage.arrow
+        tmp = OUT / "stage-remote-earlier"
+        tmp.mkdir(exist_ok=True)
+        plan = pq.read_table(f"{local}/{d}/plan.parquet", columns=["key", "keep", "weight"])
+        shards = ipc.open_file(f"{local}/{d}/shards.arrow").read_all()
+        files = {
+            "keys.arrow": plan.select(["key"]),
+            "lookup.arrow": plan.select(["keep", "weight"]),
+            "shards.arrow": shards.select(["shard", "start", "stop", "n", "kept"]).replace_schema_metadata(None),
+        }
+        for name, table in files.items():
+            with pa.OSFile(str(tmp / name), "wb") as sink, ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+            fs.put_file(str(tmp / name), f"{bucket}/earlier/{d}/{name}")
+            sizes[f"earlier/{name}"] = os.path.getsize(tmp / name)
+        for rel in ("seta-stream.json", "state.json"):
+            shutil.copy(f"{local}/{rel}", tmp / rel)
+        (tmp / d).mkdir(parents=True, exist_ok=True)
+        shutil.copy(f"{local}/{d}/summary.json", tmp / d / "summary.json")
+        for name in files:
+            os.replace(tmp / name, tmp / d / name)
+    return sizes
+
+
+WORKER = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+import s3fs, webdataset as wds
+import seta_stream as seta
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+mode, run, urls = {mode!r}, {run!r}, {urls!r}
+before = hwm()
+t0 = time.perf_counter()
+ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+if mode != "no stage":
+    ds = seta.attach(ds, run)
+n = sum(1 for _ in ds)
+print("RESULT" + json.dumps({{"samples": n, "wall_s": time.perf_counter() - t0, "rss_mb": hwm(),
+      "rss_imports_mb": before, "counters": seta.stage_counters()}}))
+"""
+
+
+def worker(mode: str, run: str, urls: list[str]) -> dict:
+    prog = textwrap.dedent(WORKER.format(root=str(ROOT), mode=mode, run=run, urls=urls))
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT") :])
+
+
+def lookup_times(local: str, earlier: str | None, shard_names: list[str], repeat: int) -> dict[str, float]:
+    """Seconds per sample of ``known.get(key)`` over the 10 shards' keys, and per shard load."""
+    from seta_stream.planview import PlanView
+
+    keys = {s: [] for s in shard_names}
+    shard, key = st_mj_identities(READ * SHARD)
+    for s, k in zip(shard.to_pylist(), key.to_pylist()):
+        keys[s].append(k)
+    runs = {"by uid (stage.arrow)": local}
+    if earlier is not None:
+        runs["by key (earlier layout)"] = earlier
+    best: dict[str, float] = {}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            view = PlanView(run, 1)
+            t_load = t_get = 0.0
+            for s in shard_names:
+                t0 = time.perf_counter()
+                known = view.shard(s).known
+                known.get("")  # loads the shard's decisions
+                t1 = time.perf_counter()
+                get = known.get
+                for k in keys[s]:
+                    get(k)
+                t_get += time.perf_counter() - t1
+                t_load += t1 - t0
+            for label, value in ((f"{name}: get", t_get / (READ * SHARD)), (f"{name}: load", t_load / READ)):
+                best[label] = min(best.get(label, float("inf")), value)
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=15_000_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--no-earlier", action="store_true", help="skip the earlier layout (480 MB more at 15M)")
+    args = p.parse_args()
+    import s3fs
+
+    t0 = time.perf_counter()
+    local, shards_dir = build(args.n)
+    print(f"built in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    urls = sorted(str(os.path.join(shards_dir, f)) for f in os.listdir(shards_dir) if f.endswith(".tar"))
+    shard_names = [os.path.basename(u) for u in urls]
+    earlier = not args.no_earlier
+    with s3_server() as counter:
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("bench")
+        sizes = upload(fs, local, "bench", earlier)
+        modes = {"no stage": "s3://bench/stage", "stage": "s3://bench/stage"}
+        if earlier:
+            modes["earlier layout"] = "s3://bench/earlier"
+        results: dict[str, list[dict]] = {m: [] for m in modes}
+        for _ in range(args.repeat):
+            for mode, run in modes.items():
+                counter.take()
+                r = worker(mode, run, urls)
+                r["fetched"] = {k: v for k, v in counter.take().items() if "/plans/" in k}
+                results[mode].append(r)
+    times = lookup_times(local, str(OUT / "stage-remote-earlier") if earlier else None, shard_names, args.repeat)
+
+    print(f"## Stage on an object store: {args.n:,} samples, one worker reading {READ} shards ({machine()})\n")
+    print("| plan file | bytes |\n| --- | --- |")
+    for k, v in sizes.items():
+        print(f"| {k} | {v:,} |")
+    print("\n| worker | samples out | plan bytes fetched (GETs) | peak RSS MB | RSS after imports MB | wall s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    summary = {}
+    for mode, rs in results.items():
+        best = min(rs, key=lambda r: r["rss_mb"])
+        fetched = sum(b for _, b in best["fetched"].values())
+        gets = sum(n for n, _ in best["fetched"].values())
+        wall = min(r["wall_s"] for r in rs)
+        summary[mode] = (fetched, best["rss_mb"], wall)
+        print(
+            f"| {mode} | {best['samples']:,} | {fetched:,} ({gets}) | {best['rss_mb']:.1f} | "
+            f"{best['rss_imports_mb']:.1f} | {wall:.2f} |"
+        )
+        for path, (n, b) in sorted(best["fetched"].items()):
+            print(f"|   {path.split('/plans/')[1]} | | {b:,} ({n}) | | | |")
+    print()
+    print(f"stage: plan bytes fetched {summary['stage'][0] / 1e6:.3f} MB (target <= 1 MB)")
+    print(
+        f"stage: peak RSS {summary['stage'][1] - summary['no stage'][1]:+.1f} MB against the same worker "
+        "without the stage (target <= +50 MB)"
+    )
+    if earlier:
+        print(
+            f"earlier layout: plan bytes fetched {summary['earlier layout'][0] / 1e6:.1f} MB, peak RSS "
+            f"{summary['earlier layout'][1] - summary['no stage'][1]:+.1f} MB"
+        )
+    print("\n| decision lookup | time |\n| --- | --- |")
+    for k, v in times.items():
+        unit = (v * 1e6, "us per sample") if k.endswith("get") else (v * 1e3, "ms per shard")
+        print(f"| {k} | {unit[0]:.3f} {unit[1]} |")
+    if earlier:
+        ratio = times["by uid (stage.arrow): get"] / times["by key (earlier layout): get"]
+        print(f"\nlookup by uid / by key, per sample: {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
