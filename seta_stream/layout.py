@@ -8,7 +8,7 @@ run directory and use ``/`` on every storage (``RunDir.path`` joins them to the 
     losses-quarantine/rank=R/epoch=E/part-*.parquet    parts set aside by compact(on_corrupt="skip")
     losses-superseded/rank=R/epoch=E/part-*.parquet    parts of an interrupted epoch (session)
     table/manifest.json, table/table-*.parquet, table/keys-*.arrow      loss table (table)
-    plans/epoch=E/{plan.parquet/, summary.json, keys.arrow, lookup.arrow, shards.arrow}  (plans)
+    plans/epoch=E/{plan.parquet/, summary.json, stage.arrow, shards.arrow}  (plans)
     state.json                                         policy settings, history, current epoch (state)
     stats/epoch=E/rank=R.json                          samples each rank trained (session, inspect)
     locks/NAME.lock                                    (runfs)
@@ -81,7 +81,7 @@ def plan_dir(epoch: int) -> str:
 
 
 def plan_file(epoch: int, name: str) -> str:
-    """A file of the plan of ``epoch``: plan.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow."""
+    """A file of the plan of ``epoch``: plan.parquet, summary.json, stage.arrow, shards.arrow."""
     return f"{plan_dir(epoch)}/{name}"
 
 

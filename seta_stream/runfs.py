@@ -19,7 +19,7 @@ Layout (docs/format.md is the authority)::
     RUN_DIR/losses/rank=R/epoch=E/part-*.parquet
     RUN_DIR/losses-quarantine/...            parts set aside by ``compact(..., on_corrupt="skip")``
     RUN_DIR/table/manifest.json, table/table-*.parquet, table/keys-*.arrow
-    RUN_DIR/plans/epoch=E/{plan.parquet/part-*.parquet, summary.json, keys.arrow, lookup.arrow, shards.arrow}
+    RUN_DIR/plans/epoch=E/{plan.parquet/part-*.parquet, summary.json, stage.arrow, shards.arrow}
     RUN_DIR/state.json
     RUN_DIR/locks/*.lock
 """

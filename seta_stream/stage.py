@@ -18,11 +18,12 @@ its ``current_epoch``, which ``plan_epoch`` / ``Pruner.start_epoch`` set. So the
 the plan of epoch e *before* ``iter(loader)`` of epoch e; nothing else is passed to workers.
 An explicit ``epoch=`` pins a stage to one epoch instead.
 
-Memory: the plan's lookup (keys.arrow + lookup.arrow) is uncompressed Arrow IPC, memory-mapped
-(local runs; read once per iterator for remote URLs), shared by every worker through the page
-cache. A worker
-turns only the current shard's rows into a Python dict, so its own memory does not grow with
-the data set. Stages write nothing; they count (``stage_counters()``, per process).
+Memory: a worker reads the plan's summary and shards.arrow when an iterator starts, then the
+rows of a shard (one record batch of stage.arrow: a slice of the memory-mapped file locally, one
+range request on object stores) when it decides a sample of that shard, and turns only the
+current shard's rows into a Python dict, so what it fetches and holds grows with the shards it
+opens, not with the data set (``seta_stream.planview``). Stages write nothing; they count
+(``stage_counters()``, per process).
 
 Samples absent from the plan (new data, or never recorded) follow the plan's absent rule:
 kept with weight 1 (default), or, for score-free policies, kept iff their per-sample uniform
