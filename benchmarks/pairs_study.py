@@ -448,6 +448,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 3 if noise else 2, figsize=(16 if noise else 11, 4.5))
     a, b = axes[0], axes[1]
@@ -473,6 +474,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
         b.plot(range(E), [np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]) for e in range(E)],
                marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
     b.set_xlabel("epoch")
+    b.xaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_ylabel("kept fraction (plan)")
     b.set_title("kept fraction per epoch")
     b.grid(alpha=0.3)
@@ -486,6 +488,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
                    marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
         c.axhline(100 * noise, color="gray", ls="--", lw=1)
         c.set_xlabel("epoch")
+        c.xaxis.set_major_locator(MaxNLocator(integer=True))
         c.set_ylabel("mismatched % of trained pairs")
         c.set_title("share of mismatched pairs trained on")
         c.grid(alpha=0.3)
