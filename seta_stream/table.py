@@ -16,7 +16,7 @@ Table files: the current one and the previous one are kept (a reader that read t
 manifest can still open its table); older ones and leftover ``.tmp-*`` files are removed by the
 next compaction. Beside each table file a keys file (``table/keys-*.arrow``) holds its key
 column as memory-mappable Arrow IPC: planning and the next compaction map the keys instead of
-decoding them, and a plan's ``keys.arrow`` is a hard link to it.
+decoding them.
 
 ``compact``, ``CompactionReport`` and ``FAULT_POINTS`` live in ``compaction``; they are also
 importable from here, as they were before compaction had its own module.
@@ -83,7 +83,7 @@ TABLE_WRITE_OPTIONS: dict[str, Any] = {
 
 #: Schema of the table's keys file: the ``key`` column of the table file, same rows, as
 #: uncompressed Arrow IPC (memory-mapped: planning reads 15M keys in milliseconds instead of
-#: decoding them from Parquet, and a plan's ``keys.arrow`` is a hard link to it).
+#: decoding them from Parquet).
 KEYS_SCHEMA = pa.schema([("key", pa.string())])
 
 
