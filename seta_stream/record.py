@@ -38,6 +38,7 @@ from .errors import InvalidInputError, ShardNameConflictError
 from .ids import depth_hint, shard_location, shard_name
 from .parts import make_part, write_part
 from .runfs import RunDir
+from .table import table_locations
 
 __all__ = ["LossRecorder"]
 
@@ -107,6 +108,7 @@ class LossRecorder:
         self._rows = 0
         self._shard_of_url: dict[str, str] = {}
         self._shard_url: dict[str, tuple[str, str]] = {}  # shard name -> (location, first url)
+        self._table_locations: dict[str, str] | None = None  # of the loss table, read once per epoch
         self.stats = {"records": 0, "nonfinite": 0, "parts": 0}
         self.closed = False
         ref = weakref.ref(self)
@@ -119,6 +121,7 @@ class LossRecorder:
         if int(epoch) != self.epoch:
             self.flush()
             self.epoch = int(epoch)
+            self._table_locations = None  # the table may have grown since
 
     def record(self, keys: Sequence[str], urls: Sequence[str], loss: Any) -> None:
         """Buffer one batch: its ``__key__`` and ``__url__`` lists and per-sample loss.
@@ -234,6 +237,17 @@ class LossRecorder:
                 f"two shards have the same name {shard!r}: {other[1]!r} and {url!r}; sample identity is "
                 f"(shard name, __key__) with shard_depth={self._depth}, so their samples would be mixed up. "
                 f"{depth_hint(other[0], location)}"
+            )
+        if self._table_locations is None:
+            self._table_locations = table_locations(self.run)
+        known = self._table_locations.get(shard)
+        if known is not None and known != location:
+            # another rank, or an earlier epoch, recorded another shard under this name
+            raise ShardNameConflictError(
+                f"shard name {shard!r} stands for two shards: {known!r} (in the loss table, "
+                f"{self.run.display('table')}) and {url!r} (recorded now); sample identity is (shard name, "
+                f"__key__) with shard_depth={self._depth}, so their samples would be mixed up. "
+                f"{depth_hint(known, location)}"
             )
         self._shard_url.setdefault(shard, (location, url))
         self._shard_of_url[url] = shard

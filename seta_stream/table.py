@@ -39,6 +39,7 @@ from .parts import PART_SCHEMA
 from .runfs import FORMAT_VERSION, RunDir
 
 __all__ = [
+    "table_locations",
     "load_table",
     "load_table_keys",
     "load_numeric",
@@ -104,6 +105,11 @@ def __getattr__(name: str) -> Any:
 def read_manifest(run: RunDir) -> dict[str, Any]:
     """The table manifest ({} before the first compaction)."""
     return dict(run.read_json(MANIFEST, default=None) or {})
+
+
+def table_locations(run: RunDir) -> dict[str, str]:
+    """{shard name: location} of every shard in the loss table (docs/format.md, "Loss table")."""
+    return dict(read_manifest(run).get("shard_locations") or {})
 
 
 def folded_parts(run: str | RunDir) -> list[str]:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from conftest import write_shards
 
@@ -63,11 +64,42 @@ def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(t
     record_in_process(run, 0, 0, a)
     report = seta.compact(run)
     assert (report.rows_folded, report.samples_total) == (6, 6)
-    record_in_process(run, 1, 1, b)
+    # the recorder of any rank checks new shards against the table: nothing is recorded
+    with pytest.raises(subprocess.CalledProcessError):
+        subprocess.run(
+            [sys.executable, "-c", RECORD, str(run), "1", "1", b], check=True, timeout=120, capture_output=True
+        )
+    rec = seta.LossRecorder(run, rank=1, epoch=1)
+    with pytest.raises(ShardNameConflictError) as err:
+        rec.record(["sample0000"], [b], np.ones(1, np.float32))
+    rec.close()
+    assert str(err.value).startswith(f"shard name 'shard-0000.tar' stands for two shards: {a!r} (in the loss table")
+    assert "settings={'shard_depth': 2}" in str(err.value)
+    assert sorted(p.parent.name for p in (run / "losses").rglob("*.parquet")) == ["epoch=0"]
+    # a part written by a recorder that never saw the table (a version without the check, or
+    # a part recorded before the table grew) is still stopped by compaction
+    from seta_stream.parts import write_part
+
+    write_part(seta.RunDir(run), 1, 1, _part_of(b))
     with pytest.raises(ShardNameConflictError, match=rf"stands for two shards: {a!r} \(in the loss table"):
         seta.compact(run)
     table = seta.load_table(run, shard_as_dictionary=False)
     assert (table.num_rows, set(table.column("seen").to_pylist())) == (6, {1})
+
+
+def _part_of(url):
+    import pyarrow as pa
+    import webdataset as wds
+
+    from seta_stream.ids import shard_location, shard_name
+    from seta_stream.parts import make_part
+
+    keys = [s["__key__"] for s in wds.WebDataset(url, shardshuffle=False)]
+    shard = pa.array([shard_name(url)] * len(keys)).dictionary_encode()
+    locations = {shard_name(url): shard_location(url)}
+    return make_part(
+        shard, pa.array(keys), np.ones(len(keys), np.float32), epoch=1, rank=1, seq0=1, locations=locations
+    )
 
 
 def test_signed_urls_of_one_shard_are_one_shard(tmp_path, two_folders):
