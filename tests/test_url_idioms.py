@@ -14,6 +14,7 @@ import webdataset as wds  # noqa: E402
 from conftest import write_shards  # noqa: E402
 
 import seta_stream as seta  # noqa: E402
+from seta_stream.index import index_shard  # noqa: E402
 
 IDIOMS = {
     "plain": "{}",
@@ -45,10 +46,25 @@ def pipeline_reader(urls, run):
     )
 
 
-@pytest.mark.parametrize("reader", [attach_reader, pipeline_reader], ids=["attach", "datapipeline"])
+def read_kept_reader(urls, run):
+    return wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.split_by_worker,
+        seta.read_kept(run),
+        wds.to_tuple("__key__", "__url__", "__weight__"),
+        wds.batched(5),
+    )
+
+
+@pytest.mark.parametrize(
+    "reader", [attach_reader, pipeline_reader, read_kept_reader], ids=["attach", "datapipeline", "read_kept"]
+)
 @pytest.mark.parametrize("idiom", list(IDIOMS))
 def test_each_epoch_delivers_exactly_the_plan(tmp_path, idiom, reader):
     paths = write_shards(tmp_path / "shards", [12, 12, 12, 12], prefix="shard")
+    if reader is read_kept_reader:
+        for p in paths[:3]:  # the fourth shard has no index: streamed and filtered
+            index_shard(p)
     urls = [IDIOMS[idiom].format(p) for p in paths]
     run = str(tmp_path / "run")
     pruner = seta.Pruner(
