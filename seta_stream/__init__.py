@@ -7,6 +7,7 @@ drops inside the webdataset pipeline (:func:`attach`, :func:`kept_tar_samples`,
 """
 
 from . import inspect
+from .compaction import CompactionReport, compact
 from .errors import (
     CorruptPartError,
     EpochOrderError,
@@ -30,7 +31,7 @@ from .record import LossRecorder
 from .runfs import RunDir
 from .session import Pruner
 from .stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
-from .table import CompactionReport, compact, load_table
+from .table import load_table
 
 __version__ = "0.1.0"
 

@@ -56,8 +56,8 @@ def _policies_text() -> str:
 
 
 def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
+    from .compaction import compact
     from .runfs import RunDir
-    from .table import compact
 
     report = compact(
         RunDir(args.run_dir),

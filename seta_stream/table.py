@@ -27,7 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -86,19 +86,6 @@ TABLE_WRITE_OPTIONS: dict[str, Any] = {
 #: uncompressed Arrow IPC (memory-mapped: planning reads 15M keys in milliseconds instead of
 #: decoding them from Parquet).
 KEYS_SCHEMA = pa.schema([("key", pa.string())])
-
-
-if TYPE_CHECKING:
-    from .compaction import FAULT_POINTS, CompactionReport, compact  # noqa: F401
-
-
-def __getattr__(name: str) -> Any:
-    # compaction imports this module, so its names are fetched when first asked for here
-    if name in ("compact", "CompactionReport", "FAULT_POINTS"):
-        from . import compaction
-
-        return getattr(compaction, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------- reading
