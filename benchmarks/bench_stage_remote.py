@@ -18,7 +18,8 @@ time; and, in one process on the local plan, the time per sample of the decision
 readers make (``ShardDecisions.known.get(key)``, keep_filter's hot loop): by uid (this version)
 against by key (earlier layout), and the time to load one shard's decisions.
 
-    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 5
+    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3
+    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3 --policy eswp --no-earlier
 """
 
 from __future__ import annotations
@@ -100,16 +101,22 @@ def s3_server():
         httpd.server_close()
 
 
-def build(n: int) -> tuple[str, str]:
-    """The local run (table + SeTa plan of epoch 1) and the 10 tar shards the worker reads."""
+POLICIES = {
+    "seta": {"r": 0.3, "k": 5, "alpha": 0.6},
+    "eswp": {"r": 0.3, "beta2": 0.9},  # a plan with a score column (the table's EMA has beta2 0.9)
+}
+
+
+def build(n: int, policy: str) -> tuple[str, str]:
+    """The local run (table + plan of epoch 1) and the 10 tar shards the worker reads."""
     import webdataset as wds
 
     import seta_stream as seta
 
-    path = OUT / f"stage-remote-{n}"
+    path = OUT / f"stage-remote-{n}" if policy == "seta" else OUT / f"stage-remote-{n}-{policy}"
     make_table_run(path, n)
     run = seta.RunDir(path)
-    seta.plan_epoch(run, 1, policy="seta", params={"r": 0.3, "k": 5, "alpha": 0.6}, epochs=10, seed=0)
+    seta.plan_epoch(run, 1, policy=policy, params=POLICIES[policy], epochs=10, seed=0)
     shards_dir = OUT / "stage-remote-shards"
     if not (shards_dir / "done").exists():
         shutil.rmtree(shards_dir, ignore_errors=True)
@@ -226,11 +233,12 @@ def main() -> None:
     p.add_argument("--n", type=int, default=15_000_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-earlier", action="store_true", help="skip the earlier layout (480 MB more at 15M)")
+    p.add_argument("--policy", choices=sorted(POLICIES), default="seta")
     args = p.parse_args()
     import s3fs
 
     t0 = time.perf_counter()
-    local, shards_dir = build(args.n)
+    local, shards_dir = build(args.n, args.policy)
     print(f"built in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     urls = sorted(str(os.path.join(shards_dir, f)) for f in os.listdir(shards_dir) if f.endswith(".tar"))
     shard_names = [os.path.basename(u) for u in urls]
@@ -251,7 +259,8 @@ def main() -> None:
                 results[mode].append(r)
     times = lookup_times(local, str(OUT / "stage-remote-earlier") if earlier else None, shard_names, args.repeat)
 
-    print(f"## Stage on an object store: {args.n:,} samples, one worker reading {READ} shards ({machine()})\n")
+    print(f"## Stage on an object store: {args.n:,} samples, {args.policy} plan, one worker reading {READ} shards")
+    print(f"({machine()})\n")
     print("| plan file | bytes |\n| --- | --- |")
     for k, v in sizes.items():
         print(f"| {k} | {v:,} |")

@@ -4,10 +4,11 @@ This module owns the folder (docs/format.md, "Plans"):
 
 * ``plan.parquet``: one row per known sample (:data:`PLAN_SCHEMA`), a folder of Parquet parts
   in row order, rows grouped by shard;
-* ``stage.arrow``: what the stage needs of each row, (uid, keep, weight[, score]), as an
+* ``stage.arrow``: what the stage needs of each row, (uid, keep, weight_code[, score]), as an
   uncompressed Arrow IPC file with one record batch per shard, so that a DataLoader worker
   reads the slice of the shards it opens and nothing else (memory-mapped locally, one range
-  request per shard on object stores);
+  request per shard on object stores); ``weight_code`` indexes the plan's few distinct weights
+  (listed in shards.arrow), 1 byte a row instead of 4;
 * ``shards.arrow``: one row per shard, its row range, kept count and the byte range of its
   record batch in stage.arrow (the stage skips a shard with no kept row without opening it);
 * ``summary.json``: written last, so its presence means the plan is complete.
@@ -16,14 +17,14 @@ This module owns the folder (docs/format.md, "Plans"):
 :func:`read_stage_lookup` read them. Nothing here decides what to keep (``policies``) or how a
 stage applies it (``planview``).
 
-Why uids and not keys in stage.arrow: a shard of 5,000 MJSynth-like keys holds 145 KB of keys
-(25-byte keys and their offsets) against 61 KB of (uid, keep, weight), so a worker reading 10
-shards of a 15M-sample plan fetches 0.9 MB instead of 2.3 MB; the worker computes a sample's uid
-from its key (``ids.sample_uid``, about 2 us in pure Python) to look up its decision
-(docs/benchmarks.md, "Stage on an object store"). uids are unique within a loss table (two
-identities with one uid are rejected when compacting and planning), and a sample the plan does
-not list has the uid of a listed sample of its shard with probability about 2^-64 per listed
-sample.
+Why uids and not keys in stage.arrow: a shard of 5,000 MJSynth-like keys holds 135 KB of keys
+and offsets against 61 KB of (uid, keep, weight), so with keys a worker reading 10 shards of a
+15M-sample plan would fetch 1.6 MB of rows; with uids it fetches 0.61 MB (0.68 MB with
+shards.arrow and the summary). The worker computes a sample's uid from its key
+(``ids.sample_uid``, pure Python: 1.8 us a sample against 0.1 us for a dict look-up by key) to
+look up its decision (docs/benchmarks.md, "Stage on an object store"). uids are unique within a
+loss table (compaction rejects two identities with one uid), and a sample the plan does not list
+has the uid of a listed sample of its shard with probability about 2^-64 per listed sample.
 
 Plans written by earlier versions hold ``keys.arrow`` + ``lookup.arrow`` (rows of the plan,
 keys and decisions; or a ``key`` column in ``lookup.arrow`` and no ``keys.arrow``) and a
@@ -95,7 +96,13 @@ _WRITE_OPTIONS: dict[str, Any] = {
 }
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: Columns of stage.arrow (``score`` for ES/ESWP plans only), in this order.
-STAGE_FIELDS = {"uid": pa.uint64(), "keep": pa.bool_(), "weight": pa.float32(), "score": pa.float64()}
+STAGE_FIELDS = {
+    "uid": pa.uint64(),
+    "keep": pa.bool_(),
+    "weight_code": pa.uint8(),  # index into the plan's distinct weights (shards.arrow's metadata)
+    "weight": pa.float32(),  # instead of weight_code when a plan has more than 256 distinct weights
+    "score": pa.float64(),
+}
 #: Schema metadata of shards.arrow naming stage.arrow's columns: its presence marks the layout
 #: with a stage.arrow (earlier plans have keys.arrow + lookup.arrow instead).
 _STAGE_META = b"seta_stream.stage"
@@ -147,25 +154,37 @@ def publish_plan(
         weight,
         reason,
     ]
-    stage = {"uid": uid, "keep": keep, "weight": weight}
     schema = PLAN_SCHEMA
     if columns.get("score") is not None:
         score = pa.array(columns["score"], type=pa.float64())
         arrays.append(score)
-        stage["score"] = score
         schema = schema.append(pa.field("score", pa.float64(), nullable=False))
     plan = pa.Table.from_arrays(arrays, schema=schema)
     del arrays
     keep_np = np.asarray(columns["keep"])
+    score_col = plan.column("score") if "score" in plan.column_names else None
 
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
         summarize()
-        batches, ranges = stage_batches(ids, pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage)))
+        weights, stage = weight_codes(weight)
+        stage = {"uid": uid, "keep": keep, **stage, **({} if score_col is None else {"score": score_col})}
+        table = pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
+        batches, ranges = stage_batches(ids, table)
         run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
         shards = shard_ranges(ids, keep_np, ranges)
-        run.publish_bytes(plan_file(epoch, "shards.arrow"), shards_file(shards, list(stage)))
+        run.publish_bytes(plan_file(epoch, "shards.arrow"), shards_file(shards, list(stage), weights))
 
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files)
+
+
+def weight_codes(weight: pa.Array) -> tuple[list[float] | None, dict[str, pa.Array]]:
+    """stage.arrow's weight column: the plan's distinct weights (a handful: 0.0 for dropped rows
+    and one or a few for kept ones) and ``weight_code``, each row's index among them (1 byte a
+    row instead of 4); or None and the float32 ``weight`` itself when there are more than 256."""
+    encoded = pc.dictionary_encode(weight)
+    if len(encoded.dictionary) > 256:
+        return None, {"weight": weight}
+    return encoded.dictionary.to_pylist(), {"weight_code": encoded.indices.cast(pa.uint8())}
 
 
 def stage_batches(ids: PlanIdentities, stage: pa.Table) -> tuple[list[pa.RecordBatch], np.ndarray]:
@@ -269,10 +288,11 @@ class StageLookup:
         self.bytes_read = 0  # bytes of stage.arrow fetched (read through the page cache locally)
         self._map: pa.Buffer | None = None
         if meta is not None:
-            columns = json.loads(meta)["columns"]
+            stage = json.loads(meta)
             self.identity = "uid"
-            self.columns: list[str] = columns
-            self._schema = _stage_schema(columns)
+            self._schema = _stage_schema(stage["columns"])
+            self.columns: list[str] = [c if c != "weight_code" else "weight" for c in stage["columns"]]
+            self._weights = pa.array(stage.get("weights") or [], pa.float32())
             self._ranges = {s: (o, n) for s, o, n in zip(cols["shard"], cols["offset"], cols["length"])}
             self._whole: pa.Table | None = None
         else:
@@ -316,6 +336,9 @@ class StageLookup:
                 f"{offset + length}), shards.arrow says {stop - start}; expected the same. The plan directory "
                 "is inconsistent: plan the epoch again with force=True"
             )
+        if "weight_code" in self._schema.names:  # the weights themselves, as the plan has them
+            i = self._schema.get_field_index("weight_code")
+            batch = batch.set_column(i, "weight", self._weights.take(batch.column(i)))
         return batch
 
 
@@ -394,11 +417,15 @@ def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | Non
     return pa.table(columns).sort_by("shard")
 
 
-def shards_file(shards: pa.Table, stage_columns: list[str]) -> bytes:
+def shards_file(shards: pa.Table, stage_columns: list[str], weights: list[float] | None) -> bytes:
     """shards.arrow's bytes: ``shards`` (:func:`shard_ranges` with byte ranges) with the schema
-    metadata ``seta_stream.stage`` naming stage.arrow's columns, zstd-compressed (every worker
-    reads all of it: about 15 bytes a shard instead of 70)."""
-    shards = shards.replace_schema_metadata({_STAGE_META: json.dumps({"columns": stage_columns})})
+    metadata ``seta_stream.stage``: stage.arrow's columns and, with a ``weight_code`` column, the
+    weights it indexes (exact: a float32 printed as a double reads back as the same float32).
+    zstd-compressed (every worker reads all of it: about 12 bytes a shard instead of 70)."""
+    stage: dict[str, Any] = {"columns": stage_columns}
+    if weights is not None:
+        stage["weights"] = weights
+    shards = shards.replace_schema_metadata({_STAGE_META: json.dumps(stage)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, shards.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(shards)

@@ -73,8 +73,13 @@ def test_plan_files_columns_and_summary(tmp_path):
 
     stage = ipc.open_file(str(tmp_path / "r/plans/epoch=1/stage.arrow"))
     shards = ipc.open_file(str(tmp_path / "r/plans/epoch=1/shards.arrow")).read_all().to_pylist()
-    assert stage.schema.names == ["uid", "keep", "weight"] and stage.num_record_batches == 4
-    assert stage.read_all().equals(plan.select(["uid", "keep", "weight"]))
+    assert stage.schema.names == ["uid", "keep", "weight_code"] and stage.num_record_batches == 4
+    weights = json.loads(
+        ipc.open_file(str(tmp_path / "r/plans/epoch=1/shards.arrow")).schema.metadata[b"seta_stream.stage"]
+    )
+    rows = stage.read_all().to_pydict()
+    assert rows["uid"] == plan.column("uid").to_pylist() and rows["keep"] == plan.column("keep").to_pylist()
+    assert [weights["weights"][c] for c in rows["weight_code"]] == plan.column("weight").to_pylist()
     assert [s["shard"] for s in shards] == [f"shard-{i}.tar" for i in range(4)]
     assert sum(s["n"] for s in shards) == 200 and sum(s["kept"] for s in shards) == summary["kept"]
     for s in shards:

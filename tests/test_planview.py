@@ -4,6 +4,7 @@ lookup.arrow, or lookup.arrow with a key column) decide alike."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ def varied(inp, p):
 if "test_varied" not in POLICIES:
     register(PolicySpec("test_varied", VariedParams, varied, "test policy with weights and scores"))
 
-SIZES = (40, 25, 60, 35)  # samples per shard: each shard's record batch has its own length
+SIZES = (100, 70, 130, 90)  # samples per shard: each shard's record batch has its own length
 
 
 def recorded_run(path):
@@ -55,41 +56,77 @@ def shard_table(path):
     return ipc.open_file(str(path / "shards.arrow")).read_all()
 
 
-def test_stage_arrow_holds_one_batch_per_shard_at_the_byte_ranges_of_shards_arrow(tmp_path):
+def stage_meta(d):
+    return json.loads(shard_table(d).schema.metadata[b"seta_stream.stage"])
+
+
+def with_weights(batch, meta):
+    """stage.arrow's rows with weight_code replaced by the weights it indexes, as Python lists."""
+    rows = batch.to_pydict()
+    if "weight_code" in rows:
+        rows["weight"] = [meta["weights"][c] for c in rows.pop("weight_code")]
+    return rows
+
+
+@dataclass(frozen=True)
+class ManyWeightsParams:
+    """Keep everything, with weights 1 + (uid % 1000) / 1000 (more than 256 distinct ones)."""
+
+
+def many_weights(inp, p):
+    uid = np.asarray(inp.uid, dtype=np.uint64)
+    weight = (1.0 + (uid % np.uint64(1000)).astype(np.float32) / 1000).astype(np.float32)
+    return PolicyResult(np.ones(inp.n, bool), weight, np.full(inp.n, reason_code("kept"), np.int8), {"phase": "prune"})
+
+
+if "test_many_weights" not in POLICIES:
+    register(PolicySpec("test_many_weights", ManyWeightsParams, many_weights, "test policy with 1,000 weights"))
+
+
+@pytest.mark.parametrize(
+    ("policy", "columns"),
+    [
+        ("test_varied", ["uid", "keep", "weight_code", "score"]),
+        ("random", ["uid", "keep", "weight_code"]),
+        ("test_many_weights", ["uid", "keep", "weight"]),  # more than 256 weights: float32 weights
+    ],
+)
+def test_stage_arrow_holds_one_batch_per_shard_at_the_byte_ranges_of_shards_arrow(tmp_path, policy, columns):
     run = recorded_run(tmp_path / "r")
-    plan_epoch(run, 1, policy="test_varied", epochs=3)
+    plan_epoch(run, 1, policy=policy, epochs=3)
     d = tmp_path / "r/plans/epoch=1"
     assert sorted(os.listdir(d)) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
     plan = load_plan(run, 1)
+    decisions = [c for c in ("uid", "keep", "weight", "score") if c in plan.column_names]
     reader = ipc.open_file(str(d / "stage.arrow"))
-    assert reader.num_record_batches == len(SIZES)
-    assert reader.read_all().equals(plan.select(["uid", "keep", "weight", "score"]))
+    assert reader.schema.names == columns and reader.num_record_batches == len(SIZES)
     assert [reader.get_batch(i).num_rows for i in range(len(SIZES))] == list(SIZES)
     shards = shard_table(d)
     assert shards.column_names == ["shard", "start", "stop", "n", "kept", "offset", "length"]
-    assert shards.schema.metadata == {b"seta_stream.stage": b'{"columns": ["uid", "keep", "weight", "score"]}'}
+    meta = stage_meta(d)
+    assert meta["columns"] == columns
+    weights = set(plan.column("weight").to_pylist())
+    if "weight_code" in columns:
+        assert sorted(meta) == ["columns", "weights"] and sorted(meta["weights"]) == sorted(weights)
+    else:
+        assert sorted(meta) == ["columns"] and len(weights) > 256
+    assert with_weights(reader.read_all(), meta) == plan.select(decisions).to_pydict()
     data = (d / "stage.arrow").read_bytes()
-    schema = reader.schema
     ends = []
     for row in shards.to_pylist():
         part = plan.slice(row["start"], row["n"])
         assert set(part.column("shard").to_pylist()) == {row["shard"]}
         message = ipc.read_message(pa.py_buffer(data[row["offset"] : row["offset"] + row["length"]]))
-        batch = ipc.read_record_batch(message, schema)
-        assert pa.Table.from_batches([batch]).equals(part.select(["uid", "keep", "weight", "score"]))
+        batch = ipc.read_record_batch(message, reader.schema)
+        assert with_weights(batch, meta) == part.select(decisions).to_pydict()
         assert row["kept"] == sum(part.column("keep").to_pylist())
         ends.append((row["offset"], row["offset"] + row["length"]))
     ends.sort()
     assert all(a[1] == b[0] for a, b in zip(ends, ends[1:]))  # the batches follow one another
-
-
-def test_a_plan_without_score_has_no_score_column(tmp_path):
-    run = recorded_run(tmp_path / "r")
-    plan_epoch(run, 1, policy="random", params={"r": 0.5}, epochs=3)
-    d = tmp_path / "r/plans/epoch=1"
-    assert ipc.open_file(str(d / "stage.arrow")).schema.names == ["uid", "keep", "weight"]
-    assert shard_table(d).schema.metadata == {b"seta_stream.stage": b'{"columns": ["uid", "keep", "weight"]}'}
-    assert not PlanView(run, 1).has_score
+    view = PlanView(run, 1)  # and the stage decides as the plan says
+    assert view.has_score == ("score" in columns)
+    for s, k, keep, weight in zip(*(plan.column(c).to_pylist() for c in ("shard", "key", "keep", "weight"))):
+        assert view.decide(s, k)[:2] == (keep, weight)
 
 
 def to_earlier_layout(src, dst, epoch, key_in_lookup):
@@ -186,7 +223,7 @@ def test_known_looks_listed_samples_up_by_key(tmp_path):
     )
     shard = PlanView(run, 1).shard("shard-001.tar")
     known = shard.known
-    assert isinstance(known, KnownByKey) and len(known) == 25
+    assert isinstance(known, KnownByKey) and len(known) == 70
     for key, keep, weight in zip(*(plan.column(c).to_pylist() for c in ("key", "keep", "weight"))):
         assert key in known and (known.get(key).keep, known.get(key).weight) == (keep, weight)
         assert known.get(key) == shard.decide(key)
@@ -200,7 +237,7 @@ def test_a_stage_file_that_does_not_match_shards_arrow_is_refused(tmp_path):
     d = tmp_path / "r/plans/epoch=1"
     shards = shard_table(d)
     rows = {r["shard"]: r for r in shards.to_pylist()}
-    # shard-000's range pointing at shard-001's batch (25 rows, not 40)
+    # shard-000's range pointing at shard-001's batch (70 rows, not 100)
     offset = pa.array(
         [rows["shard-001.tar"]["offset"] if r["shard"] == "shard-000.tar" else r["offset"] for r in shards.to_pylist()],
         pa.int64(),
@@ -213,7 +250,7 @@ def test_a_stage_file_that_does_not_match_shards_arrow_is_refused(tmp_path):
     with pa.OSFile(str(d / "shards.arrow"), "wb") as sink, ipc.new_file(sink, swapped.schema) as w:
         w.write_table(swapped)
     with pytest.raises(
-        RunFormatError, match=r"stage.arrow: shard 'shard-000.tar' has 25 rows at bytes .*shards.arrow says 40"
+        RunFormatError, match=r"stage.arrow: shard 'shard-000.tar' has 70 rows at bytes .*shards.arrow says 100"
     ):
         PlanView(run, 1).decide("shard-000.tar", "img/0/00000_word_0")
     # a stage.arrow cut short
