@@ -18,7 +18,7 @@ What it does, vectorised (no Python loop per sample):
   arrive in that order: parts sorted by epoch, rank and first seq, rows in seq order):
   ``seen`` and ``nonfinite`` count; ``last_*`` is the greatest record in (epoch, rank, seq)
   (a late part of an older epoch does not replace it); ``ema`` takes one step
-  ``s <- beta2 s + (1 - beta2) loss`` per finite record in float64 (algorithms.md §0.6), starting
+  ``s <- beta2 s + (1 - beta2) loss`` per finite record in float64 (docs/algorithms.md §0.6), starting
   from ``1/n_ref`` for a new sample, where ``n_ref`` is ``dataset_size`` or else the table's
   rows after this fold;
 * **interleave**: new samples are inserted at their (shard, uid) place; old rows keep their

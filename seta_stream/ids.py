@@ -11,9 +11,9 @@ For hashing and randomness every identity also has a 64-bit ``uid``:
                     h = (h XOR w) * P;  h = h XOR (h >> 29)     (mod 2^64)
                 then h = mix(h XOR len(b))
 
-where ``mix`` is SplitMix64's finalizer (algorithms.md §0.4), OFFSET = 0xCBF29CE484222325 and
+where ``mix`` is SplitMix64's finalizer (docs/algorithms.md §0.4), OFFSET = 0xCBF29CE484222325 and
 P = 0x9FB21C651E98DF25 (odd, so every step is a bijection of h).
-This hash is used instead of the BLAKE2b that algorithms.md recommends because it can be
+This hash (the uid of docs/algorithms.md §0.4) is used rather than a cryptographic one: it can be
 computed for 15M strings at once with NumPy (compaction) and for one string in pure Python
 (the stage), with identical results. Two identities with the same uid are rejected
 (:func:`check_identity_collisions`).

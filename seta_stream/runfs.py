@@ -54,7 +54,7 @@ FORMAT_FILE = "seta-stream.json"
 #: Run-level settings fixed when the run is created (stored in seta-stream.json).
 DEFAULT_SETTINGS: dict[str, Any] = {
     "shard_depth": 1,  # trailing path components of __url__ that name a shard
-    "ema_beta2": 0.9,  # EMA factor of the loss table's `ema` column (algorithms.md §0.6)
+    "ema_beta2": 0.9,  # EMA factor of the loss table's `ema` column (docs/algorithms.md §0.6)
     "dataset_size": None,  # n_ref for the EMA start value 1/n (None: table size)
 }
 

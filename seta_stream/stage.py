@@ -27,7 +27,7 @@ opens, not with the data set (``seta_stream.planview``). Stages write nothing; t
 
 Samples absent from the plan (new data, or never recorded) follow the plan's absent rule:
 kept with weight 1 (default), or, for score-free policies, kept iff their per-sample uniform
-is below the keep fraction (the same draw the planner makes, algorithms.md §0.2).
+is below the keep fraction (the same draw the planner makes, docs/algorithms.md §0.2).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
 
 
 def weighted_mean(losses: Any, weights: Any) -> Any:
-    """mean_j(weight_j * loss_j) over the batch (divided by the batch size, algorithms.md §0.7).
+    """mean_j(weight_j * loss_j) over the batch (divided by the batch size, docs/algorithms.md §0.7).
 
     ``weights`` is the batch's ``__weight__`` (tensor or list), or the collated batch dict.
     """
