@@ -18,11 +18,11 @@ This module owns the folder (docs/format.md, "Plans"):
 stage applies it (``planview``).
 
 Why uids and not keys in stage.arrow: a shard of 5,000 MJSynth-like keys holds 135 KB of keys
-and offsets against 61 KB of (uid, keep, weight), so with keys a worker reading 10 shards of a
-15M-sample plan would fetch 1.6 MB of rows; with uids it fetches 0.61 MB (0.68 MB with
+and offsets against 46 KB of (uid, keep, weight_code), so with keys a worker reading 10 shards
+of a 15M-sample plan would fetch 1.6 MB of rows; with uids it fetches 0.46 MB (0.53 MB with
 shards.arrow and the summary). The worker computes a sample's uid from its key
-(``ids.sample_uid``, pure Python: 1.8 us a sample against 0.1 us for a dict look-up by key) to
-look up its decision (docs/benchmarks.md, "Stage on an object store"). uids are unique within a
+(``ids.sample_uid``, pure Python: about 2 us a sample against 0.1 us for a dict look-up by key)
+to look up its decision (docs/benchmarks.md, "Stage on an object store"). uids are unique within a
 loss table (compaction rejects two identities with one uid), and a sample the plan does not list
 has the uid of a listed sample of its shard with probability about 2^-64 per listed sample.
 
