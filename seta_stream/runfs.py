@@ -315,17 +315,20 @@ class RunDir:
         _write_parts(slices, buffers, n_threads, write_options)
         return PendingFile(self, rel, parts={name: buf.getvalue() for name, buf in zip(names, buffers)})
 
-    def publish_arrow(self, rel: str, table: pa.Table) -> None:
-        """Write an uncompressed Arrow IPC file atomically (memory-mappable by readers)."""
-        self.prepare_arrow(rel, table).commit()
+    def publish_arrow(self, rel: str, table: pa.Table, *, compression: str | None = None) -> None:
+        """Write an Arrow IPC file atomically (uncompressed unless ``compression``, e.g.
+        ``"zstd"``, is given: memory-mappable by readers)."""
+        self.prepare_arrow(rel, table, compression=compression).commit()
 
-    def prepare_arrow(self, rel: str, table: pa.Table) -> PendingFile:
-        """Write an uncompressed Arrow IPC file that appears at ``rel`` only on ``commit()``
-        (a temporary file locally, bytes in memory remotely); ``discard()`` drops it."""
+    def prepare_arrow(self, rel: str, table: pa.Table, *, compression: str | None = None) -> PendingFile:
+        """Write an Arrow IPC file (uncompressed unless ``compression``) that appears at ``rel``
+        only on ``commit()`` (a temporary file locally, bytes in memory remotely); ``discard()``
+        drops it."""
+        options = pa.ipc.IpcWriteOptions(compression=compression)
         if self.is_local:  # stream straight into the temporary file
             tmp = _temp_beside(self.path(rel))
             try:
-                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
                     writer.write_table(table)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
@@ -333,7 +336,7 @@ class RunDir:
                 raise
             return PendingFile(self, rel, tmp=tmp)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
+        with pa.ipc.new_file(sink, table.schema, options=options) as writer:
             writer.write_table(table)
         return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
 
