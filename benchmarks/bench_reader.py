@@ -34,7 +34,7 @@ def main() -> None:
     args = p.parse_args()
     import seta_stream as seta
     from seta_stream.index import index_shard
-    from seta_stream.reader import read_kept
+    from seta_stream._reader import read_kept
 
     urls = plain_shards(args.data)
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import pytest
 from seta_stream import RunDir
 from seta_stream.errors import CorruptPartError, ShardNameConflictError
 from seta_stream.ids import sample_uid
-from seta_stream.parts import (
+from seta_stream._parts import (
     LOCATIONS_METADATA,
     PART_SCHEMA,
     fold_order,

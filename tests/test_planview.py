@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import LossRecorder, RunDir, RunFormatError, compact, load_plan, plan_epoch
-from seta_stream.planview import KnownByKey, PlanView
+from seta_stream._planview import KnownByKey, PlanView
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code
 
@@ -57,7 +57,7 @@ def shard_table(path):
 
 
 def stage_meta(d):
-    return json.loads(shard_table(d).schema.metadata[b"seta_stream.stage"])
+    return json.loads(shard_table(d).schema.metadata[b"seta_stream._stage"])
 
 
 def with_weights(batch, meta):

@@ -43,9 +43,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
+from ._runfs import RunDir
 from .errors import PlanMissingError, RunFormatError
-from .layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
-from .runfs import RunDir
 
 __all__ = [
     "PLAN_SCHEMA",
@@ -105,7 +105,7 @@ STAGE_FIELDS = {
 }
 #: Schema metadata of shards.arrow naming stage.arrow's columns: its presence marks the layout
 #: with a stage.arrow (earlier plans have keys.arrow + lookup.arrow instead).
-_STAGE_META = b"seta_stream.stage"
+_STAGE_META = b"seta_stream._stage"
 #: IPC file magic ("ARROW1" and 2 bytes of padding) in front of stage.arrow's schema message.
 _IPC_MAGIC = 8
 
@@ -419,7 +419,7 @@ def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | Non
 
 def shards_file(shards: pa.Table, stage_columns: list[str], weights: list[float] | None) -> bytes:
     """shards.arrow's bytes: ``shards`` (:func:`shard_ranges` with byte ranges) with the schema
-    metadata ``seta_stream.stage``: stage.arrow's columns and, with a ``weight_code`` column, the
+    metadata ``seta_stream._stage``: stage.arrow's columns and, with a ``weight_code`` column, the
     weights it indexes (exact: a float32 printed as a double reads back as the same float32).
     zstd-compressed (every worker reads all of it: about 12 bytes a shard instead of 70)."""
     stage: dict[str, Any] = {"columns": stage_columns}
