@@ -20,9 +20,9 @@ from common import OUT, machine, make_table_run, measure, st_mj_identities
 
 
 def make_parts(run, n: int, parts: int) -> None:
-    from seta_stream.ids import sample_uids
     from seta_stream._parts import PART_SCHEMA, write_part
     from seta_stream._runfs import RunDir
+    from seta_stream.ids import sample_uids
 
     shards, keys = st_mj_identities(n)
     uids = sample_uids(shards, keys)

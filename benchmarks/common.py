@@ -31,9 +31,9 @@ def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array
 
 def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory whose loss table has n rows (log-normal losses), built directly."""
-    from seta_stream.ids import sample_uids
     from seta_stream._runfs import RunDir
     from seta_stream._table import TABLE_SCHEMA
+    from seta_stream.ids import sample_uids
 
     if (path / "table/manifest.json").exists():
         _add_keys_file(path)  # a run made before tables had keys files

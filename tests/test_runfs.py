@@ -9,8 +9,8 @@ import sys
 import pyarrow as pa
 import pytest
 
-from seta_stream.errors import RunFormatError, RunLockedError
 from seta_stream._runfs import FORMAT_VERSION, RunDir
+from seta_stream.errors import RunFormatError, RunLockedError
 
 
 def test_create_and_reopen(tmp_path):

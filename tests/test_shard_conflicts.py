@@ -91,8 +91,8 @@ def _part_of(url):
     import pyarrow as pa
     import webdataset as wds
 
-    from seta_stream.ids import shard_location, shard_name
     from seta_stream._parts import make_part
+    from seta_stream.ids import shard_location, shard_name
 
     keys = [s["__key__"] for s in wds.WebDataset(url, shardshuffle=False)]
     shard = pa.array([shard_name(url)] * len(keys)).dictionary_encode()
