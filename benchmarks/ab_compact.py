@@ -73,9 +73,7 @@ def main() -> None:
             f"{name} ({tree}): median {statistics.median(walls):.2f} s ({min(walls):.2f} - {max(walls):.2f}), "
             f"peak RSS {max(rss):.0f} MB"
         )
-    ratio = statistics.median(m["wall_s"] for m in results["B"]) / statistics.median(
-        m["wall_s"] for m in results["A"]
-    )
+    ratio = statistics.median(m["wall_s"] for m in results["B"]) / statistics.median(m["wall_s"] for m in results["A"])
     print(f"B / A (medians): {ratio:.2f}x")
 
 

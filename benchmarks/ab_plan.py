@@ -29,7 +29,7 @@ def plan_twice(tree: Path, run: Path) -> list[float]:
     os.sync()
     setup = f"""
         sys.path.insert(0, {str(tree.resolve())!r})
-        import seta_stream.plan as P
+        import seta_stream as P
         from seta_stream import RunDir
         assert P.__file__.startswith({str(tree.resolve())!r}), P.__file__
     """

@@ -20,9 +20,9 @@ from common import OUT, machine, make_table_run, measure, st_mj_identities
 
 
 def make_parts(run, n: int, parts: int) -> None:
+    from seta_stream._parts import PART_SCHEMA, write_part
+    from seta_stream._runfs import RunDir
     from seta_stream.ids import sample_uids
-    from seta_stream.parts import PART_SCHEMA, write_part
-    from seta_stream.runfs import RunDir
 
     shards, keys = st_mj_identities(n)
     uids = sample_uids(shards, keys)
@@ -51,8 +51,8 @@ def make_parts(run, n: int, parts: int) -> None:
 def as_written_by_compact(run) -> None:
     """Rewrite the base table with the Parquet options compact() uses (the existing table of a
     run is always one that compaction wrote)."""
-    from seta_stream.runfs import RunDir
-    from seta_stream.table import TABLE_WRITE_OPTIONS
+    from seta_stream._runfs import RunDir
+    from seta_stream._table import TABLE_WRITE_OPTIONS
 
     rd = RunDir(run)
     rel = rd.read_json("table/manifest.json")["table"]

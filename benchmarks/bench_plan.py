@@ -33,8 +33,8 @@ from common import OUT, machine, make_table_run, measure
 
 def as_compacted(path: Path) -> Path:
     """Rewrite the run's table file with compact()'s write options (once; LZ4)."""
-    from seta_stream.runfs import RunDir
-    from seta_stream.table import TABLE_WRITE_OPTIONS
+    from seta_stream._runfs import RunDir
+    from seta_stream._table import TABLE_WRITE_OPTIONS
 
     rel = json.loads((path / "table/manifest.json").read_text())["table"]
     meta = pq.ParquetFile(path / rel).metadata

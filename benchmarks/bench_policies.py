@@ -115,7 +115,7 @@ def main() -> None:
         rows.append((label, r["wall_s"], r["peak_rss_mb"] - r["rss_before_mb"]))
         print(f"  {label}: {r['wall_s']:.2f} s, +{rows[-1][2]:.0f} MB", flush=True)
 
-    km = measure(f"from seta_stream.kmeans1d import kmeans1d; km = kmeans1d(loss, {args.k})", setup)
+    km = measure(f"from seta_stream._kmeans1d import kmeans1d; km = kmeans1d(loss, {args.k})", setup)
     base_n = min(args.n, args.baseline_n)
     base = measure(
         f"km = KMeans(n_clusters={args.k}, random_state=0).fit(loss[:{base_n}].reshape(-1, 1))",

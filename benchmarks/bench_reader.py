@@ -33,8 +33,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
     import seta_stream as seta
+    from seta_stream._reader import read_kept
     from seta_stream.index import index_shard
-    from seta_stream.reader import read_kept
 
     urls = plain_shards(args.data)
     t0 = time.perf_counter()

@@ -54,7 +54,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
     import seta_stream as seta
-    from seta_stream.listing import list_samples
+    from seta_stream._listing import list_samples
 
     urls = plain_shards(args.data)
     pop = list_samples(urls)
@@ -103,7 +103,7 @@ def main() -> None:
         speedup = best["read+decode"][1] / best[b][1]
         print(f"(a) CPU overhead of {stage}, everything kept, no decode: {100 * overhead:+.1f}% (target <= 3%)")
         print(f"(b) {stage}, 50% kept + JPEG decode vs unfiltered: {speedup:.2f}x data-set samples/s (target >= 1.5x)")
-    # kept_tar_samples reads tar headers faster than webdataset's reader (seta_stream.tario):
+    # kept_tar_samples reads tar headers faster than webdataset's reader (seta_stream._tario):
     # the same comparison with that reader on both sides isolates what skipping gains
     same_reader = best["kept_tar_samples(all kept)+decode"][1] / best["kept_tar_samples(50%)+decode"][1]
     print(f"(b') kept_tar_samples 50% vs kept_tar_samples keeping all, both + JPEG decode: {same_reader:.2f}x")

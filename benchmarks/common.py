@@ -31,9 +31,9 @@ def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array
 
 def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory whose loss table has n rows (log-normal losses), built directly."""
+    from seta_stream._runfs import RunDir
+    from seta_stream._table import TABLE_SCHEMA
     from seta_stream.ids import sample_uids
-    from seta_stream.runfs import RunDir
-    from seta_stream.table import TABLE_SCHEMA
 
     if (path / "table/manifest.json").exists():
         _add_keys_file(path)  # a run made before tables had keys files
@@ -85,8 +85,8 @@ def sort_by_shard(table: pa.Table) -> pa.Table:
 
 def _add_keys_file(path: Path) -> None:
     """Give the run's table the keys file compact() writes beside every table file."""
-    from seta_stream.runfs import RunDir
-    from seta_stream.table import KEYS_SCHEMA, load_table_keys
+    from seta_stream._runfs import RunDir
+    from seta_stream._table import KEYS_SCHEMA, load_table_keys
 
     run = RunDir(path)
     m = run.read_json("table/manifest.json")

@@ -37,7 +37,7 @@ import webdataset as wds
 from tqdm import tqdm
 
 import seta_stream as seta
-from seta_stream.listing import list_samples
+from seta_stream import list_samples
 
 BUCKETS = 1 << 12  # hashed word and word-pair ids of the text tower
 EMBED = 64  # shared embedding width

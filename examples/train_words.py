@@ -25,7 +25,7 @@ import webdataset as wds
 from tqdm import tqdm
 
 import seta_stream as seta
-from seta_stream.listing import list_samples
+from seta_stream import list_samples
 
 
 def make_model(n_classes: int) -> nn.Module:

@@ -4,10 +4,23 @@ Record per-sample losses (:class:`LossRecorder` / :class:`Pruner`), fold them in
 (:func:`compact`), plan each epoch with a policy (:func:`plan_epoch`), and skip what the plan
 drops inside the webdataset pipeline (:func:`attach`, :func:`kept_tar_samples`,
 :func:`keep_filter`, :func:`skip_shards`). See README.md and docs/.
+
+The public API is ``__all__``: the names below and the public modules ``errors`` (the exception
+tree), ``ids`` (sample identity), ``index`` (shard indexes), ``inspect`` (views of a run) and
+``policies`` (the policies and ``es_select``). Every other module is private (``_name``);
+docs/architecture.md maps them.
 """
 
-from . import inspect
-from .compaction import CompactionReport, compact
+from . import errors, ids, index, inspect, policies
+from ._compaction import CompactionReport, compact
+from ._listing import list_samples
+from ._plan import load_plan, load_summary, plan_epoch, set_current_epoch
+from ._reader import read_kept
+from ._record import LossRecorder
+from ._runfs import RunDir
+from ._session import Pruner
+from ._stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
+from ._table import load_table
 from .errors import (
     CorruptPartError,
     EpochOrderError,
@@ -23,19 +36,15 @@ from .errors import (
 )
 from .ids import sample_uid, shard_location, shard_name
 from .index import index_shard
-from .listing import list_samples
-from .plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from .policies import POLICIES, PolicyInput, describe_policies, run_policy
-from .reader import read_kept
-from .record import LossRecorder
-from .runfs import RunDir
-from .session import Pruner
-from .stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
-from .table import load_table
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "errors",
+    "ids",
+    "index",
+    "policies",
     "POLICIES",
     "CompactionReport",
     "CorruptPartError",

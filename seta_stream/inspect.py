@@ -11,11 +11,11 @@ from typing import Any
 
 import polars as pl
 
+from ._layout import MANIFEST, plan_file, stats_glob
+from ._plans import planned_epochs, read_summary
+from ._runfs import RunDir
+from ._state import read_state
 from .errors import PlanMissingError
-from .layout import MANIFEST, plan_file, stats_glob
-from .plans import planned_epochs, read_summary
-from .runfs import RunDir
-from .state import read_state
 
 __all__ = ["run_summary", "format_summary", "plot_epoch"]
 

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 
 from seta_stream import LossRecorder, RunDir
-from seta_stream.cli import main
+from seta_stream._cli import main
 
-CLI = [sys.executable, "-m", "seta_stream.cli"]
+CLI = [sys.executable, "-m", "seta_stream._cli"]
 
 
 def recorded_run(path, n=300):

@@ -13,7 +13,7 @@ import webdataset as wds
 import seta_stream as seta
 from seta_stream import errors
 
-CLI = [sys.executable, "-m", "seta_stream.cli"]
+CLI = [sys.executable, "-m", "seta_stream._cli"]
 
 
 def run_cli(*args):

@@ -1,8 +1,12 @@
-"""The public API: exactly the names in __all__, each importable."""
+"""The public API: exactly the names in __all__, each importable, and nothing else public."""
 
 import seta_stream
 
 EXPECTED = {
+    "errors",
+    "ids",
+    "index",
+    "policies",
     "POLICIES",
     "CompactionReport",
     "CorruptPartError",
@@ -50,6 +54,18 @@ def test_all_is_the_curated_api():
     assert set(seta_stream.__all__) == EXPECTED
     for name in seta_stream.__all__:
         assert getattr(seta_stream, name) is not None
+
+
+def test_all_is_exactly_the_public_names_of_the_package():
+    """As httpx checks it: every name of vars(seta_stream) not starting with '_' is in __all__
+    (private modules are ``_name``), also after every submodule has been imported."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(seta_stream.__path__, "seta_stream."):
+        importlib.import_module(info.name)
+    public = {name for name in vars(seta_stream) if not name.startswith("_")} | {"__version__"}
+    assert public == set(seta_stream.__all__)
 
 
 def test_every_error_derives_from_the_base():

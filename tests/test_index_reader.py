@@ -17,11 +17,11 @@ import test_stage  # noqa: F401  (registers the policy "test_drop_listed")
 import webdataset as wds
 
 import seta_stream as seta
-from seta_stream.cli import main
+from seta_stream._cli import main
+from seta_stream._reader import read_kept
 from seta_stream.errors import InvalidInputError
 from seta_stream.ids import sample_uid
 from seta_stream.index import IndexMismatch, IndexMissing, build_index, index_shard, load_index
-from seta_stream.reader import read_kept
 
 
 def awkward_shards(root, sizes):

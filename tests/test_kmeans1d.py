@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seta_stream.kmeans1d import assign, kmeans1d
+from seta_stream._kmeans1d import assign, kmeans1d
 
 
 def sse_of(x, bounds):
@@ -212,7 +212,7 @@ def test_large_input_is_fast():
     ],
 )
 def test_polars_sort_equals_np_sort(values, monkeypatch):
-    import seta_stream.kmeans1d as K
+    import seta_stream._kmeans1d as K
 
     monkeypatch.setattr(K, "_POLARS_SORT_MIN", 16)
     got = K._sorted_values(values)
@@ -226,7 +226,7 @@ def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_si
     starting on a run boundary, and the prefix sums at arbitrary positions are all exact."""
     import math
 
-    import seta_stream.kmeans1d as K
+    import seta_stream._kmeans1d as K
 
     x = np.random.default_rng(7).lognormal(size=20_000).astype(np.float32)
     v = np.sort(x)

@@ -12,9 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import RunDir
-from seta_stream.errors import CorruptPartError, ShardNameConflictError
-from seta_stream.ids import sample_uid
-from seta_stream.parts import (
+from seta_stream._parts import (
     LOCATIONS_METADATA,
     PART_SCHEMA,
     fold_order,
@@ -28,6 +26,8 @@ from seta_stream.parts import (
     read_part_keys,
     write_part,
 )
+from seta_stream.errors import CorruptPartError, ShardNameConflictError
+from seta_stream.ids import sample_uid
 
 
 def a_part(keys=("a", "b", "c"), shards=("s1.tar", "s0.tar", "s1.tar"), seq0=7, epoch=3, rank=2, locations=None):

@@ -116,7 +116,7 @@ def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch
     every epoch with hive partitioning, as in the README) and load_plan read its rows in order."""
     import polars as pl
 
-    import seta_stream.plans as plans_module
+    import seta_stream._plans as plans_module
 
     monkeypatch.setattr(plans_module, "PLAN_PART_ROWS", 7)
     run = seeded_run(tmp_path / "r")
@@ -264,8 +264,8 @@ def test_shard_ranges_span_table_chunks_with_different_dictionaries():
     by a chunk boundary is one range."""
     import pyarrow as pa
 
-    from seta_stream.plans import PlanIdentities as _Identities
-    from seta_stream.plans import shard_ranges as _shard_ranges
+    from seta_stream._plans import PlanIdentities as _Identities
+    from seta_stream._plans import shard_ranges as _shard_ranges
 
     shard = pa.chunked_array(
         [
@@ -289,7 +289,7 @@ def test_shard_ranges_span_table_chunks_with_different_dictionaries():
 
 
 def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path, monkeypatch):
-    import seta_stream.plan as P
+    import seta_stream._plan as P
 
     setter = P._madvise_hugepage_setter()
     assert setter is not None

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import LossRecorder, RunDir, RunFormatError, compact, load_plan, plan_epoch
-from seta_stream.planview import KnownByKey, PlanView
+from seta_stream._planview import KnownByKey, PlanView
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code
 

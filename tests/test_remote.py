@@ -15,10 +15,10 @@ import webdataset as wds
 from servers import have_curl, moto_s3_server, range_http_server
 
 import seta_stream as seta
+from seta_stream._reader import read_kept
 from seta_stream.errors import InvalidInputError
 from seta_stream.ids import shard_name
 from seta_stream.index import IndexMismatch, IndexMissing, index_name, index_shard, load_index
-from seta_stream.reader import read_kept
 
 pytest.importorskip("s3fs", reason="the S3 tests need s3fs (pip install -e '.[dev]')")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server (pip install -e '.[dev]')")

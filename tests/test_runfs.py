@@ -9,8 +9,8 @@ import sys
 import pyarrow as pa
 import pytest
 
+from seta_stream._runfs import FORMAT_VERSION, RunDir
 from seta_stream.errors import RunFormatError, RunLockedError
-from seta_stream.runfs import FORMAT_VERSION, RunDir
 
 
 def test_create_and_reopen(tmp_path):
@@ -107,7 +107,7 @@ def test_lock_excludes_and_reports_holder(tmp_path):
 def test_stale_lock_of_killed_process_is_broken(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     code = (
-        "import os, signal, sys; from seta_stream.runfs import RunDir\n"
+        "import os, signal, sys; from seta_stream._runfs import RunDir\n"
         f"r = RunDir({str(tmp_path / 'r')!r})\n"
         "cm = r.lock('compact'); cm.__enter__(); os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -377,7 +377,7 @@ def test_kept_tar_samples_reads_only_members_of_kept_samples(tmp_path, shards, m
     """The data of dropped samples' members is seeked over, never read."""
     import tarfile
 
-    import seta_stream.stage as stage_module
+    import seta_stream._stage as stage_module
 
     run = tmp_path / "run"
     drop = [(f"part-{s:04d}.tar", f"sample{i:04d}") for s in range(4) for i in range(30) if i % 3]
@@ -458,7 +458,7 @@ def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
 def test_member_keys_are_webdatasets_keys():
     from webdataset.tariterators import base_plus_ext
 
-    from seta_stream.stage import _BASE_PLUS_EXT
+    from seta_stream._stage import _BASE_PLUS_EXT
 
     names = ["a.txt", "a.b.c", "dir/x.y.z", "dir/.hidden", "a.b/c", "README", "d/e/f.jpg", "x/y.", ".z", "é/ü.txt"]
     for name in names:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from seta_stream import RunDir, state
+from seta_stream import RunDir
+from seta_stream import _state as state
 from seta_stream.errors import InvalidInputError, PlanMissingError
 
 

@@ -63,7 +63,7 @@ def short_study(args: argparse.Namespace, layout: Layout) -> None:
     import torch
     from tqdm import tqdm
 
-    from seta_stream.listing import list_samples
+    from seta_stream import list_samples
 
     from .report import report_short
 
@@ -117,7 +117,7 @@ def converged_study(args: argparse.Namespace, layout: Layout) -> None:
     """
     import torch
 
-    from seta_stream.listing import list_samples
+    from seta_stream import list_samples
 
     torch.set_num_threads(args.threads)
     res = layout.converged

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._kmeans1d import assign, kmeans1d
 from ..errors import InvalidInputError
-from ..kmeans1d import assign, kmeans1d
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import (
     STREAM_ANNEAL,

@@ -31,13 +31,12 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from .errors import CorruptPartError, InvalidInputError, RunLockedError
-from .faults import fault
-from .fold import Folded, OldTable, Records, fold
-from .layout import MANIFEST
-from .parts import merge_locations, pending_parts, quarantine_part, quarantined_parts, read_part, read_part_keys
-from .runfs import RunDir
-from .table import (
+from ._faults import fault
+from ._fold import Folded, OldTable, Records, fold
+from ._layout import MANIFEST
+from ._parts import merge_locations, pending_parts, quarantine_part, quarantined_parts, read_part, read_part_keys
+from ._runfs import RunDir
+from ._table import (
     TABLE_SCHEMA,
     make_manifest,
     publish_manifest,
@@ -47,6 +46,7 @@ from .table import (
     read_manifest,
     remove_table_files_except,
 )
+from .errors import CorruptPartError, InvalidInputError, RunLockedError
 
 __all__ = ["compact", "CompactionReport", "FAULT_POINTS"]
 

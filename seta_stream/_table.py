@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrays import copy_column_into
-from .layout import MANIFEST, TABLE_GLOBS, keys_file, table_file
-from .parts import PART_SCHEMA
-from .runfs import FORMAT_VERSION, RunDir
+from ._arrays import copy_column_into
+from ._layout import MANIFEST, TABLE_GLOBS, keys_file, table_file
+from ._parts import PART_SCHEMA
+from ._runfs import FORMAT_VERSION, RunDir
 
 __all__ = [
     "table_locations",

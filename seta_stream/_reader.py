@@ -42,6 +42,8 @@ from fsspec.implementations.local import LocalFileSystem
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples
 
+from ._planview import Decision, PlanView, StageCounts
+from ._runfs import RunDir
 from .errors import InvalidInputError
 from .ids import shard_location
 from .index import (
@@ -53,8 +55,6 @@ from .index import (
     member_header_matches,
     open_fs,
 )
-from .planview import Decision, PlanView, StageCounts
-from .runfs import RunDir
 
 __all__ = ["read_kept"]
 

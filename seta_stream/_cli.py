@@ -56,8 +56,8 @@ def _policies_text() -> str:
 
 
 def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
-    from .compaction import compact
-    from .runfs import RunDir
+    from ._compaction import compact
+    from ._runfs import RunDir
 
     report = compact(
         RunDir(args.run_dir),
@@ -76,8 +76,8 @@ def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from .plan import plan_epoch
-    from .runfs import RunDir
+    from ._plan import plan_epoch
+    from ._runfs import RunDir
 
     params = _parse_params(args.param) if args.param else None
     summary = plan_epoch(

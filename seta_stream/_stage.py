@@ -7,7 +7,7 @@
 * :func:`kept_tar_samples` (URL stage, replaces ``tarfile_to_samples() + keep_filter()``): the
   same samples, but the tar reader skips the data of members of samples the plan drops
   (webdataset's ``select_files`` hook) instead of reading them and dropping them afterwards.
-  Plain tar shards are read by :func:`seta_stream.tario.tar_members` (what webdataset's
+  Plain tar shards are read by :func:`seta_stream._tario.tar_members` (what webdataset's
   ``tar_file_iterator`` yields, with cheaper header parsing); compressed ones by webdataset.
 * :func:`attach` inserts them into an existing ``wds.WebDataset(...)``.
 * :func:`weighted_mean` is the training loop's one-line loss helper.
@@ -22,7 +22,7 @@ Memory: a worker reads the plan's summary and shards.arrow when an iterator star
 rows of a shard (one record batch of stage.arrow: a slice of the memory-mapped file locally, one
 range request on object stores) when it decides a sample of that shard, and turns only the
 current shard's rows into a Python dict, so what it fetches and holds grows with the shards it
-opens, not with the data set (``seta_stream.planview``). Stages write nothing; they count
+opens, not with the data set (``seta_stream._planview``). Stages write nothing; they count
 (``stage_counters()``, per process).
 
 Samples absent from the plan (new data, or never recorded) follow the plan's absent rule:
@@ -42,10 +42,10 @@ from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
+from ._planview import Decision, PlanView, StageCounts, stage_counters
+from ._runfs import RunDir
+from ._tario import tar_members
 from .errors import InvalidInputError, UnsupportedPipelineError
-from .planview import Decision, PlanView, StageCounts, stage_counters
-from .runfs import RunDir
-from .tario import tar_members
 
 __all__ = [
     "keep_filter",

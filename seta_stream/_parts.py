@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ._layout import MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
+from ._runfs import FORMAT_VERSION, RunDir
 from .errors import CorruptPartError, ShardNameConflictError
 from .ids import depth_hint, sample_uids
-from .layout import MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
-from .runfs import FORMAT_VERSION, RunDir
 
 __all__ = [
     "PART_SCHEMA",

@@ -34,11 +34,11 @@ from collections import Counter
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from ._plans import read_stage_lookup
+from ._runfs import RunDir
+from ._state import current_epoch
 from .ids import sample_uid, shard_name
-from .plans import read_stage_lookup
 from .policies.random_draws import uniform_of
-from .runfs import RunDir
-from .state import current_epoch
 
 __all__ = ["Decision", "ShardDecisions", "KnownByKey", "PlanView", "StageCounts", "stage_counters"]
 

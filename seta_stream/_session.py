@@ -1,7 +1,7 @@
 """The training-loop integration: one object that records, compacts and plans at epoch boundaries.
 
-:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream.record.LossRecorder`,
-:func:`~seta_stream.compaction.compact` and :func:`~seta_stream.plan.plan_epoch` in the right order
+:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream._record.LossRecorder`,
+:func:`~seta_stream._compaction.compact` and :func:`~seta_stream._plan.plan_epoch` in the right order
 and on the right rank::
 
     pruner = seta_stream.Pruner(run_dir, policy="seta", params=dict(r=0.1, k=5, alpha=0.9),
@@ -33,14 +33,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .compaction import compact
+from ._compaction import compact
+from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
+from ._plan import load_summary, plan_epoch, set_current_epoch
+from ._record import LossRecorder
+from ._runfs import RunDir
+from ._table import folded_parts
 from .errors import SetaStreamError
-from .layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
-from .plan import load_summary, plan_epoch, set_current_epoch
 from .policies import run_settings_for
-from .record import LossRecorder
-from .runfs import RunDir
-from .table import folded_parts
 
 __all__ = ["Pruner", "supersede_parts"]
 

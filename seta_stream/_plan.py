@@ -2,7 +2,7 @@
 
 ``plan_epoch(run, e)`` reads the table columns the policy needs, adds listed-but-unrecorded
 samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``
-(written by :mod:`seta_stream.plans`), then ``state.json`` (:mod:`seta_stream.state`).
+(written by :mod:`seta_stream._plans`), then ``state.json`` (:mod:`seta_stream._state`).
 
 Invariants: a plan, once published, is never recomputed unless ``force=True`` (a resumed run
 gets exactly the plans of an uninterrupted one); the settings of a run (policy, params, seed,
@@ -26,12 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import state as run_state
-from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
-from .faults import fault
-from .ids import depth_hint, sample_uids, shard_location
-from .layout import MANIFEST, STATE, plan_dir
-from .plans import (
+from . import _state as run_state
+from ._faults import fault
+from ._layout import MANIFEST, STATE, plan_dir
+from ._plans import (
     PLAN_SCHEMA,
     PlanIdentities,
     discard_leftovers,
@@ -41,9 +39,11 @@ from .plans import (
     publish_summary,
     read_summary,
 )
+from ._runfs import RunDir
+from ._table import load_numeric, load_table, load_table_keys
+from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
+from .ids import depth_hint, sample_uids, shard_location
 from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, check_run_settings, policy_params, summarize
-from .runfs import RunDir
-from .table import load_numeric, load_table, load_table_keys
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 

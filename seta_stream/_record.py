@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._parts import make_part, write_part
+from ._runfs import RunDir
+from ._table import table_locations
 from .errors import InvalidInputError, ShardNameConflictError
 from .ids import depth_hint, shard_location, shard_name
-from .parts import make_part, write_part
-from .runfs import RunDir
-from .table import table_locations
 
 __all__ = ["LossRecorder"]
 

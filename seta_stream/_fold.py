@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrays import column_to_numpy, copy_column_into, utf8_lengths
+from ._arrays import column_to_numpy, copy_column_into, utf8_lengths
+from ._parts import CORRUPT_HINT
 from .errors import CorruptPartError, SampleIdCollisionError
 from .ids import sample_uids
-from .parts import CORRUPT_HINT
 
 __all__ = [
     "IDENTITY_COLUMNS",

@@ -43,9 +43,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
+from ._runfs import RunDir
 from .errors import PlanMissingError, RunFormatError
-from .layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
-from .runfs import RunDir
 
 __all__ = [
     "PLAN_SCHEMA",
