@@ -51,6 +51,12 @@ class Decision(NamedTuple):
     score: float | None  # ES/ESWP plans only
     known: bool  # False: absent from the plan, decided by its absent rule
 
+    def attach(self, sample: dict[str, Any], has_score: bool) -> None:
+        """Set ``__weight__`` (and ``__score__``, NaN if unknown) on a kept sample."""
+        sample["__weight__"] = self.weight
+        if has_score:
+            sample["__score__"] = self.score if self.score is not None else float("nan")
+
     def fields(self, has_score: bool) -> dict[str, Any]:
         """What a kept sample gets attached: ``__weight__`` (and ``__score__``, NaN if unknown)."""
         if not has_score:
@@ -210,15 +216,16 @@ class PlanView:
         rows = self.stage.shard_rows(shard)
         if rows is None:
             return {}
-        n = rows.num_rows
-        # identity -> Decision as Python objects: one dict look-up per sample
-        scores = rows.column("score").to_pylist() if self.has_score else [None] * n
-        return {
-            ident: Decision(keep, weight, score, True)
-            for ident, keep, weight, score in zip(
-                rows.column(self.identity).to_pylist(),
-                rows.column("keep").to_pylist(),
-                rows.column("weight").to_pylist(),
-                scores,
-            )
-        }
+        idents = rows.column(self.identity).to_pylist()
+        keep = rows.column("keep").to_pylist()
+        weight = rows.column("weight").to_pylist()
+        if self.has_score:
+            scores = rows.column("score").to_pylist()
+            return {i: Decision(k, w, sc, True) for i, k, w, sc in zip(idents, keep, weight, scores)}
+        # without scores a plan has a few distinct (keep, weight) pairs: one shared Decision
+        # each, so a shard's rows cost a dict entry rather than a new object (the stage loads a
+        # shard's decisions every time it opens one)
+        shared: dict[tuple[bool, float], Decision] = {}
+        for pair in set(zip(keep, weight)):
+            shared[pair] = Decision(pair[0], pair[1], None, True)
+        return dict(zip(idents, map(shared.__getitem__, zip(keep, weight))))

@@ -199,7 +199,7 @@ def _filtered(samples: Iterable[dict[str, Any]], view: PlanView, counts: StageCo
         decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
         counts.count(decision)
         if decision.keep:
-            sample.update(decision.fields(view.has_score))
+            decision.attach(sample, view.has_score)
             yield sample
 
 
@@ -313,7 +313,7 @@ def _read_kept(
             if head is None:
                 continue
             for sample in group_by_keys(files):
-                sample.update(pending.popleft().fields(view.has_score))  # decided once, when reading
+                pending.popleft().attach(sample, view.has_score)  # decided once, when reading
                 yield sample
     finally:
         counts.update(stats)

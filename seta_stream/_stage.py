@@ -87,7 +87,7 @@ def _keep_filter(
                 dropped += 1
                 continue
             kept += 1
-            sample.update(decision.fields(has_score))
+            decision.attach(sample, has_score)
             yield sample
     finally:
         counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
@@ -204,7 +204,7 @@ def _kept_samples_of_streams(
                 kept += 1
             else:
                 decision = select.kept[key]
-            sample.update(decision.fields(has_score))
+            decision.attach(sample, has_score)
             yield sample
     finally:
         counts.update(kept=kept, absent_kept=absent_kept)

@@ -205,8 +205,21 @@ def _shard_state(shard: str) -> int:
 
 
 def sample_uid(shard: str, key: str) -> int:
-    """uid of one sample identity (pure Python; used by the stage for samples not in a plan)."""
-    return _fold(_shard_state(shard), key.encode("utf-8"))
+    """uid of one sample identity (pure Python: the stage computes it for every sample it
+    decides). :func:`_fold` and :func:`mix64` inlined, and the key's words taken from one int:
+    about 20% less time a sample than calling them."""
+    data = key.encode("utf-8")
+    n = len(data)
+    h = _shard_state(shard)
+    words = int.from_bytes(data, "little")
+    for _ in range((n + 7) >> 3):
+        h = ((h ^ (words & _MASK)) * _P) & _MASK
+        h ^= h >> 29
+        words >>= 64
+    z = ((h ^ n) + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
 def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
