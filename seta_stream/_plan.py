@@ -163,39 +163,6 @@ def _with_population(table: pa.Table, population: Any, locations: dict[str, str]
     return merged.take(pa.array(perm))
 
 
-def _with_population(table: pa.Table, population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
-    pop = _population_table(population, locations, run)
-    if pop.num_rows == 0:
-        return table
-    uid = sample_uids(pop.column("shard"), pop.column("key"))
-    uid, first = np.unique(uid, return_index=True)
-    pop = pop.take(pa.array(first))
-    known = np.isin(uid, table.column("uid").to_numpy())
-    add = np.flatnonzero(~known)
-    if len(add) == 0:
-        return table
-    n = len(add)
-    extra = pa.table(
-        {
-            "shard": pop.column("shard").take(pa.array(add)),
-            "key": pop.column("key").take(pa.array(add)),
-            "uid": pa.array(uid[add], type=pa.uint64()),
-            "last_loss": pa.array(np.full(n, np.nan, dtype=np.float32)),
-            "last_epoch": pa.array(np.full(n, -1, dtype=np.int32)),
-            "seen": pa.array(np.zeros(n, dtype=np.int32)),
-            "ema": pa.array(np.full(n, np.nan)),
-        }
-    )
-    merged = pa.concat_tables([table.select(_TABLE_COLUMNS).cast(extra.schema), extra]).combine_chunks()
-    # keep rows grouped by shard (stable: table order within a shard, then new rows)
-    enc = pc.dictionary_encode(merged.column("shard")).combine_chunks()
-    names = np.array(enc.dictionary.to_pylist(), dtype=object)
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[np.argsort(names, kind="stable")] = np.arange(len(names))
-    perm = np.argsort(rank[enc.indices.to_numpy(zero_copy_only=False)], kind="stable")
-    return merged.take(pa.array(perm))
-
-
 def plan_epoch(
     run: str | RunDir,
     epoch: int,
