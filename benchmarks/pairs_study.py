@@ -443,6 +443,11 @@ def _missing(groups: dict) -> list[str]:
     return out
 
 
+def _style(key: tuple) -> dict:
+    """One colour per policy (as in the recall panel); dashed for its 50% setting."""
+    return {"color": f"C{ORDER[key[1]]}", "ls": "--" if key[2] == "p50" else "-"}
+
+
 def _plot(noise: float, groups: dict, keys: list) -> None:
     import matplotlib
 
@@ -462,7 +467,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
     for policy, pts in sorted(by_policy.items(), key=lambda kv: ORDER[kv[0]]):
         pts.sort()
         a.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
-                   label=policy)  # fmt: skip
+                   label=policy, color=f"C{ORDER[policy]}")  # fmt: skip
     a.set_xlabel("measured pruned %")
     a.set_ylabel("held-out R@1 % (mean of i2t and t2i)")
     a.set_title(f"{round(noise * 100)}% mismatched: R@1 vs pruned")
@@ -472,7 +477,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
         rs = groups[k]
         E = len(rs[0]["rows"])
         b.plot(range(E), [np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]) for e in range(E)],
-               marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
+               marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
     b.set_xlabel("epoch")
     b.xaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_ylabel("kept fraction (plan)")
@@ -485,7 +490,7 @@ def _plot(noise: float, groups: dict, keys: list) -> None:
             rs = groups[k]
             E = len(rs[0]["rows"])
             c.plot(range(E), [100 * np.mean([r["rows"][e]["mismatched_share"] for r in rs]) for e in range(E)],
-                   marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}")  # fmt: skip
+                   marker=".", label=f"{k[1]} {_fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
         c.axhline(100 * noise, color="gray", ls="--", lw=1)
         c.set_xlabel("epoch")
         c.xaxis.set_major_locator(MaxNLocator(integer=True))
