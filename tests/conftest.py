@@ -28,3 +28,22 @@ def write_shards(root: Path, sizes: list[int], prefix: str = "part") -> list[str
 @pytest.fixture
 def shards(tmp_path: Path) -> list[str]:
     return write_shards(tmp_path / "shards", [30, 30, 30, 30])
+
+
+def seeded_run(path, n=200, shards=4, epochs=1):
+    """A run directory whose loss table holds ``n`` samples over ``shards`` shards (epoch 0)."""
+    import numpy as np
+
+    from seta_stream import LossRecorder, RunDir, compact
+
+    run = RunDir(path, create=True)
+    rng = np.random.default_rng(0)
+    with LossRecorder(run, epoch=0) as rec:
+        keys = [f"k{i:04d}" for i in range(n)]
+        urls = [f"/d/shard-{i % shards}.tar" for i in range(n)]
+        rec.record(keys, urls, rng.lognormal(size=n).astype(np.float32))
+    compact(run)
+    return run
+
+
+SETA = dict(policy="seta", params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)

@@ -10,33 +10,17 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import SETA, seeded_run
 
 from seta_stream import (
     EpochOrderError,
     InvalidInputError,
-    LossRecorder,
     PlanMissingError,
     RunDir,
-    RunFormatError,
-    compact,
     load_plan,
     load_summary,
     plan_epoch,
 )
-
-
-def seeded_run(path, n=200, shards=4, epochs=1):
-    run = RunDir(path, create=True)
-    rng = np.random.default_rng(0)
-    with LossRecorder(run, epoch=0) as rec:
-        keys = [f"k{i:04d}" for i in range(n)]
-        urls = [f"/d/shard-{i % shards}.tar" for i in range(n)]
-        rec.record(keys, urls, rng.lognormal(size=n).astype(np.float32))
-    compact(run)
-    return run
-
-
-SETA = dict(policy="seta", params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)
 
 
 def test_plan_files_columns_and_summary(tmp_path):
@@ -111,33 +95,6 @@ def test_plan_files_columns_and_summary(tmp_path):
     assert state["history"] == {"1": {"n": 200, "kept": summary["kept"]}}
 
 
-def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch):
-    """plan.parquet is a folder of parts, encoded in parallel; pyarrow, polars (one epoch and
-    every epoch with hive partitioning, as in the README) and load_plan read its rows in order."""
-    import polars as pl
-
-    import seta_stream._plans as plans_module
-
-    monkeypatch.setattr(plans_module, "PLAN_PART_ROWS", 7)
-    run = seeded_run(tmp_path / "r")
-    plan_epoch(run, 1, **SETA)
-    plan_epoch(run, 2)
-    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
-    assert sorted(os.listdir(folder)) == [f"part-{i:05d}.parquet" for i in range(29)]  # ceil(200 / 7)
-    assert [pq.ParquetFile(folder / f"part-{i:05d}.parquet").metadata.num_rows for i in (0, 27, 28)] == [7, 7, 4]
-    plan = load_plan(run, 1)
-    table_keys = pq.read_table(tmp_path / "r" / json.loads((tmp_path / "r/table/manifest.json").read_text())["table"])
-    assert plan.column("key").to_pylist() == table_keys.column("key").to_pylist()
-    assert pq.read_table(folder).column("key").to_pylist() == plan.column("key").to_pylist()
-    assert pl.read_parquet(folder)["key"].to_list() == plan.column("key").to_pylist()
-    both = pl.read_parquet(tmp_path / "r/plans/epoch=*/plan.parquet/*.parquet", hive_partitioning=True)
-    assert both.group_by("epoch").agg(pl.col("keep").sum()).sort("epoch").rows() == [
-        (1, load_summary(run, 1)["kept"]),
-        (2, load_summary(run, 2)["kept"]),
-    ]
-    assert both.filter(pl.col("epoch") == 2)["keep"].to_list() == load_plan(run, 2).column("keep").to_pylist()
-
-
 def test_planning_removes_what_a_killed_planner_left(tmp_path):
     run = seeded_run(tmp_path / "r")
     d = tmp_path / "r/plans/epoch=1"
@@ -146,20 +103,6 @@ def test_planning_removes_what_a_killed_planner_left(tmp_path):
     (d / ".tmp-4567-keys.arrow").write_bytes(b"half")
     plan_epoch(run, 1, **SETA)
     assert sorted(os.listdir(d)) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
-
-
-def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
-    run = seeded_run(tmp_path / "r")
-    plan_epoch(run, 1, **SETA)
-    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
-    plan = load_plan(run, 1)
-    for part in os.listdir(folder):
-        os.unlink(folder / part)
-    with pytest.raises(RunFormatError, match=r"plans/epoch=1/plan.parquet: a folder without Parquet parts"):
-        load_plan(run, 1)
-    os.rmdir(folder)
-    pq.write_table(plan, folder)  # the single file of earlier versions
-    assert load_plan(run, 1, columns=["key", "keep"]).equals(plan.select(["key", "keep"]))
 
 
 def test_plans_are_deterministic_and_reused(tmp_path):
@@ -257,35 +200,6 @@ def test_a_failing_policy_publishes_no_stage_file(tmp_path):
     assert not d.exists() or os.listdir(d) == []
     plan_epoch(run, 1, **SETA)
     assert sorted(os.listdir(d)) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
-
-
-def test_shard_ranges_span_table_chunks_with_different_dictionaries():
-    """The table is read in row-group chunks, each with its own shard dictionary; a shard cut
-    by a chunk boundary is one range."""
-    import pyarrow as pa
-
-    from seta_stream._plans import PlanIdentities as _Identities
-    from seta_stream._plans import shard_ranges as _shard_ranges
-
-    shard = pa.chunked_array(
-        [
-            pa.DictionaryArray.from_arrays(pa.array([0, 0, 1], pa.int32()), pa.array(["a.tar", "b.tar"])),
-            pa.DictionaryArray.from_arrays(pa.array([0, 1, 1], pa.int32()), pa.array(["b.tar", "c.tar"])),
-            pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["c.tar"])),
-        ]
-    )
-    ids = _Identities(shard, pa.chunked_array([["k0", "k1", "k2"], ["k3", "k4", "k5"], ["k6"]]))
-    assert ids.shard.num_chunks == 3 and len({str(c.dictionary) for c in ids.shard.chunks}) == 1
-    assert ids.shard.to_pylist() == ["a.tar", "a.tar", "b.tar", "b.tar", "c.tar", "c.tar", "c.tar"]
-    keep = np.array([1, 0, 1, 1, 0, 0, 1], dtype=bool)
-    assert _shard_ranges(ids, keep).to_pylist() == [
-        {"shard": "a.tar", "start": 0, "stop": 2, "n": 2, "kept": 1},
-        {"shard": "b.tar", "start": 2, "stop": 4, "n": 2, "kept": 2},
-        {"shard": "c.tar", "start": 4, "stop": 7, "n": 3, "kept": 1},
-    ]
-    ungrouped = pa.chunked_array([pa.array(["a.tar", "b.tar", "a.tar"]).dictionary_encode()])
-    with pytest.raises(Exception, match="not grouped by shard"):
-        _Identities(ungrouped, pa.chunked_array([["k0", "k1", "k2"]]))
 
 
 def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path, monkeypatch):
