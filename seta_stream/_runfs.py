@@ -340,27 +340,6 @@ class RunDir:
             writer.write_table(table)
         return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
 
-    def prepare_link(self, src_rel: str, rel: str) -> PendingFile:
-        """A copy of the run's file ``src_rel`` that appears at ``rel`` only on ``commit()``.
-        Locally a hard link (no bytes copied; published files are never modified in place, so
-        sharing them is safe), or a copy where the file system has no hard links; remotely a
-        copy made on commit."""
-        if not self.is_local:
-            return PendingFile(self, rel, copy_of=src_rel)
-        tmp = _temp_beside(self.path(rel))
-        try:
-            os.link(self.path(src_rel), tmp)
-        except FileNotFoundError:
-            raise
-        except OSError:  # no hard links here (or across devices): copy
-            try:
-                shutil.copyfile(self.path(src_rel), tmp)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-        return PendingFile(self, rel, tmp=tmp)
-
     def move(self, src_rel: str, dst_rel: str) -> None:
         """Move a file inside the run (used to set corrupt parts aside)."""
         dst = self.path(dst_rel)
@@ -502,10 +481,9 @@ class PendingFile:
         *,
         tmp: str | None = None,
         data: bytes | None = None,
-        copy_of: str | None = None,
         parts: dict[str, bytes] | None = None,
     ) -> None:
-        self.run, self.rel, self._tmp, self._data, self._copy_of, self._parts = run, rel, tmp, data, copy_of, parts
+        self.run, self.rel, self._tmp, self._data, self._parts = run, rel, tmp, data, parts
 
     def commit(self) -> None:
         """Make it visible at its path (an atomic rename locally, PUTs remotely)."""
@@ -525,9 +503,6 @@ class PendingFile:
         elif self._data is not None:
             data, self._data = self._data, None
             self.run.publish_bytes(self.rel, data)
-        elif self._copy_of is not None:
-            src, self._copy_of = self._copy_of, None
-            self.run.fs.copy(self.run.path(src), self.run.path(self.rel))
         elif self._parts is not None:
             parts, self._parts = self._parts, None
             self.run.remove(self.rel)
@@ -542,7 +517,7 @@ class PendingFile:
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._tmp)
-        self._tmp = self._data = self._copy_of = self._parts = None
+        self._tmp = self._data = self._parts = None
 
 
 def _reopen(url: str, storage_options: dict[str, Any]) -> RunDir:
