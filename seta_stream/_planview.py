@@ -40,7 +40,7 @@ from ._state import current_epoch
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 
-__all__ = ["Decision", "ShardDecisions", "KnownByKey", "PlanView", "StageCounts", "stage_counters"]
+__all__ = ["Decision", "ShardDecisions", "KnownByKey", "PlanView", "StageCounts", "stage_counters", "tally"]
 
 
 class Decision(NamedTuple):
@@ -57,12 +57,6 @@ class Decision(NamedTuple):
         if has_score:
             sample["__score__"] = self.score if self.score is not None else float("nan")
 
-    def fields(self, has_score: bool) -> dict[str, Any]:
-        """What a kept sample gets attached: ``__weight__`` (and ``__score__``, NaN if unknown)."""
-        if not has_score:
-            return {"__weight__": self.weight}
-        return {"__weight__": self.weight, "__score__": self.score if self.score is not None else float("nan")}
-
 
 class StageCounts(Counter):
     """Counts of one stage iterator; :func:`stage_counters` adds up those of a process."""
@@ -73,10 +67,15 @@ class StageCounts(Counter):
             _ITERATORS.append(self)
 
     def count(self, decision: Decision) -> None:
-        """Count one sample as kept/dropped (and absent_kept/absent_dropped if not in the plan)."""
-        if not decision.known:
-            self["absent_kept" if decision.keep else "absent_dropped"] += 1
-        self["kept" if decision.keep else "dropped"] += 1
+        """Count one sample (see :func:`tally`)."""
+        tally(self, decision)
+
+
+def tally(counts: Counter[str], decision: Decision) -> None:
+    """Count one sample as kept/dropped (and absent_kept/absent_dropped if not in the plan)."""
+    if not decision.known:
+        counts["absent_kept" if decision.keep else "absent_dropped"] += 1
+    counts["kept" if decision.keep else "dropped"] += 1
 
 
 _LOCK = threading.Lock()
@@ -166,10 +165,16 @@ class PlanView:
         self.has_score = self.stage.has_score
         self.identity = self.stage.identity  # "uid", or "key" for plans of earlier versions
         self._last: ShardDecisions | None = None
+        self._last_url: tuple[str, ShardDecisions] | None = None
 
     def shard_of(self, url: str) -> ShardDecisions:
-        """The decisions of the shard ``url`` reads."""
-        return self.shard(shard_name(url, self.depth))
+        """The decisions of the shard ``url`` reads (the url of the last call is remembered:
+        readers ask once per sample, and naming a shard parses its url)."""
+        if self._last_url is not None and self._last_url[0] == url and self._last_url[1] is self._last:
+            return self._last_url[1]
+        shard = self.shard(shard_name(url, self.depth))
+        self._last_url = (url, shard)
+        return shard
 
     def shard(self, shard: str) -> ShardDecisions:
         """The decisions of ``shard`` (the last one asked is kept: readers go shard by shard)."""

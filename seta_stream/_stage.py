@@ -42,7 +42,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
-from ._planview import Decision, PlanView, StageCounts, stage_counters
+from ._planview import Decision, PlanView, StageCounts, stage_counters, tally
 from ._runfs import RunDir
 from ._tario import tar_members
 from .errors import InvalidInputError, UnsupportedPipelineError
@@ -64,21 +64,12 @@ def _keep_filter(
     view = PlanView(run, epoch)
     has_score = view.has_score
     counts = StageCounts()
-    # hot loop: the current shard's decisions are a local dict, refreshed when the url changes,
-    # and the counts local integers, added to the iterator's counts at its end
-    last_url: str | None = None
-    plan = view.shard("")
-    known: dict[str, Decision] = {}
+    # hot loop: the counts are local integers, added to the iterator's counts at its end
     kept = dropped = absent_kept = absent_dropped = 0
     try:
         for sample in src:
-            url = sample["__url__"]
-            if url != last_url:
-                plan = view.shard_of(url)
-                known, last_url = plan.known, url
-            decision = known.get(sample["__key__"])
-            if decision is None:  # absent from the plan: the plan's absent rule
-                decision = plan.decide(sample["__key__"])
+            decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
+            if not decision.known:  # absent from the plan: decided by the plan's absent rule
                 if decision.keep:
                     absent_kept += 1
                 else:
@@ -128,14 +119,10 @@ class _KeptMembers:
         if key == self.key:
             return self.keep
         decision = self.plan.decide(key)
-        if not decision.known:
-            self.counts["absent_kept" if decision.keep else "absent_dropped"] += 1
+        tally(self.counts, decision)
         self.key, self.keep, self.run = key, decision.keep, self.run + 1
         if self.keep:
-            self.counts["kept"] += 1
             self.kept[key] = decision
-        else:
-            self.counts["dropped"] += 1
         return self.keep
 
 
