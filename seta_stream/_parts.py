@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from ._layout import MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
 from ._runfs import FORMAT_VERSION, RunDir
-from .errors import CorruptPartError, ShardNameConflictError
-from .ids import depth_hint, sample_uids
+from .errors import CorruptPartError
+from .ids import ShardLocations, sample_uids
 
 __all__ = [
     "PART_SCHEMA",
@@ -244,20 +244,16 @@ def merge_locations(
     ``names``) into a table whose manifest maps ``known``; raises
     :class:`ShardNameConflictError` (before anything is written) if one shard name stands for
     two locations: two different shards whose samples would be merged."""
-    merged = dict(known)
-    where = {name: "the loss table (" + run.display(MANIFEST) + ")" for name in known}
+    seen = ShardLocations(
+        known,
+        f"the loss table ({run.display(MANIFEST)})",
+        "their samples would be merged into one table row per key, so nothing was compacted; the parts "
+        f"recorded under the conflicting name stay in {run.display('losses')}",
+    )
     for part, rel in zip(parts, names):
         for shard, location in part_locations(part.schema).items():
-            other = merged.setdefault(shard, location)
-            where.setdefault(shard, run.display(rel))
-            if other != location:
-                raise ShardNameConflictError(
-                    f"shard name {shard!r} stands for two shards: {other!r} (in {where[shard]}) and {location!r} "
-                    f"(in {run.display(rel)}); their samples would be merged into one table row per key, so "
-                    f"nothing was compacted. {depth_hint(other, location)}; the parts recorded under the "
-                    f"conflicting name stay in {run.display('losses')}"
-                )
-    return merged
+            seen.check(shard, location, run.display(rel))
+    return seen.locations()
 
 
 # ---------------------------------------------------------------------------------- quarantine

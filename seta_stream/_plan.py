@@ -41,8 +41,8 @@ from ._plans import (
 )
 from ._runfs import RunDir
 from ._table import load_numeric, load_table, load_table_keys
-from .errors import EpochOrderError, InvalidInputError, ShardNameConflictError
-from .ids import depth_hint, sample_uids, shard_location
+from .errors import EpochOrderError, InvalidInputError
+from .ids import ShardLocations, sample_uids, shard_location
 from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, check_run_settings, policy_params, summarize
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
@@ -116,17 +116,13 @@ def _population_table(population: Any, locations: dict[str, str], run: RunDir) -
             .aggregate([])
             .to_pylist()
         )
-        seen = {s: (loc, f"the loss table ({run.display(MANIFEST)})") for s, loc in locations.items()}
+        seen = ShardLocations(
+            locations,
+            f"the loss table ({run.display(MANIFEST)})",
+            "their samples would share one plan row per key, so nothing was planned",
+        )
         for pair in pairs:
-            shard, url = pair["shard"], pair["url"]
-            location = shard_location(url)
-            other = seen.setdefault(shard, (location, f"the population ({url!r})"))
-            if other[0] != location:
-                raise ShardNameConflictError(
-                    f"shard name {shard!r} stands for two shards: {other[0]!r} (in {other[1]}) and {location!r} "
-                    f"(in the population, url {url!r}); their samples would share one plan row per key, so "
-                    f"nothing was planned. {depth_hint(other[0], location)}"
-                )
+            seen.check(pair["shard"], shard_location(pair["url"]), f"the population, url {pair['url']!r}")
     return t.select(["shard", "key"]).cast(pa.schema([("shard", pa.string()), ("key", pa.string())]))
 
 

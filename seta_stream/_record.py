@@ -38,7 +38,7 @@ from ._parts import make_part, write_part
 from ._runfs import RunDir
 from ._table import table_locations
 from .errors import InvalidInputError, ShardNameConflictError
-from .ids import depth_hint, shard_location, shard_name
+from .ids import ShardLocations, depth_hint, shard_location, shard_name
 
 __all__ = ["LossRecorder"]
 
@@ -108,7 +108,7 @@ class LossRecorder:
         self._rows = 0
         self._shard_of_url: dict[str, str] = {}
         self._shard_url: dict[str, tuple[str, str]] = {}  # shard name -> (location, first url)
-        self._table_locations: dict[str, str] | None = None  # of the loss table, read once per epoch
+        self._table_locations: ShardLocations | None = None  # of the loss table, read once per epoch
         self.stats = {"records": 0, "nonfinite": 0, "parts": 0}
         self.closed = False
         ref = weakref.ref(self)
@@ -238,16 +238,13 @@ class LossRecorder:
                 f"(shard name, __key__) with shard_depth={self._depth}, so their samples would be mixed up. "
                 f"{depth_hint(other[0], location)}"
             )
-        if self._table_locations is None:
-            self._table_locations = table_locations(self.run)
-        known = self._table_locations.get(shard)
-        if known is not None and known != location:
-            # another rank, or an earlier epoch, recorded another shard under this name
-            raise ShardNameConflictError(
-                f"shard name {shard!r} stands for two shards: {known!r} (in the loss table, "
-                f"{self.run.display('table')}) and {url!r} (recorded now); sample identity is (shard name, "
-                f"__key__) with shard_depth={self._depth}, so their samples would be mixed up. "
-                f"{depth_hint(known, location)}"
+        if self._table_locations is None:  # another rank, or an earlier epoch, recorded into the table
+            self._table_locations = ShardLocations(
+                table_locations(self.run),
+                f"the loss table, {self.run.display('table')}",
+                f"sample identity is (shard name, __key__) with shard_depth={self._depth}, so their samples would "
+                "be mixed up",
             )
+        self._table_locations.check(shard, location, f"the batch recorded now, url {url!r}")
         self._shard_url.setdefault(shard, (location, url))
         self._shard_of_url[url] = shard

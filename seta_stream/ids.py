@@ -25,19 +25,20 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
 
-from .errors import InvalidInputError, SampleIdCollisionError, ShardNameError
+from .errors import InvalidInputError, SampleIdCollisionError, ShardNameConflictError, ShardNameError
 
 __all__ = [
     "shard_location",
     "shard_name",
     "separating_depth",
     "depth_hint",
+    "ShardLocations",
     "mix64",
     "mix64_array",
     "sample_uid",
@@ -114,6 +115,32 @@ def depth_hint(location_a: str, location_b: str) -> str:
         f"Pruner(..., settings={{'shard_depth': {depth}}}) or RunDir(url, create=True, "
         f"settings={{'shard_depth': {depth}}}) (and list_samples(urls, shard_depth={depth}))"
     )
+
+
+class ShardLocations:
+    """One location per shard name: ``check`` remembers where each name was first seen and
+    raises :class:`ShardNameConflictError` naming both places when a name comes back with
+    another location (two different shards whose samples would be merged).
+
+    ``known`` is {shard name: location} already held somewhere (the loss table), described by
+    ``known_where``; ``consequence`` ends the first sentence of the error (what was not done).
+    """
+
+    def __init__(self, known: Mapping[str, str], known_where: str, consequence: str) -> None:
+        self.first = {name: (location, known_where) for name, location in known.items()}
+        self.consequence = consequence
+
+    def check(self, shard: str, location: str, where: str) -> None:
+        other = self.first.setdefault(shard, (location, where))
+        if other[0] != location:
+            raise ShardNameConflictError(
+                f"shard name {shard!r} stands for two shards: {other[0]!r} (in {other[1]}) and {location!r} "
+                f"(in {where}); {self.consequence}. {depth_hint(other[0], location)}"
+            )
+
+    def locations(self) -> dict[str, str]:
+        """{shard name: location} of every name seen, the known ones included."""
+        return {name: location for name, (location, _) in self.first.items()}
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
