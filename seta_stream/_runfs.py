@@ -43,13 +43,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from ._layout import FORMAT_FILE, lock_file
 from .errors import InvalidInputError, RunFormatError, RunLockedError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS"]
 
 FORMAT_NAME = "seta-stream-run"
 FORMAT_VERSION = 1
-FORMAT_FILE = "seta-stream.json"
 
 #: Run-level settings fixed when the run is created (stored in seta-stream.json).
 DEFAULT_SETTINGS: dict[str, Any] = {
@@ -362,7 +362,7 @@ class RunDir:
         best effort (create-if-absent is not atomic on every object store); the table
         manifest's generation check still prevents a lost update.
         """
-        rel = f"locks/{name}.lock"
+        rel = lock_file(name)
         token = uuid.uuid4().hex
         me = {"pid": os.getpid(), "host": socket.gethostname(), "token": token, "time": time.time()}
         deadline = time.monotonic() + wait
