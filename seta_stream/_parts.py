@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._layout import MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
+from ._layout import LOSSES, MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
 from ._runfs import FORMAT_VERSION, RunDir
 from .errors import CorruptPartError
 from .ids import ShardLocations, sample_uids
@@ -248,7 +248,7 @@ def merge_locations(
         known,
         f"the loss table ({run.display(MANIFEST)})",
         "their samples would be merged into one table row per key, so nothing was compacted; the parts "
-        f"recorded under the conflicting name stay in {run.display('losses')}",
+        f"recorded under the conflicting name stay in {run.display(LOSSES)}",
     )
     for part, rel in zip(parts, names):
         for shard, location in part_locations(part.schema).items():
@@ -264,4 +264,4 @@ def quarantine_part(run: RunDir, rel: str) -> None:
 
 def quarantined_parts(run: RunDir) -> set[str]:
     """Original paths (under ``losses/``) of the parts now in ``losses-quarantine/``."""
-    return {"losses/" + p[len(QUARANTINE) :] for p in run.glob(QUARANTINE + "rank=*/epoch=*/*.parquet")}
+    return {LOSSES + p[len(QUARANTINE) :] for p in run.glob(QUARANTINE + "rank=*/epoch=*/*.parquet")}

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from . import _state as run_state
 from ._faults import fault
-from ._layout import MANIFEST, STATE, plan_dir
+from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
 from ._plans import (
     PLAN_SCHEMA,
     PlanIdentities,
@@ -205,7 +205,7 @@ def plan_epoch(
             )
         spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
-        check_run_settings(spec, params, run.settings, run.display("seta-stream.json"))
+        check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if population is not None:
             table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._layout import MANIFEST
 from ._parts import make_part, write_part
 from ._runfs import RunDir
 from ._table import table_locations
@@ -241,7 +242,7 @@ class LossRecorder:
         if self._table_locations is None:  # another rank, or an earlier epoch, recorded into the table
             self._table_locations = ShardLocations(
                 table_locations(self.run),
-                f"the loss table, {self.run.display('table')}",
+                f"the loss table ({self.run.display(MANIFEST)})",
                 f"sample identity is (shard name, __key__) with shard_depth={self._depth}, so their samples would "
                 "be mixed up",
             )
