@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -40,7 +41,16 @@ from ._state import current_epoch
 from .ids import sample_uid, shard_name
 from .policies.random_draws import uniform_of
 
-__all__ = ["Decision", "ShardDecisions", "KnownByKey", "PlanView", "StageCounts", "stage_counters", "tally"]
+__all__ = [
+    "Decision",
+    "ShardDecisions",
+    "KnownByKey",
+    "PlanView",
+    "StageCounts",
+    "stage_counters",
+    "tally",
+    "kept_samples",
+]
 
 
 class Decision(NamedTuple):
@@ -90,6 +100,31 @@ def stage_counters() -> dict[str, int]:
         for counts in _ITERATORS:
             total.update(counts)
     return {k: v for k, v in total.items() if v}
+
+
+def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Counter[str]) -> Iterator[dict[str, Any]]:
+    """The samples (with ``__url__`` and ``__key__``) that ``view`` keeps, with ``__weight__``
+    (and ``__score__``) attached, each counted into ``counts``: what ``keep_filter`` does, and
+    ``read_kept`` on a shard it streams."""
+    has_score = view.has_score
+    # hot loop: the counts are local integers, added to ``counts`` at the end
+    kept = dropped = absent_kept = absent_dropped = 0
+    try:
+        for sample in samples:
+            decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
+            if not decision.known:  # absent from the plan: decided by the plan's absent rule
+                if decision.keep:
+                    absent_kept += 1
+                else:
+                    absent_dropped += 1
+            if not decision.keep:
+                dropped += 1
+                continue
+            kept += 1
+            decision.attach(sample, has_score)
+            yield sample
+    finally:
+        counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
 
 
 class ShardDecisions:

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples
 
-from ._planview import Decision, PlanView, StageCounts
+from ._planview import Decision, PlanView, StageCounts, kept_samples
 from ._runfs import RunDir
 from .errors import InvalidInputError
 from .ids import shard_location
@@ -193,22 +193,12 @@ def _kept_files(
                 yield {}
 
 
-def _filtered(samples: Iterable[dict[str, Any]], view: PlanView, counts: StageCounts) -> Iterator[dict[str, Any]]:
-    """keep_filter on one streamed shard, with this reader's PlanView."""
-    for sample in samples:
-        decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
-        counts.count(decision)
-        if decision.keep:
-            decision.attach(sample, view.has_score)
-            yield sample
-
-
 def _streamed(item: dict[str, Any], view: PlanView, counts: StageCounts) -> Iterator[dict[str, Any]]:
     """The shard streamed whole and filtered: ``pipe:`` through webdataset's gopen (the command
     runs), everything else through fsspec, as the indexed path reads."""
     url = item["url"]
     if url.startswith("pipe:"):
-        yield from _filtered(tarfile_samples(iter([dict(item)])), view, counts)
+        yield from kept_samples(tarfile_samples(iter([dict(item)])), view, counts)
         return
     fs, path = open_fs(url)
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
@@ -216,7 +206,7 @@ def _streamed(item: dict[str, Any], view: PlanView, counts: StageCounts) -> Iter
     with fs.open(path, "rb", **options) as fh:
         source = {k: v for k, v in item.items() if k != "stream"}
         source["stream"] = fh
-        yield from _filtered(group_by_keys(tar_file_expander(iter([source]))), view, counts)
+        yield from kept_samples(group_by_keys(tar_file_expander(iter([source]))), view, counts)
 
 
 def _find_index(

@@ -42,7 +42,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
 
-from ._planview import Decision, PlanView, StageCounts, stage_counters, tally
+from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
 from ._runfs import RunDir
 from ._tario import tar_members
 from .errors import InvalidInputError, UnsupportedPipelineError
@@ -61,27 +61,7 @@ __all__ = [
 def _keep_filter(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
 ) -> Iterator[dict[str, Any]]:
-    view = PlanView(run, epoch)
-    has_score = view.has_score
-    counts = StageCounts()
-    # hot loop: the counts are local integers, added to the iterator's counts at its end
-    kept = dropped = absent_kept = absent_dropped = 0
-    try:
-        for sample in src:
-            decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
-            if not decision.known:  # absent from the plan: decided by the plan's absent rule
-                if decision.keep:
-                    absent_kept += 1
-                else:
-                    absent_dropped += 1
-            if not decision.keep:
-                dropped += 1
-                continue
-            kept += 1
-            decision.attach(sample, has_score)
-            yield sample
-    finally:
-        counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
+    yield from kept_samples(src, PlanView(run, epoch), StageCounts())
 
 
 #: webdataset.tariterators.base_plus_ext's pattern, compiled (it is matched once per member):
