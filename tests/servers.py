@@ -161,13 +161,25 @@ def range_http_server(
 def moto_s3_server() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1 (random port); ``s3://`` URLs go to it (fsspec config) while
     the block runs. Yields the endpoint URL."""
-    import fsspec.config
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    try:
+        with s3_endpoint(f"http://{host}:{port}") as endpoint:
+            yield endpoint
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def s3_endpoint(endpoint: str) -> Iterator[str]:
+    """``s3://`` URLs go to the S3 API at ``endpoint`` (fsspec config, inherited by forked
+    DataLoader workers, and moto's test credentials) while the block runs; then the previous
+    config and environment come back and s3fs forgets its cached filesystems."""
+    import fsspec.config
+
     saved = fsspec.config.conf.get("s3")
     fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": "testing", "secret": "testing", "use_ssl": False}
     env = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
@@ -185,7 +197,6 @@ def moto_s3_server() -> Iterator[str]:
             else:
                 os.environ[k] = v
         _clear_s3fs_cache()
-        server.stop()
 
 
 def _clear_s3fs_cache() -> None:

@@ -15,6 +15,7 @@ import pytest
 import webdataset as wds
 from conftest import write_shards
 from readers import check_readers_agree
+from servers import s3_endpoint
 
 import seta_stream as seta
 from seta_stream import RunDir, load_plan, plan_epoch
@@ -74,8 +75,6 @@ class _Counting:
 def counting_s3_server() -> Iterator[CountingS3]:
     """moto's S3 app on 127.0.0.1 (random port) behind :class:`_Counting`; ``s3://`` URLs go to
     it (fsspec config, inherited by forked DataLoader workers) while the block runs."""
-    import fsspec.config
-    import s3fs
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
@@ -84,29 +83,10 @@ def counting_s3_server() -> Iterator[CountingS3]:
     server.endpoint = f"http://127.0.0.1:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    saved_conf = fsspec.config.conf.get("s3")
-    fsspec.config.conf["s3"] = {
-        "endpoint_url": server.endpoint,
-        "key": "testing",
-        "secret": "testing",
-        "use_ssl": False,
-    }
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    saved_env = {k: os.environ.get(k) for k in names}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     try:
-        yield server
+        with s3_endpoint(server.endpoint):
+            yield server
     finally:
-        if saved_conf is None:
-            fsspec.config.conf.pop("s3", None)
-        else:
-            fsspec.config.conf["s3"] = saved_conf
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        s3fs.S3FileSystem.clear_instance_cache()
         httpd.shutdown()
         httpd.server_close()
         thread.join()
