@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_compact import as_written_by_compact, make_parts
-from common import OUT, make_table_run, measure
+from common import OUT, make_table_run, measure, tree_setup
 
 
 def prepared(n: int, parts: int) -> Path:
@@ -40,13 +40,7 @@ def compact_once(tree: Path, source: Path) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(source, run)
     time.sleep(5)
-    setup = f"""
-        sys.path.insert(0, {str(tree.resolve())!r})
-        import seta_stream
-        assert seta_stream.__file__.startswith({str(tree.resolve())!r}), seta_stream.__file__
-        from seta_stream import compact
-    """
-    result = measure(f"compact({str(run)!r})", setup)
+    result = measure(f"P.compact({str(run)!r})", tree_setup(tree))
     shutil.rmtree(run, ignore_errors=True)
     return result
 

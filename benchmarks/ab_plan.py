@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import OUT, measure
+from common import OUT, measure, tree_setup
 
 
 def plan_twice(tree: Path, run: Path) -> list[float]:
@@ -27,16 +27,12 @@ def plan_twice(tree: Path, run: Path) -> list[float]:
     shutil.rmtree(run / "plans", ignore_errors=True)
     (run / "state.json").unlink(missing_ok=True)
     os.sync()
-    setup = f"""
-        sys.path.insert(0, {str(tree.resolve())!r})
-        import seta_stream as P
-        from seta_stream import RunDir
-        assert P.__file__.startswith({str(tree.resolve())!r}), P.__file__
-    """
+    setup = tree_setup(tree)
     walls = []
     for code in (
-        f"P.plan_epoch(RunDir({str(run)!r}), 1, policy='seta', params=dict(r=0.0, k=10, alpha=0.5), epochs=10, seed=0)",
-        f"P.plan_epoch(RunDir({str(run)!r}), 2)",
+        f"P.plan_epoch(P.RunDir({str(run)!r}), 1, policy='seta', params=dict(r=0.0, k=10, alpha=0.5), "
+        "epochs=10, seed=0)",
+        f"P.plan_epoch(P.RunDir({str(run)!r}), 2)",
     ):
         time.sleep(5)
         walls.append(measure(code, setup)["wall_s"])

@@ -126,6 +126,17 @@ def measure(code: str, setup: str = "") -> dict:
     return json.loads(line[len("RESULT") :])
 
 
+def tree_setup(tree: Path) -> str:
+    """``measure`` setup importing seta_stream (as ``P``) from the source tree ``tree``, checked
+    (the editable install would otherwise win): for A/B runs between two trees."""
+    root = str(Path(tree).resolve())
+    return f"""
+        sys.path.insert(0, {root!r})
+        import seta_stream as P
+        assert P.__file__.startswith({root!r}), P.__file__
+    """
+
+
 def machine() -> str:
     import platform
 
