@@ -21,6 +21,13 @@ The transaction around the pure fold (``fold.fold``). Steps, and the :data:`FAUL
 A kill before step 5 leaves the previous manifest, so a rerun folds the same parts from the
 same previous table once; a kill after it leaves the new one. Either way a rerun converges to
 the table of an undisturbed run (tests/test_crash_compaction.py kills at every point).
+
+A partitioned run (format version 2, ``run.buckets`` > 1) does steps 2-4 bucket by bucket:
+each pending part is read once and its rows routed to their buckets' scratch files
+(``route``), then each bucket's old rows and records are folded by the same ``fold`` and
+written as the bucket's file of the new table folder (``table.PartitionedTableWriter``), one
+bucket in memory at a time. ``compact:after_bucket`` kills after the first bucket's file.
+Steps 5 and 6 are the same: one manifest names every bucket's new file at once.
 """
 
 from __future__ import annotations
@@ -29,24 +36,39 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 
 from ._faults import fault
 from ._fold import Folded, OldTable, Records, fold
 from ._layout import MANIFEST
-from ._parts import merge_locations, pending_parts, quarantine_part, quarantined_parts, read_part, read_part_keys
+from ._parts import (
+    merge_location_maps,
+    merge_locations,
+    part_locations,
+    pending_parts,
+    quarantine_part,
+    quarantined_parts,
+    read_part,
+    read_part_keys,
+)
+from ._route import RoutedRecords
 from ._runfs import RunDir
 from ._table import (
     TABLE_SCHEMA,
+    PartitionedTableWriter,
+    TableBucket,
     make_manifest,
+    manifest_files,
     publish_manifest,
     publish_table,
     read_column,
     read_identity,
     read_manifest,
     remove_table_files_except,
+    table_buckets,
 )
-from .errors import CorruptPartError, InvalidInputError, RunLockedError
+from .errors import CorruptPartError, InvalidInputError, RunFormatError, RunLockedError
 
 __all__ = ["compact", "CompactionReport", "FAULT_POINTS"]
 
@@ -57,6 +79,7 @@ FAULT_POINTS = (
     "compact:locked",
     "compact:after_read",
     "compact:after_quarantine",
+    "compact:after_bucket",
     "compact:after_table_write",
     "compact:after_manifest",
     "compact:after_cleanup",
@@ -106,10 +129,12 @@ def compact(
         m = read_manifest(run)
         report = CompactionReport(generation=int(m.get("generation", 0)), samples_total=int(m.get("rows", 0)))
         pending = pending_parts(run, m.get("folded", []))
-        if pending:
+        if pending and run.buckets > 1:
+            _compact_buckets(run, m, pending, on_corrupt == "skip", progress, report)
+        elif pending:
             _compact_pending(run, m, pending, on_corrupt == "skip", progress, report)
         else:  # still finish the cleanup of a compaction killed after publishing
-            remove_table_files_except(run, [m.get(f) for f in ("table", "previous_table", "keys", "previous_keys")])
+            remove_table_files_except(run, manifest_files(m))
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -202,25 +227,25 @@ class _PartKeys:
         return read_part_keys(self.run, self.names[k])
 
 
-def _old_table(run: RunDir, m: dict[str, Any]) -> tuple[OldTable, str | None]:
-    """The fold's view of manifest ``m``'s table (statistics columns read one at a time, when
-    the fold asks for them), and the keys file its key column was mapped from (None: decoded
-    from the table file, or no table)."""
-    identity, keys_rel = read_identity(run, m)
-    if identity is None:
+def _old_table(run: RunDir, bucket: TableBucket | None) -> tuple[OldTable, str | None]:
+    """The fold's view of one bucket of the old table (statistics columns read one at a time,
+    when the fold asks for them), and the keys file its key column was mapped from (None:
+    decoded from the table file, or no table)."""
+    if bucket is None:
         return OldTable.empty(), None
-    old = OldTable(identity.column("shard"), identity.column("key"), identity.column("uid"), _StatColumns(run, m))
-    return old, keys_rel
+    identity, mapped = read_identity(run, bucket)
+    old = OldTable(identity.column("shard"), identity.column("key"), identity.column("uid"), _StatColumns(run, bucket))
+    return old, bucket.keys if mapped else None
 
 
 class _StatColumns:
-    """The fold's ``OldTable.stats`` source: one column of the old table file per call."""
+    """The fold's ``OldTable.stats`` source: one column of the old bucket's file per call."""
 
-    def __init__(self, run: RunDir, m: dict[str, Any]) -> None:
-        self.run, self.m = run, m
+    def __init__(self, run: RunDir, bucket: TableBucket) -> None:
+        self.run, self.bucket = run, bucket
 
     def __call__(self, name: str) -> pa.ChunkedArray:
-        return read_column(self.run, self.m, name)
+        return read_column(self.run, self.bucket, name)
 
 
 def _fold(
@@ -233,7 +258,8 @@ def _fold(
         if bar is not None:
             bar.reset(total=len(good))
             bar.set_description("compact: folding parts")
-        old, old_keys = _old_table(run, m)
+        buckets = table_buckets(m)
+        old, old_keys = _old_table(run, buckets[0] if buckets else None)
         try:
             folded = fold(
                 old,
@@ -256,19 +282,176 @@ def _fold(
 def _check_generation(run: RunDir, m: dict[str, Any], table_rel: str, keys_rel: str) -> None:
     """Raise :class:`RunLockedError` (removing the files just written) if another compaction
     published since ``m`` was read."""
+
+    def discard() -> None:
+        run.remove(table_rel)
+        if keys_rel != m.get("keys"):
+            run.remove(keys_rel)
+
+    _same_generation(run, m, discard)
+
+
+def _same_generation(run: RunDir, m: dict[str, Any], discard: Any) -> None:
+    """Call ``discard()`` and raise :class:`RunLockedError` if the manifest's generation is no
+    longer ``m``'s (another compaction published meanwhile)."""
     generation = int(m.get("generation", 0))
     current = int(read_manifest(run).get("generation", 0))
     if current == generation:
         return
-    run.remove(table_rel)
-    if keys_rel != m.get("keys"):
-        run.remove(keys_rel)
+    discard()
     raise RunLockedError(
         f"{run.display(MANIFEST)} changed while compacting: generation {current}, expected "
         f"{generation} (another compaction published meanwhile, its lock broken or not "
         "honoured by the storage); this result was discarded and nothing was lost. Run "
         "compact again, and run one compaction at a time"
     )
+
+
+# ---------------------------------------------------------------------------------- buckets
+def _compact_buckets(
+    run: RunDir, m: dict[str, Any], pending: list[str], skip: bool, progress: bool, report: CompactionReport
+) -> None:
+    """Steps 2 to 6 of a partitioned run: route, fold bucket by bucket, publish once."""
+    n_buckets = run.buckets
+    old = table_buckets(m)
+    if old and len(old) != n_buckets:
+        raise RunFormatError(
+            f"{run.display(MANIFEST)}: the table has {len(old)} buckets, the run's settings say "
+            f"{n_buckets}; expected the same (buckets are fixed when the run is created). Restore "
+            "the run's seta-stream.json"
+        )
+    generation = int(m.get("generation", 0))
+    while True:  # once, unless the fold finds a corrupt part to set aside (skip)
+        bar = _progress(progress, len(pending))
+        with RoutedRecords(n_buckets) as routed:
+            good, locations = _route(run, m, pending, skip, report, routed, bar)
+            fault("compact:after_read")
+            writer = PartitionedTableWriter(run, generation + 1)
+            try:
+                totals = _fold_buckets(run, old, routed, good, writer, bar)
+            except CorruptPartError as exc:  # a part whose uids are not the hash of its ids
+                writer.remove(manifest_files(m))
+                if not skip or exc.path not in good:
+                    raise
+                _quarantine(run, exc.path, report)
+                pending = [p for p in good if p != exc.path]
+                continue
+            finally:
+                if bar is not None:
+                    bar.close()
+        break
+    fault("compact:after_table_write")
+    _same_generation(run, m, lambda: writer.remove(manifest_files(m)))
+    report.parts_folded = len(good)
+    report.rows_folded, report.nonfinite, report.new_samples, n_ref = totals
+    report.samples_total = sum(writer.rows)
+    manifest = make_manifest(
+        generation=generation + 1,
+        table=writer.folder,
+        keys=writer.keys,
+        previous=m,
+        rows=report.samples_total,
+        folded=list(m.get("folded", [])) + good,
+        quarantined=sorted(set(m.get("quarantined", [])) | quarantined_parts(run)),
+        n_ref=n_ref or int(m.get("n_ref") or 0),
+        shard_locations=locations,
+        bucket_rows=writer.rows,
+    )
+    publish_manifest(run, manifest)
+    fault("compact:after_manifest")
+    remove_table_files_except(run, manifest_files(manifest))
+    fault("compact:after_cleanup")
+    report.generation = generation + 1
+
+
+def _route(
+    run: RunDir,
+    m: dict[str, Any],
+    pending: list[str],
+    skip: bool,
+    report: CompactionReport,
+    routed: RoutedRecords,
+    bar: Any,
+) -> tuple[list[str], dict[str, str]]:
+    """Read each pending part once and route its rows (:func:`_read_parts` for the parts that
+    cannot be folded); returns the parts routed and the shard locations after them (a name
+    standing for two locations stops here, before anything is written to the run)."""
+    good: list[str] = []
+    maps: list[dict[str, str]] = []
+    for rel in pending:
+        try:
+            part = read_part(run, rel)
+        except CorruptPartError:
+            if not skip:
+                raise
+            _quarantine(run, rel, report)
+            continue
+        routed.add(len(good), part)
+        good.append(rel)
+        maps.append(part_locations(part.schema))
+        if bar is not None:
+            bar.update(1)
+    routed.close()
+    return good, merge_location_maps(run, m.get("shard_locations") or {}, maps, good)
+
+
+def _fold_buckets(
+    run: RunDir,
+    old: list[TableBucket],
+    routed: RoutedRecords,
+    good: list[str],
+    writer: PartitionedTableWriter,
+    bar: Any,
+) -> tuple[int, int, int, int]:
+    """Fold and write every bucket; returns (records, NaN losses, new samples, n_ref).
+
+    ``n_ref`` (the EMA start 1/n_ref of new samples) is ``dataset_size`` or the table's rows
+    after this compaction, so without ``dataset_size`` the new samples of every bucket are
+    counted first (uids of its records not in its old rows)."""
+    settings = run.settings
+    n_buckets = routed.buckets
+    new_counts = None
+    n_ref = settings.get("dataset_size")
+    if not n_ref:
+        new_counts = [_count_new(run, old[b] if old else None, routed.bucket_uids(b)) for b in range(n_buckets)]
+        n_ref = sum(b.rows for b in old) + sum(new_counts)
+    if bar is not None:
+        bar.reset(total=n_buckets)
+        bar.set_description("compact: folding buckets")
+    totals = np.zeros(3, np.int64)
+    for b in range(n_buckets):
+        pieces = routed.bucket(b)
+        tables = [t for _, t in pieces]
+        names = [good[k] for k, _ in pieces]
+        records = Records(tables, names, lambda j, tables=tables: tables[j].column("key"))
+        old_b, old_keys = _old_table(run, old[b] if old else None)
+        folded = fold(old_b, records, beta2=float(settings["ema_beta2"]), dataset_size=int(n_ref))
+        del old_b, records, tables, pieces
+        if new_counts is not None and folded.new_samples != new_counts[b]:
+            raise RuntimeError(
+                f"bucket {b}: the fold added {folded.new_samples} samples, {new_counts[b]} were counted "
+                "before it; nothing was published"
+            )
+        totals += (folded.records, folded.nan_losses, folded.new_samples)
+        table = pa.Table.from_pydict(folded.columns, schema=TABLE_SCHEMA)
+        del folded
+        writer.add(b, table, old_keys if table.num_rows == (old[b].rows if old else 0) else None)
+        del table
+        if b == 0:
+            fault("compact:after_bucket")
+        if bar is not None:
+            bar.update(1)
+    return int(totals[0]), int(totals[1]), int(totals[2]), int(n_ref)
+
+
+def _count_new(run: RunDir, bucket: TableBucket | None, uids: np.ndarray) -> int:
+    """How many samples of a bucket's records are not among its old rows (by uid: two
+    identities with one uid stop the fold itself)."""
+    unique = np.unique(uids)
+    if bucket is None or bucket.rows == 0:
+        return len(unique)
+    old_uid = read_column(run, bucket, "uid").to_numpy()
+    return int(len(unique) - np.count_nonzero(np.isin(unique, old_uid)))
 
 
 def _progress(enabled: bool, total: int) -> Any:

@@ -7,7 +7,8 @@ run directory and use ``/`` on every storage (``RunDir.path`` joins them to the 
     losses/rank=R/epoch=E/part-*.parquet               loss parts (parts)
     losses-quarantine/rank=R/epoch=E/part-*.parquet    parts set aside by compact(on_corrupt="skip")
     losses-superseded/rank=R/epoch=E/part-*.parquet    parts of an interrupted epoch (session)
-    table/manifest.json, table/table-*.parquet, table/keys-*.arrow      loss table (table)
+    table/manifest.json, table/table-*.parquet, table/keys-*.arrow      loss table, version 1 (table)
+    table/gen-G-TOKEN/part-BBBBB.parquet, table/keys/bBBBBB-G-TOKEN.arrow  loss table, version 2 (table)
     plans/epoch=E/{plan.parquet/, summary.json, stage.arrow, shards.arrow}  (plans)
     state.json                                         policy settings, history, current epoch (state)
     stats/epoch=E/rank=R.json                          samples each rank trained (session, inspect)
@@ -33,6 +34,9 @@ __all__ = [
     "moved_part",
     "table_file",
     "keys_file",
+    "table_folder",
+    "bucket_table_file",
+    "bucket_keys_file",
     "plan_dir",
     "plan_file",
     "stats_file",
@@ -50,7 +54,8 @@ PARTS_GLOB = "losses/rank=*/epoch=*/part-*.parquet"
 QUARANTINE = "losses-quarantine/"
 SUPERSEDED = "losses-superseded/"
 PLANS_GLOB = "plans/epoch=*/summary.json"
-TABLE_GLOBS = ("table/table-*.parquet", "table/keys-*.arrow", "table/.tmp-*")
+#: Every table file, keys file and temporary of ``table/`` (cleanup removes those no manifest names).
+TABLE_GLOBS = ("table/table-*.parquet", "table/keys-*.arrow", "table/.tmp-*", "table/gen-*", "table/keys/*.arrow")
 
 _EPOCH = re.compile(r"(?:^|/)epoch=(\d+)(?:/|$)")
 _RANK = re.compile(r"(?:^|/)rank=(\d+)(?:/|$)")
@@ -74,6 +79,23 @@ def table_file(generation: int, token: str) -> str:
 
 def keys_file(generation: int, token: str) -> str:
     return f"table/keys-{generation:06d}-{token}.arrow"
+
+
+def table_folder(generation: int, token: str) -> str:
+    """The folder of a partitioned table (format version 2): one Parquet file per bucket, so that
+    polars and pyarrow read the folder, and duckdb ``folder/*.parquet``, as one table."""
+    return f"table/gen-{generation:06d}-{token}"
+
+
+def bucket_table_file(folder: str, bucket: int) -> str:
+    """Bucket ``bucket``'s file in a partitioned table's ``folder`` (name order = bucket order)."""
+    return f"{folder}/part-{bucket:05d}.parquet"
+
+
+def bucket_keys_file(bucket: int, generation: int, token: str) -> str:
+    """The keys file of one bucket of a partitioned table (kept across generations while the
+    bucket gains no sample)."""
+    return f"table/keys/b{bucket:05d}-{generation:06d}-{token}.arrow"
 
 
 def plan_dir(epoch: int) -> str:

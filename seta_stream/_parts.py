@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._layout import LOSSES, MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
-from ._runfs import FORMAT_VERSION, RunDir
+from ._runfs import RunDir
 from .errors import CorruptPartError
 from .ids import ShardLocations, sample_uids
 
@@ -42,9 +42,13 @@ __all__ = [
     "read_part",
     "read_part_keys",
     "merge_locations",
+    "merge_location_maps",
     "quarantine_part",
     "quarantined_parts",
 ]
+
+#: Version of the part file format (unchanged by the partitioned run format, version 2).
+PART_FORMAT_VERSION = 1
 
 PART_SCHEMA = pa.schema(
     [
@@ -56,7 +60,7 @@ PART_SCHEMA = pa.schema(
         ("rank", pa.int32()),
         ("seq", pa.int64()),
     ],
-    metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
+    metadata={b"seta_stream.format_version": str(PART_FORMAT_VERSION).encode()},
 )
 
 #: Parquet options of parts: LZ4 (compaction reads it several times faster than zstd), the
@@ -217,10 +221,10 @@ def _check_version(schema: pa.Schema, where: str, rel: str) -> None:
         v = int(version)
     except ValueError:
         v = -1
-    if not 1 <= v <= FORMAT_VERSION:
+    if not 1 <= v <= PART_FORMAT_VERSION:
         raise CorruptPartError(
             f"{where}: part format version {version.decode(errors='replace')!r}, this seta_stream "
-            f"reads versions 1..{FORMAT_VERSION}; upgrade seta_stream to fold it. {CORRUPT_HINT}",
+            f"reads versions 1..{PART_FORMAT_VERSION}; upgrade seta_stream to fold it. {CORRUPT_HINT}",
             path=rel,
         )
 
@@ -244,14 +248,21 @@ def merge_locations(
     ``names``) into a table whose manifest maps ``known``; raises
     :class:`ShardNameConflictError` (before anything is written) if one shard name stands for
     two locations: two different shards whose samples would be merged."""
+    return merge_location_maps(run, known, (part_locations(part.schema) for part in parts), names)
+
+
+def merge_location_maps(
+    run: RunDir, known: Mapping[str, str], maps: Iterable[Mapping[str, str]], names: Iterable[str]
+) -> dict[str, str]:
+    """:func:`merge_locations` from each part's ``{shard: location}`` (:func:`part_locations`)."""
     seen = ShardLocations(
         known,
         f"the loss table ({run.display(MANIFEST)})",
         "their samples would be merged into one table row per key, so nothing was compacted; the parts "
         f"recorded under the conflicting name stay in {run.display(LOSSES)}",
     )
-    for part, rel in zip(parts, names):
-        for shard, location in part_locations(part.schema).items():
+    for locations, rel in zip(maps, names):
+        for shard, location in locations.items():
             seen.check(shard, location, run.display(rel))
     return seen.locations()
 

@@ -298,6 +298,6 @@ def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
         shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
-        return PlanIdentities(shard, table_keys[0])
+        return PlanIdentities(shard, table_keys)
     t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
     return PlanIdentities(t.column("shard"), t.column("key"))

@@ -46,17 +46,41 @@ from fsspec.implementations.local import LocalFileSystem
 from ._layout import FORMAT_FILE, lock_file
 from .errors import InvalidInputError, RunFormatError, RunLockedError
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS", "BUCKET_ROWS", "bucket_count"]
 
 FORMAT_NAME = "seta-stream-run"
-FORMAT_VERSION = 1
+#: The newest format version this code reads and writes. A run with one bucket is written in
+#: version 1 (the layout every earlier release reads); a partitioned run in version 2.
+FORMAT_VERSION = 2
+#: Rows per bucket the default bucket count aims at (``buckets`` unset, ``dataset_size`` set):
+#: compaction and planning hold about one bucket at a time (docs/benchmarks.md, "Web scale").
+BUCKET_ROWS = 1 << 23
+_MAX_BUCKETS = 4096
 
 #: Run-level settings fixed when the run is created (stored in seta-stream.json).
 DEFAULT_SETTINGS: dict[str, Any] = {
     "shard_depth": 1,  # trailing path components of __url__ that name a shard
     "ema_beta2": 0.9,  # EMA factor of the loss table's `ema` column (docs/algorithms.md §0.6)
     "dataset_size": None,  # n_ref for the EMA start value 1/n (None: table size)
+    "buckets": None,  # partitions of the loss table and plans (None: from dataset_size, else 1)
 }
+
+
+def bucket_count(settings: dict[str, Any]) -> int:
+    """The number of buckets of a run with these settings: ``buckets`` if set, else one per
+    :data:`BUCKET_ROWS` of ``dataset_size`` (at most 4096), else 1."""
+    explicit = settings.get("buckets")
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, int) or not 1 <= explicit <= _MAX_BUCKETS:
+            raise RunFormatError(
+                f"run setting buckets={explicit!r}; expected an integer from 1 to {_MAX_BUCKETS} (or None: "
+                "one bucket per 8,388,608 samples of dataset_size)"
+            )
+        return explicit
+    size = settings.get("dataset_size")
+    if not size:
+        return 1
+    return max(1, min(_MAX_BUCKETS, -(-int(size) // BUCKET_ROWS)))
 
 
 class RunDir:
@@ -88,6 +112,7 @@ class RunDir:
         self.root: str = root.rstrip("/") or "/"
         self.is_local = isinstance(fs, LocalFileSystem)
         self._settings: dict[str, Any] | None = None
+        self._version = 1
         self._open(create=create, settings=settings)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -102,6 +127,7 @@ class RunDir:
         if self.fs.exists(fmt_path):
             info = self._read_format(fmt_path)
             self._settings = {**DEFAULT_SETTINGS, **info.get("settings", {})}
+            self._version = int(info["version"])
             if settings:
                 differing = {k: (self._settings.get(k), v) for k, v in settings.items() if self._settings.get(k) != v}
                 if differing:
@@ -122,7 +148,8 @@ class RunDir:
         if unknown:
             raise RunFormatError(f"unknown run setting(s) {sorted(unknown)}; valid: {sorted(DEFAULT_SETTINGS)}")
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
-        doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "settings": self._settings}
+        self._version = 2 if bucket_count(self._settings) > 1 else 1
+        doc = {"format": FORMAT_NAME, "version": self._version, "settings": self._settings}
         try:
             self.fs.makedirs(self.root, exist_ok=True)
             self.publish_json(FORMAT_FILE, doc)
@@ -150,6 +177,16 @@ class RunDir:
                 f"understands (<= {FORMAT_VERSION}); upgrade seta_stream to read this run"
             )
         return info
+
+    @property
+    def version(self) -> int:
+        """The run's format version: 1 (one bucket) or 2 (partitioned)."""
+        return self._version
+
+    @property
+    def buckets(self) -> int:
+        """The number of buckets of the loss table and plans (fixed when the run is created)."""
+        return 1 if self._version < 2 else bucket_count(self.settings)
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,11 +35,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._arrays import copy_column_into
-from ._layout import MANIFEST, TABLE_GLOBS, keys_file, table_file
+from ._layout import MANIFEST, TABLE_GLOBS, bucket_keys_file, bucket_table_file, keys_file, table_file, table_folder
 from ._parts import PART_SCHEMA
-from ._runfs import FORMAT_VERSION, RunDir
+from ._runfs import RunDir
 
 __all__ = [
+    "TableBucket",
+    "table_buckets",
+    "bucket_keys",
+    "PartitionedTableWriter",
     "table_locations",
     "load_table",
     "load_table_keys",
@@ -56,6 +61,7 @@ __all__ = [
     "make_manifest",
     "publish_manifest",
     "remove_table_files_except",
+    "manifest_files",
 ]
 
 TABLE_SCHEMA = pa.schema(
@@ -71,7 +77,7 @@ TABLE_SCHEMA = pa.schema(
         ("last_rank", pa.int32()),
         ("last_seq", pa.int64()),
     ],
-    metadata={b"seta_stream.format_version": str(FORMAT_VERSION).encode()},
+    metadata={b"seta_stream.format_version": b"1"},  # a bucket's file is a version-1 table file
 )
 
 #: Parquet options of table files: LZ4 reads about 4x faster than zstd here at 15M rows;
@@ -89,6 +95,28 @@ KEYS_SCHEMA = pa.schema([("key", pa.string())])
 
 
 # ---------------------------------------------------------------------------------- reading
+@dataclass(frozen=True)
+class TableBucket:
+    """One bucket of a loss table: its Parquet file, its keys file (None: it has none) and its
+    row count. A version-1 table is one bucket."""
+
+    table: str
+    keys: str | None
+    rows: int
+
+
+def table_buckets(manifest: dict[str, Any]) -> list[TableBucket]:
+    """The buckets of ``manifest``'s table, in bucket order: one for a version-1 manifest
+    (``table`` is a file), ``buckets`` for a partitioned one (``table`` is a folder); [] before
+    the first compaction."""
+    if not manifest.get("table"):
+        return []
+    if "buckets" not in manifest:
+        return [TableBucket(manifest["table"], manifest.get("keys"), int(manifest.get("rows", 0)))]
+    folder, keys, rows = manifest["table"], manifest["keys"], manifest["bucket_rows"]
+    return [TableBucket(bucket_table_file(folder, b), keys[b], int(rows[b])) for b in range(int(manifest["buckets"]))]
+
+
 def read_manifest(run: RunDir) -> dict[str, Any]:
     """The table manifest ({} before the first compaction)."""
     return dict(run.read_json(MANIFEST, default=None) or {})
@@ -105,6 +133,11 @@ def folded_parts(run: str | RunDir) -> list[str]:
     return list(read_manifest(run).get("folded", []))
 
 
+def _empty(columns: list[str] | None) -> pa.Table:
+    schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
+    return schema.empty_table()
+
+
 def load_table(
     run: str | RunDir,
     columns: list[str] | None = None,
@@ -113,7 +146,8 @@ def load_table(
     use_threads: bool = True,
     manifest: dict[str, Any] | None = None,
 ) -> pa.Table:
-    """The current loss table (an empty table with TABLE_SCHEMA before the first compaction).
+    """The current loss table (an empty table with TABLE_SCHEMA before the first compaction);
+    the buckets of a partitioned table one after the other.
 
     The shard column is dictionary-encoded (few distinct values); ``shard_as_dictionary=False``
     returns it as plain strings. ``use_threads=False`` decodes on the calling thread only
@@ -122,43 +156,56 @@ def load_table(
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
     m = read_manifest(run) if manifest is None else manifest
-    if not m.get("table"):
-        schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
-        table = schema.empty_table()
+    buckets = table_buckets(m)
+    if not buckets:
+        table = _empty(columns)
     else:
-        table = run.read_parquet(m["table"], columns=columns, use_threads=use_threads)
+        parts = [run.read_parquet(b.table, columns=columns, use_threads=use_threads) for b in buckets]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     if not shard_as_dictionary and "shard" in table.schema.names:
         i = table.schema.get_field_index("shard")
         table = table.set_column(i, "shard", table.column("shard").cast(pa.string()))
     return table
 
 
-def load_table_keys(run: str | RunDir, manifest: dict[str, Any] | None = None) -> tuple[pa.ChunkedArray, str] | None:
-    """The current table's ``key`` column memory-mapped from its keys file, and the file's
-    path in the run; None when the table has no keys file (a table written before keys files
-    existed, or the file was removed): read the keys from the table file then.
-
-    A keys file whose row count is not the table's is not used (the table file holds the
-    same keys, so nothing is lost)."""
-    run = run if isinstance(run, RunDir) else RunDir(run)
-    m = read_manifest(run) if manifest is None else manifest
-    rel = m.get("keys")
-    if not rel:
+def bucket_keys(run: RunDir, bucket: TableBucket) -> pa.ChunkedArray | None:
+    """A bucket's ``key`` column memory-mapped from its keys file; None when it has no usable
+    keys file (written before keys files existed, removed, unreadable, or another row count
+    than the bucket's): read the keys from the table file then (it holds the same keys)."""
+    if not bucket.keys:
         return None
     try:
-        keys = run.read_arrow(rel)
+        keys = run.read_arrow(bucket.keys)
     except (OSError, pa.ArrowInvalid):  # missing (FileNotFoundError) or unreadable
         return None
-    if keys.schema != KEYS_SCHEMA or keys.num_rows != int(m.get("rows", -1)):
+    if keys.schema != KEYS_SCHEMA or keys.num_rows != bucket.rows:
         return None
-    return keys.column("key"), rel
+    return keys.column("key")
+
+
+def load_table_keys(run: str | RunDir, manifest: dict[str, Any] | None = None) -> pa.ChunkedArray | None:
+    """The current table's ``key`` column (buckets in order) memory-mapped from its keys
+    files; None when a bucket has no usable keys file (:func:`bucket_keys`) or there is no
+    table: read the keys from the table files then."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    m = read_manifest(run) if manifest is None else manifest
+    buckets = table_buckets(m)
+    if not buckets:
+        return None
+    chunks: list[pa.Array] = []
+    for bucket in buckets:
+        keys = bucket_keys(run, bucket)
+        if keys is None:
+            return None
+        chunks.extend(keys.chunks)
+    return pa.chunked_array(chunks, pa.string())
 
 
 def load_numeric(
     run: str | RunDir, columns: list[str], *, manifest: dict[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
     """Numeric columns of the current table (or of ``manifest``'s) as contiguous NumPy arrays
-    (no nulls).
+    (no nulls), the buckets one after the other.
 
     Read row group by row group into preallocated arrays, so the table's Arrow buffers and
     the NumPy copies never coexist whole (planning reads 15M rows this way).
@@ -166,37 +213,42 @@ def load_numeric(
     run = run if isinstance(run, RunDir) else RunDir(run)
     fields = [TABLE_SCHEMA.field(c) for c in columns]
     m = read_manifest(run) if manifest is None else manifest
-    if not m.get("table"):
-        return {f.name: np.zeros(0, dtype=f.type.to_pandas_dtype()) for f in fields}
-    local = run.local_path(m["table"])
-    if local is None:
-        with run.open(m["table"]) as fh:
-            remote = pq.ParquetFile(fh)
-            return _read_numeric(remote, columns, fields, range(remote.num_row_groups))
-    pf = pq.ParquetFile(local, memory_map=True)
-    groups = pf.metadata.num_row_groups
-    if groups < 4:
-        return _read_numeric(pf, columns, fields, range(groups))
-    # two halves of the row groups on two threads (decoding and copying release the GIL)
-    out = {f.name: np.empty(pf.metadata.num_rows, dtype=f.type.to_pandas_dtype()) for f in fields}
-    with ThreadPoolExecutor(2) as pool:
-        halves = (range(0, groups // 2), range(groups // 2, groups))
-        files = (pf, pq.ParquetFile(local, memory_map=True))
-        list(pool.map(lambda h, f: _read_numeric(f, columns, fields, h, out), halves, files))
+    buckets = table_buckets(m)
+    total = sum(b.rows for b in buckets)
+    out = {f.name: np.empty(total, dtype=f.type.to_pandas_dtype()) for f in fields}
+    o = 0
+    for bucket in buckets:
+        views = {name: col[o : o + bucket.rows] for name, col in out.items()}
+        _read_file_numeric(run, bucket.table, columns, fields, views)
+        o += bucket.rows
     return out
 
 
-def _read_numeric(
-    pf: pq.ParquetFile,
-    columns: list[str],
-    fields: list[pa.Field],
-    groups: range,
-    out: dict[str, np.ndarray] | None = None,
-) -> dict[str, np.ndarray]:
-    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets), new arrays if None."""
+def _read_file_numeric(
+    run: RunDir, rel: str, columns: list[str], fields: list[pa.Field], out: dict[str, np.ndarray]
+) -> None:
+    """``columns`` of the table file ``rel`` into ``out`` (arrays of its row count)."""
+    local = run.local_path(rel)
+    if local is None:
+        with run.open(rel) as fh:
+            remote = pq.ParquetFile(fh)
+            _read_numeric(remote, columns, range(remote.num_row_groups), out)
+        return
+    pf = pq.ParquetFile(local, memory_map=True)
+    groups = pf.metadata.num_row_groups
+    if groups < 4:
+        _read_numeric(pf, columns, range(groups), out)
+        return
+    # two halves of the row groups on two threads (decoding and copying release the GIL)
+    with ThreadPoolExecutor(2) as pool:
+        halves = (range(0, groups // 2), range(groups // 2, groups))
+        files = (pf, pq.ParquetFile(local, memory_map=True))
+        list(pool.map(lambda h, f: _read_numeric(f, columns, h, out), halves, files))
+
+
+def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: dict[str, np.ndarray]) -> None:
+    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets)."""
     meta = pf.metadata
-    if out is None:
-        out = {f.name: np.empty(meta.num_rows, dtype=f.type.to_pandas_dtype()) for f in fields}
     o = sum(meta.row_group(i).num_rows for i in range(groups.start))
     for i in groups:
         group = pf.read_row_group(i, columns=columns, use_threads=False)
@@ -204,32 +256,29 @@ def _read_numeric(
             copy_column_into(out[name][o:], group.column(name))
         o += group.num_rows
         del group
-    return out
 
 
-def read_identity(run: RunDir, manifest: dict[str, Any]) -> tuple[pa.Table | None, str | None]:
-    """(shard, key, uid) columns of ``manifest``'s table (None without a table), and the keys
-    file the key column was memory-mapped from (None when it was decoded from the table file)."""
-    rel = manifest.get("table")
-    if not rel:
-        return None, None
-    keys = load_table_keys(run, manifest)
+def read_identity(run: RunDir, bucket: TableBucket) -> tuple[pa.Table, bool]:
+    """(shard, key, uid) columns of one bucket's file, and whether the key column was
+    memory-mapped from its keys file (False: decoded from the table file)."""
+    keys = bucket_keys(run, bucket)
     if keys is None:
-        return run.read_parquet(rel, columns=["shard", "key", "uid"]), None
-    t = run.read_parquet(rel, columns=["shard", "uid"])
-    return pa.table({"shard": t.column("shard"), "key": keys[0], "uid": t.column("uid")}), keys[1]
+        return run.read_parquet(bucket.table, columns=["shard", "key", "uid"]), False
+    t = run.read_parquet(bucket.table, columns=["shard", "uid"])
+    return pa.table({"shard": t.column("shard"), "key": keys, "uid": t.column("uid")}), True
 
 
-def read_column(run: RunDir, manifest: dict[str, Any], name: str) -> pa.ChunkedArray:
-    """One column of ``manifest``'s table file."""
-    return run.read_parquet(manifest["table"], columns=[name]).column(name)
+def read_column(run: RunDir, bucket: TableBucket, name: str) -> pa.ChunkedArray:
+    """One column of a bucket's table file."""
+    return run.read_parquet(bucket.table, columns=[name]).column(name)
 
 
 # ---------------------------------------------------------------------------------- writing
 def publish_table(run: RunDir, generation: int, table: pa.Table, keys: str | None = None) -> tuple[str, str]:
     """Write ``table`` (TABLE_SCHEMA) as the table file of ``generation`` and its keys file,
-    both under fresh names; returns their paths. ``keys``: an existing keys file that holds
-    the table's key column already (same rows, same order), kept instead of a new one."""
+    both under fresh names (format version 1, one bucket); returns their paths. ``keys``: an
+    existing keys file that holds the table's key column already (same rows, same order), kept
+    instead of a new one."""
     token = uuid.uuid4().hex[:8]
     table_rel = table_file(generation, token)
     run.publish_parquet(table_rel, table, **TABLE_WRITE_OPTIONS)
@@ -239,20 +288,57 @@ def publish_table(run: RunDir, generation: int, table: pa.Table, keys: str | Non
     return table_rel, keys
 
 
+class PartitionedTableWriter:
+    """Writes the buckets of a partitioned table (format version 2) of ``generation`` one at a
+    time into a fresh folder: nobody reads it until a manifest names it, so each bucket's file
+    is published on its own and a killed writer leaves only an unnamed folder (removed by the
+    next compaction)."""
+
+    def __init__(self, run: RunDir, generation: int) -> None:
+        self.run, self.generation = run, generation
+        self.token = uuid.uuid4().hex[:8]
+        self.folder = table_folder(generation, self.token)
+        self.keys: list[str] = []
+        self.rows: list[int] = []
+
+    def add(self, bucket: int, table: pa.Table, keys: str | None = None) -> None:
+        """Write bucket ``bucket`` (the next one) and its keys file; ``keys``: the bucket's
+        current keys file, kept when it holds the same key column (no sample added)."""
+        if bucket != len(self.rows):
+            raise ValueError(f"bucket {bucket} written out of order (expected {len(self.rows)})")
+        self.run.publish_parquet(bucket_table_file(self.folder, bucket), table, **TABLE_WRITE_OPTIONS)
+        if keys is None:
+            keys = bucket_keys_file(bucket, self.generation, self.token)
+            self.run.publish_arrow(keys, pa.table({"key": table.column("key")}, schema=KEYS_SCHEMA))
+        self.keys.append(keys)
+        self.rows.append(table.num_rows)
+
+    def remove(self, keep: Iterable[str]) -> None:
+        """Remove what this writer wrote except the files in ``keep`` (a discarded result)."""
+        kept = set(keep)
+        self.run.remove(self.folder)
+        for rel in self.keys:
+            if rel not in kept:
+                self.run.remove(rel)
+
+
 def make_manifest(
     *,
     generation: int,
     table: str,
-    keys: str,
+    keys: str | list[str],
     previous: dict[str, Any],
     rows: int,
     folded: list[str],
     quarantined: list[str],
     n_ref: int,
     shard_locations: dict[str, str],
+    bucket_rows: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The manifest naming ``table`` and ``keys`` after the manifest ``previous``."""
-    return {
+    """The manifest naming ``table`` and ``keys`` after the manifest ``previous``: version 1
+    (``table`` and ``keys`` are files) or, with ``bucket_rows``, version 2 (``table`` is the
+    folder of the buckets' files, ``keys`` one keys file per bucket)."""
+    manifest = {
         "generation": generation,
         "table": table,
         "previous_table": previous.get("table"),
@@ -263,8 +349,11 @@ def make_manifest(
         "quarantined": quarantined,
         "n_ref": n_ref,
         "shard_locations": {s: shard_locations[s] for s in sorted(shard_locations)},
-        "format_version": FORMAT_VERSION,
+        "format_version": 1,
     }
+    if bucket_rows is not None:
+        manifest.update(buckets=len(bucket_rows), bucket_rows=list(bucket_rows), format_version=2)
+    return manifest
 
 
 def publish_manifest(run: RunDir, manifest: dict[str, Any]) -> None:
@@ -272,10 +361,22 @@ def publish_manifest(run: RunDir, manifest: dict[str, Any]) -> None:
     run.publish_json(MANIFEST, manifest)
 
 
+def manifest_files(manifest: dict[str, Any]) -> set[str]:
+    """Every table file, folder and keys file ``manifest`` names (current and previous)."""
+    names: set[str] = set()
+    for field in ("table", "previous_table", "keys", "previous_keys"):
+        value = manifest.get(field)
+        if isinstance(value, str):
+            names.add(value)
+        elif isinstance(value, list):
+            names.update(v for v in value if v)
+    return names
+
+
 def remove_table_files_except(run: RunDir, keep: Iterable[Any]) -> None:
-    """Remove table and keys files other than ``keep`` and temporaries of killed compactions
-    (call it holding the compaction lock, so that no other writer is using them)."""
-    keep_set = set(keep)
+    """Remove table files and folders, keys files and temporaries of killed compactions other
+    than ``keep`` (call it holding the compaction lock, so that no other writer is using them)."""
+    keep_set = {k for k in keep if k}
     for rel in [p for pattern in TABLE_GLOBS for p in run.glob(pattern)]:
         if rel not in keep_set:
             run.remove(rel)

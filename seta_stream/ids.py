@@ -43,6 +43,7 @@ __all__ = [
     "mix64_array",
     "sample_uid",
     "sample_uids",
+    "shard_bucket",
     "check_identity_collisions",
 ]
 
@@ -229,6 +230,18 @@ def _fold(state: int, data: bytes) -> int:
 @lru_cache(maxsize=4096)
 def _shard_state(shard: str) -> int:
     return _fold(_OFFSET, shard.encode("utf-8"))
+
+
+_BUCKET_SALT = 0x5EB0C4E7B0C4E75E
+
+
+def shard_bucket(shard: str, buckets: int) -> int:
+    """The bucket of a shard in a partitioned run (docs/format.md): mix64(h(shard) XOR salt) mod
+    ``buckets``, where h is the uid's hash of the UTF-8 shard name. Every sample of a shard is
+    in one bucket, so a bucket's table and plan rows are whole shards."""
+    if buckets <= 1:
+        return 0
+    return mix64(_shard_state(shard) ^ _BUCKET_SALT) % int(buckets)
 
 
 def sample_uid(shard: str, key: str) -> int:

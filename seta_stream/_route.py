@@ -1,0 +1,160 @@
+"""Routing loss records to the buckets of a partitioned table: compaction's scratch files.
+
+Compaction of a partitioned run (format version 2) must not read every loss part once per
+bucket, nor hold every record in memory. So it reads each pending part once and appends its
+rows, grouped by bucket, to scratch files; folding bucket b then reads only b's rows. This
+module owns those scratch files (their format is private to one compaction):
+
+* a folder in the system's temporary directory (``TMPDIR``), ``seta-stream-route-*``, removed
+  when the compaction ends (a killed compaction leaves it there; nothing reads it again);
+* Arrow IPC files of about :data:`FILE_ROWS` records each, one record batch per bucket that
+  has rows in it, columns ``part`` (index of the part in fold order), ``shard`` (int32 code
+  into the compaction's list of shard names), ``key``, ``uid``, ``loss``, ``epoch``, ``rank``,
+  ``seq``. Rows keep fold order within a bucket (parts in order, rows in part order).
+
+Reading bucket b maps the files and slices out b's batches: per-bucket memory is that
+bucket's records, and the bytes read per compaction are the parts once plus the scratch once
+(docs/benchmarks.md, "Web scale").
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .ids import shard_bucket
+
+__all__ = ["FILE_ROWS", "RoutedRecords"]
+
+#: Records per scratch file: the records buffered in memory before they are written.
+FILE_ROWS = 1 << 21
+_COLUMNS = ("key", "uid", "loss", "epoch", "rank", "seq")
+_SHARD_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+class RoutedRecords:
+    """The pending parts' records, routed to ``buckets`` buckets by shard name.
+
+    :meth:`add` part after part in fold order, then :meth:`bucket` for each bucket. Use as a
+    context manager: the scratch folder is removed on exit."""
+
+    def __init__(self, buckets: int, *, file_rows: int = FILE_ROWS) -> None:
+        self.buckets = int(buckets)
+        self.file_rows = int(file_rows)
+        self.folder = tempfile.mkdtemp(prefix="seta-stream-route-")
+        self.names: list[str] = []  # shard names; the spill's shard column holds codes into it
+        self._code_of: dict[str, int] = {}
+        self._bucket_of_code = np.zeros(0, np.int32)
+        self._pending: list[list[pa.Table]] = [[] for _ in range(self.buckets)]
+        self._pending_rows = 0
+        self._files: list[tuple[str, dict[int, int]]] = []  # (path, {bucket: batch index})
+        self._dictionary: pa.Array | None = None
+        self.rows = 0
+
+    def __enter__(self) -> RoutedRecords:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # ---------------------------------------------------------------- writing
+    def _codes(self, shard: pa.ChunkedArray) -> np.ndarray:
+        """int32 codes into :attr:`names` of a dictionary-encoded shard column."""
+        out = []
+        for chunk in shard.chunks:
+            lut = np.array([self._code(s) for s in chunk.dictionary.to_pylist()], np.int32)
+            out.append(lut[chunk.indices.to_numpy(zero_copy_only=False)] if len(chunk) else np.zeros(0, np.int32))
+        return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+    def _code(self, name: str) -> int:
+        code = self._code_of.get(name)
+        if code is None:
+            code = self._code_of[name] = len(self.names)
+            self.names.append(name)
+            self._bucket_of_code = np.append(self._bucket_of_code, np.int32(shard_bucket(name, self.buckets)))
+        return code
+
+    def add(self, k: int, part: pa.Table) -> None:
+        """Route the rows of part ``k`` (PART_SCHEMA columns, shard dictionary-encoded)."""
+        codes = self._codes(part.column("shard"))
+        bucket = self._bucket_of_code[codes]
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
+        routed = pa.table(
+            {
+                "part": pa.array(np.full(len(codes), k, np.int32)),
+                "shard": pa.array(codes),
+                **{c: part.column(c) for c in _COLUMNS},
+            }
+        ).take(pa.array(order))
+        for b in np.flatnonzero(np.diff(bounds)).tolist():
+            self._pending[b].append(routed.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
+        self._pending_rows += len(codes)
+        self.rows += len(codes)
+        if self._pending_rows >= self.file_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending_rows:
+            return
+        path = os.path.join(self.folder, f"route-{len(self._files):06d}.arrow")
+        index: dict[int, int] = {}
+        schema = None
+        with pa.OSFile(path, "wb") as sink:
+            writer = None
+            for b, pieces in enumerate(self._pending):
+                if not pieces:
+                    continue
+                batch = pa.concat_tables(pieces).combine_chunks().to_batches()[0]
+                if writer is None:
+                    schema = batch.schema
+                    writer = pa.ipc.new_file(sink, schema)
+                index[b] = len(index)
+                writer.write_batch(batch)
+            if writer is not None:
+                writer.close()
+        self._files.append((path, index))
+        self._pending = [[] for _ in range(self.buckets)]
+        self._pending_rows = 0
+
+    def close(self) -> None:
+        """Write what is buffered (call once, after the last :meth:`add`)."""
+        self._flush()
+        self._dictionary = pa.array(self.names, pa.string())
+
+    # ---------------------------------------------------------------- reading
+    def _batches(self, b: int) -> list[pa.RecordBatch]:
+        out = []
+        for path, index in self._files:
+            if b in index:  # the batch keeps the mapping alive (zero-copy)
+                out.append(pa.ipc.open_file(pa.memory_map(path, "r")).get_batch(index[b]))
+        return out
+
+    def bucket_uids(self, b: int) -> np.ndarray:
+        """The uids of bucket ``b``'s records (all of them, in fold order)."""
+        batches = self._batches(b)
+        if not batches:
+            return np.zeros(0, np.uint64)
+        return np.concatenate([batch.column("uid").to_numpy() for batch in batches])
+
+    def bucket(self, b: int) -> list[tuple[int, pa.Table]]:
+        """(part index, that part's records in bucket ``b``) in fold order; each table has the
+        part columns (``shard`` dictionary-encoded with the compaction's shard names)."""
+        assert self._dictionary is not None, "close() first"
+        batches = self._batches(b)
+        if not batches:
+            return []
+        table = pa.Table.from_batches(batches).combine_chunks()
+        part = table.column("part").to_numpy()
+        cuts = np.concatenate([[0], np.flatnonzero(part[1:] != part[:-1]) + 1, [len(part)]])
+        shard = pa.DictionaryArray.from_arrays(table.column("shard").chunk(0), self._dictionary)
+        whole = pa.table({"shard": shard, **{c: table.column(c) for c in _COLUMNS}})
+        return [(int(part[a]), whole.slice(int(a), int(z - a))) for a, z in zip(cuts[:-1], cuts[1:])]
