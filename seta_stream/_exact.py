@@ -74,7 +74,9 @@ __all__ = [
     "Distinct",
 ]
 
-_CHUNK = 1 << 18  # values per bincount call: limbs < 2**33, so cell sums stay < 2**51 (exact)
+_CHUNK = 1 << 13  # values per bincount call: 64 KB temporaries, recycled by malloc (no page faults)
+_CHUNK_MAX = 1 << 18  # with many groups, up to this many: limbs < 2**33, so cell sums stay < 2**51 (exact)
+_BLOCK = 1 << 28  # values accumulated in one int64 matrix: under 2**(28 + 33) per cell, no overflow
 _M32 = 0xFFFFFFFF
 _U64 = np.uint64
 _FRAC = _U64((1 << 52) - 1)
@@ -110,28 +112,24 @@ class ExactSums:
         v = _as_float64(values)
         g = _as_groups(groups, len(v), _check_n_groups(n_groups))
         acc = cls(n_groups)
-        for lo in range(0, len(v), _CHUNK):
-            x = v[lo : lo + _CHUNK]
-            _check_finite(x, lo)
-            acc = acc.merge(cls._of_chunk(x, None if g is None else g[lo : lo + _CHUNK], n_groups))
+        for lo in range(0, len(v), _BLOCK):
+            acc = acc.merge(cls._of_block(v, g, n_groups, lo, min(lo + _BLOCK, len(v))))
         return acc
 
     @classmethod
-    def _of_chunk(cls, x: np.ndarray, g: np.ndarray | None, n_groups: int) -> ExactSums:
-        q, limbs = _decompose(x)
-        nz = x != 0
-        if not nz.any():
-            return cls(n_groups)
-        qmin, qmax = int(q[nz].min()), int(q[nz].max())
-        width = qmax - qmin + 3
-        idx = np.maximum(q - qmin, 0)  # zeros sit in column 0 with zero weights
-        if g is not None:
-            idx += g * width
-        size = n_groups * width
-        cells = sum(np.bincount(idx + j, w, minlength=size) for j, w in enumerate(limbs))
-        work = np.zeros((n_groups, width + 2), np.int64)
-        work[:, :width] = np.asarray(cells).reshape(n_groups, width).astype(np.int64)
-        return cls(n_groups, *_canonical(work, qmin))
+    def _of_block(cls, v: np.ndarray, g: np.ndarray | None, n_groups: int, start: int, stop: int) -> ExactSums:
+        """Chunks accumulated in one int64 matrix (< 2**46 per chunk and cell: no overflow in a block)."""
+        chunk = min(_CHUNK_MAX, max(_CHUNK, 4 * n_groups))  # bincount's output must not dominate
+        work, base = np.zeros((n_groups, 0), np.int64), 0
+        for lo in range(start, stop, chunk):
+            hi = min(lo + chunk, stop)
+            _check_finite(v[lo:hi], lo)
+            got = _chunk_cells(v[lo:hi], None if g is None else g[lo:hi], n_groups)
+            if got is not None:
+                work, base = _accumulate(work, base, *got)
+        padded = np.zeros((n_groups, work.shape[1] + 2), np.int64)  # two headroom columns for the carries
+        padded[:, : work.shape[1]] = work
+        return cls(n_groups, *_canonical(padded, base))
 
     @property
     def n_groups(self) -> int:
@@ -253,6 +251,36 @@ def _decompose(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray,
     c = (m >> 32) << s
     limbs = (a & _U64(_M32), (a >> 32) + (c & _U64(_M32)), c >> 32)
     return (p >> 5).astype(np.int64), tuple(np.copysign(w.astype(np.float64), x) for w in limbs)  # type: ignore[return-value]
+
+
+def _chunk_cells(x: np.ndarray, g: np.ndarray | None, n_groups: int) -> tuple[np.ndarray, int] | None:
+    """int64 (n_groups, width) limb sums of one chunk, and the lattice column of its column 0."""
+    nz = x != 0
+    if not nz.any():
+        return None
+    q, limbs = _decompose(x)
+    qmin = int(q.min(where=nz, initial=1 << 30))
+    width = int(q.max(where=nz, initial=0)) - qmin + 3
+    idx = np.maximum(q - qmin, 0)  # zeros sit in column 0 with zero weights
+    if g is not None:
+        idx += g * width
+    size = n_groups * width
+    cells = sum(np.bincount(idx + j, w, minlength=size) for j, w in enumerate(limbs))
+    return np.asarray(cells).astype(np.int64).reshape(n_groups, width), qmin
+
+
+def _accumulate(work: np.ndarray, base: int, cells: np.ndarray, qmin: int) -> tuple[np.ndarray, int]:
+    """work (columns from lattice column base) + cells (from qmin), widening work when needed."""
+    if work.shape[1] == 0:
+        return cells, qmin
+    lo = min(base, qmin)
+    hi = max(base + work.shape[1], qmin + cells.shape[1])
+    if (lo, hi) != (base, base + work.shape[1]):
+        wider = np.zeros((work.shape[0], hi - lo), np.int64)
+        wider[:, base - lo : base - lo + work.shape[1]] = work
+        work = wider
+    work[:, qmin - lo : qmin - lo + cells.shape[1]] += cells
+    return work, lo
 
 
 def _canonical(work: np.ndarray, lo: int) -> tuple[int, np.ndarray]:

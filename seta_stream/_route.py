@@ -43,9 +43,9 @@ class RoutedRecords:
     :meth:`add` part after part in fold order, then :meth:`bucket` for each bucket. Use as a
     context manager: the scratch folder is removed on exit."""
 
-    def __init__(self, buckets: int, *, file_rows: int = FILE_ROWS) -> None:
+    def __init__(self, buckets: int, *, file_rows: int | None = None) -> None:
         self.buckets = int(buckets)
-        self.file_rows = int(file_rows)
+        self.file_rows = int(file_rows or FILE_ROWS)
         self.folder = tempfile.mkdtemp(prefix="seta-stream-route-")
         self.names: list[str] = []  # shard names; the spill's shard column holds codes into it
         self._code_of: dict[str, int] = {}

@@ -1,0 +1,182 @@
+"""Partitioned runs (format version 2): the loss table in buckets by shard name, compacted
+bucket by bucket. Every table and plan must equal the one-bucket run's, bit for bit."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import seta_stream._parts as parts_module
+import seta_stream._route as route
+from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
+from seta_stream.errors import CorruptPartError, RunFormatError
+from seta_stream.ids import sample_uid, shard_bucket
+
+SHARDS = 13
+
+
+def record_epochs(run: RunDir, epochs: int = 3, seed: int = 0) -> None:
+    """Two ranks, parts of 37 rows, new samples every epoch, NaN losses, a sample recorded
+    twice in one part, and a late part of an older epoch."""
+    rng = np.random.default_rng(seed)
+    for e in range(epochs):
+        for r in range(2):
+            with LossRecorder(run, epoch=e, rank=r, flush_rows=37) as rec:
+                ids = list(range(r, 300 + 100 * e, 2)) + [r]
+                keys = [f"k{i:04d}" for i in ids]
+                urls = [f"/d/train/shard-{i % SHARDS:03d}.tar" for i in ids]
+                loss = rng.lognormal(size=len(ids)).astype(np.float32)
+                loss[::17] = np.nan
+                rec.record(keys, urls, loss)
+        compact(run)
+    with LossRecorder(run, epoch=0, rank=1, flush_rows=37) as rec:  # late part of epoch 0
+        rec.record(["k0001", "k0999"], ["/d/train/shard-001.tar"] * 2, np.float32([0.5, 0.25]))
+    compact(run)
+
+
+def sorted_table(run: RunDir) -> pa.Table:
+    t = load_table(run, shard_as_dictionary=False)
+    return t.sort_by([("shard", "ascending"), ("uid", "ascending")]).drop_columns(["last_seq"])
+
+
+def assert_bitwise_equal(a: pa.Table, b: pa.Table) -> None:
+    assert a.column_names == b.column_names and a.num_rows == b.num_rows
+    for name in a.column_names:
+        x, y = a.column(name).to_numpy(), b.column(name).to_numpy()
+        if x.dtype.kind == "f":  # NaN included, bit for bit
+            assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), name
+        else:
+            assert np.array_equal(x, y), name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, RunDir]:
+    out = {}
+    for buckets in (1, 3, 7):
+        run = RunDir(tmp_path_factory.mktemp(f"b{buckets}") / "run", create=True, settings={"buckets": buckets})
+        old = route.FILE_ROWS
+        route.FILE_ROWS = 101  # several scratch files per compaction
+        try:
+            record_epochs(run)
+        finally:
+            route.FILE_ROWS = old
+        out[buckets] = run
+    return out
+
+
+def test_partitioned_tables_equal_the_one_bucket_table(runs):
+    one = sorted_table(runs[1])
+    assert one.num_rows == 501 and RunDir(runs[1]).version == 1
+    for buckets in (3, 7):
+        assert runs[buckets].version == 2
+        assert_bitwise_equal(sorted_table(runs[buckets]), one)
+
+
+def test_each_bucket_file_holds_whole_shards_of_its_bucket(runs):
+    run = runs[7]
+    m = json.loads(Path(run.path("table/manifest.json")).read_text())
+    assert (m["format_version"], m["buckets"], m["generation"], m["rows"]) == (2, 7, 4, 501)
+    folder = Path(run.path(m["table"]))
+    assert sorted(p.name for p in folder.iterdir()) == [f"part-{b:05d}.parquet" for b in range(7)]
+    for b in range(7):
+        t = pq.read_table(folder / f"part-{b:05d}.parquet")
+        assert t.num_rows == m["bucket_rows"][b]
+        assert {shard_bucket(s, 7) for s in t.column("shard").to_pylist()} <= {b}
+        keys = pa.ipc.open_file(pa.memory_map(run.path(m["keys"][b]))).read_all()
+        assert keys.column("key").equals(t.column("key"))  # the keys file is row-aligned
+    # one glob: pyarrow and polars read the generation's folder as the whole table
+    assert pq.read_table(folder).num_rows == 501
+    import polars as pl
+
+    assert pl.read_parquet(f"{folder}/*.parquet").height == 501
+
+
+def test_each_part_is_read_once_per_compaction(tmp_path, monkeypatch):
+    reads: list[str] = []
+    real = parts_module.read_part
+
+    def counting(run, rel):
+        reads.append(rel)
+        return real(run, rel)
+
+    monkeypatch.setattr("seta_stream._compaction.read_part", counting)
+    run = RunDir(tmp_path / "r", create=True, settings={"buckets": 5})
+    record_epochs(run, epochs=2)
+    all_parts = sorted(json.loads(Path(run.path("table/manifest.json")).read_text())["folded"])
+    assert sorted(reads) == all_parts and len(set(reads)) == len(reads)
+
+
+def test_scratch_files_are_removed_after_compaction_and_after_an_error(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    run = RunDir(tmp_path / "r", create=True, settings={"buckets": 3})
+    record_epochs(run, epochs=1)
+    assert list(scratch.iterdir()) == []
+    bad = pa.table(
+        {
+            "shard": ["shard-000.tar"],
+            "key": ["x"],
+            "uid": pa.array([sample_uid("shard-000.tar", "x") ^ 1], pa.uint64()),  # not its hash
+            "loss": pa.array([1.0], pa.float32()),
+            "epoch": pa.array([1], pa.int32()),
+            "rank": pa.array([0], pa.int32()),
+            "seq": pa.array([0], pa.int64()),
+        }
+    ).replace_schema_metadata({b"seta_stream.format_version": b"1"})
+    rel = "losses/rank=0/epoch=1/part-R00000-E000001-00000000000000000000-badbad00.parquet"
+    os.makedirs(os.path.dirname(run.path(rel)), exist_ok=True)
+    pq.write_table(bad, run.path(rel))
+    before = json.loads(Path(run.path("table/manifest.json")).read_text())
+    with pytest.raises(CorruptPartError, match="part-R00000-E000001-00000000000000000000-badbad00.parquet"):
+        compact(run)
+    assert list(scratch.iterdir()) == []
+    assert json.loads(Path(run.path("table/manifest.json")).read_text()) == before
+    assert sorted(f"table/{p.name}" for p in Path(run.path("table")).glob("gen-*")) == sorted(
+        [before["previous_table"], before["table"]]
+    )  # the folder the failed compaction began is gone
+    report = compact(run, on_corrupt="skip")  # set aside, the rest folded again without it
+    assert report.quarantined == [rel] and report.parts_folded == 0
+    assert list(scratch.iterdir()) == []
+
+
+def test_bucket_setting(tmp_path):
+    assert RunDir(tmp_path / "a", create=True).buckets == 1
+    assert RunDir(tmp_path / "a").version == 1
+    sized = RunDir(tmp_path / "b", create=True, settings={"dataset_size": 20_000_000})
+    assert (sized.buckets, sized.version) == (3, 2)  # one bucket per 8,388,608 samples
+    assert json.loads((tmp_path / "b/seta-stream.json").read_text())["version"] == 2
+    with pytest.raises(RunFormatError, match=r"run setting buckets=0; expected an integer from 1 to 4096"):
+        RunDir(tmp_path / "c", create=True, settings={"buckets": 0}).buckets
+
+
+POLICIES = {
+    "seta": dict(r=0.1, k=5, alpha=0.6),
+    "infobatch": {},
+    "random": {},
+    "static": {},
+    "full": {},
+    "eswp": dict(beta2=0.9),
+    "es": dict(beta2=0.9),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_partitioned_plans_equal_the_one_bucket_plan(runs, policy):
+    plans, summaries = {}, {}
+    for buckets, run in runs.items():
+        summaries[buckets] = plan_epoch(run, 2, policy=policy, params=POLICIES[policy], epochs=10, seed=3, force=True)
+        t = load_plan(run, 2)
+        plans[buckets] = t.set_column(0, "shard", t.column("shard").cast(pa.string())).sort_by("uid")
+    for buckets in (3, 7):
+        assert_bitwise_equal(plans[buckets].drop_columns(["reason"]), plans[1].drop_columns(["reason"]))
+        assert plans[buckets].column("reason").to_pylist() == plans[1].column("reason").to_pylist()
+        assert summaries[buckets] == summaries[1]
