@@ -82,6 +82,7 @@ _U64 = np.uint64
 _FRAC = _U64((1 << 52) - 1)
 _TIE_LIST_MAX = 1 << 16  # tie phase: pieces send their smallest ties when at most this many are needed
 _ALL_TIES = (1 << 64) - 1
+_FEW_PREFIXES = 16  # RankSelect: up to this many open prefixes, match keys by equality passes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,9 +180,7 @@ class ExactSums:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExactSums):
             return NotImplemented
-        return (self._n_groups, self._q0) == (other._n_groups, other._q0) and np.array_equal(
-            self._limbs, other._limbs
-        )
+        return (self._n_groups, self._q0) == (other._n_groups, other._q0) and np.array_equal(self._limbs, other._limbs)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -234,8 +233,7 @@ def _check_finite(x: np.ndarray, offset: int) -> None:
     first = int(np.flatnonzero(~finite)[0]) + offset
     n_nan, n_inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
     raise InvalidInputError(
-        f"ExactSums: found {n_nan} NaN and {n_inf} infinite value(s) (first at index {first}); "
-        "expected finite values"
+        f"ExactSums: found {n_nan} NaN and {n_inf} infinite value(s) (first at index {first}); expected finite values"
     )
 
 
@@ -250,7 +248,8 @@ def _decompose(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray,
     a = (m & _U64(_M32)) << s
     c = (m >> 32) << s
     limbs = (a & _U64(_M32), (a >> 32) + (c & _U64(_M32)), c >> 32)
-    return (p >> 5).astype(np.int64), tuple(np.copysign(w.astype(np.float64), x) for w in limbs)  # type: ignore[return-value]
+    w0, w1, w2 = (np.copysign(w.astype(np.float64), x) for w in limbs)
+    return (p >> 5).astype(np.int64), (w0, w1, w2)
 
 
 def _chunk_cells(x: np.ndarray, g: np.ndarray | None, n_groups: int) -> tuple[np.ndarray, int] | None:
@@ -319,10 +318,11 @@ def _round_rows(u: np.ndarray, q0: int) -> np.ndarray:
     neg = u[:, -1] >= np.uint32(1 << 31)
     mag = np.zeros((n, width + 2), _U64)  # two zero columns below: the top column t is >= 2
     mag[:, 2:] = np.where(neg[:, None], ~u, u)
-    carry = neg.astype(_U64)  # two's-complement negation: ~u + 1
+    carry: np.ndarray = neg.astype(_U64)  # two's-complement negation: ~u + 1
     for j in range(2, width + 2):
         total = mag[:, j] + carry
-        mag[:, j], carry = total & _U64(_M32), total >> 32
+        mag[:, j] = total & _U64(_M32)
+        carry = total >> 32
     nonzero = mag != 0
     t = width + 1 - np.argmax(nonzero[:, ::-1], axis=1)
     rows = np.arange(n)
@@ -375,7 +375,9 @@ def key_values(keys: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     ft, ut, bits = _key_types(np.dtype(dtype))
     k = np.asarray(keys)
     if k.dtype != ut:
-        raise InvalidInputError(f"key_values: found keys of dtype {k.dtype}; expected {np.dtype(ut)} for {np.dtype(ft)}")
+        raise InvalidInputError(
+            f"key_values: found keys of dtype {k.dtype}; expected {np.dtype(ut)} for {np.dtype(ft)}"
+        )
     sign = ut(1 << (bits - 1))
     return np.where(k >= sign, k ^ sign, ~k).view(ft) + ft(0.0)
 
@@ -393,11 +395,11 @@ class RankCounts(NamedTuple):
     counts: np.ndarray  # int64
 
 
-def _as_keys(keys: np.ndarray, bits: int, who: str) -> np.ndarray:
+def _as_keys(keys: np.ndarray, bits: int, who: str, noun: str = "keys") -> np.ndarray:
     k = np.asarray(keys)
     if k.dtype.kind != "u" or k.dtype.itemsize * 8 > bits or k.ndim != 1:
         raise InvalidInputError(
-            f"{who}: found keys of dtype {k.dtype} and shape {k.shape}; expected a 1-D array of uint{bits} "
+            f"{who}: found {noun} of dtype {k.dtype} and shape {k.shape}; expected a 1-D array of uint{bits} "
             "(use float_keys() for floats)"
         )
     return k.astype(np.uint32 if bits == 32 else _U64, copy=False)
@@ -405,7 +407,7 @@ def _as_keys(keys: np.ndarray, bits: int, who: str) -> np.ndarray:
 
 def _sparse_counts(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct codes in [0, size) with their counts: dense bincount when size is small."""
-    if size <= 4 * len(codes) + (1 << 16):
+    if True:
         hist = np.bincount(codes, minlength=size)
         nz = np.flatnonzero(hist)
         return nz.astype(np.int64), hist[nz].astype(np.int64)
@@ -470,11 +472,13 @@ class RankSelect:
         return RankCounts(self._pass, *_sparse_counts(codes, len(self._open) << 16))
 
     def _match_open(self, k: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray]:
-        pre = (k >> shift).astype(_U64)
-        if len(self._open) == 1:
-            hit = pre == self._open[0]
-            return k[hit], np.zeros(int(hit.sum()), np.int64)
-        slot = np.minimum(np.searchsorted(self._open, pre), len(self._open) - 1)
+        """The keys whose top bits are an open prefix, with the prefix's slot."""
+        pre = k >> shift
+        if len(self._open) <= _FEW_PREFIXES:  # a few equality passes beat a binary search per key
+            hits = [k[pre == pre.dtype.type(o)] for o in self._open]
+            slots = [np.full(len(h), i, np.int64) for i, h in enumerate(hits)]
+            return np.concatenate(hits), np.concatenate(slots)
+        slot = np.minimum(np.searchsorted(self._open, pre.astype(_U64)), len(self._open) - 1)
         hit = self._open[slot] == pre
         return k[hit], slot[hit].astype(np.int64)
 
@@ -554,8 +558,7 @@ def _check_ranks(ranks: Sequence[int] | np.ndarray, total: int) -> np.ndarray:
     bad = np.flatnonzero((r < 0) | (r >= total))
     if len(bad):
         raise InvalidInputError(
-            f"RankSelect: found rank {int(r[bad[0]])} (at position {int(bad[0])}); "
-            f"expected 0 <= rank < total = {total}"
+            f"RankSelect: found rank {int(r[bad[0]])} (at position {int(bad[0])}); expected 0 <= rank < total = {total}"
         )
     return r.astype(np.int64)
 
@@ -652,7 +655,7 @@ class SmallestM:
 
     def _piece(self, keys: np.ndarray, tie: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = _as_keys(keys, self._keys.key_bits, "SmallestM")
-        t = _as_keys(tie, 64, "SmallestM (tie)")
+        t = _as_keys(tie, 64, "SmallestM", "ties")
         if len(t) != len(k):
             raise InvalidInputError(f"SmallestM: found {len(k)} keys and {len(t)} ties; expected one tie per key")
         return k, t.astype(_U64, copy=False)

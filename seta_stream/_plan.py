@@ -32,6 +32,8 @@ from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
 from ._plans import (
     PLAN_SCHEMA,
     PlanIdentities,
+    PlanWriter,
+    TooManyWeights,
     discard_leftovers,
     load_plan,
     load_summary,
@@ -40,10 +42,20 @@ from ._plans import (
     read_summary,
 )
 from ._runfs import RunDir
-from ._table import load_numeric, load_table, load_table_keys
-from .errors import EpochOrderError, InvalidInputError
-from .ids import ShardLocations, sample_uids, shard_location
-from .policies import REASONS, PolicyInput, PolicySpec, apply_guard, check_run_settings, policy_params, summarize
+from ._table import bucket_keys, load_numeric, load_table, load_table_keys, table_buckets
+from .errors import EpochOrderError, InvalidInputError, RunFormatError
+from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
+from .policies import (
+    REASONS,
+    PolicyInput,
+    PolicySpec,
+    apply_guard,
+    check_run_settings,
+    plan_partitioned,
+    policy_params,
+    summarize,
+)
+from .policies.steps import PlanContext
 
 __all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
 
@@ -127,7 +139,11 @@ def _population_table(population: Any, locations: dict[str, str], run: RunDir) -
 
 
 def _with_population(table: pa.Table, population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
-    pop = _population_table(population, locations, run)
+    return _merge_population(table, _population_table(population, locations, run))
+
+
+def _merge_population(table: pa.Table, pop: pa.Table) -> pa.Table:
+    """``table``'s rows and the population's samples it lacks (unseen rows), grouped by shard."""
     if pop.num_rows == 0:
         return table
     uid = sample_uids(pop.column("shard"), pop.column("key"))
@@ -207,6 +223,8 @@ def plan_epoch(
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
         check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
+        if run.buckets > 1:
+            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population)
         if population is not None:
             table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
             table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
@@ -275,8 +293,20 @@ def _publish(
     }
     publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard))
     fault("plan:after_plan_file")
-    summary = dict(result.summary)
-    summary["pruned_so_far"] = run_state.pruned_so_far(state, epoch, n, int(summary["kept"]))
+    return _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed)
+
+
+def _complete(
+    run: RunDir,
+    epoch: int,
+    summary: dict[str, Any],
+    cfg: dict[str, Any],
+    state: dict[str, Any],
+    manifest: dict[str, Any],
+    population_listed: bool,
+) -> dict[str, Any]:
+    """summary.json (which marks the plan complete), then state.json; returns the summary."""
+    summary["pruned_so_far"] = run_state.pruned_so_far(state, epoch, int(summary["n"]), int(summary["kept"]))
     summary["phase"] = summary.get("phase", "prune")
     summary["table_generation"] = int(manifest.get("generation", 0))
     summary["population_listed"] = population_listed
@@ -284,6 +314,143 @@ def _publish(
     fault("plan:after_summary")
     run.publish_json(STATE, run_state.after_plan(state, cfg, epoch, summary))
     return summary
+
+
+# ---------------------------------------------------------------------------------- buckets
+#: Bytes of bucket inputs a partitioned plan keeps between its passes (buckets past it are
+#: read again from their files at each pass).
+_INPUT_CACHE_BYTES = 1 << 30
+
+
+class _Buckets:
+    """The buckets of a partitioned plan: each bucket's policy input (its table file's rows
+    plus the population's samples the table lacks), read when asked and kept while they fit
+    in :data:`_INPUT_CACHE_BYTES`, and its identity columns for the plan files."""
+
+    def __init__(
+        self, run: RunDir, manifest: dict[str, Any], columns: list[str], population: list[pa.Table] | None
+    ) -> None:
+        self.run, self.columns, self.population = run, columns, population
+        self.count = run.buckets
+        self.files = table_buckets(manifest) or [None] * self.count
+        if len(self.files) != self.count:
+            raise RunFormatError(
+                f"{run.display(MANIFEST)}: the table has {len(self.files)} buckets, the run's settings say "
+                f"{self.count}; expected the same (buckets are fixed when the run is created)"
+            )
+        self.context: PlanContext | None = None
+        self._cache: dict[int, dict[str, np.ndarray]] = {}
+        self._cached = 0
+
+    def _table(self, b: int, columns: list[str]) -> pa.Table:
+        bucket = self.files[b]
+        if bucket is None:
+            return _empty_table(columns)
+        if "key" in columns:
+            keys = bucket_keys(self.run, bucket)
+            if keys is not None:
+                t = self.run.read_parquet(bucket.table, columns=[c for c in columns if c != "key"])
+                return t.add_column(columns.index("key"), "key", keys)
+        return self.run.read_parquet(bucket.table, columns=columns)
+
+    def _merged(self, b: int) -> pa.Table:
+        return _merge_population(self._table(b, _TABLE_COLUMNS), self.population[b])
+
+    def numeric(self, b: int) -> dict[str, np.ndarray]:
+        cols = self._cache.get(b)
+        if cols is not None:
+            return cols
+        if self.population is not None:
+            merged = self._merged(b)
+            cols = {c: _column(merged.column(c)) for c in self.columns}
+        else:
+            cols = {c: _column(self._table(b, self.columns).column(c)) for c in self.columns}
+        size = sum(a.nbytes for a in cols.values())
+        if self._cached + size <= _INPUT_CACHE_BYTES:
+            self._cache[b] = cols
+            self._cached += size
+        return cols
+
+    def input(self, b: int) -> PolicyInput:
+        ctx = self.context
+        assert ctx is not None
+        return PolicyInput.from_columns(
+            self.numeric(b), epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref
+        )
+
+    def identities(self, b: int) -> PlanIdentities:
+        t = self._merged(b) if self.population is not None else self._table(b, ["shard", "key"])
+        return PlanIdentities(t.column("shard"), t.column("key"))
+
+
+def _empty_table(columns: list[str]) -> pa.Table:
+    fields = {"shard": pa.string(), "key": pa.string(), "uid": pa.uint64(), "last_loss": pa.float32(),
+              "last_epoch": pa.int32(), "seen": pa.int32(), "ema": pa.float64()}
+    return pa.schema([(c, fields[c]) for c in columns]).empty_table()
+
+
+def _split_population(population: Any, locations: dict[str, str], run: RunDir) -> list[pa.Table]:
+    """The population's (shard, key) rows per bucket (checked against the table's locations)."""
+    pop = _population_table(population, locations, run)
+    enc = pc.dictionary_encode(pop.column("shard")).combine_chunks()
+    lut = np.array([shard_bucket(s, run.buckets) for s in enc.dictionary.to_pylist()], np.int64)
+    where = lut[enc.indices.to_numpy(zero_copy_only=False)] if len(lut) else np.zeros(0, np.int64)
+    return [pop.take(pa.array(np.flatnonzero(where == b))) for b in range(run.buckets)]
+
+
+def _plan_buckets(
+    run: RunDir,
+    epoch: int,
+    spec: PolicySpec,
+    params: Any,
+    cfg: dict[str, Any],
+    state: dict[str, Any],
+    manifest: dict[str, Any],
+    population: Any,
+) -> dict[str, Any]:
+    """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``), then
+    each bucket's rows written as they are decided (``plans.PlanWriter``)."""
+    pop = None
+    if population is not None:
+        pop = _split_population(population, manifest.get("shard_locations") or {}, run)
+    columns = sorted(set(spec.table_columns(params)) | {"uid", "last_loss", "seen"})
+    buckets = _Buckets(run, manifest, columns, pop)
+    n = sum(len(buckets.numeric(b)["uid"]) for b in range(buckets.count))
+    ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
+    buckets.context = ctx
+    coded = True
+    while True:
+        writer = PlanWriter(run, epoch, coded=coded)
+        try:
+            summary = plan_partitioned(
+                spec, params, ctx, buckets.input, buckets.count,
+                lambda b, inp, result: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
+                writer.restart,
+            )
+            writer.commit()
+            break
+        except TooManyWeights:
+            writer.discard()
+            coded = False
+        except BaseException:
+            writer.discard()
+            raise
+    fault("plan:after_plan_file")
+    return _complete(run, epoch, summary, cfg, state, manifest, population is not None)
+
+
+def _plan_columns(inp: PolicyInput, result: Any) -> dict[str, Any]:
+    n = inp.n
+    return {
+        "uid": inp.uid,
+        "loss": inp.last_loss,
+        "cluster": result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16),
+        "keep": result.keep,
+        "weight": result.weight,
+        "reason": result.reason,
+        "reason_names": list(REASONS),
+        "score": result.score,
+    }
 
 
 def _column(col: Any) -> np.ndarray:

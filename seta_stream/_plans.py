@@ -36,18 +36,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
 from ._runfs import RunDir
 from .errors import PlanMissingError, RunFormatError
 
 __all__ = [
+    "PlanWriter",
+    "TooManyWeights",
     "PLAN_SCHEMA",
     "PLAN_PART_ROWS",
     "PlanIdentities",
@@ -177,6 +181,158 @@ def publish_plan(
         )
 
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files)
+
+
+def _plan_table(ids: PlanIdentities, columns: dict[str, Any]) -> pa.Table:
+    """plan.parquet's rows from the identities and the policy's columns (``reason`` as int8
+    codes into ``reason_names``; ``score`` optional)."""
+    reason = pa.DictionaryArray.from_arrays(
+        pa.array(columns["reason"], type=pa.int8()), pa.array(columns["reason_names"], pa.string())
+    )
+    arrays = [
+        ids.shard,
+        ids.key,
+        pa.array(columns["uid"], type=pa.uint64()),
+        pa.array(columns["loss"], type=pa.float32()),
+        pa.array(columns["cluster"], type=pa.int16()),
+        pa.array(columns["keep"], type=pa.bool_()),
+        pa.array(columns["weight"], type=pa.float32()),
+        reason,
+    ]
+    schema = PLAN_SCHEMA
+    if columns.get("score") is not None:
+        arrays.append(pa.array(columns["score"], type=pa.float64()))
+        schema = schema.append(pa.field("score", pa.float64(), nullable=False))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class TooManyWeights(Exception):
+    """More than 256 distinct weights: stage.arrow needs a float32 ``weight`` column."""
+
+
+class PlanWriter:
+    """Writes the plan of a partitioned run bucket by bucket (one bucket's rows in memory at a
+    time): plan.parquet parts ``part-BBBBB-NNN.parquet`` (bucket, then row order: name order is
+    row order), stage.arrow's record batches (one per shard) streamed to a local temporary
+    file, shards.arrow's rows collected (a few dozen bytes a shard). :meth:`commit` publishes
+    plan.parquet, stage.arrow and shards.arrow, in that order (the summary, written after them,
+    completes the plan). :meth:`restart` drops what was written, for a second pass."""
+
+    def __init__(self, run: RunDir, epoch: int, *, coded: bool = True) -> None:
+        self.run, self.epoch = run, epoch
+        self._coded = coded  # False: a float32 weight column (a plan with > 256 distinct weights)
+        self._open()
+
+    def _open(self) -> None:
+        self.parts = self.run.prepare_local(plan_file(self.epoch, "plan.parquet"), folder=True)
+        self.stage = self.run.prepare_local(plan_file(self.epoch, "stage.arrow"))
+        self._sink = pa.OSFile(self.stage.local, "wb")
+        self._writer: Any = None
+        self._schema: pa.Schema | None = None
+        self._position = 0
+        self.rows = 0
+        self._weights: list[float] = []
+        self._code_of: dict[float, int] = {}
+        self._shards: list[pa.Table] = []
+        self._plan_schema: pa.Schema | None = None
+
+    def restart(self) -> None:
+        """Drop everything written so far (the caller emits every bucket again)."""
+        self.discard()
+        self._open()
+
+    def discard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._sink.close()
+        self.parts.discard()
+        self.stage.discard()
+
+    def add(self, bucket: int, ids: PlanIdentities, columns: dict[str, Any]) -> None:
+        """The rows of bucket ``bucket`` (buckets in order; ``columns`` as publish_plan's)."""
+        plan = _plan_table(ids, columns)
+        self._plan_schema = plan.schema
+        for i, lo in enumerate(range(0, plan.num_rows, PLAN_PART_ROWS)):
+            chunk = plan.slice(lo, PLAN_PART_ROWS)
+            pq.write_table(chunk, f"{self.parts.local}/part-{bucket:05d}-{i:04d}.parquet", **_WRITE_OPTIONS)
+        stage = self._stage_columns(plan)
+        table = pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
+        ranges = self._write_stage(ids, table)
+        keep = np.asarray(columns["keep"])
+        shards = shard_ranges(ids, keep, ranges)
+        shards = shards.set_column(1, "start", pc.add(shards.column("start"), self.rows))
+        shards = shards.set_column(2, "stop", pc.add(shards.column("stop"), self.rows))
+        self._shards.append(shards)
+        self.rows += plan.num_rows
+
+    def _stage_columns(self, plan: pa.Table) -> dict[str, Any]:
+        weight = plan.column("weight").combine_chunks()
+        stage: dict[str, Any] = {"uid": plan.column("uid"), "keep": plan.column("keep")}
+        if self._coded:
+            values = np.asarray(weight.to_numpy(zero_copy_only=False), np.float32)
+            for w in np.unique(values).tolist():
+                if w not in self._code_of:
+                    self._code_of[w] = len(self._weights)
+                    self._weights.append(w)
+            if len(self._weights) > 256:
+                raise TooManyWeights
+            lut = np.array(list(self._code_of.values()), np.uint8)
+            keys = np.array(list(self._code_of.keys()), np.float32)
+            order = np.argsort(keys)
+            codes = lut[order][np.searchsorted(keys[order], values)]
+            stage["weight_code"] = pa.array(codes, pa.uint8())
+        else:
+            stage["weight"] = weight
+        if "score" in plan.column_names:
+            stage["score"] = plan.column("score")
+        return stage
+
+    def _write_stage(self, ids: PlanIdentities, table: pa.Table) -> np.ndarray:
+        if self._writer is None:
+            self._schema = table.schema
+            self._writer = pa.ipc.new_file(self._sink, table.schema)
+            self._position = _IPC_MAGIC + table.schema.serialize().size
+        batch = table.combine_chunks().to_batches()
+        whole = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema)
+        ranges = np.zeros((len(ids.starts), 2), np.int64)
+        for i, (a, b) in enumerate(zip(ids.starts, ids.stops)):
+            self._writer.write_batch(whole.slice(int(a), int(b - a)))
+            end = self._sink.tell()
+            ranges[i] = self._position, end - self._position
+            self._position = end
+        return ranges
+
+    def commit(self) -> None:
+        """Publish plan.parquet, stage.arrow and shards.arrow (an empty plan gets one empty
+        part and one empty stage batch, as :func:`publish_plan` writes them)."""
+        if self.rows == 0 and not os.listdir(self.parts.local):
+            schema = self._plan_schema or PLAN_SCHEMA
+            pq.write_table(schema.empty_table(), f"{self.parts.local}/part-00000-0000.parquet", **_WRITE_OPTIONS)
+        if self._writer is None:
+            schema = _stage_schema(["uid", "keep", "weight_code"])
+            self._writer = pa.ipc.new_file(self._sink, schema)
+            self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
+            self._schema = schema
+        self._writer.close()
+        self._sink.close()
+        columns = list(self._schema.names) if self._schema is not None else []
+        shards = pa.concat_tables(self._shards).sort_by("shard") if self._shards else _empty_shards()
+        self.parts.commit()
+        self.stage.commit()
+        self.run.publish_arrow(
+            plan_file(self.epoch, "shards.arrow"),
+            shards_table(shards, columns, self._weights if self._coded else None),
+            compression="zstd",
+        )
+
+
+def _empty_shards() -> pa.Table:
+    return pa.table(
+        {
+            "shard": pa.array([], pa.string()),
+            **{c: pa.array([], pa.int64()) for c in ("start", "stop", "n", "kept", "offset", "length")},
+        }
+    )
 
 
 def weight_codes(weight: pa.Array) -> tuple[list[float] | None, dict[str, pa.Array]]:

@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -377,6 +378,20 @@ class RunDir:
             writer.write_table(table)
         return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
 
+    def prepare_local(self, rel: str, *, folder: bool = False) -> PendingFile:
+        """A local temporary file (or, with ``folder``, an empty folder) at ``.local`` to write
+        ``rel``'s content into, for content written piece by piece that need not fit in
+        memory. ``commit()`` publishes it at ``rel``: an atomic rename locally (a folder
+        replaces the old one), an upload (a folder file by file, in name order, after removing
+        the old one) to other storage; ``discard()`` drops it."""
+        if self.is_local:
+            tmp = _temp_beside(self.path(rel))
+        else:
+            tmp = os.path.join(tempfile.mkdtemp(prefix="seta-stream-"), rel.rsplit("/", 1)[-1])
+        if folder:
+            os.mkdir(tmp)
+        return PendingFile(self, rel, tmp=tmp)
+
     def move(self, src_rel: str, dst_rel: str) -> None:
         """Move a file inside the run (used to set corrupt parts aside)."""
         dst = self.path(dst_rel)
@@ -522,9 +537,26 @@ class PendingFile:
     ) -> None:
         self.run, self.rel, self._tmp, self._data, self._parts = run, rel, tmp, data, parts
 
+    @property
+    def local(self) -> str:
+        """The local temporary file or folder (of :meth:`RunDir.prepare_local`)."""
+        assert self._tmp is not None
+        return self._tmp
+
     def commit(self) -> None:
         """Make it visible at its path (an atomic rename locally, PUTs remotely)."""
-        if self._tmp is not None:
+        if self._tmp is not None and not self.run.is_local:
+            tmp, self._tmp = self._tmp, None
+            try:
+                self.run.remove(self.rel)
+                if os.path.isdir(tmp):
+                    for name in sorted(os.listdir(tmp)):
+                        self.run.fs.put_file(f"{tmp}/{name}", self.run.path(f"{self.rel}/{name}"))
+                else:
+                    self.run.fs.put_file(tmp, self.run.path(self.rel))
+            finally:
+                shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
+        elif self._tmp is not None:
             tmp, self._tmp = self._tmp, None
             try:
                 if os.path.isdir(tmp):
@@ -548,7 +580,9 @@ class PendingFile:
 
     def discard(self) -> None:
         """Drop it without publishing it."""
-        if self._tmp is not None:
+        if self._tmp is not None and not self.run.is_local:
+            shutil.rmtree(os.path.dirname(self._tmp), ignore_errors=True)
+        elif self._tmp is not None:
             if os.path.isdir(self._tmp):
                 shutil.rmtree(self._tmp, ignore_errors=True)
             else:

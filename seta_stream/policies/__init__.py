@@ -10,6 +10,7 @@ named in the registration loop below. Nothing outside this package names a polic
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,7 @@ from .random import StaticParams as StaticParams
 from .random import random_policy as random_policy
 from .random import static_policy as static_policy
 from .random_draws import STREAM_GUARD, smallest_mask, uniforms
+from .steps import Cut, PlanContext, run_steps, smallest, uniform_keys
 from .seta import SetaParams as SetaParams
 from .seta import seta as seta
 
@@ -71,6 +73,10 @@ __all__ = [
     "run_policy",
     "run_settings_for",
     "summarize",
+    "summary_counts",
+    "summary_of",
+    "SummaryCounts",
+    "plan_partitioned",
 ]
 
 POLICIES: dict[str, PolicySpec] = {}
@@ -177,11 +183,34 @@ def apply_guard(result: PolicyResult, inp: PolicyInput) -> bool:
     return guard
 
 
-def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, guard: bool) -> None:
-    """The part of :func:`finalize` that only reads the rows: the common summary fields, merged
-    with the policy's own. Reads ``result`` and ``inp`` without changing them, so it can run
-    while the plan is being written."""
-    n = inp.n
+@dataclass
+class SummaryCounts:
+    """The counts behind a plan's common summary fields, for some rows (one bucket or all):
+    merged by adding, so a partitioned plan's summary equals the whole table's."""
+
+    n: int
+    kept: int
+    n_seen: int
+    n_seen_finite: int
+    weights: dict[float, int]  # float32 weight -> kept rows with it
+    reasons: np.ndarray  # int64[2 * len(REASONS)]: rows per reason code, dropped (even) and kept (odd)
+
+    def __add__(self, other: SummaryCounts) -> SummaryCounts:
+        weights = dict(self.weights)
+        for w, c in other.weights.items():
+            weights[w] = weights.get(w, 0) + c
+        return SummaryCounts(
+            self.n + other.n,
+            self.kept + other.kept,
+            self.n_seen + other.n_seen,
+            self.n_seen_finite + other.n_seen_finite,
+            weights,
+            self.reasons + other.reasons,
+        )
+
+
+def summary_counts(result: PolicyResult, inp: PolicyInput) -> SummaryCounts:
+    """The :class:`SummaryCounts` of ``inp``'s rows (reads ``result`` and ``inp`` only)."""
     kept = int(np.count_nonzero(result.keep))
     seen = inp.seen > 0
     n_seen = int(np.count_nonzero(seen))
@@ -189,9 +218,19 @@ def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, gu
     n_seen_finite = int(np.count_nonzero(seen))
     del seen
     values, counts = _weight_histogram(result.weight, result.keep, kept)
-    both = _reason_counts(result.reason, result.keep)
-    kept_reasons = both[1::2]
-    reasons = both[0::2] + kept_reasons
+    weights = {float(v): int(c) for v, c in zip(values, counts)}
+    return SummaryCounts(inp.n, kept, n_seen, n_seen_finite, weights, _reason_counts(result.reason, result.keep))
+
+
+def summary_of(
+    counts: SummaryCounts, policy_summary: dict[str, Any], inp: PolicyInput, name: str, params: Any, guard: bool,
+    absent_rule: AbsentRule,
+) -> dict[str, Any]:
+    """The plan summary from the counts of all rows and the policy's own fields (``inp`` gives
+    the epoch, epochs and seed)."""
+    n, kept = counts.n, counts.kept
+    kept_reasons = counts.reasons[1::2]
+    reasons = counts.reasons[0::2] + kept_reasons
     summary = {
         "policy": name,
         "params": (
@@ -205,15 +244,23 @@ def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, gu
         "n": n,
         "kept": kept,
         "pruned_fraction": (1.0 - kept / n) if n else 0.0,
-        "unseen": n - n_seen_finite,
-        "nonfinite": n_seen - n_seen_finite,
-        "weight_histogram": {repr(float(v)): int(c) for v, c in zip(values, counts)},
+        "unseen": n - counts.n_seen_finite,
+        "nonfinite": counts.n_seen - counts.n_seen_finite,
+        "weight_histogram": {repr(v): c for v, c in sorted(counts.weights.items())},
         "empty_plan_guard": guard,
-        "absent_rule": result.absent_rule.to_json(),
+        "absent_rule": absent_rule.to_json(),
         "rows_by_reason": {REASONS[i]: int(c) for i, c in enumerate(reasons) if c},
         "kept_by_reason": {REASONS[i]: int(c) for i, c in enumerate(kept_reasons) if c},
     }
-    result.summary = _jsonable({**summary, **result.summary})
+    return _jsonable({**summary, **policy_summary})
+
+
+def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, guard: bool) -> None:
+    """The part of :func:`finalize` that only reads the rows: the common summary fields, merged
+    with the policy's own. Reads ``result`` and ``inp`` without changing them, so it can run
+    while the plan is being written."""
+    counts = summary_counts(result, inp)
+    result.summary = summary_of(counts, result.summary, inp, name, params, guard, result.absent_rule)
 
 
 def policy_params(name: str, **params: Any) -> tuple[PolicySpec, Any]:
@@ -267,3 +314,63 @@ def run_settings_for(
         return settings
     p = spec.make_params(**(params or {}))
     return {**(settings or {}), **{s.name: getattr(p, s.param) for s in missing}}
+
+
+def _guard_key(ctx: PlanContext) -> Any:
+    def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
+        return uniform_keys(inp.uid, ctx.seed, ctx.epoch, STREAM_GUARD), np.asarray(inp.uid, np.uint64), None, None
+
+    return key_of
+
+
+def _bucket_rows(decide: Any, inp: PolicyInput, guard: Cut | None, key_of: Any) -> PolicyResult:
+    """One bucket's rows: the policy's decisions, the guard's row if it is here, weight 0 where
+    not kept (as :func:`apply_guard` does for a whole table)."""
+    result = decide.rows(inp)
+    if guard is not None:
+        at = np.flatnonzero(guard.mask(*key_of(inp)))
+        result.keep[at] = True
+        result.weight[at] = 1.0
+        result.reason[at] = reason_code("empty_plan_guard")
+    weight = np.asarray(result.weight, dtype=np.float32)
+    result.weight = np.where(result.keep, weight, np.float32(0.0))
+    return result
+
+
+def plan_partitioned(
+    spec: PolicySpec,
+    params: Any,
+    ctx: PlanContext,
+    inputs: Any,
+    buckets: int,
+    emit: Any,
+    restart: Any,
+) -> dict[str, Any]:
+    """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput`) with the
+    policy's steps; ``emit(b, inp, result)`` receives each bucket's rows in bucket order. If no
+    row is kept anywhere, the empty-plan guard keeps the row of smallest guard uniform (ties
+    by uid) exactly as :func:`finalize` would: ``restart()`` is called and every bucket is
+    emitted again. Returns the summary, equal to :func:`finalize`'s on the whole table."""
+    if spec.steps is None:
+        raise InvalidInputError(
+            f"policy {spec.name!r} has no partitioned form (PolicySpec.steps), so it cannot plan a run "
+            "with several buckets; use a run with buckets=1"
+        )
+    decide = run_steps(spec.steps(ctx, params), inputs, buckets)
+    key_of = _guard_key(ctx)
+    guard: Cut | None = None
+    while True:
+        counts: SummaryCounts | None = None
+        for b in range(buckets):
+            inp = inputs(b)
+            result = _bucket_rows(decide, inp, guard, key_of)
+            piece = summary_counts(result, inp)
+            counts = piece if counts is None else counts + piece
+            emit(b, inp, result)
+        assert counts is not None
+        if guard is not None or counts.n == 0 or counts.kept > 0:
+            break
+        guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets)
+        restart()
+    first = inputs(0)
+    return summary_of(counts, decide.summary, first, spec.name, params, guard is not None, decide.absent_rule)

@@ -208,6 +208,8 @@ class PolicySpec:
     (default: all of them; a column not declared reaches the policy as a constant, see
     :meth:`PolicyInput.from_columns`). ``settings``: the run settings its parameters must
     agree with; the planner refuses a mismatch and ``Pruner`` creates a new run with them.
+    ``steps``: the same policy over a partitioned table (:mod:`seta_stream.policies.steps`),
+    bit for bit the plan of ``fn``; a policy without it plans one-bucket runs only.
     """
 
     name: str
@@ -216,6 +218,9 @@ class PolicySpec:
     description: str
     columns: Callable[[Any], Iterable[str]] = _every_column
     settings: tuple[RunSetting, ...] = ()
+    #: The policy as map/reduce rounds over buckets (``policies.steps``): ``steps(ctx, params)``
+    #: is a generator of Steps returning a Decide; plans of a partitioned run need it.
+    steps: Callable[[Any, Any], Any] | None = None
 
     def make_params(self, **kwargs: Any) -> Any:
         return self.params_type(**kwargs)

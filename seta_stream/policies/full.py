@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
+from .steps import Decide, PlanContext, Steps
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,15 @@ def full(inp: PolicyInput, params: FullParams) -> PolicyResult:
     )
 
 
+def full_steps(ctx: PlanContext, params: FullParams) -> Steps:
+    """No global statistic: every bucket keeps all its rows."""
+    return Decide(lambda inp: full(inp, params), {"phase": "prune"})
+    yield  # a generator with no step
+
+
 def columns(params: FullParams) -> frozenset[str]:
     """No column: the number of rows is all ``full`` needs."""
     return frozenset()
 
 
-SPECS = (PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)", columns),)
+SPECS = (PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)", columns, steps=full_steps),)

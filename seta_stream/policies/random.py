@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
+from .steps import Decide, PlanContext, Steps, smallest, uniform_keys
 
 
 @dataclass(frozen=True)
@@ -50,27 +51,30 @@ class StaticParams:
             raise InvalidInputError(f"static: r={self.r} is outside the valid range 0 <= r < 1")
 
 
-def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
-    n, f = inp.n, 1.0 - params.r
+def _draw(params: RandomParams, epoch: int, epochs: int) -> tuple[int, int, str] | None:
+    """(stream, epoch of the uniforms, phase) of the draw, or None in an annealing epoch."""
     if params.mode == "static":
-        stream, epoch, phase = STREAM_STATIC, 0, "prune"
-    else:
-        stream, epoch = STREAM_RANDOM, inp.epoch
-        anneal_from = (
-            prune_epochs(params.delta or 0.0, inp.epochs, params.prune_epochs)
-            if params.delta is not None or params.prune_epochs is not None
-            else inp.epochs
-        )
-        if inp.epoch >= anneal_from:
-            return PolicyResult(
-                keep=np.ones(n, dtype=bool),
-                weight=np.ones(n, dtype=np.float32),
-                reason=np.full(n, reason_code("anneal"), dtype=np.int8),
-                summary={"phase": "anneal"},
-            )
-        phase = "prune"
-    u = uniforms(inp.uid, inp.seed, epoch, stream)
-    keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u, inp.uid)
+        return STREAM_STATIC, 0, "prune"
+    anneal_from = (
+        prune_epochs(params.delta or 0.0, epochs, params.prune_epochs)
+        if params.delta is not None or params.prune_epochs is not None
+        else epochs
+    )
+    if epoch >= anneal_from:
+        return None
+    return STREAM_RANDOM, epoch, "prune"
+
+
+def _anneal(n: int) -> PolicyResult:
+    return PolicyResult(
+        keep=np.ones(n, dtype=bool),
+        weight=np.ones(n, dtype=np.float32),
+        reason=np.full(n, reason_code("anneal"), dtype=np.int8),
+        summary={"phase": "anneal"},
+    )
+
+
+def _rows(keep: np.ndarray, f: float, stream: int, epoch: int, phase: str) -> PolicyResult:
     reason = np.where(keep, reason_code("kept"), reason_code("dropped")).astype(np.int8)
     return PolicyResult(
         keep=keep,
@@ -79,6 +83,40 @@ def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
         summary={"phase": phase, "keep_fraction": f},
         absent_rule=AbsentRule("bernoulli", f, stream, epoch),
     )
+
+
+def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
+    n, f = inp.n, 1.0 - params.r
+    draw = _draw(params, inp.epoch, inp.epochs)
+    if draw is None:
+        return _anneal(n)
+    stream, epoch, phase = draw
+    u = uniforms(inp.uid, inp.seed, epoch, stream)
+    keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u, inp.uid)
+    return _rows(keep, f, stream, epoch, phase)
+
+
+def random_steps(ctx: PlanContext, params: RandomParams) -> Steps:
+    """:func:`random_policy` over buckets: the m = floor(f N) smallest uniforms of all rows."""
+    f = 1.0 - params.r
+    draw = _draw(params, ctx.epoch, ctx.epochs)
+    if draw is None:
+        return Decide(lambda inp: _anneal(inp.n), {"phase": "anneal"})
+    stream, epoch, phase = draw
+
+    def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
+        return uniform_keys(inp.uid, ctx.seed, epoch, stream), np.asarray(inp.uid, np.uint64), None, None
+
+    cut = yield from smallest(key_of, keep_count(f, ctx.n), ctx.n)
+    return Decide(
+        lambda inp: _rows(cut.mask(*key_of(inp)), f, stream, epoch, phase),
+        {"phase": phase, "keep_fraction": f},
+        AbsentRule("bernoulli", f, stream, epoch),
+    )
+
+
+def static_steps(ctx: PlanContext, params: StaticParams) -> Steps:
+    return (yield from random_steps(ctx, RandomParams(r=params.r, mode="static")))
 
 
 def static_policy(inp: PolicyInput, params: StaticParams) -> PolicyResult:
@@ -97,6 +135,7 @@ SPECS = (
         random_policy,
         "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)",
         columns,
+        steps=random_steps,
     ),
     PolicySpec(
         "static",
@@ -104,5 +143,6 @@ SPECS = (
         static_policy,
         "static random: one uniform (1-r) subset for the whole run (baseline)",
         columns,
+        steps=static_steps,
     ),
 )

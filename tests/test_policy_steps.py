@@ -1,0 +1,106 @@
+"""Every policy's steps form (map/reduce over buckets) gives bit for bit the plan of its
+whole-table function: rows (keep, weight, reason, cluster, score) and summary, for any number
+of buckets and any split of the rows into buckets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seta_stream.policies import POLICIES, PolicyInput, finalize, plan_partitioned, policy_params
+from seta_stream.policies.steps import PlanContext
+
+CASES = [
+    ("full", {}),
+    ("random", {"r": 0.3}),
+    ("random", {"r": 0.5, "delta": 0.5}),
+    ("static", {"r": 0.7}),
+]
+
+
+def table(n: int, seed: int, ties: bool, unseen: float, nan: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    uid = rng.choice(np.iinfo(np.int64).max, size=n, replace=False).astype(np.uint64) * np.uint64(3)
+    loss = rng.lognormal(size=n).astype(np.float32)
+    if ties:  # few distinct values: ties everywhere
+        loss = np.round(loss * 2).astype(np.float32) / np.float32(2)
+    seen = rng.integers(1, 4, size=n).astype(np.int32)
+    seen[rng.random(n) < unseen] = 0
+    loss[seen == 0] = np.nan
+    loss[(rng.random(n) < nan) & (seen > 0)] = np.nan  # recorded, non-finite
+    ema = np.where(np.isfinite(loss), loss.astype(np.float64) * 0.9 + 0.01, np.nan)
+    ema[(seen > 0) & ~np.isfinite(loss)] = 0.5
+    return {"uid": uid, "last_loss": loss, "ema": ema, "seen": seen, "last_epoch": np.zeros(n, np.int32)}
+
+
+def split_plan(name, params, cols, epoch, epochs, seed, buckets, rng):
+    spec, p = policy_params(name, **params)
+    n = len(cols["uid"])
+    where = rng.integers(0, buckets, size=n)
+    order = rng.permutation(n)  # rows in any order inside a bucket
+    parts = [order[where[order] == b] for b in range(buckets)]
+    ctx = PlanContext(epoch=epoch, epochs=epochs, seed=seed, n=n, n_ref=n)
+
+    def inputs(b):
+        return PolicyInput.from_columns(
+            {c: cols[c][parts[b]] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=n
+        )
+
+    rows = {}
+
+    def emit(b, inp, result):
+        rows[b] = (parts[b], result)
+
+    summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear)
+    return rows, summary
+
+
+def whole_plan(name, params, cols, epoch, epochs, seed):
+    spec, p = policy_params(name, **params)
+    inp = PolicyInput.from_columns(
+        {c: cols[c] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=len(cols["uid"])
+    )
+    return finalize(spec.fn(inp, p), inp, name, p)
+
+
+def assert_same(whole, rows, summary, n):
+    assert summary == whole.summary
+    got = {f: None for f in ("keep", "weight", "reason", "cluster", "score")}
+    for f in got:
+        ref = getattr(whole, f)
+        if ref is None:
+            assert all(getattr(r, f) is None for _, r in rows.values()), f
+            continue
+        out = np.empty(n, dtype=np.asarray(ref).dtype)
+        for idx, r in rows.values():
+            out[idx] = getattr(r, f) if getattr(r, f) is not None else -1
+        a, b = np.asarray(ref), out
+        if a.dtype.kind == "f":
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f
+        else:
+            assert np.array_equal(a, b), f
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(CASES),
+    n=st.integers(0, 300),
+    seed=st.integers(0, 2**16),
+    buckets=st.integers(1, 7),
+    epoch=st.integers(0, 9),
+    ties=st.booleans(),
+    unseen=st.sampled_from([0.0, 0.2, 1.0]),
+    nan=st.sampled_from([0.0, 0.1]),
+)
+def test_steps_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, unseen, nan):
+    name, params = case
+    cols = table(n, seed, ties, unseen, nan)
+    whole = whole_plan(name, params, cols, epoch, 10, seed)
+    rows, summary = split_plan(name, params, cols, epoch, 10, seed, buckets, np.random.default_rng(seed + 1))
+    assert_same(whole, rows, summary, n)
+
+
+def test_every_policy_has_a_steps_form():
+    assert sorted(name for name, spec in POLICIES.items() if spec.steps is None) == []
