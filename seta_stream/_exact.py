@@ -407,7 +407,7 @@ def _as_keys(keys: np.ndarray, bits: int, who: str, noun: str = "keys") -> np.nd
 
 def _sparse_counts(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct codes in [0, size) with their counts: dense bincount when size is small."""
-    if True:
+    if size <= 4 * len(codes) + (1 << 16):
         hist = np.bincount(codes, minlength=size)
         nz = np.flatnonzero(hist)
         return nz.astype(np.int64), hist[nz].astype(np.int64)

@@ -192,6 +192,17 @@ def test_many_values_per_cell_across_chunk_boundaries_stay_exact():
         assert same_bits([got[i]], [math.fsum(v[g == i])])
 
 
+def test_chunks_spanning_different_exponent_ranges():
+    rng = np.random.default_rng(6)
+    n = 5 * _exact._CHUNK + 3
+    v = 10.0 ** np.linspace(-310, 300, n) * rng.choice([-1.0, 1.0], n)  # each chunk its own binades
+    g = (np.arange(n) % 2).astype(np.int64)
+    for order in (np.arange(n), np.arange(n)[::-1], rng.permutation(n)):
+        s = ExactSums.of(v[order], g[order], 2)
+        assert same_bits(s.to_float(), [math.fsum(v[g == i]) for i in range(2)])
+        assert s == ExactSums.of(v, g, 2)
+
+
 def test_65536_groups_match_fsum_and_the_state_stays_small():
     rng = np.random.default_rng(1)
     n, n_groups = 1_000_000, 65_536

@@ -17,6 +17,12 @@ CASES = [
     ("random", {"r": 0.3}),
     ("random", {"r": 0.5, "delta": 0.5}),
     ("static", {"r": 0.7}),
+    ("infobatch", {}),
+    ("infobatch", {"r": 0.3, "score": "ema", "rescale": "exact"}),
+    ("infobatch", {"unseen_score": 2.0, "delta": 0.5}),
+    ("es", {"beta2": 0.9}),
+    ("eswp", {"beta2": 0.9}),
+    ("eswp", {"beta2": 0.9, "r": 0.6, "anneal_ratio": 0.0}),
 ]
 
 

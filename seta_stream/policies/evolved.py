@@ -38,6 +38,7 @@ from .random_draws import (
     uniforms,
     weighted_subset,
 )
+from .steps import Decide, PlanContext, Steps, float_order_keys, order_statistics, smallest, total, uniform_keys
 
 __all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs", "SPECS"]
 
@@ -103,46 +104,125 @@ def _phase(e: int, E: int, Ea: int) -> str:
 _QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
+def _quantile_ranks(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pos, lo, hi) of the linear-interpolation quantiles of n sorted values."""
+    pos = np.array(_QUANTILES) * (n - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    return pos, lo, hi
+
+
+def _interpolate(at_lo: np.ndarray, at_hi: np.ndarray, pos: np.ndarray, lo: np.ndarray) -> dict[str, float]:
+    q = at_lo + (at_hi - at_lo) * (pos - lo)
+    return {f"{t:g}": float(v) for t, v in zip(_QUANTILES, q)}
+
+
 def _quantiles(x: np.ndarray) -> dict[str, float]:
     """Linear-interpolation quantiles of x (as ``np.quantile``) from one sort (faster than a
     multi-point partition at 15M)."""
     s = np.sort(x)
-    pos = np.array(_QUANTILES) * (len(s) - 1)
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, len(s) - 1)
-    q = s[lo] + (s[hi] - s[lo]) * (pos - lo)
-    return {f"{t:g}": float(v) for t, v in zip(_QUANTILES, q)}
+    pos, lo, hi = _quantile_ranks(len(s))
+    return _interpolate(s[lo], s[hi], pos, lo)
 
 
-def _scores(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray]:
+def _scores(inp: PolicyInput, n_ref: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(seen, score): s_i = ema for samples recorded with a finite loss, else 1/n (n = the
+    run's ``n_ref``, else the number of samples)."""
     seen = (inp.seen > 0) & np.isfinite(inp.ema)
-    n_ref = inp.n_ref or inp.n or 1
+    n_ref = n_ref or inp.n_ref or inp.n or 1
     return seen, np.where(seen, inp.ema, 1.0 / n_ref).astype(np.float64, copy=False)
 
 
-def _run(inp: PolicyInput, p: Any, set_level: bool) -> PolicyResult:
-    n, e, E = inp.n, inp.epoch, inp.epochs
-    Ea = anneal_epochs(p.anneal_ratio, E)
-    phase = _phase(e, E, Ea)
-    seen, score = _scores(inp)
-    keep = np.ones(n, dtype=bool)
-    reason = np.full(n, reason_code("all"), dtype=np.int8)
-    summary: dict[str, Any] = {"phase": phase, "E_a": Ea, "active": Ea <= e < E - Ea}
-    if E - 2 * Ea <= 0:
-        summary["warning"] = "no active epoch (E - 2 E_a <= 0): the policy is 'full'"
-    n_seen = int(np.count_nonzero(seen))
-    if n_seen:
-        summary["score_quantiles"] = _quantiles(score[seen] if n_seen < n else score)
-    if set_level and phase == "prune":
-        m = keep_count(1.0 - p.r, n_seen)
-        u = uniforms(inp.uid, inp.seed, e, STREAM_ESWP)
-        weights = score if n == 0 or float(score.min()) >= 0 else np.maximum(score, 0.0)
-        drawn = weighted_subset(seen, weights, m, u, inp.uid)  # successive sampling prop. to s_i
+def _draw_keys(inp: PolicyInput, score: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(u, Efraimidis-Spirakis keys -ln(1 - u) / w with w = max(s, 0); +inf for w = 0)."""
+    u = uniforms(inp.uid, inp.seed, epoch, STREAM_ESWP)
+    w = np.maximum(score, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = np.negative(np.log1p(-u))
+        keys /= w
+    keys[~(w > 0)] = np.inf
+    return u, keys
+
+
+def _rows(inp: PolicyInput, seen: np.ndarray, score: np.ndarray, drawn: np.ndarray | None) -> PolicyResult:
+    n = inp.n
+    if drawn is None:
+        keep = np.ones(n, dtype=bool)
+        reason = np.full(n, reason_code("all"), dtype=np.int8)
+    else:
         keep = drawn | ~seen
         reason = np.where(drawn, reason_code("drawn"), reason_code("not_drawn")).astype(np.int8)
         reason[~seen] = reason_code("unseen")
+    return PolicyResult(keep, keep.astype(np.float32), reason, {}, score=score)
+
+
+def _head(p: Any, e: int, E: int) -> tuple[str, dict[str, Any]]:
+    Ea = anneal_epochs(p.anneal_ratio, E)
+    phase = _phase(e, E, Ea)
+    summary: dict[str, Any] = {"phase": phase, "E_a": Ea, "active": Ea <= e < E - Ea}
+    if E - 2 * Ea <= 0:
+        summary["warning"] = "no active epoch (E - 2 E_a <= 0): the policy is 'full'"
+    return phase, summary
+
+
+def _run(inp: PolicyInput, p: Any, set_level: bool) -> PolicyResult:
+    phase, summary = _head(p, inp.epoch, inp.epochs)
+    seen, score = _scores(inp)
+    n_seen = int(np.count_nonzero(seen))
+    if n_seen:
+        summary["score_quantiles"] = _quantiles(score[seen])
+    drawn = None
+    if set_level and phase == "prune":
+        m = keep_count(1.0 - p.r, n_seen)
+        u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_ESWP)
+        drawn = weighted_subset(seen, np.maximum(score, 0.0), m, u, inp.uid)  # successive sampling prop. to s_i
         summary.update(n_seen=n_seen, m=m)
-    return PolicyResult(keep, keep.astype(np.float32), reason, summary, score=score)
+    result = _rows(inp, seen, score, drawn)
+    result.summary = summary
+    return result
+
+
+def _steps(ctx: PlanContext, p: Any, set_level: bool) -> Steps:
+    """:func:`_run` over buckets: the seen count, the quantiles' order statistics, the m
+    smallest draw keys (ties by u, then uid)."""
+    phase, summary = _head(p, ctx.epoch, ctx.epochs)
+
+    def scores(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray]:
+        return _scores(inp, ctx.n_ref)
+
+    n_seen = yield total(lambda inp: int(np.count_nonzero(scores(inp)[0])))
+    if n_seen:
+        pos, lo, hi = _quantile_ranks(n_seen)
+        values = yield from order_statistics(
+            lambda inp: scores(inp)[1][scores(inp)[0]], np.concatenate([lo, hi]), n_seen, np.float64
+        )
+        summary["score_quantiles"] = _interpolate(values[: len(lo)], values[len(lo) :], pos, lo)
+    if not (set_level and phase == "prune"):
+        return Decide(lambda inp: _rows(inp, *scores(inp), None), summary)
+    m = keep_count(1.0 - p.r, n_seen)
+    summary.update(n_seen=n_seen, m=m)
+
+    def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        seen, score = scores(inp)
+        _, keys = _draw_keys(inp, score, ctx.epoch)
+        uid = np.asarray(inp.uid, np.uint64)
+        return float_order_keys(keys), uniform_keys(uid, ctx.seed, ctx.epoch, STREAM_ESWP), uid, seen
+
+    cut = yield from smallest(key_of, m, n_seen)
+
+    def rows(inp: PolicyInput) -> PolicyResult:
+        seen, score = scores(inp)
+        return _rows(inp, seen, score, cut.mask(*key_of(inp)))
+
+    return Decide(rows, summary)
+
+
+def es_steps(ctx: PlanContext, p: EsParams) -> Steps:
+    return (yield from _steps(ctx, p, set_level=False))
+
+
+def eswp_steps(ctx: PlanContext, p: EswpParams) -> Steps:
+    return (yield from _steps(ctx, p, set_level=True))
 
 
 def es(inp: PolicyInput, p: EsParams) -> PolicyResult:
@@ -210,6 +290,7 @@ SPECS = (
         "Evolved Sampling: keep all; select per meta-batch with es_select",
         columns,
         (EMA_BETA2,),
+        steps=es_steps,
     ),
     PolicySpec(
         "eswp",
@@ -218,5 +299,6 @@ SPECS = (
         "Evolved Sampling with Pruning: keep (1-r) of samples drawn by EMA loss score",
         columns,
         (EMA_BETA2,),
+        steps=eswp_steps,
     ),
 )

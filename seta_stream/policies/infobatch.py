@@ -11,13 +11,15 @@ into annealing, whatever delta*E is (the released reference leaks them, §10 ite
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from .._exact import ExactSums
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
+from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys
 
 
 @dataclass(frozen=True)
@@ -44,48 +46,136 @@ class InfoBatchParams:
             raise InvalidInputError(f"infobatch: prune_epochs={self.prune_epochs} must be >= 0")
 
 
-def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
-    n = inp.n
-    P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
+def _scores(inp: PolicyInput, p: InfoBatchParams) -> tuple[np.ndarray, np.ndarray]:
+    """(score as float64, seen): the samples with a finite score recorded at least once (all of
+    them with ``unseen_score``, which scores the others)."""
     score = (inp.last_loss if p.score == "last" else inp.ema).astype(np.float64)
     seen = (inp.seen > 0) & np.isfinite(score)
     if p.unseen_score is not None:  # reference compatibility (§0.5)
         score = np.where(seen, score, float(p.unseen_score))
-        seen = np.ones(n, dtype=bool)
-    keep = np.ones(n, dtype=bool)
-    weight = np.ones(n, dtype=np.float32)
-    reason = np.where(seen, reason_code("above_mean"), reason_code("unseen")).astype(np.int8)
-    if inp.epoch >= P:
-        reason[:] = reason_code("anneal")
-        return PolicyResult(keep, weight, reason, {"phase": "anneal"})
-    if not seen.any():
-        reason[:] = reason_code("unseen")
-        return PolicyResult(
-            keep, weight, reason, {"phase": "prune", "mu": None, "n_seen": 0, "n_below_mean": 0, "m": 0, "weight": 1.0}
-        )
-    mu = float(np.mean(score[seen], dtype=np.float64))
-    below = seen & (score < mu)  # strict: samples equal to the mean are not candidates
-    n_below = int(below.sum())
-    m = keep_count(1.0 - p.r, n_below)
-    drawn = uniform_subset(below, m, uniforms(inp.uid, inp.seed, inp.epoch, STREAM_INFOBATCH), inp.uid)
+        seen = np.ones(inp.n, dtype=bool)
+    return score, seen
+
+
+def _seen_sum(score: np.ndarray, seen: np.ndarray) -> ExactSums:
+    return ExactSums.of(score[seen])
+
+
+def _mean(sums: ExactSums, n_seen: int) -> float:
+    """The mean score: the exact sum of the seen scores, rounded once, over their number (the
+    same for any split of the rows, unlike a floating-point running sum)."""
+    return float(sums.to_float()[0]) / n_seen
+
+
+def _weight(p: InfoBatchParams, n_below: int, m: int) -> np.float32:
     if p.rescale == "exact" and m > 0:
-        w = np.float32(n_below / m)
-    else:
-        w = np.float32(1.0 / (1.0 - p.r))
+        return np.float32(n_below / m)
+    return np.float32(1.0 / (1.0 - p.r))
+
+
+def _rows(
+    inp: PolicyInput, p: InfoBatchParams, mu: float | None, drawn_of: Any, w: np.float32
+) -> PolicyResult:
+    """Rows of a pruning epoch given the mean (None: no seen sample) and the draw."""
+    score, seen = _scores(inp, p)
+    keep = np.ones(inp.n, dtype=bool)
+    weight = np.ones(inp.n, dtype=np.float32)
+    reason = np.where(seen, reason_code("above_mean"), reason_code("unseen")).astype(np.int8)
+    if mu is None:
+        return PolicyResult(keep, weight, reason, {})
+    below = seen & (score < mu)  # strict: samples equal to the mean are not candidates
+    drawn = drawn_of(below)
     keep[below & ~drawn] = False
     weight[drawn] = w
     reason[below & ~drawn] = reason_code("below_mean_pruned")
     reason[drawn] = reason_code("below_mean_drawn")
-    summary = {
+    return PolicyResult(keep, weight, reason, {})
+
+
+def _anneal(n: int) -> PolicyResult:
+    return PolicyResult(
+        np.ones(n, dtype=bool),
+        np.ones(n, dtype=np.float32),
+        np.full(n, reason_code("anneal"), dtype=np.int8),
+        {"phase": "anneal"},
+    )
+
+
+_NO_SEEN = {"phase": "prune", "mu": None, "n_seen": 0, "n_below_mean": 0, "m": 0, "weight": 1.0}
+
+
+def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
+    n = inp.n
+    P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
+    if inp.epoch >= P:
+        return _anneal(n)
+    score, seen = _scores(inp, p)
+    n_seen = int(np.count_nonzero(seen))
+    if not n_seen:
+        result = _rows(inp, p, None, None, np.float32(1.0))
+        result.summary = dict(_NO_SEEN)
+        return result
+    mu = _mean(_seen_sum(score, seen), n_seen)
+    below = seen & (score < mu)
+    n_below = int(below.sum())
+    m = keep_count(1.0 - p.r, n_below)
+    w = _weight(p, n_below, m)
+    u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_INFOBATCH)
+    result = _rows(inp, p, mu, lambda below: uniform_subset(below, m, u, inp.uid), w)
+    result.summary = {
         "phase": "prune",
         "mu": mu,
-        "n_seen": int(seen.sum()),
+        "n_seen": n_seen,
         "n_below_mean": n_below,
         "m": m,
         "weight": float(w),
-        "rescaled": int(drawn.sum()),
+        "rescaled": int(np.count_nonzero(result.reason == reason_code("below_mean_drawn"))),
     }
-    return PolicyResult(keep, weight, reason, summary)
+    return result
+
+
+def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
+    """:func:`infobatch` over buckets: the exact sum of the seen scores, the count below the
+    mean, the m smallest uniforms among those."""
+    if ctx.epoch >= prune_epochs(p.delta, ctx.epochs, p.prune_epochs):
+        return Decide(lambda inp: _anneal(inp.n), {"phase": "anneal"})
+
+    def seen_sum(inp: PolicyInput) -> tuple[int, ExactSums]:
+        score, seen = _scores(inp, p)
+        return int(np.count_nonzero(seen)), _seen_sum(score, seen)
+
+    def merge(pieces: list[tuple[int, ExactSums]]) -> tuple[int, ExactSums]:
+        count, sums = pieces[0]
+        for c, s in pieces[1:]:
+            count, sums = count + c, sums.merge(s)
+        return count, sums
+
+    n_seen, sums = yield Step(seen_sum, merge)
+    if not n_seen:
+        return Decide(lambda inp: _rows(inp, p, None, None, np.float32(1.0)), dict(_NO_SEEN))
+    mu = _mean(sums, n_seen)
+
+    def below_of(inp: PolicyInput) -> np.ndarray:
+        score, seen = _scores(inp, p)
+        return seen & (score < mu)
+
+    n_below = yield total(lambda inp: int(np.count_nonzero(below_of(inp))))
+    m = keep_count(1.0 - p.r, n_below)
+    w = _weight(p, n_below, m)
+
+    def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
+        uid = np.asarray(inp.uid, np.uint64)
+        return uniform_keys(uid, ctx.seed, ctx.epoch, STREAM_INFOBATCH), uid, None, below_of(inp)
+
+    cut = yield from smallest(key_of, m, n_below)
+
+    def rows(inp: PolicyInput) -> PolicyResult:
+        keys, uid, _, below = key_of(inp)
+        return _rows(inp, p, mu, lambda _: cut.mask(keys, uid, None, below), w)
+
+    summary = {"phase": "prune", "mu": mu, "n_seen": n_seen, "n_below_mean": n_below, "m": m,
+               "weight": float(w), "rescaled": m}
+    return Decide(rows, summary)
 
 
 def columns(p: InfoBatchParams) -> frozenset[str]:
@@ -100,5 +190,6 @@ SPECS = (
         infobatch,
         "InfoBatch: prune a (r) share of below-mean-loss samples, rescale the kept ones by 1/(1-r)",
         columns,
+        steps=infobatch_steps,
     ),
 )
