@@ -24,32 +24,39 @@ np.partition needs all rows in one array).
 Exact sums. A finite float64 is M * 2**(p - 1074) with integer |M| < 2**53 and 0 <= p <= 2045
 (p = biased exponent - 1, 0 for subnormals). Writing p = 32 q + s, M * 2**s < 2**85 splits into
 three 32-bit limbs at lattice columns q, q+1, q+2 (column j weighs 2**(32 j - 1074)). Limbs are
-accumulated per (group, column) with np.bincount (float64 weights, < 2**33 each, at most 2**18
-values per call, so every partial sum is an integer < 2**53 and exact), then carried into
-normalised limbs. The state is a (n_groups, W) uint32 matrix of two's-complement limbs plus the
-column offset q0, trimmed (zero low columns and sign-extension top columns dropped), hence
-canonical: equal exact sums give equal states and equal pickles. Rounding to float64 takes the
-top 64 bits of each magnitude plus a sticky bit (int64 -> float64 conversion rounds half-even),
-then ldexp, which is exact: a result below 2**-1022 has fewer than 53 significant bits (it is a
-multiple of 2**-1074), so nothing was rounded, and a larger one is normal. Signed zeros: an
-exactly zero sum is +0.0, including the sum of only -0.0 values and the empty sum, exactly as
-math.fsum does (fsum([-0.0]) == +0.0 on every CPython version: it returns +0.0 when no nonzero
-partial remains). A sum beyond the float64 range raises InvalidInputError (fsum raises
+accumulated per (group, column) with np.bincount (float64 weights < 2**33, at most 2**18 values
+per call, so every partial sum is an integer < 2**51: exact), summed in int64 over blocks of at
+most 2**28 values (< 2**61 per cell), then carried into normalised limbs. The state is a
+(n_groups, W) uint32 matrix of two's-complement limbs plus the column offset q0, trimmed (zero low
+columns and sign-extension top columns dropped), hence canonical: equal exact sums give equal
+states and equal pickles. Rounding to float64 takes the top 64 bits of each magnitude plus a
+sticky bit (int64 -> float64 conversion rounds half-even), then ldexp, which is exact: a result
+below 2**-1022 has fewer than 53 significant bits (it is a multiple of 2**-1074), so nothing was
+rounded, and a larger one is normal. No Python loop runs per value or per group.
+
+Signed zeros: an exactly zero sum is +0.0, including the empty sum and a sum of only -0.0 values,
+as math.fsum does (CPython's fsum returns +0.0 when no nonzero partial remains, so fsum([-0.0])
+is +0.0, not -0.0). A sum whose rounding overflows float64 raises InvalidInputError (fsum raises
 OverflowError, also for some finite exact sums whose partials overflow; ExactSums does not).
 
-Memory bounds. ExactSums state: 4 * n_groups * W bytes, W = 32-bit columns spanned by all the
-values' binary exponents (<= 3 + spread in binades / 32; at most 68): loss values between 2**-40
-and 2**20 give W <= 5, i.e. <= 1.3 MB for 65,536 groups (worst case, exponents over the whole
-float64 range in one state: 17.8 MB). A call to ExactSums.of holds O(2**18) values of temporaries
-plus three float64 (n_groups, W) matrices. RankSelect: state O(len(ranks)); a piece's counts are
-sparse (code, count) int64 pairs, at most min(piece rows, 65,536 * open prefixes) of them, 16
-bytes each (pass 1: at most 65,536 pairs, 1 MB); advance() holds the concatenation of all pieces'
-pairs. SmallestM adds a tie list of at most 65,536 uint64 per piece (larger tie ranks go through
-RankSelect over the ties). Distinct: at most cap (+ one piece's distinct keys) entries.
+Memory bounds. ExactSums state: 4 * n_groups * W bytes, W = the 32-bit columns spanned by the
+state's values' binary exponents and its sums (<= 3 + spread in binades / 32, at most 68): loss
+values between 2**-40 and 2**20 give W <= 6, i.e. <= 1.6 MB for 65,536 groups (measured: 0.8 MB
+for 1M lognormal values); the worst case, exponents over the whole float64 range, is 17.8 MB for
+65,536 groups. ExactSums.of holds temporaries of about 20 arrays of max(8192, min(4 * n_groups,
+2**18)) values plus a few (n_groups, W) matrices. RankSelect: state O(len(ranks)); a piece's
+counts are sparse (code, count) int64 pairs, at most min(rows matching an open prefix, 65,536 *
+open prefixes) of them, 16 bytes each (first pass: at most 65,536 pairs, 1 MB); count() may hold
+a dense int64 histogram of at most 4 * piece rows + 65,536 entries; advance() holds the
+concatenation of all pieces' pairs. SmallestM: a piece's tie list has at most 65,536 uint64 (a
+larger tie rank goes through RankSelect over the ties). Distinct: at most cap entries per state
+(plus one piece's distinct keys while building it).
 
-Measured speed (this machine: 2 shared AMD EPYC cores, NumPy 2.4): ExactSums.of on 10M float64
-values, one group: ~0.36 s; 1M values over 65,536 groups: ~0.10 s (to_float: ~15 ms);
-RankSelect with 65,535 ranks over 1M uint32 keys in 4 pieces: ~0.25 s.
+Measured speed (this machine: 2 AMD EPYC cores shared with a background job, NumPy 2.4, best of
+3): ExactSums.of on 10M float64 values, one group: 0.22 s (math.fsum: 0.38 s); 1M values over
+65,536 groups: 0.06 s (the same over the whole exponent range: 0.16 s); to_float and merge of a
+65,536-group state: 5 ms. RankSelect with 65,535 ranks over 1M uint32 keys in 4 pieces: 0.18 s;
+2 ranks over 10M uint64 keys in 10 pieces: 0.06 s; smallest_threshold over the same: 0.07 s.
 """
 
 from __future__ import annotations
@@ -581,6 +588,8 @@ class SmallestM:
     """
 
     def __init__(self, m: int, total: int, key_bits: int = 32) -> None:
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+            raise InvalidInputError(f"SmallestM: found m={m!r}; expected an int")
         self._keys = RankSelect([], total, key_bits)  # validates total and key_bits
         self._cut: tuple[int, int] | None = None
         self._phase = "done"
@@ -597,6 +606,11 @@ class SmallestM:
         return self._phase == "done"
 
     @property
+    def phase(self) -> str:
+        """The current round: 'keys' (RankSelect passes), 'tie_list', 'tie_radix' or 'done'."""
+        return self._phase
+
+    @property
     def cut(self) -> tuple[int, int] | None:
         if not self.done:
             raise InvalidInputError(f"SmallestM.cut: found phase {self._phase!r}; expected the selection done")
@@ -608,15 +622,20 @@ class SmallestM:
         if self._phase == "keys":
             return self._keys.count(k)
         if self._phase == "tie_list":
-            return self.ties_at(k, ti)
+            return self._smallest_ties(k, ti)
         if self._phase == "tie_radix":
             assert self._ties is not None
             return self._ties.count(ti[k == self._t])
         raise InvalidInputError("SmallestM.count: found the selection done; expected a round to run")
 
     def ties_at(self, keys: np.ndarray, tie: np.ndarray) -> np.ndarray:
-        """The (at most need) smallest ties of this piece's rows whose key is the cut key, sorted."""
-        k, ti = self._piece(keys, tie)
+        """The tie round's map step: the (at most need) smallest ties of this piece's rows whose key
+        is the cut key, sorted (what :meth:`count` returns in that round)."""
+        if self._phase != "tie_list":
+            raise InvalidInputError(f"SmallestM.ties_at: found phase {self._phase!r}; expected 'tie_list'")
+        return self._smallest_ties(*self._piece(keys, tie))
+
+    def _smallest_ties(self, k: np.ndarray, ti: np.ndarray) -> np.ndarray:
         at = ti[k == self._t]
         if len(at) > self._need:
             at = np.partition(at, self._need - 1)[: self._need]

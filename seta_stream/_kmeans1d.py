@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import InvalidInputError
 
-__all__ = ["KMeans1D", "kmeans1d", "assign", "B_MAX"]
+__all__ = ["KMeans1D", "kmeans1d", "kmeans1d_steps", "assign", "B_MAX", "sum_cells", "cells_sum"]
 
 B_MAX = 65_536
 _CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
@@ -181,6 +181,44 @@ def _change_positions(v: np.ndarray) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def sum_cells(values: np.ndarray) -> np.ndarray:
+    """The exact sum of float32 values as 512 int64 cells, one per (sign, exponent): cell
+    256 s + e holds the sum of the 24-bit significands of the values with that sign and biased
+    exponent e. Cells of several arrays add up (exactly: int64 holds 2^39 values a cell), so
+    the sum of a column split into buckets is the sum of the whole column."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    cells = np.zeros(512, np.int64)
+    for lo in range(0, len(bits), _CHUNK):
+        b = bits[lo : lo + _CHUNK]
+        exponent = (b >> np.uint32(23)) & np.uint32(0xFF)
+        significand = (b & np.uint32(0x7FFFFF)) | ((exponent != 0).astype(np.uint32) << np.uint32(23))
+        cell = exponent | ((b >> np.uint32(31)) << np.uint32(8))
+        cells += np.bincount(cell, weights=significand, minlength=512).astype(np.int64)  # exact: < 2^44
+    return cells
+
+
+def cells_sum(cells: np.ndarray) -> float:
+    """The float64 nearest the exact sum that :func:`sum_cells` cells hold (ties to even)."""
+    from fractions import Fraction
+
+    total = 0
+    for cell in np.flatnonzero(cells).tolist():
+        e = max(cell & 0xFF, 1)  # subnormals: exponent 1, no implicit bit
+        term = int(cells[cell]) << (e - 1)  # in units of 2^-149
+        total += -term if cell >> 8 else term
+    return float(Fraction(total, 1 << 149))
+
+
+def _mean(v: np.ndarray) -> float:
+    """The mean of the sorted values: their exact sum rounded once, over their number (the
+    same for any split of the values into buckets)."""
+    if v.dtype == np.float32:
+        return cells_sum(sum_cells(v)) / len(v)
+    from ._exact import exact_sum
+
+    return exact_sum(v) / len(v)
+
+
 class _Prefix:
     """Sums of x = v - mean and x^2 over the points (runs between chosen positions of the sorted
     values v), and prefix sums at those positions.
@@ -241,7 +279,7 @@ def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 
     M = len(v)
     U = _count_changes(v) + 1
     k_eff = min(k, U)
-    mean = float(np.mean(v, dtype=np.float64))
+    mean = _mean(v)
     if U <= b_max:  # points = distinct values with multiplicities: exact optimum (§3.5 item 2)
         cuts = _change_positions(v)
         binned = False

@@ -29,7 +29,7 @@ from seta_stream._exact import (
 )
 from seta_stream.errors import InvalidInputError
 
-FAST = settings(max_examples=120, deadline=None, database=None)
+FAST = settings(max_examples=200, deadline=None, database=None)
 MAX = float(np.finfo(np.float64).max)
 TINY = 5e-324  # smallest subnormal
 MIN_NORMAL = 2.2250738585072014e-308
@@ -320,7 +320,7 @@ def shaped(raw: list[int], shape: str, bits: int) -> np.ndarray:
     return (x & np.uint64((1 << bits) - 1)).astype(dt)
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=250, deadline=None, database=None)
 @given(st.data())
 def test_rank_select_matches_sorting(data):
     bits = data.draw(st.sampled_from([32, 64]))
@@ -427,12 +427,13 @@ def check_smallest(keys, tie, cuts, m: int, bits: int) -> int:
     want[np.lexsort((tie, keys))[: max(m, 0)]] = True
     assert np.array_equal(got, want)
     if 0 < m < len(keys):
+        assert sel.cut is not None
         t, tie_cut = sel.cut
         assert want.sum() == m and t == keys[want].max() and tie_cut >= tie[want & (keys == t)].max()
     return rounds
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=250, deadline=None, database=None)
 @given(st.data())
 def test_smallest_m_matches_lexsort(data):
     bits = data.draw(st.sampled_from([32, 64]))
@@ -464,26 +465,37 @@ def test_smallest_m_rounds_and_large_tie_phase():
     keys = (rng.random(n) < 0.8).astype(np.uint32)  # 80% of the rows share key 1
     tie = rng.permutation(n).astype(np.uint64) * np.uint64(2**20)
     cuts = [50_000, 50_000, 120_000]
+    keys_p, tie_p = np.split(keys, cuts), np.split(tie, cuts)
     assert check_smallest(keys, tie, cuts, 150_000, 32) == 2 + 4  # key passes, then RankSelect over ties
     assert check_smallest(keys, tie, cuts, int((keys == 0).sum()) + 10, 32) == 2 + 1  # one tie-list round
     assert check_smallest(keys, tie, cuts, int((keys == 0).sum()), 32) == 2  # the whole key-0 run: no ties needed
 
+    m = int((keys == 0).sum()) + 1000
+    sel, phases = SmallestM(m, n, 32), []
+    while not sel.done:
+        phases.append(sel.phase)
+        sel.advance([sel.ties_at(k, t) if sel.phase == "tie_list" else sel.count(k, t) for k, t in zip(keys_p, tie_p)])
+    assert phases == ["keys", "keys", "tie_list"]
+    assert sel.cut == (1, np.sort(tie[keys == 1])[999])
+
 
 def test_smallest_m_errors():
+    def raises(text, fn, *args):
+        with pytest.raises(InvalidInputError, match=re.escape(text)):
+            fn(*args)
+
     sel = SmallestM(1, 3)
-    with pytest.raises(
-        InvalidInputError, match=re.escape("SmallestM: found 3 keys and 2 ties; expected one tie per key")
-    ):
-        sel.count(np.zeros(3, np.uint32), np.zeros(2, np.uint64))
-    with pytest.raises(
-        InvalidInputError, match=re.escape("SmallestM.cut: found phase 'keys'; expected the selection done")
-    ):
-        _ = sel.cut
-    with pytest.raises(
-        InvalidInputError,
-        match=re.escape("SmallestM: found ties of dtype int64 and shape (3,); expected a 1-D array of uint64"),
-    ):
-        sel.count(np.zeros(3, np.uint32), np.zeros(3, np.int64))
+    keys, ties = np.zeros(3, np.uint32), np.zeros(3, np.uint64)
+    raises("SmallestM: found 3 keys and 2 ties; expected one tie per key", sel.count, keys, ties[:2])
+    raises(
+        "SmallestM: found ties of dtype int64 and shape (3,); expected a 1-D array of uint64",
+        sel.count,
+        keys,
+        keys.astype(np.int64),
+    )
+    raises("SmallestM.ties_at: found phase 'keys'; expected 'tie_list'", sel.ties_at, keys, ties)
+    raises("SmallestM.cut: found phase 'keys'; expected the selection done", getattr, sel, "cut")
+    raises("SmallestM: found m=1.5; expected an int", SmallestM, 1.5, 3)
 
 
 # ---------------------------------------------------------------------------------------------
