@@ -14,10 +14,14 @@ point. No RNG anywhere: the same values give the same clusters on any machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ._exact import Distinct, float_keys, key_values
+from ._steps import Step, order_statistics, total
 from .errors import InvalidInputError
 
 __all__ = ["KMeans1D", "kmeans1d", "kmeans1d_steps", "assign", "B_MAX", "sum_cells", "cells_sum"]
@@ -234,24 +238,17 @@ class _Prefix:
         self.v, self.mean = v, mean
         self.pos = positions  # sorted, starts with 0, ends with M
         n_bins = len(positions) - 1
-        b1 = np.zeros(n_bins)
-        b2 = np.zeros(n_bins)
-        x = np.empty(min(_CHUNK, len(v)), dtype=np.float64)
-        sq = np.empty_like(x)
-        for lo in range(0, len(v), _CHUNK):
-            hi = min(len(v), lo + _CHUNK)
-            xc, qc = x[: hi - lo], sq[: hi - lo]
-            np.subtract(v[lo:hi], mean, out=xc, dtype=np.float64)
-            np.multiply(xc, xc, out=qc)
-            # pieces of the block: from lo, and from every stored position inside (lo, hi)
-            j = int(np.searchsorted(positions, lo, side="right")) - 1  # the run holding lo
-            a, b = np.searchsorted(positions, [lo + 1, hi])
-            starts = np.concatenate([[0], positions[a:b] - lo])
-            b1[j : j + len(starts)] += np.add.reduceat(xc, starts)
-            b2[j : j + len(starts)] += np.add.reduceat(qc, starts)
-        self.bin_s1, self.bin_s2 = b1, b2
-        self.s1 = np.concatenate([[0.0], np.cumsum(b1)])
-        self.s2 = np.concatenate([[0.0], np.cumsum(b2)])
+        self.bin_s1, self.bin_s2 = np.zeros(n_bins), np.zeros(n_bins)
+        _add_bin_sums(self.bin_s1, self.bin_s2, v, 0, positions, mean)
+        self._finish()
+
+    def _finish(self) -> None:
+        self.s1 = np.concatenate([[0.0], np.cumsum(self.bin_s1)])
+        self.s2 = np.concatenate([[0.0], np.cumsum(self.bin_s2)])
+
+    def _run(self, start: int, stop: int) -> np.ndarray:
+        """The sorted values at positions [start, stop) (inside one run)."""
+        return self.v[start:stop]
 
     def at(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sum of x, sum of x^2) over v[:p] for each position p."""
@@ -259,10 +256,36 @@ class _Prefix:
         j = np.searchsorted(self.pos, p, side="right") - 1
         r1, r2 = self.s1[j].copy(), self.s2[j].copy()
         for t in np.flatnonzero(self.pos[j] != p):
-            seg = self.v[self.pos[j[t]] : p[t]].astype(np.float64) - self.mean
+            seg = self._run(int(self.pos[j[t]]), int(p[t])).astype(np.float64) - self.mean
             r1[t] += float(seg.sum())
             r2[t] += float(np.dot(seg, seg))
         return r1, r2
+
+
+def _add_bin_sums(b1: np.ndarray, b2: np.ndarray, v: np.ndarray, start: int, positions: np.ndarray, mean: float) -> None:
+    """Add to ``b1``/``b2`` the sums of x = v - mean and x^2 over the runs between
+    ``positions`` of the sorted values ``v``, which sit at positions [start, start + len(v)).
+
+    Blocks of ``_CHUNK`` positions (a constant, aligned to position 0), each summed piece by
+    piece with ``np.add.reduceat``: any range of whole runs gives the same sums as the whole
+    array, so a partitioned plan that gathers the runs a range at a time gets the sums of the
+    one-bucket plan, bit for bit."""
+    end = start + len(v)
+    lo = start
+    x = np.empty(min(_CHUNK, len(v)), dtype=np.float64)
+    sq = np.empty_like(x)
+    while lo < end:
+        hi = min(end, (lo // _CHUNK + 1) * _CHUNK)
+        xc, qc = x[: hi - lo], sq[: hi - lo]
+        np.subtract(v[lo - start : hi - start], mean, out=xc, dtype=np.float64)
+        np.multiply(xc, xc, out=qc)
+        # pieces of the block: from lo, and from every stored position inside (lo, hi)
+        j = int(np.searchsorted(positions, lo, side="right")) - 1  # the run holding lo
+        a, b = np.searchsorted(positions, [lo + 1, hi])
+        starts = np.concatenate([[0], positions[a:b] - lo])
+        b1[j : j + len(starts)] += np.add.reduceat(xc, starts)
+        b2[j : j + len(starts)] += np.add.reduceat(qc, starts)
+        lo = hi
 
 
 def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 1000) -> KMeans1D:
@@ -304,9 +327,9 @@ def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 
     counts = bounds - lo_idx
     s_hi, _ = pre.at(bounds)
     s_lo, _ = pre.at(lo_idx)
-    return KMeans1D(
-        upper=v[bounds - 1].astype(np.float64),
-        lower=v[lo_idx].astype(np.float64),
+    return KMeans1D(  # + 0.0: a cluster ending at a zero ends at +0.0, whichever zero sorted last
+        upper=v[bounds - 1].astype(np.float64) + 0.0,
+        lower=v[lo_idx].astype(np.float64) + 0.0,
         counts=counts.astype(np.int64),
         centroids=(s_hi - s_lo) / counts + mean,
         sse=sse,
@@ -344,3 +367,189 @@ def _lloyd(v: np.ndarray, pre: _Prefix, bounds: np.ndarray, max_iter: int, mean:
             break
         bounds = new
     return bounds, _sse(pre, bounds)
+
+
+# ---------------------------------------------------------------------------------- partitioned
+#: Sorted values a partitioned k-means gathers at once (bin sums are added a range of bins at a
+#: time): 32 MB of float32 plus the sort's temporaries.
+GATHER_VALUES = 1 << 23
+
+
+class _GatheredPrefix(_Prefix):
+    """:class:`_Prefix` of values no process holds whole: bin sums added a range of bins at a
+    time (:func:`_add_bin_sums`), and the partial runs ``at`` needs kept by their positions."""
+
+    def __init__(self, positions: np.ndarray, mean: float) -> None:
+        self.v, self.mean, self.pos = None, mean, positions
+        self.bin_s1, self.bin_s2 = np.zeros(len(positions) - 1), np.zeros(len(positions) - 1)
+        self.runs: dict[tuple[int, int], np.ndarray] = {}
+
+    def _run(self, start: int, stop: int) -> np.ndarray:
+        return self.runs[(start, stop)]
+
+
+def _ranges(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive bin ranges [j0, j1) of at most ``budget`` values each (at least one bin)."""
+    out, j0, acc = [], 0, 0
+    for j, c in enumerate(counts.tolist()):
+        if acc and acc + c > budget:
+            out.append((j0, j))
+            j0, acc = j, 0
+        acc += c
+    out.append((j0, len(counts)))
+    return out
+
+
+def _first(pieces: list[Any]) -> Any:
+    cells, distinct = pieces[0]
+    for c, d in pieces[1:]:
+        cells, distinct = cells + c, distinct.merge(d)
+    return cells, distinct
+
+
+def _sorted_union(pieces: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate(pieces)) if pieces else np.zeros(0, np.float32)
+
+
+def kmeans1d_steps(
+    values_of: Callable[[Any], np.ndarray], M: int, k: int, *, b_max: int = B_MAX, max_iter: int = 1000
+) -> Generator[Step, Any, KMeans1D]:
+    """:func:`kmeans1d` of the float32 values ``values_of(inp)`` of all buckets (``M`` of them,
+    no NaN) as map/reduce steps (``_steps``), bit for bit :func:`kmeans1d`'s result.
+
+    The same algorithm on the same numbers: the exact mean (:func:`sum_cells`), the distinct
+    values (:class:`seta_stream._exact.Distinct`) or the bin cuts (order statistics by radix
+    passes, then counts), the bin sums from the sorted values gathered a range of bins at a
+    time (at most :data:`GATHER_VALUES`), the same DP, and Lloyd iterations that gather the
+    partial runs they need in one pass each."""
+    if k < 1:
+        raise InvalidInputError(f"k must be >= 1, got {k}")
+    if M < 1:
+        raise InvalidInputError("kmeans1d needs at least one value")
+
+    def first(inp: Any) -> tuple[np.ndarray, Any]:
+        v = values_of(inp)
+        return sum_cells(v), Distinct.of(float_keys(v), max(b_max, k))
+
+    cells, distinct = yield Step(first, _first)
+    mean = cells_sum(cells) / M
+    if not distinct.overflow and len(distinct.values) <= b_max:
+        uniq = key_values(distinct.values, np.float32)
+        counts = distinct.counts
+        positions = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        edges, binned = uniq, False
+        pre = _GatheredPrefix(positions, mean)
+        for j0, j1 in _ranges(counts, GATHER_VALUES):
+            run = np.repeat(uniq[j0:j1], counts[j0:j1])
+            _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
+        k_eff = min(k, len(uniq))
+    else:  # more distinct values than b_max (U known exactly up to max(b_max, k))
+        raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
+        at_ranks = yield from order_statistics(values_of, np.append(raw - 1, M - 1), M, np.float32)
+        cut_values = np.unique(at_ranks[:-1])
+        le = yield total(
+            lambda inp: np.bincount(np.searchsorted(cut_values, values_of(inp), side="left"), minlength=len(cut_values) + 1)
+        )
+        cuts = np.cumsum(le)[: len(cut_values)]  # values <= each cut value
+        keep = cuts < M
+        cuts = cuts[keep].astype(np.int64)
+        edges = np.append(cut_values[keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
+        positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
+        binned = True
+        pre = _GatheredPrefix(positions, mean)
+        for j0, j1 in _ranges(np.diff(positions), GATHER_VALUES):
+            lo_v = edges[j0 - 1] if j0 > 0 else None
+            hi_v = edges[j1 - 1]
+
+            def in_bins(inp: Any, lo_v: Any = lo_v, hi_v: Any = hi_v) -> np.ndarray:
+                v = values_of(inp)
+                mask = v <= hi_v
+                if lo_v is not None:
+                    mask &= v > lo_v
+                return v[mask]
+
+            run = yield Step(in_bins, _sorted_union)
+            if len(run) != positions[j1] - positions[j0]:
+                raise RuntimeError(f"kmeans1d over buckets: bins {j0}..{j1} gathered {len(run)} values")
+            _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
+        k_eff = k if distinct.overflow else min(k, len(distinct.values))
+    pre._finish()
+    c = np.diff(positions).astype(np.float64)
+    if k_eff == 1:
+        run_end = np.array([len(c) - 1])
+        sse = float(max(pre.bin_s2.sum() - pre.bin_s1.sum() ** 2 / c.sum(), 0.0))
+    else:
+        run_end, sse = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
+    bounds = positions[run_end + 1]
+    if binned:
+        bounds = yield from _lloyd_steps(values_of, pre, edges, bounds, max_iter, M)
+        sse = _sse(pre, bounds)
+    lo_idx = np.concatenate([[0], bounds[:-1]])
+    n = bounds - lo_idx
+    s_hi, _ = pre.at(bounds)
+    s_lo, _ = pre.at(lo_idx)
+    if binned:
+        ends = yield from order_statistics(values_of, np.concatenate([bounds - 1, lo_idx]), M, np.float32)
+        upper, lower = ends[: len(bounds)], ends[len(bounds) :]
+    else:  # clusters end at distinct values
+        upper = edges[np.searchsorted(positions, bounds) - 1]
+        lower = edges[np.searchsorted(positions, lo_idx)]
+    return KMeans1D(
+        upper=upper.astype(np.float64),
+        lower=lower.astype(np.float64),
+        counts=n.astype(np.int64),
+        centroids=(s_hi - s_lo) / n + mean,
+        sse=sse,
+        k_eff=k_eff,
+        binned=binned,
+    )
+
+
+def _lloyd_steps(
+    values_of: Callable[[Any], np.ndarray], pre: _GatheredPrefix, edges: np.ndarray, bounds: np.ndarray,
+    max_iter: int, M: int,
+) -> Generator[Step, Any, np.ndarray]:
+    """:func:`_lloyd` over buckets: each iteration counts the values <= every midpoint and
+    gathers the partial runs (values of the midpoint's bin up to it) in one pass."""
+    n_bins = len(edges)
+    for _ in range(max_iter):
+        lo = np.concatenate([[0], bounds[:-1]])
+        mu = (pre.at(bounds)[0] - pre.at(lo)[0]) / (bounds - lo) + pre.mean
+        mid = (mu[:-1] + mu[1:]) / 2
+        mid_v = mid.astype(np.float32)
+        over = mid_v.astype(np.float64) > mid
+        mid_v[over] = np.nextafter(mid_v[over], np.float32(-np.inf))
+        js = np.searchsorted(edges, mid_v, side="right")  # the bin holding each midpoint's position
+        lower = np.where(js > 0, edges[np.maximum(js - 1, 0)], np.float32(-np.inf)).astype(np.float32)
+        lower[js >= n_bins] = np.inf  # past the last value: no partial run
+
+        def count_and_runs(inp: Any, mid_v: np.ndarray = mid_v, lower: np.ndarray = lower) -> tuple[np.ndarray, list[np.ndarray]]:
+            v = values_of(inp)
+            first_mid = np.searchsorted(mid_v, v, side="left")  # v <= mid_v[t] iff t >= first_mid
+            counts = np.bincount(first_mid, minlength=len(mid_v) + 1)
+            last = np.searchsorted(lower, v, side="left")  # v > lower[t] iff t < last
+            inside = first_mid < last
+            cand, a, b = v[inside], first_mid[inside], last[inside]
+            return counts, [cand[(a <= t) & (t < b)] for t in range(len(mid_v))]
+
+        def merge(pieces: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
+            counts = sum(p[0] for p in pieces)
+            runs = [np.sort(np.concatenate([p[1][t] for p in pieces])) for t in range(len(mid_v))]
+            return counts, runs
+
+        counts, runs = yield Step(count_and_runs, merge)
+        new = np.append(np.cumsum(counts)[: len(mid_v)], M).astype(np.int64)
+        for t, p in enumerate(new[:-1].tolist()):
+            j = int(np.searchsorted(pre.pos, p, side="right")) - 1
+            start = int(pre.pos[j])
+            if p != start:
+                if len(runs[t]) != p - start:
+                    raise RuntimeError(f"kmeans1d over buckets: a partial run of {len(runs[t])} values, expected {p - start}")
+                pre.runs[(start, p)] = runs[t]
+        lo_new = np.concatenate([[0], new[:-1]])
+        if np.any(new - lo_new <= 0):  # a cluster would become empty: keep the previous ones
+            break
+        if np.array_equal(new, bounds):
+            break
+        bounds = new
+    return bounds

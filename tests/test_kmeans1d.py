@@ -251,3 +251,62 @@ def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_si
         np.testing.assert_array_equal(r.upper, results[0].upper)
         np.testing.assert_array_equal(r.counts, results[0].counts)
         np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------- partitioned
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from seta_stream._kmeans1d import kmeans1d_steps  # noqa: E402
+from seta_stream._steps import run_steps  # noqa: E402
+
+
+def split_kmeans(values, k, buckets, seed, **kw):
+    rng = np.random.default_rng(seed)
+    where = rng.integers(0, buckets, size=len(values))
+    order = rng.permutation(len(values))
+    parts = [values[order[where[order] == b]] for b in range(buckets)]
+    return run_steps(kmeans1d_steps(lambda v: v, len(values), k, **kw), lambda b: parts[b], buckets)
+
+
+def assert_same_kmeans(a, b):
+    for f in ("upper", "lower", "counts", "centroids"):
+        x, y = np.asarray(getattr(a, f)), np.asarray(getattr(b, f))
+        assert x.dtype == y.dtype and np.array_equal(x.view(np.uint8), y.view(np.uint8)), f
+    assert (a.k_eff, a.binned) == (b.k_eff, b.binned)
+    assert np.float64(a.sse).tobytes() == np.float64(b.sse).tobytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 400),
+    k=st.integers(1, 12),
+    b_max=st.sampled_from([2, 3, 16, 64, 65_536]),
+    buckets=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+    shape=st.sampled_from(["lognormal", "ties", "zeros", "negative"]),
+)
+def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape):
+    assume(k <= b_max)  # kmeans1d's binned path needs at least k bins
+    rng = np.random.default_rng(seed)
+    v = rng.lognormal(size=n).astype(np.float32)
+    if shape == "ties":
+        v = np.round(v * 3).astype(np.float32)
+    elif shape == "zeros":
+        v[rng.random(n) < 0.5] = 0.0
+        v[rng.random(n) < 0.1] = -0.0
+    elif shape == "negative":
+        v = (v - np.float32(1.0)).astype(np.float32)
+    assert_same_kmeans(split_kmeans(v, k, buckets, seed, b_max=b_max), kmeans1d(v, k, b_max=b_max))
+
+
+def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
+    import seta_stream._kmeans1d as km
+
+    monkeypatch.setattr(km, "GATHER_VALUES", 777)  # many gather rounds
+    rng = np.random.default_rng(5)
+    v = np.concatenate([rng.lognormal(size=3_000_000), rng.normal(5, 0.01, size=200_000)]).astype(np.float32)
+    monkeypatch.setattr(km, "GATHER_VALUES", 1 << 20)
+    whole = kmeans1d(v, 10)
+    assert whole.binned
+    assert_same_kmeans(split_kmeans(v, 10, 3, 1), whole)

@@ -23,6 +23,11 @@ CASES = [
     ("es", {"beta2": 0.9}),
     ("eswp", {"beta2": 0.9}),
     ("eswp", {"beta2": 0.9, "r": 0.6, "anneal_ratio": 0.0}),
+    ("seta", {"r": 0.1, "k": 5, "alpha": 0.6}),
+    ("seta", {"r": 0.0, "k": 3, "alpha": 0.5, "order": "h2e"}),
+    ("seta", {"r": 0.3, "k": 8, "alpha": 0.4, "target_keep": 0.5}),
+    ("seta", {"r": 0.2, "k": 4, "alpha": 0.5, "target_keep": 0.1, "order": "h2e"}),
+    ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "unseen_score": 1.5, "delta": 0.5}),
 ]
 
 
@@ -89,7 +94,7 @@ def assert_same(whole, rows, summary, n):
             assert np.array_equal(a, b), f
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=st.sampled_from(CASES),
     n=st.integers(0, 300),
@@ -110,3 +115,19 @@ def test_steps_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, u
 
 def test_every_policy_has_a_steps_form():
     assert sorted(name for name, spec in POLICIES.items() if spec.steps is None) == []
+
+
+@pytest.mark.parametrize(
+    ("params", "epoch"),
+    [
+        ({"r": 0.1, "k": 10, "alpha": 0.5}, 3),
+        ({"r": 0.2, "k": 6, "alpha": 0.5, "target_keep": 0.4, "order": "h2e"}, 5),
+    ],
+)
+def test_seta_window_with_binned_kmeans_equals_the_whole_table_plan(params, epoch):
+    """100,000 distinct losses: k-means on 65,536 bins and Lloyd iterations, over 4 buckets."""
+    cols = table(100_000, 11, ties=False, unseen=0.05, nan=0.01)
+    whole = whole_plan("seta", params, cols, epoch, 10, 11)
+    assert whole.summary["k_eff"] == params["k"] and whole.summary["rows_by_reason"]["window"] > 0
+    rows, summary = split_plan("seta", params, cols, epoch, 10, 11, 4, np.random.default_rng(2))
+    assert_same(whole, rows, summary, 100_000)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._kmeans1d import assign, kmeans1d
+from .._kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import (
@@ -48,6 +48,7 @@ from .random_draws import (
     uniform_subset,
     uniforms,
 )
+from .steps import Cut, Decide, PlanContext, Steps, float_order_keys, smallest, total, uniform_keys
 
 __all__ = ["SetaParams", "seta", "window_width", "window_start", "rank_range", "SPECS"]
 
@@ -257,6 +258,174 @@ def rank_range(vals: np.ndarray, uid: np.ndarray, lo: int, hi: int) -> np.ndarra
     return upto_hi
 
 
+def _losses(inp: PolicyInput, p: SetaParams) -> tuple[np.ndarray, np.ndarray]:
+    """(loss as float32, seen) as :func:`seta` takes them."""
+    loss = np.asarray(inp.last_loss, dtype=np.float32)
+    seen = inp.seen > 0
+    seen &= np.isfinite(loss)
+    if p.unseen_score is not None:
+        loss = np.where(seen, loss, np.float32(p.unseen_score))
+        seen = np.ones(inp.n, dtype=bool)
+    return loss, seen
+
+
+def _clusters(km: KMeans1D, order: str) -> tuple[Any, ...]:
+    """(sizes, centroids, lower, upper) in window order (``h2e`` reverses them)."""
+    sizes, cents, cmin, cmax = km.counts, km.centroids, km.lower, km.upper
+    if order == "h2e":
+        return sizes[::-1], cents[::-1], cmin[::-1], cmax[::-1]
+    return sizes, cents, cmin, cmax
+
+
+def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
+    """:func:`seta` over buckets: the uniform down-sampling and budget draws as exact cuts, the
+    1-D k-means of the seen losses of R by :func:`seta_stream._kmeans1d.kmeans1d_steps`, the
+    budget band as two cuts in (loss, uid) order."""
+    n, e, seed = ctx.n, ctx.epoch, ctx.seed
+    f = 1.0 - p.r
+    P = prune_epochs(p.delta, ctx.epochs, p.prune_epochs)
+
+    def u_keys(stream: int) -> Any:
+        def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
+            uid = np.asarray(inp.uid, np.uint64)
+            return uniform_keys(uid, seed, e, stream), uid, None, None
+
+        return key_of
+
+    if e >= P:  # partial annealing: a fresh uniform (1 - r) subset, stream 2
+        m = keep_count(f, n)
+        anneal = yield from smallest(u_keys(STREAM_ANNEAL), m, n)
+
+        def anneal_rows(inp: PolicyInput) -> PolicyResult:
+            keep = anneal.mask(*u_keys(STREAM_ANNEAL)(inp))
+            reason = np.where(keep, reason_code("anneal"), reason_code("anneal_dropped")).astype(np.int8)
+            return _result(keep, reason, {}, None, AbsentRule())
+
+        summary = {"P": P, "phase": "anneal", "n_downsampled": min(m, n), "s": "all", "w": None, "k_eff": None}
+        return Decide(anneal_rows, summary, AbsentRule("bernoulli", f, STREAM_ANNEAL))
+
+    m_R = keep_count(f, n)
+    draw = u_keys(STREAM_RANDOM)
+    in_R: Cut = Cut(everything=True) if m_R >= n else (yield from smallest(draw, m_R, n))
+
+    def sets(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(R, unseen of R, seen of R) of a bucket."""
+        R = in_R.mask(*draw(inp))
+        _, seen = _losses(inp, p)
+        return R, R & ~seen, R & seen
+
+    n_Ru, n_Rs = (yield total(lambda inp: np.array([np.count_nonzero(x) for x in sets(inp)[1:]], np.int64))).tolist()
+    summary: dict[str, Any] = {"P": P, "phase": "prune", "n_downsampled": n_Ru + n_Rs, "n_unseen_in_R": n_Ru}
+    budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
+    rule = AbsentRule("bernoulli", f if p.target_keep is None else min(f, p.target_keep), STREAM_RANDOM)
+    if budget is not None:
+        summary["target_keep"] = p.target_keep
+
+    if e == 0 or n_Rs == 0:  # no window
+        summary.update(k_eff=None, w=None, s="all", cluster_sizes=[], centroids=[], cluster_min=[], cluster_max=[])
+        if budget is None:
+
+            def all_of_R(inp: PolicyInput) -> PolicyResult:
+                R, Ru, Rs = sets(inp)
+                reason = np.full(inp.n, reason_code("downsampled_out"), dtype=np.int8)
+                reason[Ru] = reason_code("unseen")
+                reason[Rs] = reason_code("no_window")
+                return _result(R.copy(), reason, {}, None, rule)
+
+            return Decide(all_of_R, summary, rule)
+        drawn = yield from smallest(draw, budget, n)
+
+        def budget_rows(inp: PolicyInput) -> PolicyResult:
+            keep = drawn.mask(*draw(inp))
+            _, seen = _losses(inp, p)
+            reason = np.full(inp.n, reason_code("downsampled_out"), dtype=np.int8)
+            reason[keep & seen] = reason_code("no_window")
+            reason[keep & ~seen] = reason_code("unseen")
+            return _result(keep, reason, {}, None, rule)
+
+        return Decide(budget_rows, summary, rule)
+
+    def seen_losses(inp: PolicyInput) -> np.ndarray:
+        loss, _ = _losses(inp, p)
+        return loss[sets(inp)[2]]
+
+    km = yield from kmeans1d_steps(seen_losses, n_Rs, p.k)
+    k_eff = km.k_eff
+    w = window_width(k_eff, p.alpha)
+    s = window_start(e, k_eff, w)
+    sizes, cents, cmin, cmax = _clusters(km, p.order)
+    band: tuple[Cut, Cut] | None = None
+    if budget is not None:
+        M, m = n_Rs, max(0, min(budget - n_Ru, n_Rs))
+        lo = _band_start(km.counts, s, w, p.order, M, m)
+
+        def loss_keys(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
+            loss, _ = _losses(inp, p)
+            Rs = sets(inp)[2]
+            return float_order_keys(np.where(Rs, loss, np.float32(0))), np.asarray(inp.uid, np.uint64), None, Rs
+
+        upto_hi = yield from smallest(loss_keys, lo + m, M)
+        upto_lo = yield from smallest(loss_keys, lo, M)
+        band = (upto_hi, upto_lo)
+    unseen_cut: Cut | None = None
+    if budget is not None and budget < n_Ru:
+
+        def unseen_keys(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
+            keys, uid, _, _ = draw(inp)
+            return keys, uid, None, sets(inp)[1]
+
+        unseen_cut = yield from smallest(unseen_keys, budget, n_Ru)
+
+    def window_rows(inp: PolicyInput) -> PolicyResult:
+        R, Ru, Rs = sets(inp)
+        loss, _ = _losses(inp, p)
+        idx = np.flatnonzero(Rs)
+        vals = loss[idx]
+        c = assign(vals, km.upper)
+        if p.order == "h2e":
+            c = (k_eff - 1) - c
+        cluster = np.full(inp.n, -1, dtype=np.int16)
+        cluster[idx] = c
+        if band is None:
+            in_window = (c >= s) & (c < s + w)
+        else:
+            keys, uid, _, _ = loss_keys(inp)
+            in_window = (band[0].mask(keys, uid, None, Rs) & ~band[1].mask(keys, uid, None, Rs))[idx]
+        keep = Ru.copy()
+        reason = np.full(inp.n, reason_code("downsampled_out"), dtype=np.int8)
+        reason[Ru] = reason_code("unseen")
+        keep[idx] = in_window
+        reason[idx] = np.where(in_window, np.int8(reason_code("window")), np.int8(reason_code("outside_window")))
+        if unseen_cut is not None:
+            dropped = Ru & ~unseen_cut.mask(*unseen_keys(inp))
+            keep[dropped] = False
+            reason[dropped] = reason_code("downsampled_out")
+        return _result(keep, reason, {}, cluster, rule)
+
+    summary.update(
+        k_eff=int(k_eff),
+        w=int(w),
+        s=int(s),
+        cluster_sizes=[int(x) for x in sizes],
+        centroids=[float(x) for x in cents],
+        cluster_min=[float(x) for x in cmin],
+        cluster_max=[float(x) for x in cmax],
+        sse=float(km.sse),
+        n_window_clusters=int(sum(sizes[s : s + w])),
+    )
+    return Decide(window_rows, summary, rule)
+
+
+def _band_start(counts: np.ndarray, s: int, w: int, order: str, M: int, m: int) -> int:
+    """First rank of the budget band (:func:`_budget_band`): centred on the window's ranks."""
+    k_eff = len(counts)
+    first_c = s if order == "e2h" else k_eff - s - w
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    first_rank, last_rank = int(edges[first_c]), int(edges[first_c + w]) - 1
+    lo = int(round((first_rank + last_rank) / 2.0 - (m - 1) / 2.0))
+    return min(max(lo, 0), M - m)
+
+
 def columns(p: SetaParams) -> frozenset[str]:
     """The last loss (clustered), ``seen`` and the uid."""
     return frozenset({"uid", "last_loss", "seen"})
@@ -269,5 +438,6 @@ SPECS = (
         seta,
         "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard window, partial annealing",
         columns,
+        steps=seta_steps,
     ),
 )
