@@ -14,6 +14,8 @@ point. No RNG anywhere: the same values give the same clusters on any machine.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -315,6 +317,7 @@ def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 
     pre = _Prefix(v, positions, mean)
     c = np.diff(positions).astype(np.float64)
     s, q = pre.bin_s1, pre.bin_s2
+    k_eff = min(k_eff, len(c))  # ties can merge bin cuts: never more clusters than points
     if k_eff == 1:
         run_end = np.array([len(c) - 1])
         sse = float(max(q.sum() - s.sum() ** 2 / c.sum(), 0.0))
@@ -377,15 +380,12 @@ GATHER_VALUES = 1 << 23
 
 class _GatheredPrefix(_Prefix):
     """:class:`_Prefix` of values no process holds whole: bin sums added a range of bins at a
-    time (:func:`_add_bin_sums`), and the partial runs ``at`` needs kept by their positions."""
+    time (:func:`_add_bin_sums`); ``v`` is set when the sorted values are on disk."""
 
     def __init__(self, positions: np.ndarray, mean: float) -> None:
-        self.v, self.mean, self.pos = None, mean, positions
+        self.v: Any = None
+        self.mean, self.pos = mean, positions
         self.bin_s1, self.bin_s2 = np.zeros(len(positions) - 1), np.zeros(len(positions) - 1)
-        self.runs: dict[tuple[int, int], np.ndarray] = {}
-
-    def _run(self, start: int, stop: int) -> np.ndarray:
-        return self.runs[(start, stop)]
 
 
 def _ranges(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -420,16 +420,20 @@ def kmeans1d_steps(
     The same algorithm on the same numbers: the exact mean (:func:`sum_cells`), the distinct
     values (:class:`seta_stream._exact.Distinct`) or the bin cuts (order statistics by radix
     passes, then counts), the bin sums from the sorted values gathered a range of bins at a
-    time (at most :data:`GATHER_VALUES`), the same DP, and Lloyd iterations that gather the
-    partial runs they need in one pass each."""
+    time (at most :data:`GATHER_VALUES` in memory), the same DP, and Lloyd's iterations on the
+    sorted values kept in a scratch file (:func:`_binned_steps`)."""
     if k < 1:
         raise InvalidInputError(f"k must be >= 1, got {k}")
     if M < 1:
         raise InvalidInputError("kmeans1d needs at least one value")
 
+    cap = max(b_max, k)
+
     def first(inp: Any) -> tuple[np.ndarray, Any]:
         v = values_of(inp)
-        return sum_cells(v), Distinct.of(float_keys(v), max(b_max, k))
+        keys = float_keys(v)
+        head = Distinct.of(keys[: 4 * cap], cap)  # usually enough to see more than cap values
+        return sum_cells(v), head if head.overflow else Distinct.of(keys, cap)
 
     cells, distinct = yield Step(first, _first)
     mean = cells_sum(cells) / M
@@ -437,26 +441,61 @@ def kmeans1d_steps(
         uniq = key_values(distinct.values, np.float32)
         counts = distinct.counts
         positions = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        edges, binned = uniq, False
+        edges = uniq
         pre = _GatheredPrefix(positions, mean)
         for j0, j1 in _ranges(counts, GATHER_VALUES):
             run = np.repeat(uniq[j0:j1], counts[j0:j1])
             _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
         k_eff = min(k, len(uniq))
     else:  # more distinct values than b_max (U known exactly up to max(b_max, k))
-        raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
-        at_ranks = yield from order_statistics(values_of, np.append(raw - 1, M - 1), M, np.float32)
-        cut_values = np.unique(at_ranks[:-1])
-        le = yield total(
-            lambda inp: np.bincount(np.searchsorted(cut_values, values_of(inp), side="left"), minlength=len(cut_values) + 1)
-        )
-        cuts = np.cumsum(le)[: len(cut_values)]  # values <= each cut value
-        keep = cuts < M
-        cuts = cuts[keep].astype(np.int64)
-        edges = np.append(cut_values[keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
-        positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
-        binned = True
-        pre = _GatheredPrefix(positions, mean)
+        k_eff = k if distinct.overflow else min(k, len(distinct.values))
+        with tempfile.TemporaryDirectory(prefix="seta-stream-kmeans-") as scratch:
+            return (yield from _binned_steps(values_of, M, k_eff, b_max, max_iter, mean, scratch))
+    pre._finish()
+    c = np.diff(positions).astype(np.float64)
+    if k_eff == 1:
+        run_end = np.array([len(c) - 1])
+        sse = float(max(pre.bin_s2.sum() - pre.bin_s1.sum() ** 2 / c.sum(), 0.0))
+    else:
+        run_end, sse = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
+    bounds = positions[run_end + 1]
+    lo_idx = np.concatenate([[0], bounds[:-1]])
+    n = bounds - lo_idx
+    s_hi, _ = pre.at(bounds)
+    s_lo, _ = pre.at(lo_idx)
+    return KMeans1D(  # clusters end at distinct values
+        upper=edges[np.searchsorted(positions, bounds) - 1].astype(np.float64),
+        lower=edges[np.searchsorted(positions, lo_idx)].astype(np.float64),
+        counts=n.astype(np.int64),
+        centroids=(s_hi - s_lo) / n + mean,
+        sse=sse,
+        k_eff=k_eff,
+        binned=False,
+    )
+
+
+def _binned_steps(
+    values_of: Callable[[Any], np.ndarray], M: int, k_eff: int, b_max: int, max_iter: int, mean: float, scratch: str
+) -> Generator[Step, Any, KMeans1D]:
+    """The binned case of :func:`kmeans1d_steps`. The bins' sorted runs, gathered a range at a
+    time for their sums, are also appended to a scratch file in ``scratch``: the sorted values
+    on disk, memory-mapped, so the DP, Lloyd's iterations and the clusters' ends run exactly
+    as :func:`kmeans1d` runs them (binary searches into the sorted values, a few pages read
+    per iteration) without a pass over the buckets per iteration."""
+    raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
+    at_ranks = yield from order_statistics(values_of, np.append(raw - 1, M - 1), M, np.float32)
+    cut_values = np.unique(at_ranks[:-1])
+    le = yield total(
+        lambda inp: np.bincount(np.searchsorted(cut_values, values_of(inp), side="left"), minlength=len(cut_values) + 1)
+    )
+    cuts = np.cumsum(le)[: len(cut_values)]  # values <= each cut value
+    keep = cuts < M
+    cuts = cuts[keep].astype(np.int64)
+    edges = np.append(cut_values[keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
+    positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
+    pre = _GatheredPrefix(positions, mean)
+    path = os.path.join(scratch, "sorted.f32")
+    with open(path, "wb") as sink:
         for j0, j1 in _ranges(np.diff(positions), GATHER_VALUES):
             lo_v = edges[j0 - 1] if j0 > 0 else None
             hi_v = edges[j1 - 1]
@@ -472,84 +511,29 @@ def kmeans1d_steps(
             if len(run) != positions[j1] - positions[j0]:
                 raise RuntimeError(f"kmeans1d over buckets: bins {j0}..{j1} gathered {len(run)} values")
             _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
-        k_eff = k if distinct.overflow else min(k, len(distinct.values))
+            run.astype(np.float32).tofile(sink)
     pre._finish()
+    v = np.memmap(path, dtype=np.float32, mode="r", shape=(M,))
+    pre.v = v
     c = np.diff(positions).astype(np.float64)
+    k_eff = min(k_eff, len(c))  # ties can merge bin cuts: never more clusters than points
     if k_eff == 1:
         run_end = np.array([len(c) - 1])
-        sse = float(max(pre.bin_s2.sum() - pre.bin_s1.sum() ** 2 / c.sum(), 0.0))
     else:
-        run_end, sse = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
-    bounds = positions[run_end + 1]
-    if binned:
-        bounds = yield from _lloyd_steps(values_of, pre, edges, bounds, max_iter, M)
-        sse = _sse(pre, bounds)
+        run_end, _ = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
+    bounds, sse = _lloyd(v, pre, positions[run_end + 1], max_iter, mean)
     lo_idx = np.concatenate([[0], bounds[:-1]])
     n = bounds - lo_idx
     s_hi, _ = pre.at(bounds)
     s_lo, _ = pre.at(lo_idx)
-    if binned:
-        ends = yield from order_statistics(values_of, np.concatenate([bounds - 1, lo_idx]), M, np.float32)
-        upper, lower = ends[: len(bounds)], ends[len(bounds) :]
-    else:  # clusters end at distinct values
-        upper = edges[np.searchsorted(positions, bounds) - 1]
-        lower = edges[np.searchsorted(positions, lo_idx)]
-    return KMeans1D(
-        upper=upper.astype(np.float64),
-        lower=lower.astype(np.float64),
+    result = KMeans1D(
+        upper=np.asarray(v[bounds - 1], np.float64) + 0.0,
+        lower=np.asarray(v[lo_idx], np.float64) + 0.0,
         counts=n.astype(np.int64),
         centroids=(s_hi - s_lo) / n + mean,
         sse=sse,
         k_eff=k_eff,
-        binned=binned,
+        binned=True,
     )
-
-
-def _lloyd_steps(
-    values_of: Callable[[Any], np.ndarray], pre: _GatheredPrefix, edges: np.ndarray, bounds: np.ndarray,
-    max_iter: int, M: int,
-) -> Generator[Step, Any, np.ndarray]:
-    """:func:`_lloyd` over buckets: each iteration counts the values <= every midpoint and
-    gathers the partial runs (values of the midpoint's bin up to it) in one pass."""
-    n_bins = len(edges)
-    for _ in range(max_iter):
-        lo = np.concatenate([[0], bounds[:-1]])
-        mu = (pre.at(bounds)[0] - pre.at(lo)[0]) / (bounds - lo) + pre.mean
-        mid = (mu[:-1] + mu[1:]) / 2
-        mid_v = mid.astype(np.float32)
-        over = mid_v.astype(np.float64) > mid
-        mid_v[over] = np.nextafter(mid_v[over], np.float32(-np.inf))
-        js = np.searchsorted(edges, mid_v, side="right")  # the bin holding each midpoint's position
-        lower = np.where(js > 0, edges[np.maximum(js - 1, 0)], np.float32(-np.inf)).astype(np.float32)
-        lower[js >= n_bins] = np.inf  # past the last value: no partial run
-
-        def count_and_runs(inp: Any, mid_v: np.ndarray = mid_v, lower: np.ndarray = lower) -> tuple[np.ndarray, list[np.ndarray]]:
-            v = values_of(inp)
-            first_mid = np.searchsorted(mid_v, v, side="left")  # v <= mid_v[t] iff t >= first_mid
-            counts = np.bincount(first_mid, minlength=len(mid_v) + 1)
-            last = np.searchsorted(lower, v, side="left")  # v > lower[t] iff t < last
-            inside = first_mid < last
-            cand, a, b = v[inside], first_mid[inside], last[inside]
-            return counts, [cand[(a <= t) & (t < b)] for t in range(len(mid_v))]
-
-        def merge(pieces: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
-            counts = sum(p[0] for p in pieces)
-            runs = [np.sort(np.concatenate([p[1][t] for p in pieces])) for t in range(len(mid_v))]
-            return counts, runs
-
-        counts, runs = yield Step(count_and_runs, merge)
-        new = np.append(np.cumsum(counts)[: len(mid_v)], M).astype(np.int64)
-        for t, p in enumerate(new[:-1].tolist()):
-            j = int(np.searchsorted(pre.pos, p, side="right")) - 1
-            start = int(pre.pos[j])
-            if p != start:
-                if len(runs[t]) != p - start:
-                    raise RuntimeError(f"kmeans1d over buckets: a partial run of {len(runs[t])} values, expected {p - start}")
-                pre.runs[(start, p)] = runs[t]
-        lo_new = np.concatenate([[0], new[:-1]])
-        if np.any(new - lo_new <= 0):  # a cluster would become empty: keep the previous ones
-            break
-        if np.array_equal(new, bounds):
-            break
-        bounds = new
-    return bounds
+    del v, pre
+    return result

@@ -310,3 +310,12 @@ def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
     whole = kmeans1d(v, 10)
     assert whole.binned
     assert_same_kmeans(split_kmeans(v, 10, 3, 1), whole)
+
+
+def test_heavy_ties_leave_fewer_bins_than_k():
+    """Most bin cuts fall in one run of zeros: k' is capped by the bins left (it used to fail)."""
+    v = np.concatenate([np.zeros(1000), np.arange(1, 101)]).astype(np.float32)
+    km = kmeans1d(v, 10, b_max=64)
+    assert km.binned and km.k_eff == 7 and km.counts.sum() == 1100
+    assert km.lower.tolist() == [0, 7, 21, 35, 50, 66, 83] and km.counts.tolist() == [1006, 14, 14, 15, 16, 17, 18]
+    assert_same_kmeans(split_kmeans(v, 10, 3, 0, b_max=64), km)
