@@ -33,12 +33,14 @@ Steps 5 and 6 are the same: one manifest names every bucket's new file at once.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
+from ._engine import Engine, get_engine
 from ._faults import fault
 from ._fold import Folded, OldTable, Records, fold
 from ._layout import MANIFEST
@@ -58,6 +60,7 @@ from ._table import (
     TABLE_SCHEMA,
     PartitionedTableWriter,
     TableBucket,
+    publish_bucket,
     make_manifest,
     manifest_files,
     publish_manifest,
@@ -80,6 +83,7 @@ FAULT_POINTS = (
     "compact:after_read",
     "compact:after_quarantine",
     "compact:after_bucket",
+    "compact:bucket_written",
     "compact:after_table_write",
     "compact:after_manifest",
     "compact:after_cleanup",
@@ -110,6 +114,8 @@ def compact(
     on_corrupt: Literal["raise", "skip"] = "raise",
     progress: bool = False,
     lock_wait: float = 0.0,
+    engine: str | Engine | None = None,
+    ray_address: str | None = None,
 ) -> CompactionReport:
     """Fold every loss part not yet in the table into a new table and publish it.
 
@@ -119,10 +125,16 @@ def compact(
     ``on_corrupt="skip"`` moves such parts to ``losses-quarantine/`` (listed in the report and
     the manifest) and folds the others. Safe to rerun at any time: without new parts it
     changes nothing.
+
+    ``engine="ray"`` (``pip install seta-stream[ray]``) routes and folds a partitioned run's
+    buckets as Ray tasks on the cluster ``ray.init(address=ray_address)`` reaches (the run
+    directory must be on a filesystem every node mounts); this process publishes the manifest.
+    A one-bucket run is compacted here whatever the engine.
     """
     if on_corrupt not in ("raise", "skip"):
         raise InvalidInputError(f"on_corrupt must be 'raise' or 'skip', found {on_corrupt!r}")
     run = run if isinstance(run, RunDir) else RunDir(run)
+    chosen = get_engine(engine, ray_address)
     t0 = time.perf_counter()
     with run.lock("compact", wait=lock_wait):
         fault("compact:locked")
@@ -130,7 +142,7 @@ def compact(
         report = CompactionReport(generation=int(m.get("generation", 0)), samples_total=int(m.get("rows", 0)))
         pending = pending_parts(run, m.get("folded", []))
         if pending and run.buckets > 1:
-            _compact_buckets(run, m, pending, on_corrupt == "skip", progress, report)
+            _compact_buckets(run, m, pending, on_corrupt == "skip", progress, report, chosen)
         elif pending:
             _compact_pending(run, m, pending, on_corrupt == "skip", progress, report)
         else:  # still finish the cleanup of a compaction killed after publishing
@@ -309,9 +321,16 @@ def _same_generation(run: RunDir, m: dict[str, Any], discard: Any) -> None:
 
 # ---------------------------------------------------------------------------------- buckets
 def _compact_buckets(
-    run: RunDir, m: dict[str, Any], pending: list[str], skip: bool, progress: bool, report: CompactionReport
+    run: RunDir,
+    m: dict[str, Any],
+    pending: list[str],
+    skip: bool,
+    progress: bool,
+    report: CompactionReport,
+    engine: Engine,
 ) -> None:
-    """Steps 2 to 6 of a partitioned run: route, fold bucket by bucket, publish once."""
+    """Steps 2 to 6 of a partitioned run: route, fold bucket by bucket (on ``engine``), publish
+    once from this process."""
     n_buckets = run.buckets
     old = table_buckets(m)
     if old and len(old) != n_buckets:
@@ -322,13 +341,19 @@ def _compact_buckets(
         )
     generation = int(m.get("generation", 0))
     while True:  # once, unless the fold finds a corrupt part to set aside (skip)
-        bar = _progress(progress, len(pending))
-        with RoutedRecords(n_buckets) as routed:
-            good, locations = _route(run, m, pending, skip, report, routed, bar)
+        bar = _progress(progress, n_buckets)
+        scratch = _scratch(run, engine)
+        try:
+            if not scratch:  # routing happens here (the local engine)
+                routed = [_Route(run, n_buckets, None)((0, pending))]
+            else:
+                routed = list(engine.map(_Route(run, n_buckets, scratch), list(enumerate(_chunks(pending, engine)))))
+            good, locations = _routed_parts(run, m, routed, skip, report)
             fault("compact:after_read")
             writer = PartitionedTableWriter(run, generation + 1)
+            fold = _FoldBucket(run, old, [r.records for r in routed], [r.offset for r in routed], good, writer)
             try:
-                totals = _fold_buckets(run, old, routed, good, writer, bar)
+                totals = _fold_buckets(run, fold, engine, writer, bar)
             except CorruptPartError as exc:  # a part whose uids are not the hash of its ids
                 writer.remove(manifest_files(m))
                 if not skip or exc.path not in good:
@@ -336,9 +361,13 @@ def _compact_buckets(
                 _quarantine(run, exc.path, report)
                 pending = [p for p in good if p != exc.path]
                 continue
-            finally:
-                if bar is not None:
-                    bar.close()
+        finally:
+            for r in routed if "routed" in locals() else []:
+                r.records.remove()
+            if scratch:
+                run.remove(run.rel(scratch))
+            if bar is not None:
+                bar.close()
         break
     fault("compact:after_table_write")
     _same_generation(run, m, lambda: writer.remove(manifest_files(m)))
@@ -364,79 +393,148 @@ def _compact_buckets(
     report.generation = generation + 1
 
 
-def _route(
-    run: RunDir,
-    m: dict[str, Any],
-    pending: list[str],
-    skip: bool,
-    report: CompactionReport,
-    routed: RoutedRecords,
-    bar: Any,
+def _scratch(run: RunDir, engine: Engine) -> str | None:
+    """Where a Ray engine's tasks route records: a temporary folder in the run directory
+    (every node reaches it); None for the local engine (a folder in TMPDIR)."""
+    if engine.name == "local":
+        return None
+    local = run.local_path(f"table/.tmp-route-{uuid.uuid4().hex[:8]}")
+    if local is None:
+        raise InvalidInputError(
+            f"engine='ray' needs the run directory on a filesystem every node mounts; {run.url} is not a "
+            "local path. Compact with engine='local', or put the run directory on shared storage"
+        )
+    return local
+
+
+def _chunks(pending: list[str], engine: Engine) -> list[list[str]]:
+    """Consecutive groups of parts, one routing task each (the local engine: one group)."""
+    if engine.name == "local":
+        return [pending]
+    size = max(1, -(-len(pending) // 64))
+    return [pending[i : i + size] for i in range(0, len(pending), size)]
+
+
+@dataclass
+class _Routed:
+    """What routing a group of parts gave: the parts routed and their shard locations, the
+    parts that cannot be folded (with their errors), the scratch files, the group's offset."""
+
+    offset: int
+    good: list[str]
+    maps: list[dict[str, str]]
+    corrupt: list[tuple[str, CorruptPartError]]
+    records: RoutedRecords
+
+
+class _Route:
+    """Route group ``i``'s parts to bucket scratch files (a task of the engine)."""
+
+    def __init__(self, run: RunDir, buckets: int, scratch: str | None) -> None:
+        self.run, self.buckets, self.scratch = run, buckets, scratch
+
+    def __call__(self, item: tuple[int, list[str]]) -> _Routed:
+        i, parts = item
+        folder = None if self.scratch is None else f"{self.scratch}/chunk-{i:05d}"
+        records = RoutedRecords(self.buckets, folder=folder)
+        good: list[str] = []
+        maps: list[dict[str, str]] = []
+        corrupt: list[tuple[str, CorruptPartError]] = []
+        for rel in parts:
+            try:
+                part = read_part(self.run, rel)
+            except CorruptPartError as exc:
+                corrupt.append((rel, exc))
+                continue
+            records.add(len(good), part)
+            good.append(rel)
+            maps.append(part_locations(part.schema))
+        records.close()
+        return _Routed(0, good, maps, corrupt, records)
+
+
+def _routed_parts(
+    run: RunDir, m: dict[str, Any], routed: list[_Routed], skip: bool, report: CompactionReport
 ) -> tuple[list[str], dict[str, str]]:
-    """Read each pending part once and route its rows (:func:`_read_parts` for the parts that
-    cannot be folded); returns the parts routed and the shard locations after them (a name
-    standing for two locations stops here, before anything is written to the run)."""
+    """The parts routed (in fold order) and the shard locations after them; a part that cannot
+    be folded raises, or (``skip``) is quarantined; a name standing for two locations stops
+    here, before anything is written to the run."""
     good: list[str] = []
     maps: list[dict[str, str]] = []
-    for rel in pending:
-        try:
-            part = read_part(run, rel)
-        except CorruptPartError:
+    for r in routed:
+        for rel, exc in r.corrupt:
             if not skip:
-                raise
+                raise exc
             _quarantine(run, rel, report)
-            continue
-        routed.add(len(good), part)
-        good.append(rel)
-        maps.append(part_locations(part.schema))
-        if bar is not None:
-            bar.update(1)
-    routed.close()
+        r.offset = len(good)
+        good.extend(r.good)
+        maps.extend(r.maps)
     return good, merge_location_maps(run, m.get("shard_locations") or {}, maps, good)
 
 
+class _FoldBucket:
+    """Fold bucket b and write its file (a task of the engine); ``count(b)`` counts its new
+    samples first when n_ref is the table's rows after the compaction."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        old: list[TableBucket],
+        routed: list[RoutedRecords],
+        offsets: list[int],
+        good: list[str],
+        writer: PartitionedTableWriter,
+    ) -> None:
+        self.run, self.old, self.routed, self.offsets, self.good = run, old, routed, offsets, good
+        self.target = writer.target()
+        self.n_ref: int | None = None
+
+    def _old(self, b: int) -> TableBucket | None:
+        return self.old[b] if self.old else None
+
+    def count(self, b: int) -> int:
+        uids = [r.bucket_uids(b) for r in self.routed]
+        return _count_new(self.run, self._old(b), np.concatenate(uids) if uids else np.zeros(0, np.uint64))
+
+    def __call__(self, b: int) -> tuple[int, str, int, int, int]:
+        """(rows, keys file, records, NaN losses, new samples) of bucket b's new file."""
+        pieces = [(o + k, t) for r, o in zip(self.routed, self.offsets) for k, t in r.bucket(b)]
+        tables = [t for _, t in pieces]
+        records = Records(tables, [self.good[k] for k, _ in pieces], lambda j: tables[j].column("key"))
+        old_b, old_keys = _old_table(self.run, self._old(b))
+        beta2 = float(self.run.settings["ema_beta2"])
+        folded = fold(old_b, records, beta2=beta2, dataset_size=self.n_ref)
+        del old_b, records, tables, pieces
+        table = pa.Table.from_pydict(folded.columns, schema=TABLE_SCHEMA)
+        same_rows = table.num_rows == (self._old(b).rows if self._old(b) else 0)
+        keys = publish_bucket(self.run, self.target, b, table, old_keys if same_rows else None)
+        fault("compact:bucket_written")
+        return table.num_rows, keys, folded.records, folded.nan_losses, folded.new_samples
+
+
 def _fold_buckets(
-    run: RunDir,
-    old: list[TableBucket],
-    routed: RoutedRecords,
-    good: list[str],
-    writer: PartitionedTableWriter,
-    bar: Any,
+    run: RunDir, fold_bucket: _FoldBucket, engine: Engine, writer: PartitionedTableWriter, bar: Any
 ) -> tuple[int, int, int, int]:
     """Fold and write every bucket; returns (records, NaN losses, new samples, n_ref).
 
     ``n_ref`` (the EMA start 1/n_ref of new samples) is ``dataset_size`` or the table's rows
     after this compaction, so without ``dataset_size`` the new samples of every bucket are
     counted first (uids of its records not in its old rows)."""
-    settings = run.settings
-    n_buckets = routed.buckets
+    n_buckets = run.buckets
     new_counts = None
-    n_ref = settings.get("dataset_size")
+    n_ref = run.settings.get("dataset_size")
     if not n_ref:
-        new_counts = [_count_new(run, old[b] if old else None, routed.bucket_uids(b)) for b in range(n_buckets)]
-        n_ref = sum(b.rows for b in old) + sum(new_counts)
-    if bar is not None:
-        bar.reset(total=n_buckets)
-        bar.set_description("compact: folding buckets")
+        new_counts = list(engine.map(fold_bucket.count, range(n_buckets)))
+        n_ref = sum(b.rows for b in fold_bucket.old) + sum(new_counts)
+    fold_bucket.n_ref = int(n_ref)
     totals = np.zeros(3, np.int64)
-    for b in range(n_buckets):
-        pieces = routed.bucket(b)
-        tables = [t for _, t in pieces]
-        names = [good[k] for k, _ in pieces]
-        records = Records(tables, names, lambda j, tables=tables: tables[j].column("key"))
-        old_b, old_keys = _old_table(run, old[b] if old else None)
-        folded = fold(old_b, records, beta2=float(settings["ema_beta2"]), dataset_size=int(n_ref))
-        del old_b, records, tables, pieces
-        if new_counts is not None and folded.new_samples != new_counts[b]:
+    for b, (rows, keys, records, nan_losses, new) in enumerate(engine.map(fold_bucket, range(n_buckets))):
+        if new_counts is not None and new != new_counts[b]:
             raise RuntimeError(
-                f"bucket {b}: the fold added {folded.new_samples} samples, {new_counts[b]} were counted "
-                "before it; nothing was published"
+                f"bucket {b}: the fold added {new} samples, {new_counts[b]} were counted before it; nothing was published"
             )
-        totals += (folded.records, folded.nan_losses, folded.new_samples)
-        table = pa.Table.from_pydict(folded.columns, schema=TABLE_SCHEMA)
-        del folded
-        writer.add(b, table, old_keys if table.num_rows == (old[b].rows if old else 0) else None)
-        del table
+        writer.record(b, rows, keys)
+        totals += (records, nan_losses, new)
         if b == 0:
             fault("compact:after_bucket")
         if bar is not None:

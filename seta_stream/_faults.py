@@ -12,12 +12,22 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["FAULT_ENV", "fault"]
+__all__ = ["FAULT_ENV", "FAULT_ONCE_ENV", "fault"]
 
 FAULT_ENV = "SETA_STREAM_FAULT"
+#: A file path: the fault fires only in the process that creates it first (a Ray task whose
+#: worker is killed is retried; the retry must not be killed again).
+FAULT_ONCE_ENV = "SETA_STREAM_FAULT_ONCE"
 
 
 def fault(point: str) -> None:
     """SIGKILL this process at ``point`` if ``SETA_STREAM_FAULT`` names it (tests only)."""
-    if os.environ.get(FAULT_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(FAULT_ENV) != point:
+        return
+    once = os.environ.get(FAULT_ONCE_ENV)
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)

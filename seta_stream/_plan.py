@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _state as run_state
+from ._engine import Engine, get_engine
 from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
 from ._plans import (
@@ -185,6 +186,8 @@ def plan_epoch(
     seed: int | None = None,
     population: Iterable[tuple[str, str]] | pa.Table | dict[str, Any] | None = None,
     force: bool = False,
+    engine: str | Engine | None = None,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Plan ``epoch`` (0-based) and publish it; returns the summary dict.
 
@@ -194,11 +197,17 @@ def plan_epoch(
     every (shard, key) of the data set so that samples never recorded are planned as unseen
     rows (otherwise the stage applies the plan's absent rule to them). The planned epoch
     becomes the stages' current epoch.
+
+    A partitioned run (``buckets`` > 1) is planned bucket by bucket with the policy's steps
+    (``policies.steps``): bit for bit the plan of the whole table. ``engine="ray"`` runs the
+    per-bucket work as Ray tasks on the cluster ``ray.init(address=ray_address)`` reaches
+    (every node must reach the run directory); this process merges and writes the plan.
     """
     run = _run(run)
     epoch = int(epoch)
     if epoch < 0:
         raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
+    chosen = get_engine(engine, ray_address)
     with run.lock("plan", wait=120), _normal_pages():
         state = run_state.read_state(run)
         given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
@@ -224,7 +233,7 @@ def plan_epoch(
         check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         if run.buckets > 1:
-            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population)
+            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen)
         if population is not None:
             table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
             table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
@@ -342,6 +351,10 @@ class _Buckets:
         self._cache: dict[int, dict[str, np.ndarray]] = {}
         self._cached = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the cache (a Ray task reads the buckets it is given)."""
+        return {**self.__dict__, "_cache": {}, "_cached": 0}
+
     def _table(self, b: int, columns: list[str]) -> pa.Table:
         bucket = self.files[b]
         if bucket is None:
@@ -407,6 +420,7 @@ def _plan_buckets(
     state: dict[str, Any],
     manifest: dict[str, Any],
     population: Any,
+    engine: Engine,
 ) -> dict[str, Any]:
     """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``), then
     each bucket's rows written as they are decided (``plans.PlanWriter``)."""
@@ -426,6 +440,7 @@ def _plan_buckets(
                 spec, params, ctx, buckets.input, buckets.count,
                 lambda b, inp, result: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
                 writer.restart,
+                None if engine.name == "local" else engine,
             )
             writer.commit()
             break

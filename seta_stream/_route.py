@@ -43,10 +43,14 @@ class RoutedRecords:
     :meth:`add` part after part in fold order, then :meth:`bucket` for each bucket. Use as a
     context manager: the scratch folder is removed on exit."""
 
-    def __init__(self, buckets: int, *, file_rows: int | None = None) -> None:
+    def __init__(self, buckets: int, *, file_rows: int | None = None, folder: str | None = None) -> None:
         self.buckets = int(buckets)
         self.file_rows = int(file_rows or FILE_ROWS)
-        self.folder = tempfile.mkdtemp(prefix="seta-stream-route-")
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="seta-stream-route-")
+        else:  # a folder every process of a Ray engine reaches
+            os.makedirs(folder)
+        self.folder = folder
         self.names: list[str] = []  # shard names; the spill's shard column holds codes into it
         self._code_of: dict[str, int] = {}
         self._bucket_of_code = np.zeros(0, np.int32)
@@ -64,6 +68,11 @@ class RoutedRecords:
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Once closed, the files' index travels (to a Ray task) without the buffers."""
+        assert self._dictionary is not None, "close() first"
+        return {**self.__dict__, "_pending": [[] for _ in range(self.buckets)]}
 
     # ---------------------------------------------------------------- writing
     def _codes(self, shard: pa.ChunkedArray) -> np.ndarray:

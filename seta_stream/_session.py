@@ -37,9 +37,9 @@ from ._compaction import compact
 from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
 from ._plan import load_summary, plan_epoch, set_current_epoch
 from ._record import LossRecorder
-from ._runfs import RunDir
+from ._runfs import BUCKET_ROWS, RunDir, bucket_count
 from ._table import folded_parts
-from .errors import SetaStreamError
+from .errors import RunFormatError, SetaStreamError
 from .policies import run_settings_for
 
 __all__ = ["Pruner", "supersede_parts"]
@@ -84,6 +84,11 @@ class Pruner:
         settings: run settings for a new run directory (``shard_depth``...).
         flush_rows: records buffered per rank before a part is written (what a crash can lose).
         verbose: print one line per epoch boundary (kept, pruned, compaction/planning time).
+        engine: ``"local"`` (default) or ``"ray"``: where compaction and planning run the
+            buckets of a partitioned run (``ray_address`` as ``ray.init`` takes it).
+
+    A new run with a population of more than 8,388,608 samples (and no ``buckets`` or
+    ``dataset_size`` setting) is partitioned into one bucket per 8,388,608 samples.
     """
 
     def __init__(
@@ -100,11 +105,15 @@ class Pruner:
         flush_rows: int = 65536,
         storage_options: dict[str, Any] | None = None,
         verbose: bool = False,
+        engine: str | None = None,
+        ray_address: str | None = None,
     ) -> None:
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
         # a new run gets the run settings its policy declares (such as the loss table's EMA factor)
         settings = run_settings_for(policy, params, settings)
+        settings = _with_buckets(run, settings, population, storage_options)
+        self.engine, self.ray_address = engine, ray_address
         self.run = RunDir(run, create=True, settings=settings, storage_options=storage_options)
         self.policy = policy
         self.params = dict(params or {})
@@ -136,7 +145,7 @@ class Pruner:
             if first_call:
                 self.superseded = supersede_parts(self.run, epoch)
             t = time.perf_counter()
-            compact(self.run)
+            compact(self.run, engine=self.engine, ray_address=self.ray_address)
             timings["compact_s"] = time.perf_counter() - t
             t = time.perf_counter()
             plan_epoch(
@@ -147,6 +156,8 @@ class Pruner:
                 epochs=self.epochs,
                 seed=self.seed,
                 population=self.population,
+                engine=self.engine,
+                ray_address=self.ray_address,
             )
             set_current_epoch(self.run, epoch)
             timings["plan_s"] = time.perf_counter() - t
@@ -196,7 +207,7 @@ class Pruner:
         """Flush every rank and fold the last epoch's losses into the table (rank 0)."""
         self._publish_counts()
         self.recorder.flush()
-        self._on_rank0(lambda: compact(self.run))
+        self._on_rank0(lambda: compact(self.run, engine=self.engine, ray_address=self.ray_address))
         self.recorder.close()
 
     def __enter__(self) -> Pruner:
@@ -227,3 +238,29 @@ class Pruner:
         dist.broadcast_object_list(status, src=0)
         if status[0] is not None:
             raise SetaStreamError(f"rank 0 failed at the epoch boundary: {status[0]}")
+
+
+def _population_size(population: Any) -> int | None:
+    if hasattr(population, "num_rows"):
+        return int(population.num_rows)
+    if isinstance(population, dict):
+        return len(population.get("key", ()))
+    return len(population) if hasattr(population, "__len__") else None
+
+
+def _with_buckets(
+    run: Any, settings: dict[str, Any] | None, population: Any, storage_options: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """``settings`` of a new run, with one bucket per BUCKET_ROWS samples of a large population
+    (an existing run keeps the buckets it was created with)."""
+    given = settings or {}
+    if population is None or given.get("buckets") or given.get("dataset_size"):
+        return settings
+    size = _population_size(population)
+    if not size or size <= BUCKET_ROWS:
+        return settings
+    try:
+        RunDir(run, storage_options=storage_options)
+        return settings  # the run exists
+    except RunFormatError:
+        return {**given, "buckets": bucket_count({"dataset_size": size})}

@@ -30,13 +30,28 @@ class Step:
     reduce: Callable[[list[Any]], Any]
 
 
-def run_steps(steps: Generator[Step, Any, Any], inputs: Callable[[int], Any], buckets: int) -> Any:
-    """Run ``steps`` over ``buckets`` buckets, ``inputs(b)`` giving bucket b's input, one
-    bucket at a time (the local engine); returns the generator's value."""
+class _Apply:
+    """``map_fn(inputs(b))``: a step's map on bucket b (picklable for a Ray engine)."""
+
+    def __init__(self, map_fn: Callable[[Any], Any], inputs: Callable[[int], Any]) -> None:
+        self.map_fn, self.inputs = map_fn, inputs
+
+    def __call__(self, b: int) -> Any:
+        return self.map_fn(self.inputs(b))
+
+
+def run_steps(
+    steps: Generator[Step, Any, Any], inputs: Callable[[int], Any], buckets: int, engine: Any = None
+) -> Any:
+    """Run ``steps`` over ``buckets`` buckets, ``inputs(b)`` giving bucket b's input; returns
+    the generator's value. ``engine`` (``_engine``): where the maps run; None: here, one bucket
+    at a time."""
     try:
         step = next(steps)
         while True:
-            step = steps.send(step.reduce([step.map(inputs(b)) for b in range(buckets)]))
+            apply = _Apply(step.map, inputs)
+            pieces = list(engine.map(apply, range(buckets))) if engine is not None else [apply(b) for b in range(buckets)]
+            step = steps.send(step.reduce(pieces))
     except StopIteration as stop:
         return stop.value
 

@@ -44,6 +44,8 @@ __all__ = [
     "table_buckets",
     "bucket_keys",
     "PartitionedTableWriter",
+    "BucketTarget",
+    "publish_bucket",
     "table_locations",
     "load_table",
     "load_table_keys",
@@ -288,11 +290,35 @@ def publish_table(run: RunDir, generation: int, table: pa.Table, keys: str | Non
     return table_rel, keys
 
 
+@dataclass(frozen=True)
+class BucketTarget:
+    """Where the buckets of a new partitioned table go: its generation and token (the folder
+    and the keys files' names derive from them)."""
+
+    generation: int
+    token: str
+
+    @property
+    def folder(self) -> str:
+        return table_folder(self.generation, self.token)
+
+
+def publish_bucket(run: RunDir, target: BucketTarget, bucket: int, table: pa.Table, keys: str | None = None) -> str:
+    """Write bucket ``bucket``'s file of the new table ``target`` and its keys file (any process
+    may write any bucket: nobody reads the folder until a manifest names it); ``keys``: the
+    bucket's current keys file, kept when it holds the same key column. Returns the keys file."""
+    run.publish_parquet(bucket_table_file(target.folder, bucket), table, **TABLE_WRITE_OPTIONS)
+    if keys is None:
+        keys = bucket_keys_file(bucket, target.generation, target.token)
+        run.publish_arrow(keys, pa.table({"key": table.column("key")}, schema=KEYS_SCHEMA))
+    return keys
+
+
 class PartitionedTableWriter:
-    """Writes the buckets of a partitioned table (format version 2) of ``generation`` one at a
-    time into a fresh folder: nobody reads it until a manifest names it, so each bucket's file
-    is published on its own and a killed writer leaves only an unnamed folder (removed by the
-    next compaction)."""
+    """The buckets of a partitioned table (format version 2) of ``generation``, written into a
+    fresh folder (:func:`publish_bucket`, here or by an engine's tasks) and recorded here in
+    bucket order: nobody reads the folder until a manifest names it, so a killed writer leaves
+    only an unnamed folder (removed by the next compaction)."""
 
     def __init__(self, run: RunDir, generation: int) -> None:
         self.run, self.generation = run, generation
@@ -301,23 +327,26 @@ class PartitionedTableWriter:
         self.keys: list[str] = []
         self.rows: list[int] = []
 
+    def target(self) -> BucketTarget:
+        return BucketTarget(self.generation, self.token)
+
     def add(self, bucket: int, table: pa.Table, keys: str | None = None) -> None:
-        """Write bucket ``bucket`` (the next one) and its keys file; ``keys``: the bucket's
-        current keys file, kept when it holds the same key column (no sample added)."""
+        """Write bucket ``bucket`` (the next one) here and record it."""
+        self.record(bucket, table.num_rows, publish_bucket(self.run, self.target(), bucket, table, keys))
+
+    def record(self, bucket: int, rows: int, keys: str) -> None:
+        """Record bucket ``bucket`` (the next one), written with :func:`publish_bucket`."""
         if bucket != len(self.rows):
-            raise ValueError(f"bucket {bucket} written out of order (expected {len(self.rows)})")
-        self.run.publish_parquet(bucket_table_file(self.folder, bucket), table, **TABLE_WRITE_OPTIONS)
-        if keys is None:
-            keys = bucket_keys_file(bucket, self.generation, self.token)
-            self.run.publish_arrow(keys, pa.table({"key": table.column("key")}, schema=KEYS_SCHEMA))
+            raise ValueError(f"bucket {bucket} recorded out of order (expected {len(self.rows)})")
         self.keys.append(keys)
-        self.rows.append(table.num_rows)
+        self.rows.append(rows)
 
     def remove(self, keep: Iterable[str]) -> None:
-        """Remove what this writer wrote except the files in ``keep`` (a discarded result)."""
+        """Remove what was written for this table except the files in ``keep`` (a discarded
+        result): the folder and the keys files of its generation and token."""
         kept = set(keep)
         self.run.remove(self.folder)
-        for rel in self.keys:
+        for rel in self.run.glob(f"table/keys/b*-{self.generation:06d}-{self.token}.arrow"):
             if rel not in kept:
                 self.run.remove(rel)
 

@@ -337,6 +337,18 @@ def _bucket_rows(decide: Any, inp: PolicyInput, guard: Cut | None, key_of: Any) 
     return result
 
 
+class _BucketRows:
+    """Bucket b's input, rows and summary counts (picklable, for a Ray engine)."""
+
+    def __init__(self, decide: Any, inputs: Any, guard: Cut | None, key_of: Any) -> None:
+        self.decide, self.inputs, self.guard, self.key_of = decide, inputs, guard, key_of
+
+    def __call__(self, b: int) -> tuple[PolicyInput, PolicyResult, SummaryCounts]:
+        inp = self.inputs(b)
+        result = _bucket_rows(self.decide, inp, self.guard, self.key_of)
+        return inp, result, summary_counts(result, inp)
+
+
 def plan_partitioned(
     spec: PolicySpec,
     params: Any,
@@ -345,6 +357,7 @@ def plan_partitioned(
     buckets: int,
     emit: Any,
     restart: Any,
+    engine: Any = None,
 ) -> dict[str, Any]:
     """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput`) with the
     policy's steps; ``emit(b, inp, result)`` receives each bucket's rows in bucket order. If no
@@ -356,21 +369,20 @@ def plan_partitioned(
             f"policy {spec.name!r} has no partitioned form (PolicySpec.steps), so it cannot plan a run "
             "with several buckets; use a run with buckets=1"
         )
-    decide = run_steps(spec.steps(ctx, params), inputs, buckets)
+    decide = run_steps(spec.steps(ctx, params), inputs, buckets, engine)
     key_of = _guard_key(ctx)
     guard: Cut | None = None
     while True:
         counts: SummaryCounts | None = None
-        for b in range(buckets):
-            inp = inputs(b)
-            result = _bucket_rows(decide, inp, guard, key_of)
-            piece = summary_counts(result, inp)
+        rows = _BucketRows(decide, inputs, guard, key_of)
+        done = engine.map(rows, range(buckets)) if engine is not None else (rows(b) for b in range(buckets))
+        for b, (inp, result, piece) in enumerate(done):
             counts = piece if counts is None else counts + piece
             emit(b, inp, result)
         assert counts is not None
         if guard is not None or counts.n == 0 or counts.kept > 0:
             break
-        guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets)
+        guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets, engine)
         restart()
     first = inputs(0)
     return summary_of(counts, decide.summary, first, spec.name, params, guard is not None, decide.absent_rule)

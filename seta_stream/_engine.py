@@ -1,0 +1,78 @@
+"""Engines: where the per-bucket work of a partitioned compaction or plan runs.
+
+* ``"local"`` (default): in this process, one bucket after the other.
+* ``"ray"``: as Ray tasks on the cluster ``ray.init`` reaches (``pip install
+  seta-stream[ray]``; ``address`` as ``ray.init`` takes it: None starts or joins a local
+  cluster, ``"auto"`` or ``"ray://host:10001"`` joins one). Every node must reach the run
+  directory at the same path (a shared filesystem), because tasks read and write the buckets'
+  files there. The driver (the process calling ``compact`` or ``plan_epoch``) merges the small
+  per-bucket statistics and publishes the manifest or the plan, exactly once.
+
+An engine maps a function over items in order: :meth:`map` yields ``fn(item)`` for each item,
+in the items' order (Ray runs them in parallel; results are fetched one at a time, so the
+driver holds one bucket's result at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .errors import InvalidInputError
+
+__all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "get_engine"]
+
+ENGINES = ("local", "ray")
+
+
+class Engine:
+    """Runs ``fn`` over items; the local engine, in this process."""
+
+    name = "local"
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        return (fn(item) for item in items)
+
+
+LocalEngine = Engine
+
+
+def _call(fn: Callable[[Any], Any], item: Any) -> Any:
+    return fn(item)
+
+
+class RayEngine(Engine):
+    """Runs ``fn`` over items as Ray tasks (one task per item, one CPU each)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None) -> None:
+        try:
+            import ray
+        except ImportError:  # pragma: no cover - depends on the installed extras
+            raise InvalidInputError(
+                "engine='ray' needs Ray, which is not installed; install it with "
+                "pip install 'seta-stream[ray]' (or use engine='local')"
+            ) from None
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        self._task = ray.remote(_call)
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        fn_ref = self._ray.put(fn)  # serialised once for all tasks
+        refs = [self._task.remote(fn_ref, item) for item in items]
+        return (self._ray.get(ref) for ref in refs)
+
+
+def get_engine(engine: str | Engine | None, address: str | None = None) -> Engine:
+    """The engine named ``engine`` ("local", "ray") or ``engine`` itself."""
+    if isinstance(engine, Engine):
+        return engine
+    if engine in (None, "local"):
+        if address is not None:
+            raise InvalidInputError(f"ray_address={address!r} given with engine='local'; pass engine='ray'")
+        return Engine()
+    if engine == "ray":
+        return RayEngine(address)
+    raise InvalidInputError(f"engine={engine!r}; expected one of {list(ENGINES)}")
