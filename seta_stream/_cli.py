@@ -55,6 +55,17 @@ def _policies_text() -> str:
     return "\n".join(lines)
 
 
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where a partitioned run's buckets are processed: this process, or Ray tasks (pip install "
+        "'seta-stream[ray]'; the run directory must be on storage every node mounts)",
+    )
+    p.add_argument("--ray-address", help="the Ray cluster to join, as ray.init takes it ('auto', 'ray://head:10001')")
+
+
 def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
     from ._compaction import compact
     from ._runfs import RunDir
@@ -64,6 +75,8 @@ def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
         on_corrupt="skip" if args.skip_corrupt else "raise",
         progress=not args.json,
         lock_wait=args.wait,
+        engine=args.engine,
+        ray_address=args.ray_address,
     )
     out = dataclasses.asdict(report) if dataclasses.is_dataclass(report) else dict(report)
     if not args.json:
@@ -88,6 +101,8 @@ def _cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
         epochs=args.epochs,
         seed=args.seed,
         force=args.force,
+        engine=args.engine,
+        ray_address=args.ray_address,
     )
     if not args.json:
         print(
@@ -156,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for another compaction to finish (default: fail at once)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _engine_arguments(p)
     p.set_defaults(fn=_cmd_compact)
 
     p = sub.add_parser(
@@ -181,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="re-plan even if the plan exists or the settings differ from state.json"
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _engine_arguments(p)
     p.set_defaults(fn=_cmd_plan)
 
     p = sub.add_parser("policies", help="list policies with their parameters and defaults")

@@ -264,7 +264,9 @@ class _Prefix:
         return r1, r2
 
 
-def _add_bin_sums(b1: np.ndarray, b2: np.ndarray, v: np.ndarray, start: int, positions: np.ndarray, mean: float) -> None:
+def _add_bin_sums(
+    b1: np.ndarray, b2: np.ndarray, v: np.ndarray, start: int, positions: np.ndarray, mean: float
+) -> None:
     """Add to ``b1``/``b2`` the sums of x = v - mean and x^2 over the runs between
     ``positions`` of the sorted values ``v``, which sit at positions [start, start + len(v)).
 

@@ -397,8 +397,15 @@ class _Buckets:
 
 
 def _empty_table(columns: list[str]) -> pa.Table:
-    fields = {"shard": pa.string(), "key": pa.string(), "uid": pa.uint64(), "last_loss": pa.float32(),
-              "last_epoch": pa.int32(), "seen": pa.int32(), "ema": pa.float64()}
+    fields = {
+        "shard": pa.string(),
+        "key": pa.string(),
+        "uid": pa.uint64(),
+        "last_loss": pa.float32(),
+        "last_epoch": pa.int32(),
+        "seen": pa.int32(),
+        "ema": pa.float64(),
+    }
     return pa.schema([(c, fields[c]) for c in columns]).empty_table()
 
 
@@ -437,7 +444,11 @@ def _plan_buckets(
         writer = PlanWriter(run, epoch, coded=coded)
         try:
             summary = plan_partitioned(
-                spec, params, ctx, buckets.input, buckets.count,
+                spec,
+                params,
+                ctx,
+                buckets.input,
+                buckets.count,
                 lambda b, inp, result: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
                 writer.restart,
                 None if engine.name == "local" else engine,

@@ -40,9 +40,7 @@ class _Apply:
         return self.map_fn(self.inputs(b))
 
 
-def run_steps(
-    steps: Generator[Step, Any, Any], inputs: Callable[[int], Any], buckets: int, engine: Any = None
-) -> Any:
+def run_steps(steps: Generator[Step, Any, Any], inputs: Callable[[int], Any], buckets: int, engine: Any = None) -> Any:
     """Run ``steps`` over ``buckets`` buckets, ``inputs(b)`` giving bucket b's input; returns
     the generator's value. ``engine`` (``_engine``): where the maps run; None: here, one bucket
     at a time."""
@@ -50,7 +48,9 @@ def run_steps(
         step = next(steps)
         while True:
             apply = _Apply(step.map, inputs)
-            pieces = list(engine.map(apply, range(buckets))) if engine is not None else [apply(b) for b in range(buckets)]
+            pieces = (
+                list(engine.map(apply, range(buckets))) if engine is not None else [apply(b) for b in range(buckets)]
+            )
             step = steps.send(step.reduce(pieces))
     except StopIteration as stop:
         return stop.value
@@ -72,8 +72,6 @@ def float_order_keys(values: np.ndarray) -> np.ndarray:
     """uint64 keys in the order of float32 or float64 values (no NaN; -0.0 and 0.0 alike)."""
     keys = float_keys(values)
     return keys.astype(np.uint64) if keys.dtype != np.uint64 else keys
-
-
 
 
 # ---------------------------------------------------------------------------------- m smallest

@@ -223,7 +223,12 @@ def summary_counts(result: PolicyResult, inp: PolicyInput) -> SummaryCounts:
 
 
 def summary_of(
-    counts: SummaryCounts, policy_summary: dict[str, Any], inp: PolicyInput, name: str, params: Any, guard: bool,
+    counts: SummaryCounts,
+    policy_summary: dict[str, Any],
+    inp: PolicyInput,
+    name: str,
+    params: Any,
+    guard: bool,
     absent_rule: AbsentRule,
 ) -> dict[str, Any]:
     """The plan summary from the counts of all rows and the policy's own fields (``inp`` gives

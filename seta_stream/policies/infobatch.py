@@ -73,9 +73,7 @@ def _weight(p: InfoBatchParams, n_below: int, m: int) -> np.float32:
     return np.float32(1.0 / (1.0 - p.r))
 
 
-def _rows(
-    inp: PolicyInput, p: InfoBatchParams, mu: float | None, drawn_of: Any, w: np.float32
-) -> PolicyResult:
+def _rows(inp: PolicyInput, p: InfoBatchParams, mu: float | None, drawn_of: Any, w: np.float32) -> PolicyResult:
     """Rows of a pruning epoch given the mean (None: no seen sample) and the draw."""
     score, seen = _scores(inp, p)
     keep = np.ones(inp.n, dtype=bool)
@@ -173,8 +171,15 @@ def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
         keys, uid, _, below = key_of(inp)
         return _rows(inp, p, mu, lambda _: cut.mask(keys, uid, None, below), w)
 
-    summary = {"phase": "prune", "mu": mu, "n_seen": n_seen, "n_below_mean": n_below, "m": m,
-               "weight": float(w), "rescaled": m}
+    summary = {
+        "phase": "prune",
+        "mu": mu,
+        "n_seen": n_seen,
+        "n_below_mean": n_below,
+        "m": m,
+        "weight": float(w),
+        "rescaled": m,
+    }
     return Decide(rows, summary)
 
 

@@ -80,5 +80,3 @@ def uniform_keys(uid: np.ndarray, seed: int, epoch: int, stream: int) -> np.ndar
     z >>= np.uint64(11)
     z <<= np.uint64(11)
     return z
-
-
