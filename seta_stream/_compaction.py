@@ -60,9 +60,9 @@ from ._table import (
     TABLE_SCHEMA,
     PartitionedTableWriter,
     TableBucket,
-    publish_bucket,
     make_manifest,
     manifest_files,
+    publish_bucket,
     publish_manifest,
     publish_table,
     read_column,
@@ -500,7 +500,7 @@ class _FoldBucket:
         """(rows, keys file, records, NaN losses, new samples) of bucket b's new file."""
         pieces = [(o + k, t) for r, o in zip(self.routed, self.offsets) for k, t in r.bucket(b)]
         tables = [t for _, t in pieces]
-        records = Records(tables, [self.good[k] for k, _ in pieces], lambda j: tables[j].column("key"))
+        records = Records(tables, [self.good[k] for k, _ in pieces], lambda j, tables=tables: tables[j].column("key"))
         old_b, old_keys = _old_table(self.run, self._old(b))
         beta2 = float(self.run.settings["ema_beta2"])
         folded = fold(old_b, records, beta2=beta2, dataset_size=self.n_ref)
@@ -531,7 +531,8 @@ def _fold_buckets(
     for b, (rows, keys, records, nan_losses, new) in enumerate(engine.map(fold_bucket, range(n_buckets))):
         if new_counts is not None and new != new_counts[b]:
             raise RuntimeError(
-                f"bucket {b}: the fold added {new} samples, {new_counts[b]} were counted before it; nothing was published"
+                f"bucket {b}: the fold added {new} samples, {new_counts[b]} were counted before it; "
+                "nothing was published"
             )
         writer.record(b, rows, keys)
         totals += (records, nan_losses, new)

@@ -449,7 +449,7 @@ def _plan_buckets(
                 ctx,
                 buckets.input,
                 buckets.count,
-                lambda b, inp, result: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
+                lambda b, inp, result, writer=writer: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
                 writer.restart,
                 None if engine.name == "local" else engine,
             )

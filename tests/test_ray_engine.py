@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa

@@ -46,9 +46,9 @@ from .random import StaticParams as StaticParams
 from .random import random_policy as random_policy
 from .random import static_policy as static_policy
 from .random_draws import STREAM_GUARD, smallest_mask, uniforms
-from .steps import Cut, PlanContext, run_steps, smallest, uniform_keys
 from .seta import SetaParams as SetaParams
 from .seta import seta as seta
+from .steps import Cut, PlanContext, run_steps, smallest, uniform_keys
 
 _COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts
 

@@ -21,13 +21,13 @@ NaN and unseen rows). :func:`run_steps` is the local engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._steps import Cut, KeyOf, Step, float_order_keys, order_statistics, run_steps, smallest, total
+from .._steps import Cut, Step, float_order_keys, order_statistics, run_steps, smallest, total
 from ..ids import mix64_array
 from .base import AbsentRule, PolicyInput, PolicyResult
 from .random_draws import salt
