@@ -485,15 +485,13 @@ def _binned_steps(
     as :func:`kmeans1d` runs them (binary searches into the sorted values, a few pages read
     per iteration) without a pass over the buckets per iteration."""
     raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
-    at_ranks = yield from order_statistics(values_of, np.append(raw - 1, M - 1), M, np.float32)
-    cut_values = np.unique(at_ranks[:-1])
-    le = yield total(
-        lambda inp: np.bincount(np.searchsorted(cut_values, values_of(inp), side="left"), minlength=len(cut_values) + 1)
-    )
-    cuts = np.cumsum(le)[: len(cut_values)]  # values <= each cut value
+    ranks = np.append(raw - 1, M - 1)
+    at_ranks, below, equal = yield from order_statistics(values_of, ranks, M, np.float32, counts=True)
+    # cut t ends where the values equal to v[raw_t - 1] end (np.searchsorted(v, ..., "right"))
+    cuts, first = np.unique((below + equal)[:-1], return_index=True)
     keep = cuts < M
     cuts = cuts[keep].astype(np.int64)
-    edges = np.append(cut_values[keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
+    edges = np.append(at_ranks[:-1][first][keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
     positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
     pre = _GatheredPrefix(positions, mean)
     path = os.path.join(scratch, "sorted.f32")

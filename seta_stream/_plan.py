@@ -349,11 +349,12 @@ class _Buckets:
             )
         self.context: PlanContext | None = None
         self._cache: dict[int, dict[str, np.ndarray]] = {}
+        self._memo: dict[int, dict[str, Any]] = {}
         self._cached = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the cache (a Ray task reads the buckets it is given)."""
-        return {**self.__dict__, "_cache": {}, "_cached": 0}
+        return {**self.__dict__, "_cache": {}, "_memo": {}, "_cached": 0}
 
     def _table(self, b: int, columns: list[str]) -> pa.Table:
         bucket = self.files[b]
@@ -381,14 +382,18 @@ class _Buckets:
         size = sum(a.nbytes for a in cols.values())
         if self._cached + size <= _INPUT_CACHE_BYTES:
             self._cache[b] = cols
+            self._memo[b] = {}
             self._cached += size
         return cols
 
     def input(self, b: int) -> PolicyInput:
+        """Bucket b's policy input; a bucket kept in memory also keeps what the policy's steps
+        derive from it (``PolicyInput.memo``) until the plan is written."""
         ctx = self.context
         assert ctx is not None
+        cols = self.numeric(b)
         return PolicyInput.from_columns(
-            self.numeric(b), epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref
+            cols, epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref, memo=self._memo.get(b)
         )
 
     def identities(self, b: int) -> PlanIdentities:

@@ -252,9 +252,10 @@ class PlanWriter:
         """The rows of bucket ``bucket`` (buckets in order; ``columns`` as publish_plan's)."""
         plan = _plan_table(ids, columns)
         self._plan_schema = plan.schema
-        for i, lo in enumerate(range(0, plan.num_rows, PLAN_PART_ROWS)):
-            chunk = plan.slice(lo, PLAN_PART_ROWS)
-            pq.write_table(chunk, f"{self.parts.local}/part-{bucket:05d}-{i:04d}.parquet", **_WRITE_OPTIONS)
+        chunks = [plan.slice(lo, PLAN_PART_ROWS) for lo in range(0, plan.num_rows, PLAN_PART_ROWS)]
+        names = [f"{self.parts.local}/part-{bucket:05d}-{i:04d}.parquet" for i in range(len(chunks))]
+        with ThreadPoolExecutor(max(1, min(len(chunks), os.cpu_count() or 1))) as pool:  # encoding releases the GIL
+            list(pool.map(lambda c, n: pq.write_table(c, n, **_WRITE_OPTIONS), chunks, names))
         stage = self._stage_columns(plan)
         table = pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
         ranges = self._write_stage(ids, table)

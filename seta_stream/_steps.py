@@ -157,12 +157,14 @@ def smallest(key_of: KeyOf, m: int, candidates: int) -> Generator[Step, Any, Cut
 
 
 def order_statistics(
-    values_of: Callable[[Any], np.ndarray], ranks: Sequence[int], count: int, dtype: Any
-) -> Generator[Step, Any, np.ndarray]:
+    values_of: Callable[[Any], np.ndarray], ranks: Sequence[int], count: int, dtype: Any, *, counts: bool = False
+) -> Generator[Step, Any, Any]:
     """Steps giving the values (``dtype`` float32 or float64, no NaN) of the given 0-based
-    ranks among the ``count`` values ``values_of`` returns over all buckets (-0.0 as 0.0)."""
+    ranks among the ``count`` values ``values_of`` returns over all buckets (-0.0 as 0.0);
+    with ``counts``, (values, how many values are below each, how many equal it)."""
     single = np.dtype(dtype) == np.float32
     select = RankSelect(list(ranks), count, 32 if single else 64)
     while not select.done:
         select.advance((yield Step(lambda inp, s=select: s.count(float_keys(values_of(inp))), list)))
-    return key_values(select.values(), np.float32 if single else np.float64)
+    values = key_values(select.values(), np.float32 if single else np.float64)
+    return (values, select.below(), select.equal()) if counts else values

@@ -84,6 +84,9 @@ class PolicyInput:
     epochs: int  # E, total epochs of the run
     seed: int  # run seed (uint64)
     n_ref: int = 0  # n for the ES start score 1/n (0: use N)
+    #: Arrays a partitioned plan derives from these rows once and reuses in its later passes
+    #: (``policies.steps.memo``); None: derive them each time.
+    memo: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.uid)
@@ -119,7 +122,14 @@ class PolicyInput:
 
     @classmethod
     def from_columns(
-        cls, columns: Mapping[str, np.ndarray], *, epoch: int, epochs: int, seed: int, n_ref: int = 0
+        cls,
+        columns: Mapping[str, np.ndarray],
+        *,
+        epoch: int,
+        epochs: int,
+        seed: int,
+        n_ref: int = 0,
+        memo: dict[str, Any] | None = None,
     ) -> PolicyInput:
         """The input of a policy from the table columns it declared (``uid`` is required).
 
@@ -142,6 +152,7 @@ class PolicyInput:
             epochs=epochs,
             seed=seed,
             n_ref=n_ref,
+            memo=memo,
         )
 
 

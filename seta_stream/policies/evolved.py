@@ -38,7 +38,7 @@ from .random_draws import (
     uniforms,
     weighted_subset,
 )
-from .steps import Decide, PlanContext, Steps, float_order_keys, order_statistics, smallest, total, uniform_keys
+from .steps import Decide, PlanContext, Steps, float_order_keys, order_statistics, smallest, total, uniform_keys_of
 
 __all__ = ["EsParams", "EswpParams", "es", "eswp", "es_select", "anneal_epochs", "SPECS"]
 
@@ -206,7 +206,7 @@ def _steps(ctx: PlanContext, p: Any, set_level: bool) -> Steps:
         seen, score = scores(inp)
         _, keys = _draw_keys(inp, score, ctx.epoch)
         uid = np.asarray(inp.uid, np.uint64)
-        return float_order_keys(keys), uniform_keys(uid, ctx.seed, ctx.epoch, STREAM_ESWP), uid, seen
+        return float_order_keys(keys), uniform_keys_of(inp, ctx.seed, ctx.epoch, STREAM_ESWP), uid, seen
 
     cut = yield from smallest(key_of, m, n_seen)
 

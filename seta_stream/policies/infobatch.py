@@ -19,7 +19,7 @@ from .._exact import ExactSums
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
-from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys
+from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys_of
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
 
     def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
         uid = np.asarray(inp.uid, np.uint64)
-        return uniform_keys(uid, ctx.seed, ctx.epoch, STREAM_INFOBATCH), uid, None, below_of(inp)
+        return uniform_keys_of(inp, ctx.seed, ctx.epoch, STREAM_INFOBATCH), uid, None, below_of(inp)
 
     cut = yield from smallest(key_of, m, n_below)
 

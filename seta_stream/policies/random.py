@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
-from .steps import Decide, PlanContext, Steps, smallest, uniform_keys
+from .steps import Decide, PlanContext, Steps, smallest, uniform_keys_of
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def random_steps(ctx: PlanContext, params: RandomParams) -> Steps:
     stream, epoch, phase = draw
 
     def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
-        return uniform_keys(inp.uid, ctx.seed, epoch, stream), np.asarray(inp.uid, np.uint64), None, None
+        return uniform_keys_of(inp, ctx.seed, epoch, stream), np.asarray(inp.uid, np.uint64), None, None
 
     cut = yield from smallest(key_of, keep_count(f, ctx.n), ctx.n)
     return Decide(

@@ -48,7 +48,7 @@ from .random_draws import (
     uniform_subset,
     uniforms,
 )
-from .steps import Cut, Decide, PlanContext, Steps, float_order_keys, smallest, total, uniform_keys
+from .steps import Cut, Decide, PlanContext, Steps, float_order_keys, memo, smallest, total, uniform_keys_of
 
 __all__ = ["SetaParams", "seta", "window_width", "window_start", "rank_range", "SPECS"]
 
@@ -288,7 +288,7 @@ def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
     def u_keys(stream: int) -> Any:
         def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
             uid = np.asarray(inp.uid, np.uint64)
-            return uniform_keys(uid, seed, e, stream), uid, None, None
+            return uniform_keys_of(inp, seed, e, stream), uid, None, None
 
         return key_of
 
@@ -309,10 +309,14 @@ def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
     in_R: Cut = Cut(everything=True) if m_R >= n else (yield from smallest(draw, m_R, n))
 
     def sets(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(R, unseen of R, seen of R) of a bucket."""
-        R = in_R.mask(*draw(inp))
-        _, seen = _losses(inp, p)
-        return R, R & ~seen, R & seen
+        """(R, unseen of R, seen of R) of a bucket (memoised: every later pass needs them)."""
+
+        def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            R = in_R.mask(*draw(inp))
+            _, seen = _losses(inp, p)
+            return R, R & ~seen, R & seen
+
+        return memo(inp, "seta/sets", make)
 
     n_Ru, n_Rs = (yield total(lambda inp: np.array([np.count_nonzero(x) for x in sets(inp)[1:]], np.int64))).tolist()
     summary: dict[str, Any] = {"P": P, "phase": "prune", "n_downsampled": n_Ru + n_Rs, "n_unseen_in_R": n_Ru}

@@ -44,6 +44,8 @@ __all__ = [
     "uniform_keys",
     "float_order_keys",
     "order_statistics",
+    "memo",
+    "uniform_keys_of",
 ]
 
 
@@ -70,6 +72,22 @@ class Decide:
 
 
 Steps = Generator[Step, Any, Decide]
+
+
+def memo(inp: PolicyInput, key: str, make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``inp.memo`` under ``key`` when the planner gives the bucket a memo
+    (its rows stay in memory between passes); ``key`` must name everything the value depends
+    on besides the rows."""
+    if inp.memo is None:
+        return make()
+    if key not in inp.memo:
+        inp.memo[key] = make()
+    return inp.memo[key]
+
+
+def uniform_keys_of(inp: PolicyInput, seed: int, epoch: int, stream: int) -> np.ndarray:
+    """:func:`uniform_keys` of a bucket's uids, memoised."""
+    return memo(inp, f"uniform_keys/{seed}/{epoch}/{stream}", lambda: uniform_keys(inp.uid, seed, epoch, stream))
 
 
 # ---------------------------------------------------------------------------------- keys
