@@ -16,10 +16,10 @@ from seta_stream.errors import RunFormatError, RunLockedError
 def test_create_and_reopen(tmp_path):
     run = RunDir(tmp_path / "r", create=True, settings={"shard_depth": 2})
     doc = json.loads((tmp_path / "r" / "seta-stream.json").read_text())
-    assert doc == {
+    assert doc == {  # one bucket: format version 1, which every earlier release reads
         "format": "seta-stream-run",
-        "version": FORMAT_VERSION,
-        "settings": {"shard_depth": 2, "ema_beta2": 0.9, "dataset_size": None},
+        "version": 1,
+        "settings": {"shard_depth": 2, "ema_beta2": 0.9, "dataset_size": None, "buckets": None},
     }
     assert RunDir(tmp_path / "r").settings["shard_depth"] == 2
     assert run.settings["ema_beta2"] == 0.9
@@ -38,7 +38,7 @@ def test_newer_version_and_foreign_format_refused(tmp_path):
     f = tmp_path / "r" / "seta-stream.json"
     f.write_text(json.dumps({"format": "seta-stream-run", "version": FORMAT_VERSION + 1}))
     with pytest.raises(
-        RunFormatError, match=r"format version 2 is newer than this seta_stream understands \(<= 1\); upgrade"
+        RunFormatError, match=r"format version 3 is newer than this seta_stream understands \(<= 2\); upgrade"
     ):
         RunDir(tmp_path / "r")
     f.write_text(json.dumps({"format": "other"}))
