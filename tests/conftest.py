@@ -30,13 +30,14 @@ def shards(tmp_path: Path) -> list[str]:
     return write_shards(tmp_path / "shards", [30, 30, 30, 30])
 
 
-def seeded_run(path, n=200, shards=4, epochs=1):
-    """A run directory whose loss table holds ``n`` samples over ``shards`` shards (epoch 0)."""
+def seeded_run(path, n=200, shards=4, epochs=1, buckets=1):
+    """A run directory whose loss table holds ``n`` samples over ``shards`` shards (epoch 0),
+    partitioned into ``buckets`` buckets."""
     import numpy as np
 
     from seta_stream import LossRecorder, RunDir, compact
 
-    run = RunDir(path, create=True)
+    run = RunDir(path, create=True, settings={"buckets": buckets} if buckets > 1 else None)
     rng = np.random.default_rng(0)
     with LossRecorder(run, epoch=0) as rec:
         keys = [f"k{i:04d}" for i in range(n)]

@@ -174,9 +174,10 @@ def test_empty_table_plans_an_empty_plan_with_absent_rule(tmp_path):
     assert s["absent_rule"] == {"kind": "bernoulli", "fraction": 0.9, "stream": 1, "epoch": None}
 
 
+@pytest.mark.parametrize("buckets", [1, 3])
 @pytest.mark.parametrize("point", ["plan:after_plan_file", "plan:after_summary"])
-def test_killed_planning_converges_on_rerun(tmp_path, point):
-    ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
+def test_killed_planning_converges_on_rerun(tmp_path, point, buckets):
+    ref, run = seeded_run(tmp_path / "ref", buckets=buckets), seeded_run(tmp_path / "r", buckets=buckets)
     plan_epoch(ref, 1, **SETA)
     code = (
         f"from seta_stream import plan_epoch; plan_epoch({str(tmp_path / 'r')!r}, 1, policy='seta', "
