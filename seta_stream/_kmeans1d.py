@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._exact import Distinct, float_keys, key_values
-from ._steps import Step, order_statistics, total
+from ._steps import Step
 from .errors import InvalidInputError
 
 __all__ = ["KMeans1D", "kmeans1d", "kmeans1d_steps", "assign", "B_MAX", "sum_cells", "cells_sum"]
@@ -403,14 +403,10 @@ def _ranges(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 def _first(pieces: list[Any]) -> Any:
-    cells, distinct = pieces[0]
-    for c, d in pieces[1:]:
-        cells, distinct = cells + c, distinct.merge(d)
-    return cells, distinct
-
-
-def _sorted_union(pieces: list[np.ndarray]) -> np.ndarray:
-    return np.sort(np.concatenate(pieces)) if pieces else np.zeros(0, np.float32)
+    cells, distinct, hist = pieces[0]
+    for c, d, h in pieces[1:]:
+        cells, distinct, hist = cells + c, distinct.merge(d), hist + h
+    return cells, distinct, hist
 
 
 def kmeans1d_steps(
@@ -431,13 +427,14 @@ def kmeans1d_steps(
 
     cap = max(b_max, k)
 
-    def first(inp: Any) -> tuple[np.ndarray, Any]:
+    def first(inp: Any) -> tuple[np.ndarray, Any, np.ndarray]:
         v = values_of(inp)
         keys = float_keys(v)
         head = Distinct.of(keys[: 4 * cap], cap)  # usually enough to see more than cap values
-        return sum_cells(v), head if head.overflow else Distinct.of(keys, cap)
+        hist = np.bincount(keys >> np.uint32(16), minlength=1 << 16)
+        return sum_cells(v), head if head.overflow else Distinct.of(keys, cap), hist
 
-    cells, distinct = yield Step(first, _first)
+    cells, distinct, hist = yield Step(first, _first)
     mean = cells_sum(cells) / M
     if not distinct.overflow and len(distinct.values) <= b_max:
         uniq = key_values(distinct.values, np.float32)
@@ -452,7 +449,7 @@ def kmeans1d_steps(
     else:  # more distinct values than b_max (U known exactly up to max(b_max, k))
         k_eff = k if distinct.overflow else min(k, len(distinct.values))
         with tempfile.TemporaryDirectory(prefix="seta-stream-kmeans-") as scratch:
-            return (yield from _binned_steps(values_of, M, k_eff, b_max, max_iter, mean, scratch))
+            return (yield from _binned_steps(values_of, M, k_eff, b_max, max_iter, mean, scratch, hist))
     pre._finish()
     c = np.diff(positions).astype(np.float64)
     if k_eff == 1:
@@ -477,41 +474,68 @@ def kmeans1d_steps(
 
 
 def _binned_steps(
-    values_of: Callable[[Any], np.ndarray], M: int, k_eff: int, b_max: int, max_iter: int, mean: float, scratch: str
+    values_of: Callable[[Any], np.ndarray],
+    M: int,
+    k_eff: int,
+    b_max: int,
+    max_iter: int,
+    mean: float,
+    scratch: str,
+    hist: np.ndarray,
 ) -> Generator[Step, Any, KMeans1D]:
-    """The binned case of :func:`kmeans1d_steps`. The bins' sorted runs, gathered a range at a
-    time for their sums, are also appended to a scratch file in ``scratch``: the sorted values
-    on disk, memory-mapped, so the DP, Lloyd's iterations and the clusters' ends run exactly
-    as :func:`kmeans1d` runs them (binary searches into the sorted values, a few pages read
-    per iteration) without a pass over the buckets per iteration."""
+    """The binned case of :func:`kmeans1d_steps`: the values are sorted externally, without
+    any process holding them all. ``hist`` counts them by the top 16 bits of their float32
+    order keys; consecutive key ranges of at most :data:`GATHER_VALUES` values (or one
+    16-bit prefix, when it alone holds more) get a scratch file each, filled in one pass over
+    the buckets. Each range is then read back and sorted: its cut positions and its bins'
+    sums are those of :func:`kmeans1d` (equal values never straddle two ranges, and the sums
+    run in the same fixed blocks), and it is appended to one sorted scratch file, memory-mapped
+    for the DP, Lloyd's iterations and the clusters' ends, which run exactly as in
+    :func:`kmeans1d`."""
+    bounds16 = _ranges(hist, GATHER_VALUES)  # ranges of 16-bit prefixes
+    edges = np.array([hi for _, hi in bounds16[:-1]], np.uint32) << np.uint32(16)  # first key of each next range
+
+    def split(inp: Any) -> list[np.ndarray]:
+        v = values_of(inp)
+        where = np.searchsorted(edges, float_keys(v), side="right")
+        order = np.argsort(where, kind="stable")
+        cut = np.searchsorted(where[order], np.arange(len(bounds16) + 1))
+        return [v[order[cut[r] : cut[r + 1]]] for r in range(len(bounds16))]
+
+    files = [os.path.join(scratch, f"range-{r:05d}.f32") for r in range(len(bounds16))]
+    for f in files:
+        open(f, "wb").close()
+
+    def append(pieces: list[list[np.ndarray]]) -> None:
+        for r, f in enumerate(files):
+            with open(f, "ab") as sink:
+                for piece in pieces:
+                    piece[r].astype(np.float32).tofile(sink)
+
+    yield Step(split, append, streamed=True)  # one bucket's values in memory at a time
     raw = (np.arange(1, b_max, dtype=np.int64) * M) // b_max
-    ranks = np.append(raw - 1, M - 1)
-    at_ranks, below, equal = yield from order_statistics(values_of, ranks, M, np.float32, counts=True)
-    # cut t ends where the values equal to v[raw_t - 1] end (np.searchsorted(v, ..., "right"))
-    cuts, first = np.unique((below + equal)[:-1], return_index=True)
-    keep = cuts < M
-    cuts = cuts[keep].astype(np.int64)
-    edges = np.append(at_ranks[:-1][first][keep], at_ranks[-1]).astype(np.float32)  # each bin's largest value
-    positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
-    pre = _GatheredPrefix(positions, mean)
+    b1, b2 = np.zeros(b_max), np.zeros(b_max)
+    positions = [0]
     path = os.path.join(scratch, "sorted.f32")
-    with open(path, "wb") as sink:
-        for j0, j1 in _ranges(np.diff(positions), GATHER_VALUES):
-            lo_v = edges[j0 - 1] if j0 > 0 else None
-            hi_v = edges[j1 - 1]
-
-            def in_bins(inp: Any, lo_v: Any = lo_v, hi_v: Any = hi_v) -> np.ndarray:
-                v = values_of(inp)
-                mask = v <= hi_v
-                if lo_v is not None:
-                    mask &= v > lo_v
-                return v[mask]
-
-            run = yield Step(in_bins, _sorted_union)
-            if len(run) != positions[j1] - positions[j0]:
-                raise RuntimeError(f"kmeans1d over buckets: bins {j0}..{j1} gathered {len(run)} values")
-            _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
-            run.astype(np.float32).tofile(sink)
+    start = 0
+    with open(path, "wb") as sorted_sink:
+        for f in files:
+            run = np.sort(np.fromfile(f, dtype=np.float32))
+            os.unlink(f)
+            end = start + len(run)
+            # cuts floor(t M / B) moved right past the values equal to v[raw - 1] (kmeans1d's cuts)
+            inside = raw[(raw - 1 >= start) & (raw - 1 < end)]
+            cuts = start + np.searchsorted(run, run[inside - 1 - start], side="right")
+            positions.extend(c for c in np.unique(cuts).tolist() if c < M and c > positions[-1])
+            _add_bin_sums(b1, b2, run, start, np.asarray(positions, np.int64), mean)
+            run.tofile(sorted_sink)
+            start = end
+    if start != M:
+        raise RuntimeError(f"kmeans1d over buckets: {start} values gathered, {M} expected")
+    positions.append(M)
+    positions = np.asarray(positions, np.int64)
+    pre = _GatheredPrefix(positions, mean)
+    pre.bin_s1, pre.bin_s2 = b1[: len(positions) - 1], b2[: len(positions) - 1]
     pre._finish()
     v = np.memmap(path, dtype=np.float32, mode="r", shape=(M,))
     pre.v = v

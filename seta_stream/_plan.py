@@ -327,8 +327,9 @@ def _complete(
 
 # ---------------------------------------------------------------------------------- buckets
 #: Bytes of bucket inputs a partitioned plan keeps between its passes (buckets past it are
-#: read again from their files at each pass).
-_INPUT_CACHE_BYTES = 1 << 30
+#: read again from their files at each pass); what the steps derive from a kept bucket
+#: (``PolicyInput.memo``, up to about 0.7 of it) comes on top.
+_INPUT_CACHE_BYTES = 1 << 29
 
 
 class _Buckets:

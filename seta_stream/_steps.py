@@ -24,10 +24,14 @@ __all__ = ["Step", "Cut", "run_steps", "total", "smallest", "float_order_keys", 
 
 @dataclass(frozen=True)
 class Step:
-    """One round: ``map(inp)`` on every bucket (a small, picklable result), then ``reduce``."""
+    """One round: ``map(inp)`` on every bucket (a small, picklable result), then ``reduce``
+    on the list of results. ``streamed``: ``reduce`` is called on each result alone, in
+    bucket order, as it arrives (for results too large to hold together, such as values
+    being spilled to scratch files); the last call's value is the round's."""
 
     map: Callable[[Any], Any]
     reduce: Callable[[list[Any]], Any]
+    streamed: bool = False
 
 
 class _Apply:
