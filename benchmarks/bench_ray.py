@@ -38,8 +38,18 @@ def main() -> None:
     on_ray = measure(PLAN.format(engine="ray"), ray_setup)
     ray_digest = digest(run)
     same = local_digest == ray_digest
-    print(json.dumps({"n": args.n, "local": local, "ray": on_ray, "same_files": same, "files": len(local_digest),
-                      "elapsed": time.perf_counter() - t0}))
+    print(
+        json.dumps(
+            {
+                "n": args.n,
+                "local": local,
+                "ray": on_ray,
+                "same_files": same,
+                "files": len(local_digest),
+                "elapsed": time.perf_counter() - t0,
+            }
+        )
+    )
     print(f"\n## SeTa plan of {args.n:,} samples, local engine vs Ray on 2 CPUs ({machine()})\n")
     print("| engine | wall s | driver peak RSS MB |\n| --- | --- | --- |")
     print(f"| local | {local['wall_s']:.1f} | {local['peak_rss_mb']:.0f} |")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -352,10 +353,18 @@ class _Buckets:
         self._cache: dict[int, dict[str, np.ndarray]] = {}
         self._memo: dict[int, dict[str, Any]] = {}
         self._cached = 0
+        #: buckets past the cache: their input columns as .npy files in a scratch folder
+        #: (TMPDIR), memory-mapped by later passes: 3-4x cheaper than decoding Parquet again
+        self._spill: Any = tempfile.TemporaryDirectory(prefix="seta-stream-plan-")
+        self._spilled: dict[int, dict[str, str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        """Without the cache (a Ray task reads the buckets it is given)."""
-        return {**self.__dict__, "_cache": {}, "_memo": {}, "_cached": 0}
+        """Without the cache or the spill (a Ray task reads the buckets it is given)."""
+        return {**self.__dict__, "_cache": {}, "_memo": {}, "_cached": 0, "_spill": None, "_spilled": {}}
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.cleanup()
 
     def _table(self, b: int, columns: list[str]) -> pa.Table:
         bucket = self.files[b]
@@ -375,6 +384,8 @@ class _Buckets:
         cols = self._cache.get(b)
         if cols is not None:
             return cols
+        if b in self._spilled:
+            return {name: np.load(path, mmap_mode="r") for name, path in self._spilled[b].items()}
         if self.population is not None:
             merged = self._merged(b)
             cols = {c: _column(merged.column(c)) for c in self.columns}
@@ -385,7 +396,16 @@ class _Buckets:
             self._cache[b] = cols
             self._memo[b] = {}
             self._cached += size
+        elif self._spill is not None:  # later passes map the arrays instead of decoding Parquet
+            self._spilled[b] = self._spill_arrays(b, cols)
         return cols
+
+    def _spill_arrays(self, b: int, cols: dict[str, np.ndarray]) -> dict[str, str]:
+        paths = {}
+        for name, array in cols.items():
+            paths[name] = os.path.join(self._spill.name, f"b{b:05d}-{name}.npy")
+            np.save(paths[name], np.ascontiguousarray(array))
+        return paths
 
     def input(self, b: int) -> PolicyInput:
         """Bucket b's policy input; a bucket kept in memory also keeps what the policy's steps
@@ -445,28 +465,33 @@ def _plan_buckets(
     n = sum(len(buckets.numeric(b)["uid"]) for b in range(buckets.count))
     ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
     buckets.context = ctx
-    coded = True
-    while True:
-        writer = PlanWriter(run, epoch, coded=coded)
-        try:
-            summary = plan_partitioned(
-                spec,
-                params,
-                ctx,
-                buckets.input,
-                buckets.count,
-                lambda b, inp, result, writer=writer: writer.add(b, buckets.identities(b), _plan_columns(inp, result)),
-                writer.restart,
-                None if engine.name == "local" else engine,
-            )
-            writer.commit()
-            break
-        except TooManyWeights:
-            writer.discard()
-            coded = False
-        except BaseException:
-            writer.discard()
-            raise
+    try:
+        coded = True
+        while True:
+            writer = PlanWriter(run, epoch, coded=coded)
+            try:
+                summary = plan_partitioned(
+                    spec,
+                    params,
+                    ctx,
+                    buckets.input,
+                    buckets.count,
+                    lambda b, inp, result, writer=writer: writer.add(
+                        b, buckets.identities(b), _plan_columns(inp, result)
+                    ),
+                    writer.restart,
+                    None if engine.name == "local" else engine,
+                )
+                writer.commit()
+                break
+            except TooManyWeights:
+                writer.discard()
+                coded = False
+            except BaseException:
+                writer.discard()
+                raise
+    finally:
+        buckets.close()
     fault("plan:after_plan_file")
     return _complete(run, epoch, summary, cfg, state, manifest, population is not None)
 
