@@ -290,17 +290,7 @@ def _publish(
 ) -> dict[str, Any]:
     """Publish the plan files, then summary.json, then state.json; returns the summary."""
     cfg, params = settings
-    n = len(inp.uid)
-    columns = {
-        "uid": inp.uid,
-        "loss": inp.last_loss,
-        "cluster": result.cluster if result.cluster is not None else np.full(n, -1, dtype=np.int16),
-        "keep": result.keep,
-        "weight": result.weight,
-        "reason": result.reason,
-        "reason_names": list(REASONS),
-        "score": result.score,
-    }
+    columns = _plan_columns(inp, result)
     publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard))
     fault("plan:after_plan_file")
     return _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed)
@@ -497,6 +487,7 @@ def _plan_buckets(
 
 
 def _plan_columns(inp: PolicyInput, result: Any) -> dict[str, Any]:
+    """The columns ``plans`` writes for these rows and their decisions."""
     n = inp.n
     return {
         "uid": inp.uid,

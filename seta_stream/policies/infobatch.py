@@ -90,6 +90,19 @@ def _rows(inp: PolicyInput, p: InfoBatchParams, mu: float | None, drawn_of: Any,
     return PolicyResult(keep, weight, reason, {})
 
 
+def _summary(mu: float, n_seen: int, n_below: int, m: int, w: np.float32) -> dict[str, Any]:
+    """A pruning epoch's summary fields (every one of the m drawn samples is rescaled)."""
+    return {
+        "phase": "prune",
+        "mu": mu,
+        "n_seen": n_seen,
+        "n_below_mean": n_below,
+        "m": m,
+        "weight": float(w),
+        "rescaled": m,
+    }
+
+
 def _anneal(n: int) -> PolicyResult:
     return PolicyResult(
         np.ones(n, dtype=bool),
@@ -120,15 +133,7 @@ def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
     w = _weight(p, n_below, m)
     u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_INFOBATCH)
     result = _rows(inp, p, mu, lambda below: uniform_subset(below, m, u, inp.uid), w)
-    result.summary = {
-        "phase": "prune",
-        "mu": mu,
-        "n_seen": n_seen,
-        "n_below_mean": n_below,
-        "m": m,
-        "weight": float(w),
-        "rescaled": int(np.count_nonzero(result.reason == reason_code("below_mean_drawn"))),
-    }
+    result.summary = _summary(mu, n_seen, n_below, m, w)
     return result
 
 
@@ -171,15 +176,7 @@ def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
         keys, uid, _, below = key_of(inp)
         return _rows(inp, p, mu, lambda _: cut.mask(keys, uid, None, below), w)
 
-    summary = {
-        "phase": "prune",
-        "mu": mu,
-        "n_seen": n_seen,
-        "n_below_mean": n_below,
-        "m": m,
-        "weight": float(w),
-        "rescaled": m,
-    }
+    summary = _summary(mu, n_seen, n_below, m, w)
     return Decide(rows, summary)
 
 

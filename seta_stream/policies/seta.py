@@ -215,8 +215,15 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         dropped = Ru & ~keep_u
         keep[dropped] = False
         reason[dropped] = reason_code("downsampled_out")
-    summary.update(
-        k_eff=int(k_eff),
+    summary.update(_window_summary(km, p.order, w, s))
+    return _result(keep, reason, summary, cluster, rule)
+
+
+def _window_summary(km: KMeans1D, order: str, w: int, s: int) -> dict[str, Any]:
+    """The summary fields of a window epoch (clusters in window order)."""
+    sizes, cents, cmin, cmax = _clusters(km, order)
+    return dict(
+        k_eff=int(km.k_eff),
         w=int(w),
         s=int(s),
         cluster_sizes=[int(x) for x in sizes],
@@ -226,7 +233,6 @@ def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         sse=float(km.sse),
         n_window_clusters=int(sum(sizes[s : s + w])),
     )
-    return _result(keep, reason, summary, cluster, rule)
 
 
 def _budget_band(
@@ -406,17 +412,7 @@ def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
             reason[dropped] = reason_code("downsampled_out")
         return _result(keep, reason, {}, cluster, rule)
 
-    summary.update(
-        k_eff=int(k_eff),
-        w=int(w),
-        s=int(s),
-        cluster_sizes=[int(x) for x in sizes],
-        centroids=[float(x) for x in cents],
-        cluster_min=[float(x) for x in cmin],
-        cluster_max=[float(x) for x in cmax],
-        sse=float(km.sse),
-        n_window_clusters=int(sum(sizes[s : s + w])),
-    )
+    summary.update(_window_summary(km, p.order, w, s))
     return Decide(window_rows, summary, rule)
 
 
