@@ -14,7 +14,10 @@ import time
 
 from common import OUT, machine, measure
 
-PLAN = "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0, engine={engine!r})"
+PLAN = (
+    "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0, "
+    "engine={engine!r})"
+)
 
 
 def digest(run) -> dict[str, str]:

@@ -12,7 +12,9 @@ import json
 from common import OUT, measure
 
 PLANS = {
-    "plan_seta": "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0)",
+    "plan_seta": (
+        "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0)"
+    ),
     "plan_random": "plan_epoch(run, 1, force=True, policy='random', params=dict(r=0.3))",
 }
 
