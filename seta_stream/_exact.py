@@ -545,6 +545,14 @@ class RankSelect:
         self._check_done("values")
         return self._prefix.astype(np.uint32 if self._bits == 32 else _U64)
 
+    def narrowed(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+        """After at least one pass: (each rank's key prefix so far, the number of top bits it
+        holds, the rank's position among the keys with that prefix, how many keys have it).
+        A caller may stop here and finish by sorting the keys under a small prefix."""
+        if self._pass == 0:
+            raise InvalidInputError("RankSelect.narrowed: found no pass run yet; expected at least one")
+        return self._prefix.copy(), 16 * self._pass, self._resid.copy(), self._equal.copy()
+
     def below(self) -> np.ndarray:
         """Once done: int64 number of keys strictly below each result key."""
         self._check_done("below")

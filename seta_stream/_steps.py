@@ -142,11 +142,34 @@ def _nth_pair(pieces: list[np.ndarray], need: int) -> tuple[int, int]:
     return int(tie1), int(tie2)
 
 
+#: ``smallest`` stops its radix passes once the rank's prefix holds at most this many keys and
+#: sorts those instead: uniform keys need 2 passes instead of 4 plus a tie round.
+GATHER_KEYS = 1 << 16
+
+
+def _under_prefix(key_of: KeyOf, prefix: int, shift: int) -> Callable[[Any], np.ndarray]:
+    def rows(inp: Any) -> np.ndarray:
+        keys, tie1, tie2 = _valid_keys(key_of, inp)
+        at = np.flatnonzero((keys >> np.uint64(shift)) == np.uint64(prefix))
+        t2 = tie2[at] if tie2 is not None else np.zeros(len(at), np.uint64)
+        return np.stack([keys[at], tie1[at], t2], axis=1)
+
+    return rows
+
+
+def _nth_triple(pieces: list[np.ndarray], n: int) -> tuple[int, int, int]:
+    rows = np.concatenate(pieces)
+    order = np.lexsort((rows[:, 2], rows[:, 1], rows[:, 0]))
+    key, tie1, tie2 = rows[order[n]]
+    return int(key), int(tie1), int(tie2)
+
+
 def smallest(key_of: KeyOf, m: int, candidates: int) -> Generator[Step, Any, Cut]:
     """Steps selecting the m smallest (key, tie1, tie2) triples among the ``candidates`` valid
-    rows of all buckets (``key_of`` as :data:`KeyOf`): the key of rank m - 1 by radix passes
-    (:class:`seta_stream._exact.RankSelect`), then the (tie1, tie2) of rank m - 1 among the rows
-    with that key. Use as ``cut = yield from smallest(...)``."""
+    rows of all buckets (``key_of`` as :data:`KeyOf`): 16-bit radix passes over the keys
+    (:class:`seta_stream._exact.RankSelect`) until the prefix of rank m - 1 holds at most
+    :data:`GATHER_KEYS` keys, whose rows are then sorted (or, after the last pass, the rows
+    with that key by (tie1, tie2)). Use as ``cut = yield from smallest(...)``."""
     if m <= 0 or candidates == 0:
         return Cut(nothing=True)
     if m >= candidates:
@@ -154,6 +177,13 @@ def smallest(key_of: KeyOf, m: int, candidates: int) -> Generator[Step, Any, Cut
     select = RankSelect([m - 1], candidates, 64)
     while not select.done:
         select.advance((yield Step(lambda inp, s=select: s.count(_valid_keys(key_of, inp)[0]), list)))
+        prefix, bits, resid, count = select.narrowed()
+        if not select.done and int(count[0]) <= GATHER_KEYS:
+            n = int(resid[0])
+            key, tie1, tie2 = yield Step(
+                _under_prefix(key_of, int(prefix[0]), 64 - bits), lambda p, n=n: _nth_triple(p, n)
+            )
+            return Cut(key, tie1, tie2)
     key = int(select.values()[0])
     need = m - int(select.below()[0])
     tie1, tie2 = yield Step(_ties_at(key_of, key, need), lambda pieces: _nth_pair(pieces, need))

@@ -132,3 +132,18 @@ def test_seta_window_with_binned_kmeans_equals_the_whole_table_plan(params, epoc
     assert whole.summary["k_eff"] == params["k"] and whole.summary["rows_by_reason"]["window"] > 0
     rows, summary = split_plan("seta", params, cols, epoch, 10, 11, 4, np.random.default_rng(2))
     assert_same(whole, rows, summary, 100_000)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_steps_equal_the_whole_table_plan_with_full_radix_passes(case, monkeypatch):
+    """``smallest`` with every radix pass and the tie round (no early gathering of a small
+    prefix), on ties and unseen rows."""
+    import seta_stream._steps as steps
+
+    monkeypatch.setattr(steps, "GATHER_KEYS", 0)
+    name, params = case
+    for seed in range(3):
+        cols = table(250, seed, ties=True, unseen=0.2, nan=0.1)
+        whole = whole_plan(name, params, cols, 3, 10, seed)
+        rows, summary = split_plan(name, params, cols, 3, 10, seed, 3, np.random.default_rng(seed))
+        assert_same(whole, rows, summary, 250)
