@@ -123,36 +123,24 @@ def _valid_keys(key_of: KeyOf, inp: Any) -> tuple[np.ndarray, np.ndarray, np.nda
     return keys[valid], tie1[valid], None if tie2 is None else tie2[valid]
 
 
-def _ties_at(key_of: KeyOf, key: int, need: int) -> Callable[[Any], np.ndarray]:
-    def ties(inp: Any) -> np.ndarray:
-        keys, tie1, tie2 = _valid_keys(key_of, inp)
-        at = np.flatnonzero(keys == np.uint64(key))
-        pairs = np.stack([tie1[at], tie2[at] if tie2 is not None else np.zeros(len(at), np.uint64)], axis=1)
-        if len(pairs) > need:  # only the need smallest of this bucket can be among the need smallest
-            pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))[:need]]
-        return pairs
-
-    return ties
-
-
-def _nth_pair(pieces: list[np.ndarray], need: int) -> tuple[int, int]:
-    pairs = np.concatenate(pieces)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
-    tie1, tie2 = pairs[order[need - 1]]
-    return int(tie1), int(tie2)
-
-
 #: ``smallest`` stops its radix passes once the rank's prefix holds at most this many keys and
-#: sorts those instead: uniform keys need 2 passes instead of 4 plus a tie round.
+#: sorts those instead: uniform keys need 2 passes instead of 4.
 GATHER_KEYS = 1 << 16
 
 
-def _under_prefix(key_of: KeyOf, prefix: int, shift: int) -> Callable[[Any], np.ndarray]:
+def _under_prefix(key_of: KeyOf, prefix: int, shift: int, limit: int) -> Callable[[Any], np.ndarray]:
+    """A bucket's (key, tie1, tie2) rows whose key has ``prefix`` in its top bits (all of the
+    key when ``shift`` is 0), the ``limit`` smallest of them: only those can be among the
+    ``limit`` smallest of all buckets."""
+
     def rows(inp: Any) -> np.ndarray:
         keys, tie1, tie2 = _valid_keys(key_of, inp)
         at = np.flatnonzero((keys >> np.uint64(shift)) == np.uint64(prefix))
         t2 = tie2[at] if tie2 is not None else np.zeros(len(at), np.uint64)
-        return np.stack([keys[at], tie1[at], t2], axis=1)
+        triples = np.stack([keys[at], tie1[at], t2], axis=1)
+        if len(triples) > limit:
+            triples = triples[np.lexsort((triples[:, 2], triples[:, 1], triples[:, 0]))[:limit]]
+        return triples
 
     return rows
 
@@ -168,25 +156,22 @@ def smallest(key_of: KeyOf, m: int, candidates: int) -> Generator[Step, Any, Cut
     """Steps selecting the m smallest (key, tie1, tie2) triples among the ``candidates`` valid
     rows of all buckets (``key_of`` as :data:`KeyOf`): 16-bit radix passes over the keys
     (:class:`seta_stream._exact.RankSelect`) until the prefix of rank m - 1 holds at most
-    :data:`GATHER_KEYS` keys, whose rows are then sorted (or, after the last pass, the rows
-    with that key by (tie1, tie2)). Use as ``cut = yield from smallest(...)``."""
+    :data:`GATHER_KEYS` keys, or the whole key is known; then the rows under that prefix are
+    sorted by (key, tie1, tie2) and the triple of rank m - 1 is the cut. Use as
+    ``cut = yield from smallest(...)``."""
     if m <= 0 or candidates == 0:
         return Cut(nothing=True)
     if m >= candidates:
         return Cut(everything=True)
     select = RankSelect([m - 1], candidates, 64)
-    while not select.done:
+    while True:
         select.advance((yield Step(lambda inp, s=select: s.count(_valid_keys(key_of, inp)[0]), list)))
         prefix, bits, resid, count = select.narrowed()
-        if not select.done and int(count[0]) <= GATHER_KEYS:
-            n = int(resid[0])
-            key, tie1, tie2 = yield Step(
-                _under_prefix(key_of, int(prefix[0]), 64 - bits), lambda p, n=n: _nth_triple(p, n)
-            )
-            return Cut(key, tie1, tie2)
-    key = int(select.values()[0])
-    need = m - int(select.below()[0])
-    tie1, tie2 = yield Step(_ties_at(key_of, key, need), lambda pieces: _nth_pair(pieces, need))
+        if select.done or int(count[0]) <= GATHER_KEYS:
+            break
+    n = int(resid[0])  # rank m - 1 among the keys under the prefix
+    rows = _under_prefix(key_of, int(prefix[0]), 64 - bits, n + 1)
+    key, tie1, tie2 = yield Step(rows, lambda pieces: _nth_triple(pieces, n))
     return Cut(key, tie1, tie2)
 
 
