@@ -13,8 +13,6 @@ never depends on how the table was partitioned. The kernels:
 * :func:`float_keys` / :func:`key_values`: order-preserving float <-> unsigned key maps.
 * :class:`RankSelect`: keys at any set of ranks of the union of all pieces, by 16-bit radix
   histogram passes (map: :meth:`~RankSelect.count` per piece; reduce: :meth:`~RankSelect.advance`).
-* :class:`SmallestM` (and :func:`smallest_threshold`): the cut (key, tie) selecting exactly the
-  m smallest (key, tie) pairs, as RankSelect rounds plus one tie phase.
 * :class:`Distinct`: the distinct keys with their counts, or "more than cap".
 
 Why hand-written: no library offers exact, mergeable, grouped float sums or a mergeable multi-rank
@@ -48,15 +46,15 @@ for 1M lognormal values); the worst case, exponents over the whole float64 range
 counts are sparse (code, count) int64 pairs, at most min(rows matching an open prefix, 65,536 *
 open prefixes) of them, 16 bytes each (first pass: at most 65,536 pairs, 1 MB); count() may hold
 a dense int64 histogram of at most 4 * piece rows + 65,536 entries; advance() holds the
-concatenation of all pieces' pairs. SmallestM: a piece's tie list has at most 65,536 uint64 (a
-larger tie rank goes through RankSelect over the ties). Distinct: at most cap entries per state
+concatenation of all pieces' pairs. Distinct: at most cap entries per state
 (plus one piece's distinct keys while building it).
 
 Measured speed (this machine: 2 AMD EPYC cores shared with a background job, NumPy 2.4, best of
 3): ExactSums.of on 10M float64 values, one group: 0.22 s (math.fsum: 0.38 s); 1M values over
 65,536 groups: 0.06 s (the same over the whole exponent range: 0.16 s); to_float and merge of a
 65,536-group state: 5 ms. RankSelect with 65,535 ranks over 1M uint32 keys in 4 pieces: 0.18 s;
-2 ranks over 10M uint64 keys in 10 pieces: 0.06 s; smallest_threshold over the same: 0.07 s.
+2 ranks over 10M uint64 keys in 10 pieces: 0.06 s. (The m smallest (key, tie) rows, built on
+RankSelect, are ``seta_stream._steps.smallest``.)
 """
 
 from __future__ import annotations
@@ -76,8 +74,6 @@ __all__ = [
     "key_values",
     "RankCounts",
     "RankSelect",
-    "SmallestM",
-    "smallest_threshold",
     "Distinct",
 ]
 
@@ -87,8 +83,6 @@ _BLOCK = 1 << 28  # values accumulated in one int64 matrix: under 2**(28 + 33) p
 _M32 = 0xFFFFFFFF
 _U64 = np.uint64
 _FRAC = _U64((1 << 52) - 1)
-_TIE_LIST_MAX = 1 << 16  # tie phase: pieces send their smallest ties when at most this many are needed
-_ALL_TIES = (1 << 64) - 1
 _FEW_PREFIXES = 16  # RankSelect: up to this many open prefixes, match keys by equality passes
 
 
@@ -576,146 +570,6 @@ def _check_ranks(ranks: Sequence[int] | np.ndarray, total: int) -> np.ndarray:
             f"RankSelect: found rank {int(r[bad[0]])} (at position {int(bad[0])}); expected 0 <= rank < total = {total}"
         )
     return r.astype(np.int64)
-
-
-# ---------------------------------------------------------------------------------------------
-# The m smallest (key, tie) pairs
-# ---------------------------------------------------------------------------------------------
-
-
-class SmallestM:
-    """The cut selecting the m smallest (key, tie) pairs over all pieces, ordered by key then tie.
-
-    Same protocol as RankSelect: ``while not s.done: s.advance([s.count(k, t) for k, t in pieces])``.
-    Rounds: the RankSelect passes for the key t of rank m-1, then one tie round (each piece sends
-    its at most ``need`` smallest ties with key == t, ``need = m - keys below t``) when need <=
-    65,536, else RankSelect over those ties (4 rounds). :attr:`cut` is ``(t, tie_cut)``: a row is
-    selected iff ``key < t or (key == t and tie <= tie_cut)``; None when m <= 0 (nothing);
-    ``(2**key_bits - 1, 2**64 - 1)`` when m >= total (everything). Ties must be unique (sample
-    ids): a duplicated tie at the cut selects every row carrying it.
-    """
-
-    def __init__(self, m: int, total: int, key_bits: int = 32) -> None:
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
-            raise InvalidInputError(f"SmallestM: found m={m!r}; expected an int")
-        self._keys = RankSelect([], total, key_bits)  # validates total and key_bits
-        self._cut: tuple[int, int] | None = None
-        self._phase = "done"
-        self._ties: RankSelect | None = None
-        self._t, self._need = 0, 0
-        if m >= total and m > 0:
-            self._cut = ((1 << key_bits) - 1, _ALL_TIES)
-        elif m > 0:
-            self._keys = RankSelect([m - 1], total, key_bits)
-            self._m, self._phase = int(m), "keys"
-
-    @property
-    def done(self) -> bool:
-        return self._phase == "done"
-
-    @property
-    def phase(self) -> str:
-        """The current round: 'keys' (RankSelect passes), 'tie_list', 'tie_radix' or 'done'."""
-        return self._phase
-
-    @property
-    def cut(self) -> tuple[int, int] | None:
-        if not self.done:
-            raise InvalidInputError(f"SmallestM.cut: found phase {self._phase!r}; expected the selection done")
-        return self._cut
-
-    def count(self, keys: np.ndarray, tie: np.ndarray) -> RankCounts | np.ndarray:
-        """Map: this piece's contribution to the current round."""
-        k, ti = self._piece(keys, tie)
-        if self._phase == "keys":
-            return self._keys.count(k)
-        if self._phase == "tie_list":
-            return self._smallest_ties(k, ti)
-        if self._phase == "tie_radix":
-            assert self._ties is not None
-            return self._ties.count(ti[k == self._t])
-        raise InvalidInputError("SmallestM.count: found the selection done; expected a round to run")
-
-    def ties_at(self, keys: np.ndarray, tie: np.ndarray) -> np.ndarray:
-        """The tie round's map step: the (at most need) smallest ties of this piece's rows whose key
-        is the cut key, sorted (what :meth:`count` returns in that round)."""
-        if self._phase != "tie_list":
-            raise InvalidInputError(f"SmallestM.ties_at: found phase {self._phase!r}; expected 'tie_list'")
-        return self._smallest_ties(*self._piece(keys, tie))
-
-    def _smallest_ties(self, k: np.ndarray, ti: np.ndarray) -> np.ndarray:
-        at = ti[k == self._t]
-        if len(at) > self._need:
-            at = np.partition(at, self._need - 1)[: self._need]
-        return np.sort(at)
-
-    def advance(self, pieces: Sequence[RankCounts | np.ndarray]) -> None:
-        """Reduce: merge the pieces' contributions for this round."""
-        if self._phase == "keys":
-            self._keys.advance(pieces)  # type: ignore[arg-type]
-            if self._keys.done:
-                self._after_keys()
-        elif self._phase == "tie_list":
-            self._finish(int(_nth_smallest(pieces, self._need)))  # type: ignore[arg-type]
-        elif self._phase == "tie_radix":
-            assert self._ties is not None
-            self._ties.advance(pieces)  # type: ignore[arg-type]
-            if self._ties.done:
-                self._finish(int(self._ties.values()[0]))
-        else:
-            raise InvalidInputError("SmallestM.advance: found the selection done; expected a round to run")
-
-    def _after_keys(self) -> None:
-        self._t = int(self._keys.values()[0])
-        self._need = self._m - int(self._keys.below()[0])
-        at_t = int(self._keys.equal()[0])
-        if self._need == at_t:
-            self._finish(_ALL_TIES)
-        elif self._need <= _TIE_LIST_MAX:
-            self._phase = "tie_list"
-        else:
-            self._ties = RankSelect([self._need - 1], at_t, 64)
-            self._phase = "tie_radix"
-
-    def _finish(self, tie_cut: int) -> None:
-        self._cut, self._phase = (self._t, tie_cut), "done"
-
-    def _piece(self, keys: np.ndarray, tie: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = _as_keys(keys, self._keys.key_bits, "SmallestM")
-        t = _as_keys(tie, 64, "SmallestM", "ties")
-        if len(t) != len(k):
-            raise InvalidInputError(f"SmallestM: found {len(k)} keys and {len(t)} ties; expected one tie per key")
-        return k, t.astype(_U64, copy=False)
-
-    def mask(self, keys: np.ndarray, tie: np.ndarray) -> np.ndarray:
-        """Bool array: which rows of this piece are among the m smallest."""
-        cut = self.cut
-        k, t = self._piece(keys, tie)
-        if cut is None:
-            return np.zeros(len(k), bool)
-        key_cut = k.dtype.type(cut[0])
-        return (k < key_cut) | ((k == key_cut) & (t <= _U64(cut[1])))
-
-
-def _nth_smallest(lists: Sequence[np.ndarray], need: int) -> int:
-    ties = np.concatenate([np.asarray(x, _U64) for x in lists] or [np.zeros(0, _U64)])
-    if len(ties) < need:
-        raise InvalidInputError(
-            f"SmallestM.advance: found {len(ties)} ties at the cut key; expected at least {need} "
-            "(count every piece exactly once, with the same keys)"
-        )
-    return int(np.partition(ties, need - 1)[need - 1])
-
-
-def smallest_threshold(pieces_keys_ties: Sequence[tuple[np.ndarray, np.ndarray]], m: int) -> tuple[int, int] | None:
-    """The :class:`SmallestM` cut over in-memory pieces of (keys, tie) arrays (uint32 or uint64 keys)."""
-    pieces = list(pieces_keys_ties)
-    total = sum(len(k) for k, _ in pieces)
-    bits = 64 if any(np.asarray(k).dtype.itemsize > 4 for k, _ in pieces) else 32
-    sel = SmallestM(m, total, bits)
-    while not sel.done:
-        sel.advance([sel.count(k, t) for k, t in pieces])
-    return sel.cut
 
 
 # ---------------------------------------------------------------------------------------------

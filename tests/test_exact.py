@@ -1,6 +1,6 @@
 """Exact mergeable kernels: ExactSums against math.fsum and an integer reference for every split
-and merge order; RankSelect / SmallestM against np.sort / np.lexsort; Distinct against np.unique;
-float keys' order; error messages."""
+and merge order; RankSelect against np.sort (the m smallest rows built on it: tests/test_steps.py);
+Distinct against np.unique; float keys' order; error messages."""
 
 from __future__ import annotations
 
@@ -21,11 +21,9 @@ from seta_stream._exact import (
     ExactSums,
     RankCounts,
     RankSelect,
-    SmallestM,
     exact_sum,
     float_keys,
     key_values,
-    smallest_threshold,
 )
 from seta_stream.errors import InvalidInputError
 
@@ -402,100 +400,6 @@ def test_rank_select_errors():
     raises("RankSelect.advance: piece 0 was counted for pass 0; expected pass 1", sel.advance, [stale])
     sel.advance([sel.count(keys)])
     raises("RankSelect.count: found the selection done", sel.count, keys)
-
-
-# ---------------------------------------------------------------------------------------------
-# SmallestM
-# ---------------------------------------------------------------------------------------------
-
-
-def smallest(pieces, m: int, total: int, bits: int) -> tuple[SmallestM, int]:
-    sel = SmallestM(m, total, bits)
-    rounds = 0
-    while not sel.done:
-        sel.advance([sel.count(k, t) for k, t in pieces])
-        rounds += 1
-    return sel, rounds
-
-
-def check_smallest(keys, tie, cuts, m: int, bits: int) -> int:
-    pieces = list(zip(np.split(keys, cuts), np.split(tie, cuts)))
-    sel, rounds = smallest(pieces, m, len(keys), bits)
-    assert sel.cut == smallest_threshold(pieces, m)
-    got = np.concatenate([sel.mask(k, t) for k, t in pieces])
-    want = np.zeros(len(keys), bool)
-    want[np.lexsort((tie, keys))[: max(m, 0)]] = True
-    assert np.array_equal(got, want)
-    if 0 < m < len(keys):
-        assert sel.cut is not None
-        t, tie_cut = sel.cut
-        assert want.sum() == m and t == keys[want].max() and tie_cut >= tie[want & (keys == t)].max()
-    return rounds
-
-
-@settings(max_examples=250, deadline=None, database=None)
-@given(st.data())
-def test_smallest_m_matches_lexsort(data):
-    bits = data.draw(st.sampled_from([32, 64]))
-    keys = shaped(
-        data.draw(st.lists(st.integers(0, 2**64 - 1), max_size=200)), data.draw(st.sampled_from(SHAPES)), bits
-    )
-    n = len(keys)
-    tie = np.array(data.draw(st.permutations(range(n))), np.uint64) << np.uint64(data.draw(st.integers(0, 40)))
-    tie += np.uint64(data.draw(st.integers(0, 1000)))
-    m = data.draw(st.integers(-2, n + 2))
-    with pytest.MonkeyPatch.context() as mp:
-        if data.draw(st.booleans()):  # the radix tie phase, on small inputs
-            mp.setattr(_exact, "_TIE_LIST_MAX", 1)
-        check_smallest(keys, tie, split_points(data, n), m, bits)
-
-
-def test_smallest_m_trivial_cuts():
-    keys, tie = np.array([3, 1], np.uint32), np.array([7, 8], np.uint64)
-    nothing = SmallestM(0, 2)
-    assert nothing.done and nothing.cut is None and not nothing.mask(keys, tie).any()
-    everything = SmallestM(5, 2, 64)
-    assert everything.cut == (2**64 - 1, 2**64 - 1) and everything.mask(keys, tie).all()
-    assert smallest_threshold([], 3) == (2**32 - 1, 2**64 - 1) and smallest_threshold([(keys, tie)], -1) is None
-
-
-def test_smallest_m_rounds_and_large_tie_phase():
-    rng = np.random.default_rng(5)
-    n = 200_000
-    keys = (rng.random(n) < 0.8).astype(np.uint32)  # 80% of the rows share key 1
-    tie = rng.permutation(n).astype(np.uint64) * np.uint64(2**20)
-    cuts = [50_000, 50_000, 120_000]
-    keys_p, tie_p = np.split(keys, cuts), np.split(tie, cuts)
-    assert check_smallest(keys, tie, cuts, 150_000, 32) == 2 + 4  # key passes, then RankSelect over ties
-    assert check_smallest(keys, tie, cuts, int((keys == 0).sum()) + 10, 32) == 2 + 1  # one tie-list round
-    assert check_smallest(keys, tie, cuts, int((keys == 0).sum()), 32) == 2  # the whole key-0 run: no ties needed
-
-    m = int((keys == 0).sum()) + 1000
-    sel, phases = SmallestM(m, n, 32), []
-    while not sel.done:
-        phases.append(sel.phase)
-        sel.advance([sel.ties_at(k, t) if sel.phase == "tie_list" else sel.count(k, t) for k, t in zip(keys_p, tie_p)])
-    assert phases == ["keys", "keys", "tie_list"]
-    assert sel.cut == (1, np.sort(tie[keys == 1])[999])
-
-
-def test_smallest_m_errors():
-    def raises(text, fn, *args):
-        with pytest.raises(InvalidInputError, match=re.escape(text)):
-            fn(*args)
-
-    sel = SmallestM(1, 3)
-    keys, ties = np.zeros(3, np.uint32), np.zeros(3, np.uint64)
-    raises("SmallestM: found 3 keys and 2 ties; expected one tie per key", sel.count, keys, ties[:2])
-    raises(
-        "SmallestM: found ties of dtype int64 and shape (3,); expected a 1-D array of uint64",
-        sel.count,
-        keys,
-        keys.astype(np.int64),
-    )
-    raises("SmallestM.ties_at: found phase 'keys'; expected 'tie_list'", sel.ties_at, keys, ties)
-    raises("SmallestM.cut: found phase 'keys'; expected the selection done", getattr, sel, "cut")
-    raises("SmallestM: found m=1.5; expected an int", SmallestM, 1.5, 3)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""The map/reduce protocol's exact cuts: ``smallest`` selects exactly the m smallest (key, tie1,
+tie2) rows over any split into buckets (against np.lexsort), with the early gather at a small
+prefix and with every radix pass; ``order_statistics`` gives np.sort's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seta_stream._steps as steps
+from seta_stream._steps import order_statistics, run_steps, smallest
+
+
+def split(n: int, buckets: int, rng: np.random.Generator) -> list[np.ndarray]:
+    where = rng.integers(0, buckets, size=n)
+    order = rng.permutation(n)
+    return [order[where[order] == b] for b in range(buckets)]
+
+
+@pytest.mark.parametrize("gather", [steps.GATHER_KEYS, 0])
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 400),
+    seed=st.integers(0, 2**16),
+    buckets=st.integers(1, 6),
+    shape=st.sampled_from(["wide", "ties", "top_bits"]),
+    two_ties=st.booleans(),
+)
+def test_smallest_selects_the_m_smallest_rows(gather, n, seed, buckets, shape, two_ties):
+    rng = np.random.default_rng(seed)
+    keys = {
+        "wide": rng.integers(0, 2**63, size=n, dtype=np.uint64) * np.uint64(2),
+        "ties": rng.integers(0, 4, size=n).astype(np.uint64) << np.uint64(50),
+        "top_bits": rng.integers(0, 3, size=n).astype(np.uint64) << np.uint64(62) | np.uint64(5),
+    }[shape]
+    tie1 = rng.integers(0, 3, size=n).astype(np.uint64) if two_ties else rng.permutation(n).astype(np.uint64)
+    tie2 = rng.permutation(n).astype(np.uint64) if two_ties else None
+    valid = rng.random(n) < 0.8
+    parts = split(n, buckets, rng)
+    candidates = int(valid.sum())
+    m = int(rng.integers(-1, candidates + 2))
+
+    def key_of(idx):
+        return keys[idx], tie1[idx], None if tie2 is None else tie2[idx], valid[idx]
+
+    old = steps.GATHER_KEYS
+    steps.GATHER_KEYS = gather
+    try:
+        cut = run_steps(smallest(key_of, m, candidates), lambda b: parts[b], buckets)
+    finally:
+        steps.GATHER_KEYS = old
+    got = np.zeros(n, dtype=bool)
+    for idx in parts:
+        got[idx] = cut.mask(*key_of(idx))
+    rows = np.flatnonzero(valid)
+    order = np.lexsort(((tie2 if tie2 is not None else np.zeros(n, np.uint64))[rows], tie1[rows], keys[rows]))
+    expected = np.zeros(n, dtype=bool)
+    expected[rows[order[: max(m, 0)]]] = True
+    assert np.array_equal(got, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**16), buckets=st.integers(1, 5), double=st.booleans())
+def test_order_statistics_equal_sorting(n, seed, buckets, double):
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.normal(size=n) * 4).astype(np.float64 if double else np.float32)
+    values[rng.random(n) < 0.1] = -0.0
+    ranks = rng.integers(0, n, size=7)
+    parts = split(n, buckets, rng)
+    got = run_steps(order_statistics(lambda idx: values[idx], ranks, n, values.dtype), lambda b: parts[b], buckets)
+    assert got.dtype == values.dtype and np.array_equal(got, np.sort(values)[ranks] + values.dtype.type(0.0))
