@@ -343,6 +343,7 @@ def _compact_buckets(
     while True:  # once, unless the fold finds a corrupt part to set aside (skip)
         bar = _progress(progress, n_buckets)
         scratch = _scratch(run, engine)
+        routed: list[_Routed] = []
         try:
             if not scratch:  # routing happens here (the local engine)
                 routed = [_Route(run, n_buckets, None)((0, pending))]
@@ -362,7 +363,7 @@ def _compact_buckets(
                 pending = [p for p in good if p != exc.path]
                 continue
         finally:
-            for r in routed if "routed" in locals() else []:
+            for r in routed:
                 r.records.remove()
             if scratch:
                 run.remove(run.rel(scratch))

@@ -44,7 +44,7 @@ from ._plans import (
     read_summary,
 )
 from ._runfs import RunDir
-from ._table import bucket_keys, load_numeric, load_table, load_table_keys, table_buckets
+from ._table import empty_table, load_numeric, load_table, load_table_keys, read_bucket, table_buckets
 from .errors import EpochOrderError, InvalidInputError, RunFormatError
 from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
 from .policies import (
@@ -358,14 +358,7 @@ class _Buckets:
 
     def _table(self, b: int, columns: list[str]) -> pa.Table:
         bucket = self.files[b]
-        if bucket is None:
-            return _empty_table(columns)
-        if "key" in columns:
-            keys = bucket_keys(self.run, bucket)
-            if keys is not None:
-                t = self.run.read_parquet(bucket.table, columns=[c for c in columns if c != "key"])
-                return t.add_column(columns.index("key"), "key", keys)
-        return self.run.read_parquet(bucket.table, columns=columns)
+        return empty_table(columns) if bucket is None else read_bucket(self.run, bucket, columns)[0]
 
     def _merged(self, b: int) -> pa.Table:
         return _merge_population(self._table(b, _TABLE_COLUMNS), self.population[b])
@@ -410,19 +403,6 @@ class _Buckets:
     def identities(self, b: int) -> PlanIdentities:
         t = self._merged(b) if self.population is not None else self._table(b, ["shard", "key"])
         return PlanIdentities(t.column("shard"), t.column("key"))
-
-
-def _empty_table(columns: list[str]) -> pa.Table:
-    fields = {
-        "shard": pa.string(),
-        "key": pa.string(),
-        "uid": pa.uint64(),
-        "last_loss": pa.float32(),
-        "last_epoch": pa.int32(),
-        "seen": pa.int32(),
-        "ema": pa.float64(),
-    }
-    return pa.schema([(c, fields[c]) for c in columns]).empty_table()
 
 
 def _split_population(population: Any, locations: dict[str, str], run: RunDir) -> list[pa.Table]:

@@ -143,28 +143,8 @@ def publish_plan(
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
     encoded (the summary costs about as much as one part)."""
-    names = columns.pop("reason_names")
-    reason = pa.DictionaryArray.from_arrays(pa.array(columns["reason"], type=pa.int8()), pa.array(names, pa.string()))
-    uid = pa.array(columns["uid"], type=pa.uint64())
-    keep = pa.array(columns["keep"], type=pa.bool_())
-    weight = pa.array(columns["weight"], type=pa.float32())
-    arrays = [
-        ids.shard,
-        ids.key,
-        uid,
-        pa.array(columns["loss"], type=pa.float32()),
-        pa.array(columns["cluster"], type=pa.int16()),
-        keep,
-        weight,
-        reason,
-    ]
-    schema = PLAN_SCHEMA
-    if columns.get("score") is not None:
-        score = pa.array(columns["score"], type=pa.float64())
-        arrays.append(score)
-        schema = schema.append(pa.field("score", pa.float64(), nullable=False))
-    plan = pa.Table.from_arrays(arrays, schema=schema)
-    del arrays
+    plan = _plan_table(ids, columns)
+    uid, keep, weight = (plan.column(c).combine_chunks() for c in ("uid", "keep", "weight"))
     keep_np = np.asarray(columns["keep"])
     score_col = plan.column("score") if "score" in plan.column_names else None
 

@@ -40,8 +40,8 @@ _SHARD_DICT = pa.dictionary(pa.int32(), pa.string())
 class RoutedRecords:
     """The pending parts' records, routed to ``buckets`` buckets by shard name.
 
-    :meth:`add` part after part in fold order, then :meth:`bucket` for each bucket. Use as a
-    context manager: the scratch folder is removed on exit."""
+    :meth:`add` part after part in fold order, :meth:`close`, then :meth:`bucket` for each
+    bucket; :meth:`remove` deletes the scratch folder."""
 
     def __init__(self, buckets: int, *, file_rows: int | None = None, folder: str | None = None) -> None:
         self.buckets = int(buckets)
@@ -58,13 +58,6 @@ class RoutedRecords:
         self._pending_rows = 0
         self._files: list[tuple[str, dict[int, int]]] = []  # (path, {bucket: batch index})
         self._dictionary: pa.Array | None = None
-        self.rows = 0
-
-    def __enter__(self) -> RoutedRecords:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -107,7 +100,6 @@ class RoutedRecords:
         for b in np.flatnonzero(np.diff(bounds)).tolist():
             self._pending[b].append(routed.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
         self._pending_rows += len(codes)
-        self.rows += len(codes)
         if self._pending_rows >= self.file_rows:
             self._flush()
 

@@ -58,6 +58,8 @@ __all__ = [
     "TABLE_WRITE_OPTIONS",
     "read_manifest",
     "read_identity",
+    "read_bucket",
+    "empty_table",
     "read_column",
     "publish_table",
     "make_manifest",
@@ -135,7 +137,8 @@ def folded_parts(run: str | RunDir) -> list[str]:
     return list(read_manifest(run).get("folded", []))
 
 
-def _empty(columns: list[str] | None) -> pa.Table:
+def empty_table(columns: list[str] | None = None) -> pa.Table:
+    """An empty table with TABLE_SCHEMA's ``columns`` (all of them by default)."""
     schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
     return schema.empty_table()
 
@@ -160,7 +163,7 @@ def load_table(
     m = read_manifest(run) if manifest is None else manifest
     buckets = table_buckets(m)
     if not buckets:
-        table = _empty(columns)
+        table = empty_table(columns)
     else:
         parts = [run.read_parquet(b.table, columns=columns, use_threads=use_threads) for b in buckets]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
@@ -260,14 +263,20 @@ def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: di
         del group
 
 
+def read_bucket(run: RunDir, bucket: TableBucket, columns: list[str]) -> tuple[pa.Table, bool]:
+    """``columns`` of one bucket's file, and whether its key column (if asked for) was
+    memory-mapped from the bucket's keys file (False: decoded from the table file)."""
+    if "key" in columns:
+        keys = bucket_keys(run, bucket)
+        if keys is not None:
+            t = run.read_parquet(bucket.table, columns=[c for c in columns if c != "key"])
+            return t.add_column(columns.index("key"), "key", keys), True
+    return run.read_parquet(bucket.table, columns=columns), False
+
+
 def read_identity(run: RunDir, bucket: TableBucket) -> tuple[pa.Table, bool]:
-    """(shard, key, uid) columns of one bucket's file, and whether the key column was
-    memory-mapped from its keys file (False: decoded from the table file)."""
-    keys = bucket_keys(run, bucket)
-    if keys is None:
-        return run.read_parquet(bucket.table, columns=["shard", "key", "uid"]), False
-    t = run.read_parquet(bucket.table, columns=["shard", "uid"])
-    return pa.table({"shard": t.column("shard"), "key": keys, "uid": t.column("uid")}), True
+    """(shard, key, uid) columns of one bucket's file (:func:`read_bucket`)."""
+    return read_bucket(run, bucket, ["shard", "key", "uid"])
 
 
 def read_column(run: RunDir, bucket: TableBucket, name: str) -> pa.ChunkedArray:
@@ -329,10 +338,6 @@ class PartitionedTableWriter:
 
     def target(self) -> BucketTarget:
         return BucketTarget(self.generation, self.token)
-
-    def add(self, bucket: int, table: pa.Table, keys: str | None = None) -> None:
-        """Write bucket ``bucket`` (the next one) here and record it."""
-        self.record(bucket, table.num_rows, publish_bucket(self.run, self.target(), bucket, table, keys))
 
     def record(self, bucket: int, rows: int, keys: str) -> None:
         """Record bucket ``bucket`` (the next one), written with :func:`publish_bucket`."""
