@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from bench_scale_plan import PLANS
 from common import OUT, machine, measure
 
 PART_ROWS = 1 << 20
@@ -85,10 +86,8 @@ def one_size(n: int, keep: bool, buckets: int | None) -> dict:
     out["write_epoch1_s"] = write_epoch(run, n, 1)
     parts1 = disk(run, "losses/rank=*/epoch=1/*.parquet")
     out["compact_steady"] = measure("compact(run)", setup)
-    out["plan_seta"] = measure(
-        "plan_epoch(run, 1, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0)", setup
-    )
-    out["plan_random"] = measure("plan_epoch(run, 1, force=True, policy='random', params=dict(r=0.3))", setup)
+    for step, code in PLANS.items():  # the SeTa plan, then the random one
+        out[step] = measure(code, setup)
     summary = json.loads((run / "plans/epoch=1/summary.json").read_text())
     out["kept"] = summary["kept"]
     table = json.loads((run / "table/manifest.json").read_text())["table"]

@@ -35,6 +35,7 @@ from .random_draws import (
     keep_count,
     salt,
     smallest_indices,
+    successive_keys,
     uniforms,
     weighted_subset,
 )
@@ -133,15 +134,9 @@ def _scores(inp: PolicyInput, n_ref: int | None = None) -> tuple[np.ndarray, np.
     return seen, np.where(seen, inp.ema, 1.0 / n_ref).astype(np.float64, copy=False)
 
 
-def _draw_keys(inp: PolicyInput, score: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(u, Efraimidis-Spirakis keys -ln(1 - u) / w with w = max(s, 0); +inf for w = 0)."""
-    u = uniforms(inp.uid, inp.seed, epoch, STREAM_ESWP)
-    w = np.maximum(score, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        keys = np.negative(np.log1p(-u))
-        keys /= w
-    keys[~(w > 0)] = np.inf
-    return u, keys
+def _draw_keys(inp: PolicyInput, score: np.ndarray, epoch: int) -> np.ndarray:
+    """ESWP's draw keys: :func:`successive_keys` of the uniforms with w = max(s, 0)."""
+    return successive_keys(uniforms(inp.uid, inp.seed, epoch, STREAM_ESWP), np.maximum(score, 0.0))
 
 
 def _rows(inp: PolicyInput, seen: np.ndarray, score: np.ndarray, drawn: np.ndarray | None) -> PolicyResult:
@@ -204,7 +199,7 @@ def _steps(ctx: PlanContext, p: Any, set_level: bool) -> Steps:
 
     def key_of(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         seen, score = scores(inp)
-        _, keys = _draw_keys(inp, score, ctx.epoch)
+        keys = _draw_keys(inp, score, ctx.epoch)
         uid = np.asarray(inp.uid, np.uint64)
         return float_order_keys(keys), uniform_keys_of(inp, ctx.seed, ctx.epoch, STREAM_ESWP), uid, seen
 

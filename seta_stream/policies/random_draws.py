@@ -29,6 +29,7 @@ __all__ = [
     "prune_epochs",
     "uniform_subset",
     "weighted_subset",
+    "successive_keys",
     "smallest_mask",
     "smallest_indices",
     "kth_smallest",
@@ -189,6 +190,16 @@ def uniform_subset(candidates: np.ndarray, m: int, u: np.ndarray, uid: np.ndarra
     return smallest_mask(u, m, uid, None, None if all_rows else mask)
 
 
+def successive_keys(u: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Efraimidis-Spirakis keys -ln(1 - u_i) / w_i of successive sampling proportional to w
+    (§0.4): +inf where w_i is not > 0 (never drawn before a positive weight)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = np.negative(np.log1p(-u))
+        keys /= w
+    keys[~(w > 0)] = np.inf
+    return keys
+
+
 def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.ndarray, uid: np.ndarray) -> np.ndarray:
     """Bool mask: successive sampling without replacement proportional to ``weights`` (§0.4).
 
@@ -208,9 +219,7 @@ def weighted_subset(candidates: np.ndarray, weights: np.ndarray, m: int, u: np.n
             raise InvalidInputError("weighted_subset: weights must be finite and >= 0")
         if np.any(cb & np.isinf(wb)):
             raise InvalidInputError("weighted_subset: weights must be finite and >= 0")
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kb = np.negative(np.log1p(-u[lo:hi]))
-            kb /= wb
-        kb[~(positive & cb)] = np.inf  # zero weight: +inf key; non-candidates: never drawn
+        kb = successive_keys(u[lo:hi], wb)
+        kb[~cb] = np.inf  # non-candidates: never drawn
         keys[lo:hi] = kb
     return smallest_mask(keys, m, u, uid, mask, prepared=True)
