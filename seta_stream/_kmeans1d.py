@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from fractions import Fraction
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
