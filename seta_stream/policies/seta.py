@@ -246,12 +246,7 @@ def _budget_band(
         return np.zeros(M, dtype=bool)
     if m == M:
         return np.ones(M, dtype=bool)
-    k_eff = len(counts)
-    first_c = s if order == "e2h" else k_eff - s - w  # window clusters in ascending order
-    edges = np.concatenate([[0], np.cumsum(counts)])
-    first_rank, last_rank = int(edges[first_c]), int(edges[first_c + w]) - 1
-    lo = int(round((first_rank + last_rank) / 2.0 - (m - 1) / 2.0))
-    lo = min(max(lo, 0), M - m)
+    lo = _band_start(counts, s, w, order, M, m)
     return rank_range(vals, uid, lo, lo + m)
 
 
@@ -419,7 +414,7 @@ def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
 def _band_start(counts: np.ndarray, s: int, w: int, order: str, M: int, m: int) -> int:
     """First rank of the budget band (:func:`_budget_band`): centred on the window's ranks."""
     k_eff = len(counts)
-    first_c = s if order == "e2h" else k_eff - s - w
+    first_c = s if order == "e2h" else k_eff - s - w  # window clusters in ascending order
     edges = np.concatenate([[0], np.cumsum(counts)])
     first_rank, last_rank = int(edges[first_c]), int(edges[first_c + w]) - 1
     lo = int(round((first_rank + last_rank) / 2.0 - (m - 1) / 2.0))
