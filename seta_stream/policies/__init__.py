@@ -173,14 +173,22 @@ def apply_guard(result: PolicyResult, inp: PolicyInput) -> bool:
     guard = False
     if inp.n > 0 and not result.keep.any():
         u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
-        i = int(np.flatnonzero(smallest_mask(u, 1, inp.uid))[0])  # smallest u, ties by uid
-        result.keep[i] = True
-        result.weight[i] = 1.0
-        result.reason[i] = reason_code("empty_plan_guard")
+        _settle(result, smallest_mask(u, 1, inp.uid))  # smallest u, ties by uid
         guard = True
+    else:
+        _settle(result, None)
+    return guard
+
+
+def _settle(result: PolicyResult, guard_rows: np.ndarray | None) -> None:
+    """Keep the guard's row(s) (weight 1, reason ``empty_plan_guard``), then weight 0 for
+    every row not kept."""
+    if guard_rows is not None:
+        result.keep[guard_rows] = True
+        result.weight[guard_rows] = 1.0
+        result.reason[guard_rows] = reason_code("empty_plan_guard")
     weight = np.asarray(result.weight, dtype=np.float32)
     result.weight = np.where(result.keep, weight, np.float32(0.0))
-    return guard
 
 
 @dataclass
@@ -332,13 +340,7 @@ def _bucket_rows(decide: Any, inp: PolicyInput, guard: Cut | None, key_of: Any) 
     """One bucket's rows: the policy's decisions, the guard's row if it is here, weight 0 where
     not kept (as :func:`apply_guard` does for a whole table)."""
     result = decide.rows(inp)
-    if guard is not None:
-        at = np.flatnonzero(guard.mask(*key_of(inp)))
-        result.keep[at] = True
-        result.weight[at] = 1.0
-        result.reason[at] = reason_code("empty_plan_guard")
-    weight = np.asarray(result.weight, dtype=np.float32)
-    result.weight = np.where(result.keep, weight, np.float32(0.0))
+    _settle(result, None if guard is None else guard.mask(*key_of(inp)))
     return result
 
 
