@@ -231,3 +231,19 @@ def test_partitioned_run_on_fsspec_storage_plans_like_a_local_one(tmp_path):
         "part-00001-0000.parquet",
         "part-00002-0000.parquet",
     ]
+
+
+def test_partitioned_compaction_stops_on_one_name_for_two_shards(tmp_path):
+    """Two ranks record shard-000.tar from two folders: the partitioned compaction stops, naming
+    both locations, before any bucket file is written (the names route to one bucket)."""
+    from seta_stream.errors import ShardNameConflictError
+
+    run = RunDir(tmp_path / "r", create=True, settings={"buckets": 3})
+    for rank, folder in enumerate(("/data/a", "/data/b")):
+        with LossRecorder(run, epoch=0, rank=rank) as rec:
+            rec.record(["k0", "k1"], [f"{folder}/shard-000.tar"] * 2, np.float32([1.0, 2.0]))
+    with pytest.raises(ShardNameConflictError, match=r"/data/a/shard-000.tar.*/data/b/shard-000.tar"):
+        compact(run)
+    table = Path(run.path("table"))
+    assert not (table / "manifest.json").exists()
+    assert not table.exists() or list(table.glob("gen-*")) == []
