@@ -44,6 +44,7 @@ def test_converged_plan_before_and_after_calibration() -> None:
         "cifar10-E36-full-e36-default-s0",
         "cifar10-E36-full-e72-default-s0",
         "cifar10-E36-full-e36-default-s1",
+        "cifar10-E36-full-e72-default-s1",
     ]
     ids = [conv_run_id(c, s) for c, s in converged_plan(36, 2, CAL, [0.3, 0.5])]
     seed0 = [
@@ -60,7 +61,7 @@ def test_converged_plan_before_and_after_calibration() -> None:
         "cifar10-E36-full-e25-default-s0",
         "cifar10-E36-full-e18-default-s0",
     ]
-    seed1 = [i.replace("-s0", "-s1") for i in seed0 if "e72" not in i]
+    seed1 = [i.replace("-s0", "-s1") for i in seed0 if "e72" not in i] + ["cifar10-E36-full-e72-default-s1"]
     assert ids == seed0 + seed1
 
 

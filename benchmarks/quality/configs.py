@@ -103,7 +103,8 @@ def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float]) 
 
     Per seed: full data at E (seed 0 also at 2E: the convergence check), the pruned runs (known
     once ``cal``, the calibration on seed 0's full run, exists), then full data at equal compute
-    for each pruned fraction seed 0 measured so far (``measured``).
+    for each pruned fraction seed 0 measured so far (``measured``). Later seeds run 2E last, once
+    everything else of theirs is in: the check on a second seed.
     """
     plan: list[tuple[dict, int]] = []
     for seed in range(seeds):
@@ -114,4 +115,6 @@ def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float]) 
             continue
         plan += [(c, seed) for c in conv_pruned(E, cal)]
         plan += [(conv_full(E, n), seed) for n in equal_compute_epochs(E, measured)]
+        if seed > 0:
+            plan.append((conv_full(E, 2 * E), seed))
     return plan
