@@ -44,7 +44,6 @@ def test_converged_plan_before_and_after_calibration() -> None:
         "cifar10-E36-full-e36-default-s0",
         "cifar10-E36-full-e72-default-s0",
         "cifar10-E36-full-e36-default-s1",
-        "cifar10-E36-full-e72-default-s1",
     ]
     ids = [conv_run_id(c, s) for c, s in converged_plan(36, 2, CAL, [0.3, 0.5])]
     seed0 = [
@@ -106,7 +105,7 @@ def test_report_renders_partial_results(tmp_path: Path) -> None:
     doc = layout.doc.read_text()
     assert doc.startswith("# t\n\nintro\n\n<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
     assert doc.endswith("<!-- converged:end -->\n\ntail\n")
-    assert "**Status:** 4 of the 21 runs planned so far have finished." in doc
+    assert "**Status:** 4 of the 22 runs planned so far have finished." in doc
     assert "`cifar10-E4-seta-p30-alpha0.7-k10-r0.1-s0`, `cifar10-E4-random-p30-r0.3-s0`" in doc
     assert "full data reaches 85.00% at E = 4 epochs and 86.00% at 2E = 8 (+1.00 points)" in doc
     assert "**More than 0.5 point: full data has NOT converged at E**" in doc
@@ -127,3 +126,25 @@ def test_other_cpu_is_the_share_of_all_cores_used_by_other_processes() -> None:
     # 10 s, the machine busy for 6 CPU-seconds of which 2 are ours: 4 CPU-seconds over 10 s x cores
     assert other_cpu((0.0, 100.0, 50.0), (10.0, 106.0, 52.0)) == pytest.approx(4 / (10 * cores))
     assert other_cpu((0.0, 100.0, 50.0), (10.0, 101.0, 52.0)) == 0.0
+
+
+def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Path) -> None:
+    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
+    layout.converged.mkdir(parents=True)
+    layout.doc.write_text("<!-- converged:begin -->\n<!-- converged:end -->\n")
+    runs = [
+        _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.80], 0.0),
+        _run(conv_full(4, 8), 0, [0.5, 0.6, 0.7, 0.75, 0.8, 0.8, 0.8, 0.806], 0.0),
+        _run(conv_full(4, 4), 1, [0.5, 0.7, 0.8, 0.81], 0.0),
+        _run(conv_full(4, 8), 1, [0.5, 0.6, 0.7, 0.75, 0.8, 0.8, 0.8, 0.812], 0.0),
+    ]
+    for r in runs:
+        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
+    report_converged(layout)
+    doc = layout.doc.read_text()
+    assert (
+        "**Convergence check (seed 0):** full data reaches 80.00% at E = 4 epochs and 80.60% at 2E = 8 "
+        "(+0.60 points). **More than 0.5 point: full data has NOT converged at E**; the next step is a larger E "
+        "(`--epochs`). Over 2 seeds (seed 0: 80.00 -> 80.60, seed 1: 81.00 -> 81.20): 80.50% at E and 80.90% "
+        "at 2E (+0.40 points, within 0.5).\n"
+    ) in doc

@@ -131,8 +131,17 @@ class Study:
                 else "**More than 0.5 point: full data has NOT converged at E**; the next step is a larger E "
                 "(`--epochs`)."
             )
-            return [f"**Convergence check (seed 0):** full data reaches {a:.2f}% at E = {E} epochs and {b:.2f}% "
-                    f"at 2E = {2 * E} ({b - a:+.2f} points). " + verdict, ""]  # fmt: skip
+            L = [f"**Convergence check (seed 0):** full data reaches {a:.2f}% at E = {E} epochs and {b:.2f}% "
+                 f"at 2E = {2 * E} ({b - a:+.2f} points). " + verdict]  # fmt: skip
+            at_e = {r["seed"]: 100 * r["test_acc"] for r in full}
+            pairs = [(at_e[r["seed"]], 100 * r["test_acc"]) for r in full2 if r["seed"] in at_e]
+            if len(pairs) > 1:
+                per = ", ".join(f"seed {r['seed']}: {at_e[r['seed']]:.2f} -> {100 * r['test_acc']:.2f}"
+                                for r in full2 if r["seed"] in at_e)  # fmt: skip
+                ma, mb = np.mean([p[0] for p in pairs]), np.mean([p[1] for p in pairs])
+                L[0] += (f" Over {len(pairs)} seeds ({per}): {ma:.2f}% at E and {mb:.2f}% at 2E "
+                         f"({mb - ma:+.2f} points, {'within' if mb - ma <= 0.5 else 'more than'} 0.5).")  # fmt: skip
+            return L + [""]
         if full:
             return [f"**Convergence check:** full data at E = {E}: {100 * full[0]['test_acc']:.2f}% (seed 0); "
                     f"the run at 2E = {2 * E} has not finished yet.", ""]  # fmt: skip
