@@ -9,7 +9,7 @@ run directory and use ``/`` on every storage (``RunDir.path`` joins them to the 
     losses-superseded/rank=R/epoch=E/part-*.parquet    parts of an interrupted epoch (session)
     table/manifest.json, table/table-*.parquet, table/keys-*.arrow      loss table, version 1 (table)
     table/gen-G-TOKEN/part-BBBBB.parquet, table/keys/bBBBBB-G-TOKEN.arrow  loss table, version 2 (table)
-    plans/epoch=E/{plan.parquet/, summary.json, stage.arrow, shards.arrow}  (plans)
+    plans/epoch=E/{plan.parquet/, summary.json, stage.arrow, shards.arrow | stage/}  (plans)
     state.json                                         policy settings, history, current epoch (state)
     stats/epoch=E/rank=R.json                          samples each rank trained (session, inspect)
     locks/NAME.lock                                    (runfs)
@@ -34,6 +34,7 @@ __all__ = [
     "moved_part",
     "table_file",
     "keys_file",
+    "plan_stage_file",
     "table_folder",
     "bucket_table_file",
     "bucket_keys_file",
@@ -105,6 +106,12 @@ def plan_dir(epoch: int) -> str:
 def plan_file(epoch: int, name: str) -> str:
     """A file of the plan of ``epoch``: plan.parquet, summary.json, stage.arrow, shards.arrow."""
     return f"{plan_dir(epoch)}/{name}"
+
+
+def plan_stage_file(epoch: int, bucket: int, kind: str) -> str:
+    """A partitioned plan's stage file of one bucket: ``kind`` "stage" (its rows, one record
+    batch per shard) or "shards" (its shard index)."""
+    return f"{plan_dir(epoch)}/stage/{kind}-{int(bucket):05d}.arrow"
 
 
 def stats_file(epoch: int, rank: int) -> str:

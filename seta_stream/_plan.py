@@ -33,9 +33,8 @@ from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
 from ._plans import (
     PLAN_SCHEMA,
+    BucketPlanFiles,
     PlanIdentities,
-    PlanWriter,
-    TooManyWeights,
     discard_leftovers,
     load_plan,
     load_summary,
@@ -425,8 +424,15 @@ def _plan_buckets(
     population: Any,
     engine: Engine,
 ) -> dict[str, Any]:
-    """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``), then
-    each bucket's rows written as they are decided (``plans.PlanWriter``)."""
+    """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``); each
+    bucket's rows are written where they are decided (``plans.BucketPlanFiles``: by this process,
+    or by the bucket's Ray task), and this process publishes the folders and the summary."""
+    if engine.name != "local" and not run.is_local:
+        raise InvalidInputError(
+            f"engine='ray' needs the run directory on a filesystem every node mounts (the tasks write "
+            f"the plan's files there); {run.url} is not a local path. Plan with engine='local', or put "
+            "the run directory on shared storage"
+        )
     pop = None
     if population is not None:
         pop = _split_population(population, manifest.get("shard_locations") or {}, run)
@@ -435,35 +441,41 @@ def _plan_buckets(
     n = sum(len(buckets.numeric(b)["uid"]) for b in range(buckets.count))
     ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
     buckets.context = ctx
+    files = BucketPlanFiles(run, epoch)
+    scored: set[bool] = set()
     try:
-        coded = True
-        while True:
-            writer = PlanWriter(run, epoch, coded=coded)
-            try:
-                summary = plan_partitioned(
-                    spec,
-                    params,
-                    ctx,
-                    buckets.input,
-                    buckets.count,
-                    lambda b, inp, result, writer=writer: writer.add(
-                        b, buckets.identities(b), _plan_columns(inp, result)
-                    ),
-                    writer.restart,
-                    None if engine.name == "local" else engine,
-                )
-                writer.commit()
-                break
-            except TooManyWeights:
-                writer.discard()
-                coded = False
-            except BaseException:
-                writer.discard()
-                raise
+        summary = plan_partitioned(
+            spec,
+            params,
+            ctx,
+            buckets.input,
+            buckets.count,
+            _WriteBucket(buckets, files),
+            files.restart,
+            None if engine.name == "local" else engine,
+            lambda b, has_score: scored.add(has_score),
+        )
+        files.commit()
+    except BaseException:
+        files.discard()
+        raise
     finally:
         buckets.close()
     fault("plan:after_plan_file")
+    summary["stage"] = {"buckets": buckets.count, "score": True in scored}
     return _complete(run, epoch, summary, cfg, state, manifest, population is not None)
+
+
+class _WriteBucket:
+    """Writes one bucket's plan rows (picklable: a Ray task writes its bucket's files)."""
+
+    def __init__(self, buckets: _Buckets, files: BucketPlanFiles) -> None:
+        self.buckets, self.files = buckets, files
+
+    def __call__(self, b: int, inp: PolicyInput, result: Any) -> bool:
+        has_score = self.files.write(b, self.buckets.identities(b), _plan_columns(inp, result))
+        fault("plan:bucket_written")
+        return has_score
 
 
 def _plan_columns(inp: PolicyInput, result: Any) -> dict[str, Any]:

@@ -45,13 +45,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file
+from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
 from ._runfs import RunDir
 from .errors import PlanMissingError, RunFormatError
+from .ids import shard_bucket
 
 __all__ = [
-    "PlanWriter",
-    "TooManyWeights",
+    "BucketPlanFiles",
     "PLAN_SCHEMA",
     "PLAN_PART_ROWS",
     "PlanIdentities",
@@ -144,21 +144,15 @@ def publish_plan(
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
     encoded (the summary costs about as much as one part)."""
     plan = _plan_table(ids, columns)
-    uid, keep, weight = (plan.column(c).combine_chunks() for c in ("uid", "keep", "weight"))
-    keep_np = np.asarray(columns["keep"])
-    score_col = plan.column("score") if "score" in plan.column_names else None
+    keep = np.asarray(columns["keep"])
 
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
         summarize()
-        weights, stage = weight_codes(weight)
-        stage = {"uid": uid, "keep": keep, **stage, **({} if score_col is None else {"score": score_col})}
-        table = pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
+        stage_columns, weights, table = _stage_table(plan)
         batches, ranges = stage_batches(ids, table)
         run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
-        shards = shard_ranges(ids, keep_np, ranges)
-        run.publish_arrow(
-            plan_file(epoch, "shards.arrow"), shards_table(shards, list(stage), weights), compression="zstd"
-        )
+        shards = shards_table(shard_ranges(ids, keep, ranges), stage_columns, weights)
+        run.publish_arrow(plan_file(epoch, "shards.arrow"), shards, compression="zstd")
 
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files)
 
@@ -186,134 +180,78 @@ def _plan_table(ids: PlanIdentities, columns: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-class TooManyWeights(Exception):
-    """More than 256 distinct weights: stage.arrow needs a float32 ``weight`` column."""
+class BucketPlanFiles:
+    """The plan files of a partitioned run, written bucket by bucket by whoever decides the
+    bucket's rows: this process (local engine) or a Ray task on any node that mounts the run
+    directory. Each :meth:`write` writes one bucket's files, and nothing is shared between
+    buckets, so tasks write in parallel and the driver writes no row:
 
+    * plan.parquet parts ``part-BBBBB-NNNN.parquet`` (bucket, then part: name order is row order);
+    * ``stage/stage-BBBBB.arrow``: the bucket's (uid, keep, weight_code[, score]) rows, one record
+      batch per shard, with the bucket's own distinct weights;
+    * ``stage/shards-BBBBB.arrow``: the bucket's shard index (row range within the bucket, kept
+      count, byte range of the shard's batch), so that a stage worker reads the index of the
+      buckets of the shards it opens, never one of the whole plan.
 
-class PlanWriter:
-    """Writes the plan of a partitioned run bucket by bucket (one bucket's rows in memory at a
-    time): plan.parquet parts ``part-BBBBB-NNN.parquet`` (bucket, then row order: name order is
-    row order), stage.arrow's record batches (one per shard) streamed to a local temporary
-    file, shards.arrow's rows collected (a few dozen bytes a shard). :meth:`commit` publishes
-    plan.parquet, stage.arrow and shards.arrow, in that order (the summary, written after them,
-    completes the plan). :meth:`restart` drops what was written, for a second pass."""
+    The files go to two pending folders (``RunDir.prepare_local``: beside their final place in a
+    local run directory, a local temporary folder for other storage); :meth:`commit` publishes
+    plan.parquet, then stage/ (the summary, written after them, completes the plan). Picklable:
+    a Ray task receives the folders' paths."""
 
-    def __init__(self, run: RunDir, epoch: int, *, coded: bool = True) -> None:
+    def __init__(self, run: RunDir, epoch: int) -> None:
         self.run, self.epoch = run, epoch
-        self._coded = coded  # False: a float32 weight column (a plan with > 256 distinct weights)
-        self._open()
+        self._parts = run.prepare_local(plan_file(epoch, "plan.parquet"), folder=True)
+        self._stage = run.prepare_local(plan_file(epoch, "stage"), folder=True)
 
-    def _open(self) -> None:
-        self.parts = self.run.prepare_local(plan_file(self.epoch, "plan.parquet"), folder=True)
-        self.stage = self.run.prepare_local(plan_file(self.epoch, "stage.arrow"))
-        self._sink = pa.OSFile(self.stage.local, "wb")
-        self._writer: Any = None
-        self._schema: pa.Schema | None = None
-        self._position = 0
-        self.rows = 0
-        self._weights: list[float] = []
-        self._code_of: dict[float, int] = {}
-        self._shards: list[pa.Table] = []
-        self._plan_schema: pa.Schema | None = None
+    def write(self, bucket: int, ids: PlanIdentities, columns: dict[str, Any]) -> bool:
+        """Write bucket ``bucket``'s rows (``columns`` as publish_plan's); an earlier write of
+        the same bucket (a retried task) is replaced. Returns whether the rows have a score."""
+        plan = _plan_table(ids, columns)
+        chunks = [plan.slice(lo, PLAN_PART_ROWS) for lo in range(0, plan.num_rows, PLAN_PART_ROWS)]
+        if not chunks and bucket == 0:  # at least one part, with the schema, when the plan has no row
+            chunks = [plan]
+        names = [f"{self._parts.local}/part-{bucket:05d}-{i:04d}.parquet" for i in range(len(chunks))]
+        stage_columns, weights, table = _stage_table(plan)
+        batches, ranges = stage_batches(ids, table)
+        with ThreadPoolExecutor(max(1, min(len(chunks), os.cpu_count() or 1))) as pool:  # encoding releases the GIL
+            encoding = [pool.submit(pq.write_table, c, n, **_WRITE_OPTIONS) for c, n in zip(chunks, names)]
+            with pa.OSFile(f"{self._stage.local}/stage-{bucket:05d}.arrow", "wb") as sink:
+                with pa.ipc.new_file(sink, table.schema) as writer:
+                    for batch in batches:
+                        writer.write_batch(batch)
+            shards = shards_table(shard_ranges(ids, np.asarray(columns["keep"]), ranges), stage_columns, weights)
+            with pa.OSFile(f"{self._stage.local}/shards-{bucket:05d}.arrow", "wb") as sink:
+                options = pa.ipc.IpcWriteOptions(compression="zstd")
+                with pa.ipc.new_file(sink, shards.schema, options=options) as writer:
+                    writer.write_table(shards)
+            for future in encoding:
+                future.result()
+        return "score" in stage_columns
 
     def restart(self) -> None:
-        """Drop everything written so far (the caller emits every bucket again)."""
-        self.discard()
-        self._open()
+        """Drop every bucket's files (the caller writes every bucket again)."""
+        for folder in (self._parts.local, self._stage.local):
+            for name in os.listdir(folder):
+                os.unlink(os.path.join(folder, name))
 
     def discard(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._sink.close()
-        self.parts.discard()
-        self.stage.discard()
-
-    def add(self, bucket: int, ids: PlanIdentities, columns: dict[str, Any]) -> None:
-        """The rows of bucket ``bucket`` (buckets in order; ``columns`` as publish_plan's)."""
-        plan = _plan_table(ids, columns)
-        self._plan_schema = plan.schema
-        chunks = [plan.slice(lo, PLAN_PART_ROWS) for lo in range(0, plan.num_rows, PLAN_PART_ROWS)]
-        names = [f"{self.parts.local}/part-{bucket:05d}-{i:04d}.parquet" for i in range(len(chunks))]
-        with ThreadPoolExecutor(max(1, min(len(chunks), os.cpu_count() or 1))) as pool:  # encoding releases the GIL
-            list(pool.map(lambda c, n: pq.write_table(c, n, **_WRITE_OPTIONS), chunks, names))
-        stage = self._stage_columns(plan)
-        table = pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
-        ranges = self._write_stage(ids, table)
-        keep = np.asarray(columns["keep"])
-        shards = shard_ranges(ids, keep, ranges)
-        shards = shards.set_column(1, "start", pc.add(shards.column("start"), self.rows))
-        shards = shards.set_column(2, "stop", pc.add(shards.column("stop"), self.rows))
-        self._shards.append(shards)
-        self.rows += plan.num_rows
-
-    def _stage_columns(self, plan: pa.Table) -> dict[str, Any]:
-        weight = plan.column("weight").combine_chunks()
-        stage: dict[str, Any] = {"uid": plan.column("uid"), "keep": plan.column("keep")}
-        if self._coded:
-            values = np.asarray(weight.to_numpy(zero_copy_only=False), np.float32)
-            for w in np.unique(values).tolist():
-                if w not in self._code_of:
-                    self._code_of[w] = len(self._weights)
-                    self._weights.append(w)
-            if len(self._weights) > 256:
-                raise TooManyWeights
-            lut = np.array(list(self._code_of.values()), np.uint8)
-            keys = np.array(list(self._code_of.keys()), np.float32)
-            order = np.argsort(keys)
-            codes = lut[order][np.searchsorted(keys[order], values)]
-            stage["weight_code"] = pa.array(codes, pa.uint8())
-        else:
-            stage["weight"] = weight
-        if "score" in plan.column_names:
-            stage["score"] = plan.column("score")
-        return stage
-
-    def _write_stage(self, ids: PlanIdentities, table: pa.Table) -> np.ndarray:
-        if self._writer is None:
-            self._schema = table.schema
-            self._writer = pa.ipc.new_file(self._sink, table.schema)
-            self._position = _IPC_MAGIC + table.schema.serialize().size
-        batch = table.combine_chunks().to_batches()
-        whole = batch[0] if batch else pa.RecordBatch.from_pylist([], schema=table.schema)
-        ranges = np.zeros((len(ids.starts), 2), np.int64)
-        for i, (a, b) in enumerate(zip(ids.starts, ids.stops)):
-            self._writer.write_batch(whole.slice(int(a), int(b - a)))
-            end = self._sink.tell()
-            ranges[i] = self._position, end - self._position
-            self._position = end
-        return ranges
+        self._parts.discard()
+        self._stage.discard()
 
     def commit(self) -> None:
-        """Publish plan.parquet, stage.arrow and shards.arrow (an empty plan gets one empty
-        part and one empty stage batch, as :func:`publish_plan` writes them)."""
-        if self.rows == 0 and not os.listdir(self.parts.local):
-            schema = self._plan_schema or PLAN_SCHEMA
-            pq.write_table(schema.empty_table(), f"{self.parts.local}/part-00000-0000.parquet", **_WRITE_OPTIONS)
-        if self._writer is None:
-            schema = _stage_schema(["uid", "keep", "weight_code"])
-            self._writer = pa.ipc.new_file(self._sink, schema)
-            self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
-            self._schema = schema
-        self._writer.close()
-        self._sink.close()
-        columns = list(self._schema.names) if self._schema is not None else []
-        shards = pa.concat_tables(self._shards).sort_by("shard") if self._shards else _empty_shards()
-        self.parts.commit()
-        self.stage.commit()
-        self.run.publish_arrow(
-            plan_file(self.epoch, "shards.arrow"),
-            shards_table(shards, columns, self._weights if self._coded else None),
-            compression="zstd",
-        )
+        """Publish plan.parquet, then stage/ (each replacing an earlier one)."""
+        self._parts.commit()
+        self._stage.commit()
 
 
-def _empty_shards() -> pa.Table:
-    return pa.table(
-        {
-            "shard": pa.array([], pa.string()),
-            **{c: pa.array([], pa.int64()) for c in ("start", "stop", "n", "kept", "offset", "length")},
-        }
-    )
+def _stage_table(plan: pa.Table) -> tuple[list[str], list[float] | None, pa.Table]:
+    """The stage's columns of ``plan``'s rows: their names, the distinct weights ``weight_code``
+    indexes (None with a float32 ``weight`` column), and the table."""
+    weights, stage = weight_codes(plan.column("weight").combine_chunks())
+    stage = {"uid": plan.column("uid"), "keep": plan.column("keep"), **stage}
+    if "score" in plan.column_names:
+        stage["score"] = plan.column("score")
+    return list(stage), weights, pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))
 
 
 def weight_codes(weight: pa.Array) -> tuple[list[float] | None, dict[str, pa.Array]]:
@@ -406,42 +344,112 @@ def discard_leftovers(run: RunDir, epoch: int) -> None:
         run.remove(rel)
 
 
-class StageLookup:
-    """What a stage reads of the plan of one epoch: the summary, one row per shard
-    (``shards``: shard -> (start, stop, kept)), and the rows of one shard on demand
-    (:meth:`shard_rows`).
+class _StageFile:
+    """One stage file and its shard index: stage.arrow with shards.arrow (a one-bucket plan),
+    or a bucket's stage-BBBBB.arrow with shards-BBBBB.arrow (a partitioned plan)."""
 
-    With a stage.arrow (this version's plans) a shard's rows are one record batch, read when
-    asked: a slice of the memory-mapped file locally, one range request on other storage, so a
-    worker fetches and holds only the shards it opens. Plans written by earlier versions
-    (keys.arrow + lookup.arrow) are read whole, as those versions did. ``identity`` says which
-    column identifies a row: ``"uid"`` (stage.arrow) or ``"key"`` (earlier plans)."""
-
-    def __init__(self, run: RunDir, epoch: int, summary: dict[str, Any], shards: pa.Table) -> None:
-        self.run, self.epoch, self.summary = run, epoch, summary
+    def __init__(self, run: RunDir, rel: str, index_rel: str, shards: pa.Table) -> None:
+        self.run, self.rel, self.index_rel = run, rel, index_rel
         cols = shards.to_pydict()
         self.shards: dict[str, tuple[int, int, int]] = {
             s: (a, b, k) for s, a, b, k in zip(cols["shard"], cols["start"], cols["stop"], cols["kept"])
         }
         meta = (shards.schema.metadata or {}).get(_STAGE_META)
-        self.bytes_read = 0  # bytes of stage.arrow fetched (read through the page cache locally)
+        self.stage = None if meta is None else json.loads(meta)
+        if self.stage is not None:
+            self.schema = _stage_schema(self.stage["columns"])
+            self.weights = pa.array(self.stage.get("weights") or [], pa.float32())
+            self.ranges = {s: (o, n) for s, o, n in zip(cols["shard"], cols["offset"], cols["length"])}
         self._map: pa.Buffer | None = None
-        if meta is not None:
-            stage = json.loads(meta)
+
+    def batch(self, shard: str) -> tuple[pa.RecordBatch, int]:
+        """The rows of a shard this file lists, weights decoded, and the bytes read."""
+        start, stop, _ = self.shards[shard]
+        offset, length = self.ranges[shard]
+        try:
+            if self.run.is_local:
+                if self._map is None:
+                    self._map = pa.memory_map(self.run.path(self.rel), "r").read_buffer()
+                data = self._map.slice(offset, length)
+            else:
+                data = pa.py_buffer(self.run.fs.cat_file(self.run.path(self.rel), start=offset, end=offset + length))
+            batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), self.schema)
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            raise RunFormatError(
+                f"{self.run.display(self.rel)}: cannot read the rows of shard {shard!r} at bytes "
+                f"[{offset}, {offset + length}) that {self.run.display(self.index_rel)} gives ({exc}); expected one "
+                "Arrow record batch there. The plan directory is inconsistent: plan the epoch again with force=True"
+            ) from exc
+        if batch.num_rows != stop - start:
+            raise RunFormatError(
+                f"{self.run.display(self.rel)}: shard {shard!r} has {batch.num_rows} rows at bytes [{offset}, "
+                f"{offset + length}), {self.run.display(self.index_rel)} says {stop - start}; expected the same. The "
+                "plan directory is inconsistent: plan the epoch again with force=True"
+            )
+        if "weight_code" in self.schema.names:  # the weights themselves, as the plan has them
+            i = self.schema.get_field_index("weight_code")
+            batch = batch.set_column(i, "weight", self.weights.take(batch.column(i)))
+        return batch, length
+
+
+class _BucketShards:
+    """shard -> (start, stop, kept) of a partitioned plan, read bucket by bucket: the first
+    question about a shard reads its bucket's shard index (``stage/shards-BBBBB.arrow``)."""
+
+    def __init__(self, run: RunDir, epoch: int, buckets: int) -> None:
+        self.run, self.epoch, self.buckets = run, epoch, buckets
+        self.files: dict[int, _StageFile] = {}
+
+    def file(self, shard: str) -> _StageFile:
+        b = shard_bucket(shard, self.buckets)
+        f = self.files.get(b)
+        if f is None:
+            index_rel = plan_stage_file(self.epoch, b, "shards")
+            index = self.run.read_arrow(index_rel)
+            f = self.files[b] = _StageFile(self.run, plan_stage_file(self.epoch, b, "stage"), index_rel, index)
+        return f
+
+    def get(self, shard: str, default: Any = None) -> Any:
+        return self.file(shard).shards.get(shard, default)
+
+
+class StageLookup:
+    """What a stage reads of the plan of one epoch: the summary, the shard index (``shards``:
+    shard -> (start, stop, kept), asked with ``.get``), and the rows of one shard on demand
+    (:meth:`shard_rows`).
+
+    A one-bucket plan has one stage.arrow and shards.arrow, read when the lookup is made; a
+    partitioned plan has them per bucket (``stage/``), and the index of a bucket is read the
+    first time a shard of it is asked, so a worker reads the indexes of the buckets its shards
+    are in, not one of the whole plan. A shard's rows are one record batch, read when asked: a
+    slice of the memory-mapped file locally, one range request on other storage. Plans written
+    by earlier versions (keys.arrow + lookup.arrow) are read whole, as those versions did.
+    ``identity`` says which column identifies a row: ``"uid"`` (stage files) or ``"key"``
+    (earlier plans)."""
+
+    def __init__(self, run: RunDir, epoch: int, summary: dict[str, Any]) -> None:
+        self.run, self.epoch, self.summary = run, epoch, summary
+        self.bytes_read = 0  # bytes of stage rows fetched (read through the page cache locally)
+        self._whole: pa.Table | None = None
+        self._file: _StageFile | None = None
+        layout = summary.get("stage")
+        if layout is not None:  # a partitioned plan: per-bucket stage files
             self.identity = "uid"
-            self._schema = _stage_schema(stage["columns"])
-            self.columns: list[str] = [c if c != "weight_code" else "weight" for c in stage["columns"]]
-            self._weights = pa.array(stage.get("weights") or [], pa.float32())
-            self._ranges = {s: (o, n) for s, o, n in zip(cols["shard"], cols["offset"], cols["length"])}
-            self._whole: pa.Table | None = None
+            self._buckets: _BucketShards | None = _BucketShards(run, epoch, int(layout["buckets"]))
+            self.shards: Any = self._buckets
+            self.has_score = bool(layout["score"])
+            return
+        self._buckets = None
+        index_rel = plan_file(epoch, "shards.arrow")
+        f = _StageFile(run, plan_file(epoch, "stage.arrow"), index_rel, run.read_arrow(index_rel))
+        self.shards = f.shards
+        if f.stage is not None:
+            self.identity, self._file = "uid", f
+            self.has_score = "score" in f.stage["columns"]
         else:
             self.identity = "key"
             self._whole = _read_earlier_lookup(run, epoch)
-            self.columns = self._whole.column_names
-
-    @property
-    def has_score(self) -> bool:
-        return "score" in self.columns
+            self.has_score = "score" in self._whole.column_names
 
     def shard_rows(self, shard: str) -> pa.RecordBatch | pa.Table | None:
         """The plan's rows of ``shard``: columns ``identity``, keep, weight[, score]; None if
@@ -449,35 +457,13 @@ class StageLookup:
         entry = self.shards.get(shard)
         if entry is None:
             return None
-        start, stop, _ = entry
         if self._whole is not None:
+            start, stop, _ = entry
             return self._whole.slice(start, stop - start)
-        offset, length = self._ranges[shard]
-        rel = plan_file(self.epoch, "stage.arrow")
-        try:
-            if self.run.is_local:
-                if self._map is None:
-                    self._map = pa.memory_map(self.run.path(rel), "r").read_buffer()
-                data = self._map.slice(offset, length)
-            else:
-                data = pa.py_buffer(self.run.fs.cat_file(self.run.path(rel), start=offset, end=offset + length))
-            self.bytes_read += length
-            batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), self._schema)
-        except (OSError, pa.ArrowException, ValueError) as exc:
-            raise RunFormatError(
-                f"{self.run.display(rel)}: cannot read the rows of shard {shard!r} at bytes "
-                f"[{offset}, {offset + length}) that shards.arrow gives ({exc}); expected one Arrow record "
-                "batch there. The plan directory is inconsistent: plan the epoch again with force=True"
-            ) from exc
-        if batch.num_rows != stop - start:
-            raise RunFormatError(
-                f"{self.run.display(rel)}: shard {shard!r} has {batch.num_rows} rows at bytes [{offset}, "
-                f"{offset + length}), shards.arrow says {stop - start}; expected the same. The plan directory "
-                "is inconsistent: plan the epoch again with force=True"
-            )
-        if "weight_code" in self._schema.names:  # the weights themselves, as the plan has them
-            i = self._schema.get_field_index("weight_code")
-            batch = batch.set_column(i, "weight", self._weights.take(batch.column(i)))
+        f = self._buckets.file(shard) if self._buckets is not None else self._file
+        assert f is not None
+        batch, length = f.batch(shard)
+        self.bytes_read += length
         return batch
 
 
@@ -487,15 +473,16 @@ def _stage_schema(columns: Any) -> pa.Schema:
 
 
 def read_stage_lookup(run: RunDir, epoch: int) -> StageLookup:
-    """The stage's view of the plan of ``epoch``: its summary and shards.arrow, read now; the
-    rows of a shard are read when :meth:`StageLookup.shard_rows` asks for them."""
+    """The stage's view of the plan of ``epoch``: its summary and (one-bucket plans) shards.arrow,
+    read now; a partitioned plan's bucket indexes and the rows of a shard are read when
+    :meth:`StageLookup.shard_rows` or ``shards.get`` asks for them."""
     summary = read_summary(run, epoch)
     if summary is None:
         raise PlanMissingError(
             f"{run.display(plan_dir(epoch), 'summary.json')}: no plan for epoch {epoch}; call "
             f"pruner.start_epoch({epoch}) (or plan_epoch) before iter(loader)"
         )
-    return StageLookup(run, epoch, summary, run.read_arrow(plan_file(epoch, "shards.arrow")))
+    return StageLookup(run, epoch, summary)
 
 
 def _read_earlier_lookup(run: RunDir, epoch: int) -> pa.Table:

@@ -178,13 +178,16 @@ def test_partitioned_plans_equal_the_one_bucket_plan(runs, policy):
     for buckets in (3, 7):
         assert_bitwise_equal(plans[buckets].drop_columns(["reason"]), plans[1].drop_columns(["reason"]))
         assert plans[buckets].column("reason").to_pylist() == plans[1].column("reason").to_pylist()
+        # the same summary, plus where a partitioned plan's stage files are (docs/format.md)
+        assert summaries[buckets].pop("stage") == {"buckets": buckets, "score": policy in ("es", "eswp")}
         assert summaries[buckets] == summaries[1]
+    assert "stage" not in summaries[1]
 
 
 @pytest.mark.parametrize("policy", ["seta", "eswp"])
 def test_stage_readers_deliver_the_same_samples_from_a_partitioned_plan(tmp_path, policy):
-    """Real shards; the three readers agree on the partitioned plan (stage.arrow written bucket
-    by bucket) and deliver exactly what the one-bucket plan delivers."""
+    """Real shards; the three readers agree on the partitioned plan (stage files per bucket)
+    and deliver exactly what the one-bucket plan delivers."""
     from conftest import write_shards
     from readers import check_readers_agree
 
@@ -205,6 +208,44 @@ def test_stage_readers_deliver_the_same_samples_from_a_partitioned_plan(tmp_path
         assert counts["kept"] == len(samples) == plan_epoch(run, 1)["kept"] and counts["dropped"] == 150 - len(samples)
         delivered[buckets] = [(s["__url__"], s["__key__"], s["__weight__"]) for s in samples]
     assert delivered[3] == delivered[1] and 0 < len(delivered[1]) < 150
+
+
+@pytest.mark.parametrize("policy", ["infobatch", "eswp"])
+def test_a_partitioned_plan_has_a_stage_file_and_a_shard_index_per_bucket(runs, policy):
+    """plans/epoch=E/stage/: per bucket, stage-BBBBB.arrow (one record batch per shard of the
+    bucket) and shards-BBBBB.arrow (those shards only, their row ranges within the bucket and
+    byte ranges); no stage file of the whole plan. Each shard's batch is its plan rows."""
+    import pyarrow.ipc as ipc
+
+    run = runs[7]
+    plan_epoch(run, 2, policy=policy, params=POLICIES[policy], epochs=10, seed=3, force=True)
+    d = Path(run.path("plans/epoch=2"))
+    assert sorted(os.listdir(d)) == ["plan.parquet", "stage", "summary.json"]
+    assert sorted(os.listdir(d / "stage")) == sorted(
+        f"{kind}-{b:05d}.arrow" for b in range(7) for kind in ("shards", "stage")
+    )
+    plan = load_plan(run, 2).to_pydict()
+    rows: dict[str, list] = {}
+    for s, u, k, w in zip(plan["shard"], plan["uid"], plan["keep"], plan["weight"]):
+        rows.setdefault(s, []).append((u, k, w))
+    seen = set()
+    for b in range(7):
+        index = ipc.open_file(str(d / f"stage/shards-{b:05d}.arrow")).read_all()
+        meta = json.loads(index.schema.metadata[b"seta_stream.stage"])
+        assert meta["columns"] == ["uid", "keep", "weight_code"] + (["score"] if policy == "eswp" else [])
+        data = (d / f"stage/stage-{b:05d}.arrow").read_bytes()
+        schema = ipc.open_file(str(d / f"stage/stage-{b:05d}.arrow")).schema
+        for r in index.to_pylist():
+            assert shard_bucket(r["shard"], 7) == b and r["shard"] not in seen
+            seen.add(r["shard"])
+            batch = ipc.read_record_batch(
+                ipc.read_message(pa.py_buffer(data[r["offset"] : r["offset"] + r["length"]])), schema
+            )
+            weights = [meta["weights"][c] for c in batch.column("weight_code").to_pylist()]
+            got = list(zip(batch.column("uid").to_pylist(), batch.column("keep").to_pylist(), weights))
+            assert got == rows[r["shard"]] and r["n"] == len(got) == r["stop"] - r["start"]
+            assert r["kept"] == sum(k for _, k, _ in got)
+    assert seen == set(rows)
 
 
 def test_partitioned_run_on_fsspec_storage_plans_like_a_local_one(tmp_path):

@@ -174,8 +174,10 @@ def test_empty_table_plans_an_empty_plan_with_absent_rule(tmp_path):
     assert s["absent_rule"] == {"kind": "bernoulli", "fraction": 0.9, "stream": 1, "epoch": None}
 
 
-@pytest.mark.parametrize("buckets", [1, 3])
-@pytest.mark.parametrize("point", ["plan:after_plan_file", "plan:after_summary"])
+@pytest.mark.parametrize(
+    ("point", "buckets"),
+    [(p, b) for p in ("plan:after_plan_file", "plan:after_summary") for b in (1, 3)] + [("plan:bucket_written", 3)],
+)
 def test_killed_planning_converges_on_rerun(tmp_path, point, buckets):
     ref, run = seeded_run(tmp_path / "ref", buckets=buckets), seeded_run(tmp_path / "r", buckets=buckets)
     plan_epoch(ref, 1, **SETA)
@@ -190,6 +192,12 @@ def test_killed_planning_converges_on_rerun(tmp_path, point, buckets):
     assert s["kept"] == load_summary(ref, 1)["kept"]
     state = json.loads((tmp_path / "r/state.json").read_text())
     assert state["last_planned_epoch"] == 1 and state["current_epoch"] == 1
+    files = {}
+    for name in ("ref", "r"):
+        root = tmp_path / name / "plans/epoch=1"
+        files[name] = {str(f.relative_to(root)): f.read_bytes() for f in root.rglob("*") if f.is_file()}
+        files[name].pop("summary.json")
+    assert files["r"] == files["ref"]  # every plan file the same bytes, no leftover of the killed planner
 
 
 def test_a_failing_policy_publishes_no_stage_file(tmp_path):

@@ -96,6 +96,27 @@ def test_ray_engine_gives_the_local_engine_tables_and_plans(cluster, tmp_path):
         assert s["ray"] == s["local"], policy
         plans = {e: sorted_rows(load_plan(runs[e], 1), ["uid"]) for e in runs}
         assert same(plans["ray"], plans["local"]), policy
+        # the tasks wrote the same plan files, byte for byte (plan parts, per-bucket stage files)
+        assert plan_files(runs["ray"], 1) == plan_files(runs["local"], 1), policy
+
+
+def plan_files(run: RunDir, epoch: int) -> dict[str, bytes]:
+    root = run.path(f"plans/epoch={epoch}")
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, files in os.walk(root)
+        for f in files
+        if f != "summary.json"
+    }
+
+
+def test_ray_planning_refuses_a_run_directory_nodes_cannot_mount(cluster):
+    run = RunDir("memory://ray-plan/run", create=True, settings={"buckets": 2})
+    record_epochs(run, 1)
+    compact(run)
+    with pytest.raises(seta.errors.InvalidInputError, match=r"engine='ray' needs the run directory on a filesystem"):
+        plan_epoch(run, 1, policy="random", params=dict(r=0.4), epochs=3, engine="ray")
+    assert not run.exists("plans/epoch=1")
 
 
 def test_pruner_loop_on_ray_delivers_the_plans_kept_samples(cluster, tmp_path):
@@ -130,6 +151,30 @@ def test_pruner_loop_on_ray_delivers_the_plans_kept_samples(cluster, tmp_path):
 
 def python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True)
+
+
+def test_a_ray_worker_killed_while_writing_its_buckets_plan_is_retried(cluster, tmp_path):
+    """plan:bucket_written kills the Ray worker that has just written a bucket's plan files
+    (once): Ray retries the task, which writes them again, and the plan equals the local one."""
+    runs = {}
+    for name in ("ref", "victim"):
+        runs[name] = RunDir(tmp_path / name, create=True, settings={"buckets": 3})
+        record_epochs(runs[name], 2)
+        compact(runs[name])
+    args = dict(policy="seta", params=POLICIES["seta"], epochs=4, seed=2)
+    plan_epoch(runs["ref"], 1, **args)
+    flag = tmp_path / "fired"
+    env = {"SETA_STREAM_FAULT": "plan:bucket_written", "SETA_STREAM_FAULT_ONCE": str(flag)}
+    address = ray.get_runtime_context().gcs_address
+    code = (
+        f"import ray; ray.init(address={address!r}, runtime_env={{'env_vars': {env!r}}}, log_to_driver=False)\n"
+        f"from seta_stream import plan_epoch; plan_epoch({str(runs['victim'].path())!r}, 1, engine='ray', **{args!r})"
+    )
+    proc = python(code, {})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert flag.exists()
+    assert plan_files(runs["victim"], 1) == plan_files(runs["ref"], 1)
+    assert not [n for n in os.listdir(runs["victim"].path("plans/epoch=1")) if n.startswith(".tmp-")]
 
 
 @pytest.mark.parametrize("point", ["compact:bucket_written", "compact:after_bucket"])

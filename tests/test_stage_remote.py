@@ -122,9 +122,9 @@ def write_read_shards(root) -> list[str]:
     return urls
 
 
-def planned(url: str, shards: int) -> RunDir:
+def planned(url: str, shards: int, buckets: int = 1) -> RunDir:
     """A run on S3 whose plan lists ``shards`` shards of PER_SHARD samples (half kept)."""
-    run = RunDir(url, create=True)
+    run = RunDir(url, create=True, settings={"buckets": buckets})
     population = [(f"shard-{s:05d}.tar", key(s, i)) for s in range(shards) for i in range(PER_SHARD)]
     plan_epoch(run, 0, policy="random", params={"r": 0.5}, epochs=2, seed=7, population=population)
     return run
@@ -175,6 +175,49 @@ def test_a_worker_fetches_the_plan_rows_of_the_shards_it_reads_not_the_plan(tmp_
     # stages) and summary.json grow
     assert large - small < 2 * 180 * 40
     assert large < large_size / 20  # the whole stage.arrow of the larger plan: 540 KB
+
+
+def test_a_worker_of_a_partitioned_plan_fetches_the_index_of_its_shards_buckets_only(tmp_path, s3):
+    """A partitioned plan has a stage file and a shard index per bucket (stage/): the worker
+    fetches the summary, the index of each bucket its shards are in, and one range of that
+    bucket's stage file per shard; no file of the whole plan."""
+    urls = write_read_shards(tmp_path / "shards")
+    read = sorted(os.path.basename(u) for u in urls)
+    for shards, buckets in ((20, 2), (200, 20)):  # 10 shards a bucket in both
+        run = planned(f"s3://stage-runs/parts-{shards}", shards, buckets)
+        plan_dir = f"/stage-runs/parts-{shards}/plans/epoch=0/"
+        assert sorted(run.fs.ls(run.path("plans/epoch=0"), detail=False)) == sorted(
+            run.path(f"plans/epoch=0/{n}") for n in ("plan.parquet", "stage", "summary.json")
+        )
+        mine = {seta.ids.shard_bucket(s, buckets) for s in read}
+        s3.clear()
+        got = one_worker_epoch(run.url, urls)
+        log = s3.fetched(plan_dir)  # what the worker fetched of the plan
+        assert len(got) == len(set(got)) and set(got) == kept_of(run, set(read))
+        indexes = {f"stage/shards-{b:05d}.arrow" for b in mine}
+        assert {f.path.removeprefix(plan_dir) for f in log} == {"summary.json"} | indexes | {
+            f"stage/stage-{b:05d}.arrow" for b in mine
+        }
+        ranges = {}
+        for b in mine:
+            index = ipc.open_file(run.open(f"plans/epoch=0/stage/shards-{b:05d}.arrow")).read_all().to_pylist()
+            assert {r["shard"] for r in index} == {
+                f"shard-{s:05d}.tar" for s in range(shards) if seta.ids.shard_bucket(f"shard-{s:05d}.tar", buckets) == b
+            }
+            ranges |= {r["shard"]: (b, r["offset"], r["length"]) for r in index}
+        stage = [f for f in log if "/stage/stage-" in f.path]
+        # one range request per shard read (each of attach's two stages asks once), for exactly
+        # that shard's record batch in its bucket's file
+        assert sorted((f.path.removeprefix(plan_dir), f.range) for f in stage) == sorted(
+            (f"stage/stage-{ranges[s][0]:05d}.arrow", f"bytes={ranges[s][1]}-{ranges[s][1] + ranges[s][2] - 1}")
+            for s in read
+        )
+        # each index read whole, and it lists its bucket's shards only (about 10 here)
+        for f in log:
+            if f.path.removeprefix(plan_dir) in indexes:
+                assert f.range is None and f.bytes == run.fs.size(
+                    run.path(f"plans/epoch=0/{f.path.removeprefix(plan_dir)}")
+                )
 
 
 def test_the_three_readers_agree_with_the_run_directory_on_s3(tmp_path, s3):

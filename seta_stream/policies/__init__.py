@@ -345,15 +345,16 @@ def _bucket_rows(decide: Any, inp: PolicyInput, guard: Cut | None, key_of: Any) 
 
 
 class _BucketRows:
-    """Bucket b's input, rows and summary counts (picklable, for a Ray engine)."""
+    """Bucket b's rows, handed to ``emit`` where they are decided, and its summary counts
+    (picklable, for a Ray engine: only what ``emit`` returns and the counts travel back)."""
 
-    def __init__(self, decide: Any, inputs: Any, guard: Cut | None, key_of: Any) -> None:
-        self.decide, self.inputs, self.guard, self.key_of = decide, inputs, guard, key_of
+    def __init__(self, decide: Any, inputs: Any, guard: Cut | None, key_of: Any, emit: Any) -> None:
+        self.decide, self.inputs, self.guard, self.key_of, self.emit = decide, inputs, guard, key_of, emit
 
-    def __call__(self, b: int) -> tuple[PolicyInput, PolicyResult, SummaryCounts]:
+    def __call__(self, b: int) -> tuple[Any, SummaryCounts]:
         inp = self.inputs(b)
         result = _bucket_rows(self.decide, inp, self.guard, self.key_of)
-        return inp, result, summary_counts(result, inp)
+        return self.emit(b, inp, result), summary_counts(result, inp)
 
 
 def plan_partitioned(
@@ -365,12 +366,16 @@ def plan_partitioned(
     emit: Any,
     restart: Any,
     engine: Any = None,
+    received: Any = None,
 ) -> dict[str, Any]:
     """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput`) with the
-    policy's steps; ``emit(b, inp, result)`` receives each bucket's rows in bucket order. If no
-    row is kept anywhere, the empty-plan guard keeps the row of smallest guard uniform (ties
-    by uid) exactly as :func:`finalize` would: ``restart()`` is called and every bucket is
-    emitted again. Returns the summary, equal to :func:`finalize`'s on the whole table."""
+    policy's steps. ``emit(b, inp, result)`` receives each bucket's rows where they are decided:
+    in this process, in bucket order, or with an ``engine`` in the task of bucket b (then
+    ``emit`` must be picklable, and it writes the rows wherever they go); ``received(b, value)``,
+    if given, gets here, in bucket order, what ``emit`` returned. If no row is kept anywhere,
+    the empty-plan guard keeps the row of smallest guard uniform (ties by uid) exactly as
+    :func:`finalize` would: ``restart()`` is called and every bucket is emitted again. Returns
+    the summary, equal to :func:`finalize`'s on the whole table."""
     if spec.steps is None:
         raise InvalidInputError(
             f"policy {spec.name!r} has no partitioned form (PolicySpec.steps), so it cannot plan a run "
@@ -381,11 +386,12 @@ def plan_partitioned(
     guard: Cut | None = None
     while True:
         counts: SummaryCounts | None = None
-        rows = _BucketRows(decide, inputs, guard, key_of)
+        rows = _BucketRows(decide, inputs, guard, key_of, emit)
         done = engine.map(rows, range(buckets)) if engine is not None else (rows(b) for b in range(buckets))
-        for b, (inp, result, piece) in enumerate(done):
+        for b, (value, piece) in enumerate(done):
             counts = piece if counts is None else counts + piece
-            emit(b, inp, result)
+            if received is not None:
+                received(b, value)
         assert counts is not None
         if guard is not None or counts.n == 0 or counts.kept > 0:
             break
