@@ -5,8 +5,9 @@
   seta-stream[ray]``; ``address`` as ``ray.init`` takes it: None starts or joins a local
   cluster, ``"auto"`` or ``"ray://host:10001"`` joins one). Every node must reach the run
   directory at the same path (a shared filesystem), because tasks read and write the buckets'
-  files there. The driver (the process calling ``compact`` or ``plan_epoch``) merges the small
-  per-bucket statistics and publishes the manifest or the plan, exactly once.
+  files there (the table's bucket files, a plan's per-bucket files). The driver (the process
+  calling ``compact`` or ``plan_epoch``) merges the small per-bucket statistics and publishes
+  the manifest or the plan, exactly once.
 
 An engine maps a function over items in order: :meth:`map` yields ``fn(item)`` for each item,
 in the items' order (Ray runs them in parallel; results are fetched one at a time, so the

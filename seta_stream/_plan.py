@@ -201,7 +201,8 @@ def plan_epoch(
     A partitioned run (``buckets`` > 1) is planned bucket by bucket with the policy's steps
     (``policies.steps``): bit for bit the plan of the whole table. ``engine="ray"`` runs the
     per-bucket work as Ray tasks on the cluster ``ray.init(address=ray_address)`` reaches
-    (every node must reach the run directory); this process merges and writes the plan.
+    (every node must reach the run directory); the tasks write their buckets' plan files, and
+    this process merges the small statistics and publishes the plan.
     """
     run = _run(run)
     epoch = int(epoch)
