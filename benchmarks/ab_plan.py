@@ -7,6 +7,7 @@ fresh process after 5 s idle, with tree A and then tree B; prints every plan and
 
     git worktree add /tmp/prev <commit>
     python benchmarks/ab_plan.py /tmp/prev . [--rounds 5] [--n 15000000]
+    python benchmarks/ab_plan.py /tmp/prev . --rounds 2 --run bench-out/scale-100000000   # a partitioned run
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def main() -> None:
     p.add_argument("b", type=Path, help="source tree B")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=15_000_000)
+    p.add_argument("--run", type=Path, help="plan this run instead (e.g. one bench_scale.py --keep made)")
     args = p.parse_args()
-    run = OUT / f"plan-{args.n}"
+    run = args.run.resolve() if args.run else OUT / f"plan-{args.n}"
     if not (run / "table/manifest.json").exists():
         raise SystemExit(f"{run}: no loss table; run bench_plan.py --n {args.n} first")
     walls: dict[str, list[list[float]]] = {"A": [], "B": []}

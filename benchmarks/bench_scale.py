@@ -94,7 +94,7 @@ def one_size(n: int, keep: bool, buckets: int | None) -> dict:
     out["disk_mb"] = {
         "parts_per_epoch": parts1 / 1e6,
         "table": disk(run, table + "/*" if (run / table).is_dir() else table) / 1e6,
-        "plan": (disk(run, "plans/epoch=1/plan.parquet/*") + disk(run, "plans/epoch=1/*.arrow")) / 1e6,
+        "plan": disk(run, "plans/epoch=1/**/*") / 1e6,  # plan.parquet, stage files (stage/ when partitioned)
     }
     if not keep:
         shutil.rmtree(run, ignore_errors=True)

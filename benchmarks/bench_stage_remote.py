@@ -13,6 +13,9 @@ fresh worker process that iterates those 10 shards once:
 * ``earlier layout``: the same, with the plan in the layout of earlier versions (keys.arrow +
   lookup.arrow, read whole by every worker), uploaded beside it (``--no-earlier`` skips it).
 
+``--run PATH`` takes the plan of epoch 1 of an existing run instead (a partitioned run that
+bench_scale.py kept: its per-bucket stage files, stage/, are uploaded; no earlier layout).
+
 Reported: bytes of plan data fetched (server side), peak RSS (VmHWM) of the worker, its wall
 time; and, in one process on the local plan, the time per sample of the decision lookup the
 readers make (``ShardDecisions.known.get(key)``, keep_filter's hot loop): by uid (this version)
@@ -20,6 +23,7 @@ against by key (earlier layout), and the time to load one shard's decisions.
 
     python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3
     python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3 --policy eswp --no-earlier
+    python benchmarks/bench_stage_remote.py --run bench-out/scale-100000000 --repeat 3
 """
 
 from __future__ import annotations
@@ -109,7 +113,6 @@ POLICIES = {
 
 def build(n: int, policy: str) -> tuple[str, str]:
     """The local run (table + plan of epoch 1) and the 10 tar shards the worker reads."""
-    import webdataset as wds
 
     import seta_stream as seta
 
@@ -117,6 +120,13 @@ def build(n: int, policy: str) -> tuple[str, str]:
     make_table_run(path, n)
     run = seta.RunDir(path)
     seta.plan_epoch(run, 1, policy=policy, params=POLICIES[policy], epochs=10, seed=0)
+    return str(path), read_shards()
+
+
+def read_shards() -> str:
+    """The 10 tar shards the worker reads (the first 10 of every synthetic run)."""
+    import webdataset as wds
+
     shards_dir = OUT / "stage-remote-shards"
     if not (shards_dir / "done").exists():
         shutil.rmtree(shards_dir, ignore_errors=True)
@@ -128,7 +138,7 @@ def build(n: int, policy: str) -> tuple[str, str]:
                 for i in range(s * SHARD, (s + 1) * SHARD):
                     w.write({"__key__": keys[i], "txt": f"{i}", "cls": str(i % 10)})
         (shards_dir / "done").write_text("")
-    return str(path), str(shards_dir)
+    return str(shards_dir)
 
 
 def upload(fs, local: str, bucket: str, earlier: bool) -> dict[str, int]:
@@ -141,6 +151,17 @@ def upload(fs, local: str, bucket: str, earlier: bool) -> dict[str, int]:
         fs.put_file(f"{local}/{rel}", f"{bucket}/stage/{rel}")
         if earlier:
             fs.put_file(f"{local}/{rel}", f"{bucket}/earlier/{rel}")
+    if os.path.isdir(f"{local}/{d}/stage"):  # a partitioned plan: per-bucket stage files
+        names = sorted(os.listdir(f"{local}/{d}/stage"))
+        for name in names:
+            fs.put_file(f"{local}/{d}/stage/{name}", f"{bucket}/stage/{d}/stage/{name}")
+        sizes = {
+            f"stage/stage/{kind}-*.arrow ({sum(n.startswith(kind) for n in names)} files)": sum(
+                os.path.getsize(f"{local}/{d}/stage/{n}") for n in names if n.startswith(kind)
+            )
+            for kind in ("shards", "stage")
+        }
+        return sizes
     for rel in ("shards.arrow", "stage.arrow"):
         fs.put_file(f"{local}/{d}/{rel}", f"{bucket}/stage/{d}/{rel}")
     sizes = {f"stage/{rel}": os.path.getsize(f"{local}/{d}/{rel}") for rel in ("shards.arrow", "stage.arrow")}
@@ -234,11 +255,18 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-earlier", action="store_true", help="skip the earlier layout (480 MB more at 15M)")
     p.add_argument("--policy", choices=sorted(POLICIES), default="seta")
+    p.add_argument("--run", help="an existing run with a plan of epoch 1 (e.g. bench-out/scale-100000000)")
     args = p.parse_args()
     import s3fs
 
     t0 = time.perf_counter()
-    local, shards_dir = build(args.n, args.policy)
+    if args.run:
+        local, shards_dir = os.path.abspath(args.run), read_shards()
+        args.no_earlier = True
+        args.n = json.load(open(f"{local}/plans/epoch=1/summary.json"))["n"]
+        args.policy = json.load(open(f"{local}/plans/epoch=1/summary.json"))["policy"]
+    else:
+        local, shards_dir = build(args.n, args.policy)
     print(f"built in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     urls = sorted(str(os.path.join(shards_dir, f)) for f in os.listdir(shards_dir) if f.endswith(".tar"))
     shard_names = [os.path.basename(u) for u in urls]
