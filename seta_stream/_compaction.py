@@ -399,13 +399,8 @@ def _scratch(run: RunDir, engine: Engine) -> str | None:
     (every node reaches it); None for the local engine (a folder in TMPDIR)."""
     if engine.name == "local":
         return None
-    local = run.local_path(f"table/.tmp-route-{uuid.uuid4().hex[:8]}")
-    if local is None:
-        raise InvalidInputError(
-            f"engine='ray' needs the run directory on a filesystem every node mounts; {run.url} is not a "
-            "local path. Compact with engine='local', or put the run directory on shared storage"
-        )
-    return local
+    engine.check_run(run, "compact", "routing scratch files")
+    return run.path(f"table/.tmp-route-{uuid.uuid4().hex[:8]}")
 
 
 def _chunks(pending: list[str], engine: Engine) -> list[list[str]]:

@@ -34,6 +34,11 @@ class Engine:
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         return (fn(item) for item in items)
 
+    def check_run(self, run: Any, work: str, files: str) -> None:
+        """Raise InvalidInputError if this engine's tasks cannot reach ``run``'s files
+        (``work``: "compact" or "plan"; ``files``: what the tasks write there). This process
+        reaches any run directory."""
+
 
 LocalEngine = Engine
 
@@ -59,6 +64,15 @@ class RayEngine(Engine):
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         self._task = ray.remote(_call)
+
+    def check_run(self, run: Any, work: str, files: str) -> None:
+        """Tasks on other nodes reach the run directory only on a filesystem they all mount."""
+        if not run.is_local:
+            raise InvalidInputError(
+                f"engine='ray' needs the run directory on a filesystem every node mounts (the tasks write "
+                f"{files} there); {run.url} is not a local path. {work.capitalize()} with engine='local', "
+                "or put the run directory on shared storage"
+            )
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         fn_ref = self._ray.put(fn)  # serialised once for all tasks

@@ -428,12 +428,7 @@ def _plan_buckets(
     """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``); each
     bucket's rows are written where they are decided (``plans.BucketPlanFiles``: by this process,
     or by the bucket's Ray task), and this process publishes the folders and the summary."""
-    if engine.name != "local" and not run.is_local:
-        raise InvalidInputError(
-            f"engine='ray' needs the run directory on a filesystem every node mounts (the tasks write "
-            f"the plan's files there); {run.url} is not a local path. Plan with engine='local', or put "
-            "the run directory on shared storage"
-        )
+    engine.check_run(run, "plan", "the plan's files")
     pop = None
     if population is not None:
         pop = _split_population(population, manifest.get("shard_locations") or {}, run)

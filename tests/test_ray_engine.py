@@ -110,11 +110,15 @@ def plan_files(run: RunDir, epoch: int) -> dict[str, bytes]:
     }
 
 
-def test_ray_planning_refuses_a_run_directory_nodes_cannot_mount(cluster):
+def test_ray_engine_refuses_a_run_directory_nodes_cannot_mount(cluster):
     run = RunDir("memory://ray-plan/run", create=True, settings={"buckets": 2})
     record_epochs(run, 1)
+    needs = r"engine='ray' needs the run directory on a filesystem every node mounts \(the tasks write "
+    with pytest.raises(seta.errors.InvalidInputError, match=needs + r"routing scratch .* Compact with engine='local'"):
+        compact(run, engine="ray")
+    assert not run.exists("table/manifest.json")
     compact(run)
-    with pytest.raises(seta.errors.InvalidInputError, match=r"engine='ray' needs the run directory on a filesystem"):
+    with pytest.raises(seta.errors.InvalidInputError, match=needs + r"the plan's files .* Plan with engine='local'"):
         plan_epoch(run, 1, policy="random", params=dict(r=0.4), epochs=3, engine="ray")
     assert not run.exists("plans/epoch=1")
 
