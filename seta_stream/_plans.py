@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
-from ._runfs import RunDir
+from ._runfs import RunDir, write_arrow
 from .errors import PlanMissingError, RunFormatError
 from .ids import shard_bucket
 
@@ -216,14 +216,10 @@ class BucketPlanFiles:
         with ThreadPoolExecutor(max(1, min(len(chunks), os.cpu_count() or 1))) as pool:  # encoding releases the GIL
             encoding = [pool.submit(pq.write_table, c, n, **_WRITE_OPTIONS) for c, n in zip(chunks, names)]
             with pa.OSFile(f"{self._stage.local}/stage-{bucket:05d}.arrow", "wb") as sink:
-                with pa.ipc.new_file(sink, table.schema) as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
+                write_arrow(sink, pa.Table.from_batches(batches, batches[0].schema))
             shards = shards_table(shard_ranges(ids, np.asarray(columns["keep"]), ranges), stage_columns, weights)
             with pa.OSFile(f"{self._stage.local}/shards-{bucket:05d}.arrow", "wb") as sink:
-                options = pa.ipc.IpcWriteOptions(compression="zstd")
-                with pa.ipc.new_file(sink, shards.schema, options=options) as writer:
-                    writer.write_table(shards)
+                write_arrow(sink, shards, compression="zstd")
             for future in encoding:
                 future.result()
         return "score" in stage_columns

@@ -47,7 +47,15 @@ from fsspec.implementations.local import LocalFileSystem
 from ._layout import FORMAT_FILE, lock_file
 from .errors import InvalidInputError, RunFormatError, RunLockedError
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "RunDir", "DEFAULT_SETTINGS", "BUCKET_ROWS", "bucket_count"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "RunDir",
+    "DEFAULT_SETTINGS",
+    "BUCKET_ROWS",
+    "bucket_count",
+    "write_arrow",
+]
 
 FORMAT_NAME = "seta-stream-run"
 #: The newest format version this code reads and writes. A run with one bucket is written in
@@ -362,20 +370,18 @@ class RunDir:
         """Write an Arrow IPC file (uncompressed unless ``compression``) that appears at ``rel``
         only on ``commit()`` (a temporary file locally, bytes in memory remotely); ``discard()``
         drops it."""
-        options = pa.ipc.IpcWriteOptions(compression=compression)
         if self.is_local:  # stream straight into the temporary file
             tmp = _temp_beside(self.path(rel))
             try:
-                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
-                    writer.write_table(table)
+                with pa.OSFile(tmp, "wb") as sink:
+                    write_arrow(sink, table, compression=compression)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
             return PendingFile(self, rel, tmp=tmp)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema, options=options) as writer:
-            writer.write_table(table)
+        write_arrow(sink, table, compression=compression)
         return PendingFile(self, rel, data=sink.getvalue().to_pybytes())
 
     def prepare_local(self, rel: str, *, folder: bool = False) -> PendingFile:
@@ -473,6 +479,14 @@ class RunDir:
         except PermissionError:
             return False
         return False
+
+
+def write_arrow(sink: Any, table: pa.Table, *, compression: str | None = None) -> None:
+    """``table`` as an Arrow IPC file into ``sink``, one record batch per chunk of the table
+    (uncompressed unless ``compression``: memory-mappable by readers)."""
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
 
 
 def _temp_beside(path: str) -> str:
