@@ -53,7 +53,7 @@ class RoutedRecords:
         self.folder = folder
         self.names: list[str] = []  # shard names; the spill's shard column holds codes into it
         self._code_of: dict[str, int] = {}
-        self._bucket_of_code = np.zeros(0, np.int32)
+        self._bucket_of_code: list[int] = []  # bucket of each name
         self._pending: list[list[pa.Table]] = [[] for _ in range(self.buckets)]
         self._pending_rows = 0
         self._files: list[tuple[str, dict[int, int]]] = []  # (path, {bucket: batch index})
@@ -68,26 +68,32 @@ class RoutedRecords:
         return {**self.__dict__, "_pending": [[] for _ in range(self.buckets)]}
 
     # ---------------------------------------------------------------- writing
-    def _codes(self, shard: pa.ChunkedArray) -> np.ndarray:
-        """int32 codes into :attr:`names` of a dictionary-encoded shard column."""
-        out = []
+    def _codes(self, shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        """int32 codes into :attr:`names` of a dictionary-encoded shard column, and each row's
+        bucket, both looked up through each chunk's dictionary (work per part grows with the
+        part's shards, not with every shard named so far)."""
+        codes, buckets = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)]
         for chunk in shard.chunks:
+            if not len(chunk):
+                continue
             lut = np.array([self._code(s) for s in chunk.dictionary.to_pylist()], np.int32)
-            out.append(lut[chunk.indices.to_numpy(zero_copy_only=False)] if len(chunk) else np.zeros(0, np.int32))
-        return np.concatenate(out) if out else np.zeros(0, np.int32)
+            bucket_lut = np.array([self._bucket_of_code[c] for c in lut.tolist()], np.int32)
+            indices = chunk.indices.to_numpy(zero_copy_only=False)
+            codes.append(lut[indices])
+            buckets.append(bucket_lut[indices])
+        return np.concatenate(codes), np.concatenate(buckets)
 
     def _code(self, name: str) -> int:
         code = self._code_of.get(name)
         if code is None:
             code = self._code_of[name] = len(self.names)
             self.names.append(name)
-            self._bucket_of_code = np.append(self._bucket_of_code, np.int32(shard_bucket(name, self.buckets)))
+            self._bucket_of_code.append(shard_bucket(name, self.buckets))
         return code
 
     def add(self, k: int, part: pa.Table) -> None:
         """Route the rows of part ``k`` (PART_SCHEMA columns, shard dictionary-encoded)."""
-        codes = self._codes(part.column("shard"))
-        bucket = self._bucket_of_code[codes]
+        codes, bucket = self._codes(part.column("shard"))
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
         routed = pa.table(
