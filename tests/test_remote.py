@@ -271,9 +271,11 @@ def losses_of(keys, urls):
     return np.array(crc, dtype=np.float32) % 1000 / 100
 
 
-def three_epochs(run, population, make_samples):
+def three_epochs(run, population, make_samples, settings=None):
     """Train 3 epochs with a Pruner; return per epoch (delivered, planned) multisets of (shard, key, weight)."""
-    pruner = seta.Pruner(run, policy="random", params={"r": 0.5}, epochs=3, seed=11, population=population)
+    pruner = seta.Pruner(
+        run, policy="random", params={"r": 0.5}, epochs=3, seed=11, population=population, settings=settings
+    )
     out = []
     try:
         for epoch in range(3):
@@ -331,9 +333,12 @@ def test_end_to_end_read_kept_over_http_and_signed_http(tmp_path, http_shards):
     idx_dir = str(tmp_path / "idx")
     for u in signed_urls:
         index_shard(u, idx_dir)
-    run = str(tmp_path / "run2")
     pop = seta.list_samples(signed_urls)
-    check_epochs(three_epochs(run, pop, pipeline(signed_urls, read_kept(run, index_dir=idx_dir))))
+    for buckets in (1, 3):  # a one-bucket plan, and a partitioned one (per-bucket stage files)
+        run = str(tmp_path / f"run-signed-{buckets}")
+        reader = pipeline(signed_urls, read_kept(run, index_dir=idx_dir))
+        check_epochs(three_epochs(run, pop, reader, settings={"buckets": buckets}))
+    assert os.listdir(tmp_path / "run-signed-3/plans/epoch=2/stage")
 
 
 def test_end_to_end_read_kept_over_http_in_two_forked_workers(tmp_path, http_shards):

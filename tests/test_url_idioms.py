@@ -59,8 +59,11 @@ def read_kept_reader(urls, run):
 @pytest.mark.parametrize(
     "reader", [attach_reader, pipeline_reader, read_kept_reader], ids=["attach", "datapipeline", "read_kept"]
 )
-@pytest.mark.parametrize("idiom", list(IDIOMS))
-def test_each_epoch_delivers_exactly_the_plan(tmp_path, idiom, reader):
+@pytest.mark.parametrize(
+    ("idiom", "buckets"),  # the pipe: idioms also with a partitioned run (per-bucket stage files)
+    [(i, 1) for i in IDIOMS] + [(i, 3) for i in IDIOMS if i.startswith("pipe")],
+)
+def test_each_epoch_delivers_exactly_the_plan(tmp_path, idiom, buckets, reader):
     paths = write_shards(tmp_path / "shards", [12, 12, 12, 12], prefix="shard")
     if reader is read_kept_reader:
         for p in paths[:3]:  # the fourth shard has no index: streamed and filtered
@@ -74,7 +77,9 @@ def test_each_epoch_delivers_exactly_the_plan(tmp_path, idiom, reader):
         epochs=3,
         seed=3,
         population=seta.list_samples(urls),
+        settings={"buckets": buckets},
     )
+    assert seta.RunDir(run).buckets == buckets
     loader = torch.utils.data.DataLoader(
         reader(urls, run),
         batch_size=None,
