@@ -12,7 +12,8 @@ and on the right rank::
             losses = criterion(model(x), y)            # reduction="none"
             pruner.record(batch["__key__"], batch["__url__"], losses)
             seta_stream.weighted_mean(losses, batch["__weight__"]).backward()
-        save_checkpoint(epoch)             # before the next start_epoch
+        pruner.flush()                     # the epoch's records on disk, then
+        save_checkpoint(epoch)             # the checkpoint, before the next start_epoch
     pruner.close()
 
 Epoch boundary contract (also under torch.distributed): every rank flushes its recorder; rank
@@ -20,7 +21,8 @@ Epoch boundary contract (also under torch.distributed): every rank flushes its r
 every rank reads the same published plan. If rank 0 fails, every rank raises the same error
 instead of hanging.
 
-Resume contract: after a restart from the checkpoint of epoch e-1, call ``start_epoch(e)``.
+Resume contract: after a restart from the checkpoint of epoch e-1 (saved after
+:meth:`Pruner.flush`, so that every record of e-1 is on disk), call ``start_epoch(e)``.
 The plan of e is read back (plans are never recomputed), and loss parts recorded in epoch >= e
 by the interrupted attempt are moved to ``losses-superseded/`` (kept, reported, not folded),
 because epoch e is being trained again and records each sample anew. Parts of earlier epochs
@@ -136,8 +138,8 @@ class Pruner:
         Returns the plan summary (``kept``, ``n``, ``pruned_fraction``, ``phase``...).
         """
         first_call = self.epoch is None
-        self._publish_counts()
-        self.recorder.flush()
+        self.flush()
+        self._recorded = self._trained = 0
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
 
@@ -201,12 +203,24 @@ class Pruner:
             stats_file(self.epoch, self.rank),
             {"epoch": self.epoch, "rank": self.rank, "recorded": self._recorded, "trained": self._trained},
         )
-        self._recorded = self._trained = 0
+
+    def flush(self) -> None:
+        """Write this rank's buffered records (and its counts) of the current epoch to the run
+        directory; call it at the end of an epoch, before saving the checkpoint a resume starts
+        from.
+
+        Records are buffered (``flush_rows``) and otherwise written by the next
+        :meth:`start_epoch`: a process killed between the checkpoint and that call would lose
+        the last records of the epoch it checkpointed, and the resumed run would plan without
+        them. After ``flush()`` they are in a part, folded by the resumed ``start_epoch``.
+        Calling it again in the same epoch writes what came since (the counts are cumulative).
+        """
+        self._publish_counts()
+        self.recorder.flush()
 
     def close(self) -> None:
         """Flush every rank and fold the last epoch's losses into the table (rank 0)."""
-        self._publish_counts()
-        self.recorder.flush()
+        self.flush()
         self._on_rank0(lambda: compact(self.run, engine=self.engine, ray_address=self.ray_address))
         self.recorder.close()
 

@@ -136,6 +136,35 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(tmp_path):
     assert list((run_b / "losses-superseded").rglob("part-*.parquet"))
 
 
+@pytest.mark.slow
+def test_sigkill_after_a_flushed_checkpoint_loses_no_record(tmp_path):
+    """Killed between the checkpoint of epoch 2 and start_epoch(3), with records buffered (the
+    flush threshold is above an epoch's 120 samples): pruner.flush() before the checkpoint put
+    epoch 2's records on disk, so the resumed run plans epochs 3 and 4 and folds its table
+    exactly as the uninterrupted run does."""
+    urls = write_shards(tmp_path / "shards", 3, 40)
+    common = ["--shards", *urls, "--epochs", "5", "--flush-rows", "100000"]
+    run_a, run_b = tmp_path / "run_a", tmp_path / "run_b"
+    run_script("--run", str(run_a), "--out", str(tmp_path / "out_a"), *common)
+    killed = run_script(
+        "--run", str(run_b), "--out", str(tmp_path / "out_b"), "--kill-after-epoch", "2", *common, check=False
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert not (run_b / "plans/epoch=3").exists()
+    # epoch 2's records (the samples its plan kept) are in one part written by flush(), not folded yet
+    kept = len(trained(tmp_path / "out_b", 0, 2))
+    assert 0 < kept < 120
+    parts = list((run_b / "losses/rank=0/epoch=2").glob("part-*.parquet"))
+    assert len(parts) == 1 and pl.read_parquet(parts[0]).height == kept
+    assert json.loads((run_b / "stats/epoch=2/rank=0.json").read_text())["recorded"] == kept
+    run_script("--run", str(run_b), "--out", str(tmp_path / "out_b"), "--start-epoch", "3", *common)
+    resumed = json.loads((tmp_path / "out_b" / "rank0-epoch3.json").read_text())
+    assert resumed["superseded"] == []
+    for e in range(5):
+        assert plan_frame(run_a, e).equals(plan_frame(run_b, e)), f"plan of epoch {e} differs"
+    assert table_frame(run_a).equals(table_frame(run_b))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -319,6 +319,11 @@ class Study:
                   f"{min(samples):.3f} to {max(samples):.3f} (1 = the same compute; whole epochs).", ""]  # fmt: skip
         shared = [f"`{conv_run_id(r, r['seed'])}` ({100 * other_share(r):.0f}%)" for r in self.results
                   if other_share(r) > SHARED]  # fmt: skip
+        resumed = [f"`{conv_run_id(r, r['seed'])}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
+                   for r in self.results if r.get("resumed")]  # fmt: skip
         return L + [f"Runs that shared the machine with other work (other processes used more than "
                     f"{100 * SHARED:.0f}% of the 2 cores on average): " + (", ".join(shared) if shared else "none")
-                    + ".", ""]  # fmt: skip
+                    + ".", "",
+                    "Runs resumed after an interruption, from the checkpoint of their last finished epoch "
+                    "(`benchmarks/quality/train.py`; wall times count the finished epochs of every attempt): "
+                    + (", ".join(resumed) if resumed else "none") + ".", ""]  # fmt: skip

@@ -29,7 +29,7 @@ from .configs import (
 )
 from .data import DATASETS, Cifar, Dataset
 from .layout import Layout
-from .train import train_run
+from .train import resume_path, train_run
 
 
 def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: Layout, population: Any,
@@ -48,6 +48,7 @@ def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: 
         print(f"   -> FAILED: {rid} (no result written)", flush=True)
         return None
     path.write_text(json.dumps(result, indent=1))
+    resume_path(layout.runs, rid).unlink(missing_ok=True)
     print(
         f"   -> pruned {100 * result['pruned']:.1f}% (backprop {100 * result['pruned_backprop']:.1f}%), "
         f"val {100 * result['val_acc']:.2f}%, test {100 * result['test_acc']:.2f}%, {result['seconds']:.0f}s",

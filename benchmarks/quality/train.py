@@ -29,12 +29,33 @@ def _set_lr(opts: list, lr: float) -> None:
             g["lr"] = lr
 
 
+def resume_path(runs: Path, rid: str) -> Path:
+    """The checkpoint of run ``rid`` after its last finished epoch (removed once its result
+    file is written)."""
+    return runs / f"{rid}.resume.pt"
+
+
+def _save_resume(path: Path, state: dict) -> None:
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
 def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str) -> dict:
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
 
     The converged study's runs (``cfg["study"] == "converged"``) also record, after every epoch,
     the test accuracy, the samples trained so far, the training wall time so far (evaluation
-    excluded) and the share of the machine other processes used meanwhile.
+    excluded) and the share of the machine other processes used meanwhile; and they resume: after
+    every epoch the model, optimiser and per-epoch records go to :func:`resume_path` (after
+    ``pruner.flush()``, the library's resume contract), and a rerun continues from the epoch after
+    it (``start_epoch`` sets the interrupted epoch's loss parts aside). The result then lists the
+    epochs resumed at and the library revision of each attempt (``resumed``); its wall times count
+    the finished epochs of every attempt, not the lost part of an interrupted epoch. The data
+    augmentation draws are not seeded (in 6-epoch runs either), so a resumed run is another
+    sample of the same configuration, not a replay.
     """
     import torch
     import torch.nn.functional as F
@@ -45,7 +66,14 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
 
     policy, params, noisy = cfg["policy"], dict(cfg["params"]), cfg["noisy"]
     run_dir = str(runs / rid)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    curve = cfg.get("study") == "converged"  # test accuracy after every epoch (split read once)
+    ckpt = resume_path(runs, rid)
+    state = torch.load(ckpt, weights_only=False) if curve and ckpt.exists() else None
+    if state is not None and (state["cfg"], state["seed"]) != (cfg, seed):
+        state = None  # another configuration under this id: start afresh
+    if state is None:
+        ckpt.unlink(missing_ok=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     torch.manual_seed(seed)
     image = ds.image
     model = cifar_model().to(memory_format=torch.channels_last) if image else text_model()
@@ -61,17 +89,27 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     es_like = policy in ("es", "eswp")
     mini = 0.25
     n_epochs = cfg.get("n_epochs", ds.epochs)  # the converged study's runs set their own length
-    curve = cfg.get("study") == "converged"  # test accuracy after every epoch (split read once)
     test_set = list(eval_batches(ds, ds.test)) if curve else None
     pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
     noise = noise_offsets(population, ds.classes) if noisy else None
     meta = int(ds.batch / mini) if es_like else ds.batch
     loader = train_loader(ds, run_dir, seed, noise, es_like, meta)
     epochs: list[dict] = []
-    t_run = time.perf_counter()
     train_s = 0.0  # wall time without the per-epoch evaluation
     samples = 0
-    for epoch in range(n_epochs):
+    elapsed = 0.0  # wall time of the finished epochs of earlier attempts
+    rev = os.environ.get("STUDY_REV", "working tree")
+    attempts = [{"epoch": 0, "library_rev": rev}]
+    if state is not None:
+        model.load_state_dict(state["model"])
+        for o, o_state in zip(opts, state["opts"]):
+            o.load_state_dict(o_state)
+        torch.set_rng_state(state["torch_rng"])
+        epochs, train_s, samples, elapsed = state["epochs"], state["train_s"], state["samples"], state["seconds"]
+        attempts = state["attempts"] + [{"epoch": len(epochs), "library_rev": rev}]
+        print(f"    resumed at epoch {len(epochs)}", flush=True)
+    t_run = time.perf_counter() - elapsed
+    for epoch in range(len(epochs), n_epochs):
         t0 = time.perf_counter()
         cpu0 = machine_cpu()
         summary = pruner.start_epoch(epoch)
@@ -142,6 +180,12 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
             f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
             flush=True,
         )
+        if curve:
+            pruner.flush()
+            _save_resume(ckpt, {"cfg": cfg, "seed": seed, "model": model.state_dict(),
+                                "opts": [o.state_dict() for o in opts], "torch_rng": torch.get_rng_state(),
+                                "epochs": epochs, "train_s": train_s, "samples": samples,
+                                "seconds": time.perf_counter() - t_run, "attempts": attempts})  # fmt: skip
     pruner.close()
     seconds = time.perf_counter() - t_run
     n_total = sum(e["n"] for e in epochs)
@@ -156,7 +200,9 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         "test_acc": evaluate(model, test_set or eval_batches(ds, ds.test)),
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
-        "library_rev": os.environ.get("STUDY_REV", "working tree"),
+        "library_rev": attempts[0]["library_rev"],
     }
+    if len(attempts) > 1:
+        result["resumed"] = attempts[1:]
     del loader
     return result

@@ -2,7 +2,9 @@
 
 The "loss" of a sample is a fixed function of its identity and the epoch, so two runs that train
 the same samples record the same losses, which lets tests compare an interrupted-and-resumed
-run with an uninterrupted one exactly. Optionally kills itself with SIGKILL mid-epoch, and
+run with an uninterrupted one exactly. Calls ``pruner.flush()`` before each epoch's output
+file (its checkpoint). Optionally kills itself with SIGKILL mid-epoch or right after an epoch's
+checkpoint, and
 optionally joins a torch.distributed (gloo) group.
 
 Writes OUT/rank{R}-epoch{E}.json: the keys this rank trained in epoch E (with their shard).
@@ -38,6 +40,7 @@ def main() -> None:
     p.add_argument("--start-epoch", type=int, default=0)
     p.add_argument("--kill-epoch", type=int, default=-1)
     p.add_argument("--kill-batch", type=int, default=-1)
+    p.add_argument("--kill-after-epoch", type=int, default=-1, help="SIGKILL right after this epoch's checkpoint")
     p.add_argument("--policy", default="seta")
     p.add_argument("--params", default='{"r": 0.2, "k": 4, "alpha": 0.5, "delta": 0.75}')
     p.add_argument("--workers", type=int, default=2)
@@ -92,6 +95,7 @@ def main() -> None:
             if epoch == args.kill_epoch and i == args.kill_batch:
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
+        pruner.flush()  # then the "checkpoint": this epoch's output file
         with open(os.path.join(args.out, f"rank{rank}-epoch{epoch}.json"), "w") as fh:
             json.dump(
                 {
@@ -102,6 +106,9 @@ def main() -> None:
                 },
                 fh,
             )
+        if epoch == args.kill_after_epoch:  # between the checkpoint and the next start_epoch
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
     pruner.close()
     if args.dist:
         torch.distributed.destroy_process_group()
