@@ -21,6 +21,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -381,6 +382,7 @@ class _Buckets:
             self._cached += size
         elif self._spill is not None:  # later passes map the arrays instead of decoding Parquet
             self._spilled[b] = self._spill_arrays(b, cols)
+            self._memo[b] = _SpilledMemo(os.path.join(self._spill.name, f"b{b:05d}-memo"))
         return cols
 
     def _spill_arrays(self, b: int, cols: dict[str, np.ndarray]) -> dict[str, str]:
@@ -403,6 +405,54 @@ class _Buckets:
     def identities(self, b: int) -> PlanIdentities:
         t = self._merged(b) if self.population is not None else self._table(b, ["shard", "key"])
         return PlanIdentities(t.column("shard"), t.column("key"))
+
+
+class _SpilledMemo(dict):  # type: ignore[type-arg]
+    """``PolicyInput.memo`` of a spilled bucket: what the steps derive from its rows, arrays
+    saved as .npy files beside its spilled columns and memory-mapped (read-only) when a later
+    pass asks; other values kept as they are.
+
+    Why: without a memo every pass derives them again, and at 100M samples (12 buckets, 11 of
+    them spilled) a SeTa plan computed each bucket's uniform keys (a 64-bit mix of every uid)
+    and its sets about four times: 52 calls of ``mix64_array`` (5.5 s) where one per bucket
+    does (docs/benchmarks.md, "Web scale").
+    """
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self._files = 0
+
+    def _save(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            path = f"{self.prefix}-{self._files}.npy"
+            self._files += 1
+            np.save(path, np.ascontiguousarray(value))
+            return _Saved(path)
+        if isinstance(value, tuple):
+            return tuple(self._save(v) for v in value)
+        return value
+
+    def _load(self, value: Any) -> Any:
+        if isinstance(value, _Saved):
+            return np.load(value.path, mmap_mode="r")
+        if isinstance(value, tuple):
+            return tuple(self._load(v) for v in value)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, self._save(value))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._load(super().__getitem__(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+@dataclass(frozen=True)
+class _Saved:
+    path: str
 
 
 def _split_population(population: Any, locations: dict[str, str], run: RunDir) -> list[pa.Table]:

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import seta_stream._parts as parts_module
+import seta_stream._plan as plan_module
 import seta_stream._route as route
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
 from seta_stream.errors import CorruptPartError, RunFormatError
@@ -168,8 +169,13 @@ POLICIES = {
 }
 
 
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_partitioned_plans_equal_the_one_bucket_plan(runs, policy):
+def test_partitioned_plans_equal_the_one_bucket_plan(runs, policy, spilled, monkeypatch):
+    """``spilled``: no bucket input fits the planner's cache, so every bucket is spilled to
+    .npy files after the first pass and what the steps derive from it is memoised on disk."""
+    if spilled:
+        monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)
     plans, summaries = {}, {}
     for buckets, run in runs.items():
         summaries[buckets] = plan_epoch(run, 2, policy=policy, params=POLICIES[policy], epochs=10, seed=3, force=True)
