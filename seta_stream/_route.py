@@ -40,7 +40,6 @@ __all__ = ["FILE_ROWS", "RoutedRecords"]
 #: Records per scratch file: the records buffered in memory before they are written.
 FILE_ROWS = 1 << 21
 _COLUMNS = ("key", "uid", "loss", "epoch", "rank", "seq")
-_SHARD_DICT = pa.dictionary(pa.int32(), pa.string())
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -161,7 +160,12 @@ class RoutedRecords:
 
     def bucket(self, b: int) -> list[tuple[int, pa.Table]]:
         """(part index, that part's records in bucket ``b``) in fold order; each table has the
-        part columns (``shard`` dictionary-encoded with the compaction's shard names)."""
+        part columns, ``shard`` dictionary-encoded with exactly the names of its rows' shards.
+
+        Not with all the compaction's shard names: the fold looks each piece's dictionary up
+        name by name, so that would cost pieces x shards, which grows as N^2 (at 100M samples,
+        1,152 pieces of 20,000 names: 23M lookups, 6.5 s of a 60 s compaction). A piece's own
+        names cost its rows plus its bucket's shards."""
         assert self._dictionary is not None, "close() first"
         batches = self._batches(b)
         if not batches:
@@ -169,6 +173,22 @@ class RoutedRecords:
         table = pa.Table.from_batches(batches).combine_chunks()
         part = table.column("part").to_numpy()
         cuts = np.concatenate([[0], np.flatnonzero(part[1:] != part[:-1]) + 1, [len(part)]])
-        shard = pa.DictionaryArray.from_arrays(table.column("shard").chunk(0), self._dictionary)
-        whole = pa.table({"shard": shard, **{c: table.column(c) for c in _COLUMNS}})
-        return [(int(part[a]), whole.slice(int(a), int(z - a))) for a, z in zip(cuts[:-1], cuts[1:])]
+        codes = table.column("shard").chunk(0).to_numpy()
+        present = np.zeros(len(self.names), bool)
+        present[codes] = True
+        in_bucket = np.flatnonzero(present)  # codes of this bucket's shards, ascending
+        local = np.searchsorted(in_bucket, codes).astype(np.int32)
+        out = []
+        for a, z in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            piece = local[a:z]
+            used = np.zeros(len(in_bucket), bool)
+            used[piece] = True
+            names = np.flatnonzero(used)
+            renumber = np.zeros(len(in_bucket), np.int32)
+            renumber[names] = np.arange(len(names), dtype=np.int32)
+            shard = pa.DictionaryArray.from_arrays(
+                pa.array(renumber[piece]), self._dictionary.take(pa.array(in_bucket[names]))
+            )
+            columns = {c: table.column(c).slice(a, z - a) for c in _COLUMNS}
+            out.append((int(part[a]), pa.table({"shard": shard, **columns})))
+        return out

@@ -114,6 +114,52 @@ def test_each_part_is_read_once_per_compaction(tmp_path, monkeypatch):
     assert sorted(reads) == all_parts and len(set(reads)) == len(reads)
 
 
+def test_routing_gives_each_bucket_its_rows_in_part_order_with_their_own_shard_names(tmp_path):
+    """Every (part, bucket) piece holds exactly that part's rows of that bucket's shards, in
+    row order, and its shard dictionary names exactly the shards of those rows (the fold looks
+    every name of a piece's dictionary up: all the compaction's names would cost pieces x shards)."""
+    rng = np.random.default_rng(5)
+    parts = []
+    for k in range(4):  # parts over overlapping ranges of 30 shards, as ranks record them
+        shard = [f"/d/s-{s:03d}.tar" for s in rng.integers(10 * k, 10 * k + 30, 200)]
+        key = [f"k{k}-{i}" for i in range(200)]
+        t = pa.table(
+            {
+                "shard": pa.array(shard).dictionary_encode(),
+                "key": key,
+                "uid": pa.array([sample_uid(s, x) for s, x in zip(shard, key)], pa.uint64()),
+                "loss": pa.array(rng.random(200), pa.float32()),
+                "epoch": pa.array([1] * 200, pa.int32()),
+                "rank": pa.array([k % 2] * 200, pa.int32()),
+                "seq": pa.array(np.arange(200) + 1000 * k, pa.int64()),
+            }
+        )
+        parts.append(t)
+    records = route.RoutedRecords(5, file_rows=300, folder=str(tmp_path / "scratch"))
+    try:
+        for k, t in enumerate(parts):
+            records.add(k, t)
+        records.close()
+        seen = 0
+        for b in range(5):
+            pieces = records.bucket(b)
+            assert [k for k, _ in pieces] == sorted({k for k, _ in pieces})  # fold order
+            for k, piece in pieces:
+                whole = parts[k].to_pylist()
+                expected = [r for r in whole if shard_bucket(r["shard"], 5) == b]
+                got = piece.to_pylist()
+                assert got == expected and len(got) > 0
+                names = piece.column("shard").chunk(0).dictionary.to_pylist()
+                assert sorted(names) == sorted({r["shard"] for r in expected})
+                seen += len(got)
+            uids = [u for _, piece in pieces for u in piece.column("uid").to_pylist()]
+            assert records.bucket_uids(b).tolist() == uids
+        assert seen == 800
+    finally:
+        records.remove()
+    assert not (tmp_path / "scratch").exists()
+
+
 def test_scratch_files_are_removed_after_compaction_and_after_an_error(tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
