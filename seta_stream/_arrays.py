@@ -9,7 +9,22 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["column_to_numpy", "copy_column_into", "utf8_lengths"]
+__all__ = ["column_to_numpy", "copy_column_into", "group_order", "utf8_lengths"]
+
+
+def group_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """The stable order that groups ``codes`` (integers in [0, ``n_groups``)): rows of group
+    0 first, each group in row order.
+
+    Why: NumPy's stable argsort is a radix sort for 8- and 16-bit integers and a merge sort
+    otherwise; 8.3M codes of 12 groups take 0.06 s as uint8 and 0.49 s as int64, 1M codes of
+    24 groups 5.5 ms as uint16 and 43 ms as int32 (this machine). Callers group rows by
+    bucket, range or shard, almost always fewer than 65,536 groups."""
+    if n_groups <= 1 << 8:
+        codes = codes.astype(np.uint8, copy=False)
+    elif n_groups <= 1 << 16:
+        codes = codes.astype(np.uint16, copy=False)
+    return np.argsort(codes, kind="stable")
 
 
 def column_to_numpy(col: pa.ChunkedArray | pa.Array | np.ndarray) -> np.ndarray:

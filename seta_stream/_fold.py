@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._arrays import column_to_numpy, copy_column_into, utf8_lengths
+from ._arrays import column_to_numpy, copy_column_into, group_order, utf8_lengths
 from ._parts import CORRUPT_HINT
 from .errors import CorruptPartError, SampleIdCollisionError
 from .ids import sample_uids
@@ -293,7 +293,7 @@ def _match(old: OldTable, rec: Records) -> np.ndarray:
     n_runs = len(old.names)
     lut = np.array([run_of.get(s, n_runs) for s in rec.shard_names], dtype=np.int64)
     group = lut.astype(np.uint16 if n_runs < (1 << 16) else np.int64)[rec.code]
-    order = np.argsort(group, kind="stable")  # a radix sort for uint16
+    order = group_order(group, n_runs + 1)
     counts = np.bincount(group, minlength=n_runs + 1)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     del group
@@ -415,7 +415,7 @@ def _group_new(old: OldTable, rec: Records, ni: np.ndarray) -> tuple[_NewRows, n
     name_rank[np.argsort(np.array(rec.shard_names, dtype=object), kind="stable")] = np.arange(len(rec.shard_names))
     codes = rec.code[ni]
     ranks = name_rank[codes]
-    order = np.argsort(ranks.astype(np.uint16) if len(name_rank) < (1 << 16) else ranks, kind="stable")
+    order = group_order(ranks, len(name_rank))
     sorted_ranks = ranks[order]
     cuts = np.flatnonzero(np.concatenate([[True], sorted_ranks[1:] != sorted_ranks[:-1], [True]])).tolist()
     run_of = {s: r for r, s in enumerate(old.names)}

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import group_order
 from ._exact import Distinct, exact_sum, float_keys, key_values
 from ._steps import Step
 from .errors import InvalidInputError
@@ -499,7 +500,7 @@ def _binned_steps(
     def split(inp: Any) -> list[np.ndarray]:
         v = values_of(inp)
         where = np.searchsorted(edges, float_keys(v), side="right")
-        order = np.argsort(where, kind="stable")
+        order = group_order(where, len(bounds16))
         cut = np.searchsorted(where[order], np.arange(len(bounds16) + 1))
         return [v[order[cut[r] : cut[r + 1]]] for r in range(len(bounds16))]
 

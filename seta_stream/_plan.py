@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _state as run_state
+from ._arrays import group_order
 from ._engine import Engine, get_engine
 from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
@@ -173,7 +174,7 @@ def _merge_population(table: pa.Table, pop: pa.Table) -> pa.Table:
     names = np.array(enc.dictionary.to_pylist(), dtype=object)
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.argsort(names, kind="stable")] = np.arange(len(names))
-    perm = np.argsort(rank[enc.indices.to_numpy(zero_copy_only=False)], kind="stable")
+    perm = group_order(rank[enc.indices.to_numpy(zero_copy_only=False)], len(names))
     return merged.take(pa.array(perm))
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ._arrays import group_order
 from .ids import shard_bucket
 
 __all__ = ["FILE_ROWS", "RoutedRecords"]
@@ -100,7 +101,7 @@ class RoutedRecords:
     def add(self, k: int, part: pa.Table) -> None:
         """Route the rows of part ``k`` (PART_SCHEMA columns, shard dictionary-encoded)."""
         codes, bucket = self._codes(part.column("shard"))
-        order = np.argsort(bucket, kind="stable")
+        order = group_order(bucket, self.buckets)
         bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
         routed = pa.table(
             {
