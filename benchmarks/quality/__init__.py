@@ -12,7 +12,8 @@ Two studies, one command (``python -m benchmarks.quality``, see ``__main__``):
   for each measured pruned fraction p: the same compute as the pruned run.
 
 Each finished run is one JSON file under ``docs/quality-runs/`` (``converged/`` for the second
-study); a rerun skips finished runs, so a study resumes. ``--report-only`` rewrites
+study); a rerun skips finished runs, so a study resumes (a converged-study run also resumes
+from the checkpoint of its last finished epoch). ``--report-only`` rewrites
 docs/quality.md and its plots from those files.
 
 Modules, one job each (an arrow = may import):
