@@ -165,8 +165,9 @@ class RoutedRecords:
 
         Not with all the compaction's shard names: the fold looks each piece's dictionary up
         name by name, so that would cost pieces x shards, which grows as N^2 (at 100M samples,
-        1,152 pieces of 20,000 names: 23M lookups, 6.5 s of a 60 s compaction). A piece's own
-        names cost its rows plus its bucket's shards."""
+        1,152 pieces of 20,000 names: 23M lookups, 6.5 s of a 60 s compaction). Finding a
+        piece's own names costs its rows plus its bucket's shards, and once per bucket a byte
+        per shard name of the compaction (the mask of the names the bucket holds)."""
         assert self._dictionary is not None, "close() first"
         batches = self._batches(b)
         if not batches:
