@@ -328,12 +328,31 @@ _INPUT_CACHE_BYTES = 1 << 29
 class _Buckets:
     """The buckets of a partitioned plan: each bucket's policy input (its table file's rows
     plus the population's samples the table lacks), read when asked and kept while they fit
-    in :data:`_INPUT_CACHE_BYTES`, and its identity columns for the plan files."""
+    in :data:`_INPUT_CACHE_BYTES`, and its identity columns for the plan files.
+
+    The steps' passes get the columns the policy declares (``columns``); the rows pass, which
+    writes the plan files and counts the summary, also gets the other plan columns
+    (``row_columns``), read from the bucket's file with its identity columns. Why: the
+    uniform-draw policies declare only the uid, and keeping or spilling the loss and seen
+    columns of every bucket for their passes (16 bytes a sample instead of 8) cost about a
+    fifth of a dynamic random plan at 200M samples (docs/benchmarks.md, "Web scale"). With a
+    population the merged rows are kept whole (merging again would cost more)."""
 
     def __init__(
-        self, run: RunDir, manifest: dict[str, Any], columns: list[str], population: list[pa.Table] | None
+        self,
+        run: RunDir,
+        manifest: dict[str, Any],
+        columns: list[str],
+        population: list[pa.Table] | None,
+        row_columns: list[str] | None = None,
     ) -> None:
+        row_columns = row_columns or columns
+        if population is not None:
+            columns = sorted(set(columns) | set(row_columns))
         self.run, self.columns, self.population = run, columns, population
+        #: the plan columns the rows pass reads beside the identities
+        self.extra = [c for c in row_columns if c not in columns]
+        self._rows_ids: dict[int, PlanIdentities] = {}
         self.count = run.buckets
         self.files = table_buckets(manifest) or [None] * self.count
         if len(self.files) != self.count:
@@ -352,7 +371,15 @@ class _Buckets:
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the cache or the spill (a Ray task reads the buckets it is given)."""
-        return {**self.__dict__, "_cache": {}, "_memo": {}, "_cached": 0, "_spill": None, "_spilled": {}}
+        return {
+            **self.__dict__,
+            "_cache": {},
+            "_memo": {},
+            "_cached": 0,
+            "_spill": None,
+            "_spilled": {},
+            "_rows_ids": {},
+        }
 
     def close(self) -> None:
         if self._spill is not None:
@@ -403,7 +430,23 @@ class _Buckets:
             cols, epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref, memo=self._memo.get(b)
         )
 
+    def rows_input(self, b: int) -> PolicyInput:
+        """Bucket b's input for the rows pass: :meth:`input` and the plan columns the policy
+        does not declare, read with the identity columns (which :meth:`identities` then gives)."""
+        inp = self.input(b)
+        if not self.extra:
+            return inp
+        t = self._table(b, ["shard", "key", *self.extra])
+        self._rows_ids[b] = PlanIdentities(t.column("shard"), t.column("key"))
+        cols = {c: getattr(inp, c) for c in self.columns} | {c: _column(t.column(c)) for c in self.extra}
+        return PolicyInput.from_columns(
+            cols, epoch=inp.epoch, epochs=inp.epochs, seed=inp.seed, n_ref=inp.n_ref, memo=inp.memo
+        )
+
     def identities(self, b: int) -> PlanIdentities:
+        ids = self._rows_ids.pop(b, None)
+        if ids is not None:
+            return ids
         t = self._merged(b) if self.population is not None else self._table(b, ["shard", "key"])
         return PlanIdentities(t.column("shard"), t.column("key"))
 
@@ -483,8 +526,8 @@ def _plan_buckets(
     pop = None
     if population is not None:
         pop = _split_population(population, manifest.get("shard_locations") or {}, run)
-    columns = sorted(set(spec.table_columns(params)) | {"uid", "last_loss", "seen"})
-    buckets = _Buckets(run, manifest, columns, pop)
+    declared = sorted(set(spec.columns(params)) | {"uid"})
+    buckets = _Buckets(run, manifest, declared, pop, spec.table_columns(params))
     n = sum(len(buckets.numeric(b)["uid"]) for b in range(buckets.count))
     ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
     buckets.context = ctx
@@ -501,6 +544,7 @@ def _plan_buckets(
             files.restart,
             None if engine.name == "local" else engine,
             lambda b, has_score: scored.add(has_score),
+            buckets.rows_input,
         )
         files.commit()
     except BaseException:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,9 @@ import seta_stream._route as route
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
 from seta_stream.errors import CorruptPartError, RunFormatError
 from seta_stream.ids import sample_uid, shard_bucket
+from seta_stream.policies import POLICIES as ALL_POLICIES
+from seta_stream.policies import PolicyResult, PolicySpec, reason_code, register
+from seta_stream.policies.steps import Decide, Step
 
 SHARDS = 13
 
@@ -234,6 +238,70 @@ def test_partitioned_plans_equal_the_one_bucket_plan(runs, policy, spilled, monk
         assert summaries[buckets].pop("stage") == {"buckets": buckets, "score": policy in ("es", "eswp")}
         assert summaries[buckets] == summaries[1]
     assert "stage" not in summaries[1]
+
+
+@dataclass(frozen=True)
+class _NoParams:
+    pass
+
+
+#: what the test policy below saw: per map, whether the undeclared columns were constants;
+#: per rows pass, (uid, last_loss, seen) of the bucket
+_SEEN: dict[str, list] = {"maps": [], "rows": []}
+
+
+def _uid_only_steps(ctx, params):
+    def look(inp):
+        return bool(np.isnan(inp.last_loss).all() and not inp.seen.any() and not inp.last_loss.flags.writeable)
+
+    _SEEN["maps"].extend((yield Step(look, list)))
+
+    def rows(inp):
+        _SEEN["rows"].append((np.array(inp.uid), np.array(inp.last_loss), np.array(inp.seen)))
+        keep = np.asarray(inp.uid) % np.uint64(2) == 0
+        return PolicyResult(keep, keep.astype(np.float32), np.full(inp.n, reason_code("kept"), np.int8), {})
+
+    return Decide(rows, {"phase": "prune"})
+
+
+if "test_uid_only" not in ALL_POLICIES:
+    register(PolicySpec("test_uid_only", _NoParams, None, "test policy", lambda p: {"uid"}, steps=_uid_only_steps))
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
+@pytest.mark.parametrize("population", [False, True], ids=["table", "population"])
+def test_steps_see_the_declared_columns_and_the_rows_pass_every_plan_column(tmp_path, spilled, population, monkeypatch):
+    """A policy declaring only uid: its maps get the loss and seen columns as constants (so no
+    bucket keeps or spills them; with a population the merged rows are kept whole), its rows
+    pass the bucket's real columns, row-aligned with the uids, and the plan's loss column and
+    summary counts are the table's."""
+    if spilled:
+        monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)
+    run = RunDir(tmp_path / "r", create=True, settings={"buckets": 4})
+    record_epochs(run, epochs=2)
+    table = load_table(run, shard_as_dictionary=False).sort_by("uid")
+    pop = None
+    if population:  # the table's samples and 20 never recorded
+        keys = table.column("key").to_pylist() + [f"new{i}" for i in range(20)]
+        shards = table.column("shard").to_pylist() + [f"shard-{i % SHARDS:03d}.tar" for i in range(20)]
+        pop = {"shard": shards, "key": keys}
+    _SEEN["maps"].clear()
+    _SEEN["rows"].clear()
+    summary = plan_epoch(run, 2, policy="test_uid_only", params={}, epochs=5, population=pop)
+    assert _SEEN["maps"] == [not population] * 4
+    uid, loss, seen = (np.concatenate(c) for c in zip(*_SEEN["rows"]))
+    order = np.argsort(uid)
+    extra = 20 if population else 0
+    assert len(uid) == table.num_rows + extra
+    known = np.isin(uid[order], table.column("uid").to_numpy())
+    assert np.array_equal(uid[order][known], table.column("uid").to_numpy())
+    assert np.array_equal(loss[order][known].view(np.uint32), table.column("last_loss").to_numpy().view(np.uint32))
+    assert np.array_equal(seen[order][known], table.column("seen").to_numpy())
+    assert np.isnan(loss[order][~known]).all() and not seen[order][~known].any()
+    plan = load_plan(run, 2).sort_by("uid")
+    assert np.array_equal(plan.column("loss").to_numpy().view(np.uint32), loss[order].view(np.uint32))
+    finite = np.isfinite(table.column("last_loss").to_numpy()) & (table.column("seen").to_numpy() > 0)
+    assert (summary["n"], summary["unseen"]) == (table.num_rows + extra, table.num_rows + extra - int(finite.sum()))
 
 
 @pytest.mark.parametrize("policy", ["seta", "eswp"])

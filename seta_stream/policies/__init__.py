@@ -367,9 +367,12 @@ def plan_partitioned(
     restart: Any,
     engine: Any = None,
     received: Any = None,
+    row_inputs: Any = None,
 ) -> dict[str, Any]:
-    """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput`) with the
-    policy's steps. ``emit(b, inp, result)`` receives each bucket's rows where they are decided:
+    """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput` for the steps;
+    ``row_inputs(b)``, default ``inputs``: its input for the pass that decides its rows, with
+    every column the plan files and the summary read) with the policy's steps.
+    ``emit(b, inp, result)`` receives each bucket's rows where they are decided:
     in this process, in bucket order, or with an ``engine`` in the task of bucket b (then
     ``emit`` must be picklable, and it writes the rows wherever they go); ``received(b, value)``,
     if given, gets here, in bucket order, what ``emit`` returned. If no row is kept anywhere,
@@ -386,7 +389,7 @@ def plan_partitioned(
     guard: Cut | None = None
     while True:
         counts: SummaryCounts | None = None
-        rows = _BucketRows(decide, inputs, guard, key_of, emit)
+        rows = _BucketRows(decide, row_inputs or inputs, guard, key_of, emit)
         done = engine.map(rows, range(buckets)) if engine is not None else (rows(b) for b in range(buckets))
         for b, (value, piece) in enumerate(done):
             counts = piece if counts is None else counts + piece

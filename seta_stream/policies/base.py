@@ -217,7 +217,9 @@ class PolicySpec:
 
     ``columns(params)``: the :data:`INPUT_COLUMNS` the function reads with these parameters
     (default: all of them; a column not declared reaches the policy as a constant, see
-    :meth:`PolicyInput.from_columns`). ``settings``: the run settings its parameters must
+    :meth:`PolicyInput.from_columns`). The function and ``Decide.rows`` also get
+    :data:`PLAN_COLUMNS`; the maps of the steps get the declared columns and ``uid`` only.
+    ``settings``: the run settings its parameters must
     agree with; the planner refuses a mismatch and ``Pruner`` creates a new run with them.
     ``steps``: the same policy over a partitioned table (:mod:`seta_stream.policies.steps`),
     bit for bit the plan of ``fn``; a policy without it plans one-bucket runs only.

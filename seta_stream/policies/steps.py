@@ -10,7 +10,9 @@ It yields :class:`Step` s; the planner applies ``step.map`` to the :class:`Polic
 bucket, hands the list of results to ``step.reduce`` and sends the reduced value back. When the
 generator returns, its :class:`Decide` holds the global decisions (thresholds, clusters...):
 ``decide.rows(inp)`` gives the rows of one bucket (keep, weight, reason[, cluster, score]),
-``decide.summary`` the policy's summary fields.
+``decide.summary`` the policy's summary fields. A map's input holds the columns the policy
+declares (``PolicySpec.columns``) and ``uid``, the others as constants; ``decide.rows`` gets
+:data:`~seta_stream.policies.base.PLAN_COLUMNS` too.
 
 Every reduce is exact (integer counts, :mod:`seta_stream._exact` sums and order statistics),
 so the plan does not depend on the number of buckets, the split of rows into buckets, their
