@@ -21,7 +21,7 @@ from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, pl
 from seta_stream.errors import CorruptPartError, RunFormatError
 from seta_stream.ids import sample_uid, shard_bucket
 from seta_stream.policies import POLICIES as ALL_POLICIES
-from seta_stream.policies import PolicyResult, PolicySpec, reason_code, register
+from seta_stream.policies import PolicyResult, PolicySpec, reason_code
 from seta_stream.policies.steps import Decide, Step
 
 SHARDS = 13
@@ -264,10 +264,6 @@ def _uid_only_steps(ctx, params):
     return Decide(rows, {"phase": "prune"})
 
 
-if "test_uid_only" not in ALL_POLICIES:
-    register(PolicySpec("test_uid_only", _NoParams, None, "test policy", lambda p: {"uid"}, steps=_uid_only_steps))
-
-
 @pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
 @pytest.mark.parametrize("population", [False, True], ids=["table", "population"])
 def test_steps_see_the_declared_columns_and_the_rows_pass_every_plan_column(tmp_path, spilled, population, monkeypatch):
@@ -277,6 +273,9 @@ def test_steps_see_the_declared_columns_and_the_rows_pass_every_plan_column(tmp_
     summary counts are the table's."""
     if spilled:
         monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)
+    # registered for this test only (it has no whole-table function)
+    spec = PolicySpec("test_uid_only", _NoParams, None, "test policy", lambda p: {"uid"}, steps=_uid_only_steps)
+    monkeypatch.setitem(ALL_POLICIES, spec.name, spec)
     run = RunDir(tmp_path / "r", create=True, settings={"buckets": 4})
     record_epochs(run, epochs=2)
     table = load_table(run, shard_as_dictionary=False).sort_by("uid")
