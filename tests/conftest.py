@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,21 @@ def write_shards(root: Path, sizes: list[int], prefix: str = "part") -> list[str
                 w.write({"__key__": f"sample{i:04d}", "txt": f"{s}/{i}", "cls": str(i % 3)})
         urls.append(str(path))
     return urls
+
+
+@pytest.fixture(autouse=True)
+def _subprocess_scratch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Processes a test starts put their scratch folders (compaction's routing, planning's
+    spill) in a short folder of their own, removed after the test: the crash tests SIGKILL
+    processes, which cannot remove theirs, and /tmp would collect them. Not for the Ray tests:
+    Ray keeps its session folders, sockets included, where it always does."""
+    if request.module.__name__.endswith("test_ray_engine"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="sst-")
+    monkeypatch.setenv("TMPDIR", folder)
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
