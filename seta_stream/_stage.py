@@ -58,10 +58,43 @@ __all__ = [
 ]
 
 
+class _Views:
+    """Where a stage gets the plan view of its iterator. Each stage alone opens its own; the
+    two stages :func:`attach` puts into one pipeline share one: the sample stage opens it when
+    the worker's iterator starts, and the shard stage upstream of it, which starts when the
+    sample stage first pulls, takes that view instead of opening another. So a worker reads
+    the summary and the shard index of each bucket it meets once an epoch, not once per stage
+    (on an object store: one GET each), and both stages decide with the same epoch's plan
+    even if the current epoch changed between their starts."""
+
+    def __init__(self, run: str | RunDir, epoch: int | None, shared: bool = False) -> None:
+        self.run, self.epoch, self.shared = run, epoch, shared
+        self._handed: PlanView | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handed": None}  # a worker opens its own
+
+    def open(self) -> PlanView:
+        """A new view (the sample stage, at its iterator's start)."""
+        view = PlanView(self.run, self.epoch)
+        if self.shared:
+            self._handed = view
+        return view
+
+    def take(self) -> PlanView:
+        """The view the sample stage just opened, or a new one (the shard stage)."""
+        view, self._handed = self._handed, None
+        return view if view is not None else PlanView(self.run, self.epoch)
+
+
 def _keep_filter(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
 ) -> Iterator[dict[str, Any]]:
-    yield from kept_samples(src, PlanView(run, epoch), StageCounts())
+    yield from _keep_filter_of(src, _Views(run, epoch))
+
+
+def _keep_filter_of(src: Iterable[dict[str, Any]], views: _Views) -> Iterator[dict[str, Any]]:
+    yield from kept_samples(src, views.open(), StageCounts())
 
 
 #: webdataset.tariterators.base_plus_ext's pattern, compiled (it is matched once per member):
@@ -108,15 +141,14 @@ class _KeptMembers:
 
 def _kept_samples_of_streams(
     src: Iterable[dict[str, Any]],
-    run: str | RunDir,
-    epoch: int | None = None,
+    views: _Views,
     handler: Callable[[Exception], bool] = reraise_exception,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Opened shards ({url, stream}) -> kept samples: webdataset's tar_file_expander and
     group_by_keys, with a select_files that consults the plan of the shard."""
-    view = PlanView(run, epoch)
+    view = views.open()
     has_score = view.has_score
     counts = StageCounts()
     # the current shard's selector and the previous one's: group_by_keys yields the last sample
@@ -186,13 +218,23 @@ def _kept_tar_samples(
     rename_files: Callable[[str], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     streams = url_opener(src, handler=handler)
-    yield from _kept_samples_of_streams(streams, run, epoch, handler, select_files, rename_files)
+    yield from _kept_samples_of_streams(streams, _Views(run, epoch), handler, select_files, rename_files)
+
+
+def _kept_tar_samples_of(src: Iterable[dict[str, Any]], views: _Views, **kw: Any) -> Iterator[dict[str, Any]]:
+    yield from _kept_samples_of_streams(url_opener(src, handler=kw.get("handler", reraise_exception)), views, **kw)
 
 
 def _skip_shards(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None, empty_check: bool = False
 ) -> Iterator[dict[str, Any]]:
-    view = PlanView(run, epoch)
+    yield from _skip_shards_of(src, _Views(run, epoch), empty_check)
+
+
+def _skip_shards_of(
+    src: Iterable[dict[str, Any]], views: _Views, empty_check: bool = False
+) -> Iterator[dict[str, Any]]:
+    view = views.take()
     counts = StageCounts()
     shards = 0
     for item in src:
@@ -224,6 +266,9 @@ keep_filter(run)`` and yields exactly their samples (same order, fields, ``__wei
 ``__score__``, same counters), but the data of members of dropped samples is skipped, not read
 into memory. ``select_files``/``rename_files`` are webdataset's, applied before the plan."""
 _kept_streams = pipelinefilter(_kept_samples_of_streams)
+_kept_tar_samples_shared = pipelinefilter(_kept_tar_samples_of)
+_keep_filter_shared = pipelinefilter(_keep_filter_of)
+_skip_shards_shared = pipelinefilter(_skip_shards_of)
 skip_shards = pipelinefilter(_skip_shards)
 skip_shards.__doc__ = """URL stage: ``skip_shards(run, epoch=None)``; put it after
 split_by_node/split_by_worker and before the tar reader. Drops shards the current plan keeps
@@ -265,8 +310,9 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     def plain(st: Any, allowed: set[str]) -> bool:
         return not getattr(st, "args", ()) and set(getattr(st, "kw", {})) <= allowed
 
+    views = _Views(run_url, epoch, shared=opener is not None)
     if reader is not None and plain(pipeline[reader], fast):  # wds.tarfile_to_samples(...)
-        pipeline[reader] = kept_tar_samples(run_url, epoch=epoch, **pipeline[reader].kw)
+        pipeline[reader] = _kept_tar_samples_shared(views, **pipeline[reader].kw)
     elif (
         grouper is not None
         and grouper > 0
@@ -275,9 +321,9 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
         and plain(pipeline[grouper], {"handler"})
     ):  # wds.WebDataset: tar_file_expander(...) + group_by_keys(handler=...)
         kw = {**pipeline[grouper - 1].kw, **pipeline[grouper].kw}
-        pipeline[grouper - 1 : grouper + 1] = [_kept_streams(run_url, epoch=epoch, **kw)]
+        pipeline[grouper - 1 : grouper + 1] = [_kept_streams(views, **kw)]
     elif grouper is not None:
-        pipeline.insert(grouper + 1, keep_filter(run_url, epoch=epoch))
+        pipeline.insert(grouper + 1, _keep_filter_shared(views))
     else:
         raise UnsupportedPipelineError(
             "attach(): no tar reader found in this pipeline; for a custom wds.DataPipeline put "
@@ -289,7 +335,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
     if empty_check and opener is not None:
         pipeline[:] = [st for st in pipeline if st is not wds_compat.check_empty]
     if opener is not None:
-        pipeline.insert(opener, skip_shards(run_url, epoch=epoch, empty_check=empty_check))
+        pipeline.insert(opener, _skip_shards_shared(views, empty_check=empty_check))
     return ds
 
 

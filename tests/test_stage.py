@@ -449,7 +449,7 @@ def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
         ),
         str(run),
     )
-    assert getattr(pipe.pipeline[2], "f", None).__name__ == "_kept_tar_samples"
+    assert getattr(pipe.pipeline[2], "f", None).__name__ == "_kept_tar_samples_of"
     assert pipe.pipeline[2].kw["handler"] is wds.warn_and_continue
     (got,) = iterate(pipe, workers=2, context="spawn")
     assert sorted(got) == sorted(want)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -165,15 +166,17 @@ def test_a_worker_fetches_the_plan_rows_of_the_shards_it_reads_not_the_plan(tmp_
         )
         assert sum(f.bytes for f in stage) == sum(ranges[s]["length"] for s in read)
         assert {f.path.removeprefix(plan_dir) for f in log} == {"stage.arrow", "shards.arrow", "summary.json"}
+        # attach's two stages share the worker's view: the summary and the index are read once
+        fetches = Counter(f.path.removeprefix(plan_dir) for f in log)
+        assert (fetches["summary.json"], fetches["shards.arrow"]) == (1, 1)
         plan_bytes = sum(f.bytes for f in log)
         size = run.fs.size(run.path("plans/epoch=0/stage.arrow"))
         fetched[shards] = (plan_bytes, sum(f.bytes for f in stage), size)
     (small, small_stage, small_size), (large, large_stage, large_size) = fetched[20], fetched[200]
     assert large_stage == small_stage  # fixed-width rows: the same shards weigh the same
     assert large_size > 9 * small_size
-    # 10x the plan: only shards.arrow (about 15 bytes a shard, read by each of attach's two
-    # stages) and summary.json grow
-    assert large - small < 2 * 180 * 40
+    # 10x the plan: only shards.arrow (about 15 bytes a shard, read once) and summary.json grow
+    assert large - small < 180 * 40
     assert large < large_size / 20  # the whole stage.arrow of the larger plan: 540 KB
 
 
@@ -206,8 +209,10 @@ def test_a_worker_of_a_partitioned_plan_fetches_the_index_of_its_shards_buckets_
             }
             ranges |= {r["shard"]: (b, r["offset"], r["length"]) for r in index}
         stage = [f for f in log if "/stage/stage-" in f.path]
-        # one range request per shard read (each of attach's two stages asks once), for exactly
-        # that shard's record batch in its bucket's file
+        # one range request per shard read, for exactly that shard's record batch in its
+        # bucket's file; the summary and each index once (attach's two stages share them)
+        fetches = Counter(f.path.removeprefix(plan_dir) for f in log)
+        assert {p: fetches[p] for p in {"summary.json"} | indexes} == {p: 1 for p in {"summary.json"} | indexes}
         assert sorted((f.path.removeprefix(plan_dir), f.range) for f in stage) == sorted(
             (f"stage/stage-{ranges[s][0]:05d}.arrow", f"bytes={ranges[s][1]}-{ranges[s][1] + ranges[s][2] - 1}")
             for s in read
