@@ -285,8 +285,13 @@ def assert_same_kmeans(a, b):
     buckets=st.integers(1, 6),
     seed=st.integers(0, 2**16),
     shape=st.sampled_from(["lognormal", "ties", "zeros", "negative"]),
+    gather=st.sampled_from([5, 60, 1 << 23]),
 )
-def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape):
+def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape, gather):
+    """``gather``: values per range of the external sort (binned case), so that the values are
+    split into many ranges by their 16-bit prefixes, or into one."""
+    import seta_stream._kmeans1d as km
+
     assume(k <= b_max)  # kmeans1d's binned path needs at least k bins
     rng = np.random.default_rng(seed)
     v = rng.lognormal(size=n).astype(np.float32)
@@ -297,7 +302,11 @@ def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape):
         v[rng.random(n) < 0.1] = -0.0
     elif shape == "negative":
         v = (v - np.float32(1.0)).astype(np.float32)
-    assert_same_kmeans(split_kmeans(v, k, buckets, seed, b_max=b_max), kmeans1d(v, k, b_max=b_max))
+    default, km.GATHER_VALUES = km.GATHER_VALUES, gather
+    try:
+        assert_same_kmeans(split_kmeans(v, k, buckets, seed, b_max=b_max), kmeans1d(v, k, b_max=b_max))
+    finally:
+        km.GATHER_VALUES = default
 
 
 def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
