@@ -423,24 +423,24 @@ class _Buckets:
     def input(self, b: int) -> PolicyInput:
         """Bucket b's policy input; a bucket kept in memory also keeps what the policy's steps
         derive from it (``PolicyInput.memo``) until the plan is written."""
-        ctx = self.context
-        assert ctx is not None
-        cols = self.numeric(b)
-        return PolicyInput.from_columns(
-            cols, epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref, memo=self._memo.get(b)
-        )
+        return self._policy_input(b, self.numeric(b))
 
     def rows_input(self, b: int) -> PolicyInput:
         """Bucket b's input for the rows pass: :meth:`input` and the plan columns the policy
         does not declare, read with the identity columns (which :meth:`identities` then gives)."""
-        inp = self.input(b)
-        if not self.extra:
-            return inp
-        t = self._table(b, ["shard", "key", *self.extra])
-        self._rows_ids[b] = PlanIdentities(t.column("shard"), t.column("key"))
-        cols = {c: getattr(inp, c) for c in self.columns} | {c: _column(t.column(c)) for c in self.extra}
+        cols = self.numeric(b)
+        if self.extra:
+            t = self._table(b, ["shard", "key", *self.extra])
+            self._rows_ids[b] = PlanIdentities(t.column("shard"), t.column("key"))
+            cols = {**cols, **{c: _column(t.column(c)) for c in self.extra}}
+        return self._policy_input(b, cols)
+
+    def _policy_input(self, b: int, cols: dict[str, np.ndarray]) -> PolicyInput:
+        """A PolicyInput of bucket b's ``cols`` (read by :meth:`numeric`, which sets its memo)."""
+        ctx = self.context
+        assert ctx is not None
         return PolicyInput.from_columns(
-            cols, epoch=inp.epoch, epochs=inp.epochs, seed=inp.seed, n_ref=inp.n_ref, memo=inp.memo
+            cols, epoch=ctx.epoch, epochs=ctx.epochs, seed=ctx.seed, n_ref=ctx.n_ref, memo=self._memo.get(b)
         )
 
     def identities(self, b: int) -> PlanIdentities:

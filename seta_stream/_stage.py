@@ -217,12 +217,18 @@ def _kept_tar_samples(
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
+    yield from _kept_tar_samples_of(src, _Views(run, epoch), handler, select_files, rename_files)
+
+
+def _kept_tar_samples_of(
+    src: Iterable[dict[str, Any]],
+    views: _Views,
+    handler: Callable[[Exception], bool] = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
     streams = url_opener(src, handler=handler)
-    yield from _kept_samples_of_streams(streams, _Views(run, epoch), handler, select_files, rename_files)
-
-
-def _kept_tar_samples_of(src: Iterable[dict[str, Any]], views: _Views, **kw: Any) -> Iterator[dict[str, Any]]:
-    yield from _kept_samples_of_streams(url_opener(src, handler=kw.get("handler", reraise_exception)), views, **kw)
+    yield from _kept_samples_of_streams(streams, views, handler, select_files, rename_files)
 
 
 def _skip_shards(
