@@ -148,3 +148,81 @@ def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Pat
         "(`--epochs`). Over 2 seeds (seed 0: 80.00 -> 80.60, seed 1: 81.00 -> 81.20): 80.50% at E and 80.90% "
         "at 2E (+0.40 points, within 0.5).\n"
     ) in doc
+
+
+_WORKER = r"""
+import json, os, sys, time
+from pathlib import Path
+import benchmarks.quality.study as study
+from benchmarks.quality.layout import Layout
+
+root, E = Path(sys.argv[1]), 36
+layout = Layout(results=root / "results", out=root / "out", data=root / "data")
+
+def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
+    with open(root / "log", "a") as f:
+        f.write(f"{os.getpid()} {rid}\n")
+    time.sleep(0.3)  # long enough that the other process looks for work meanwhile
+    result = {"pruned": 0.3}
+    (results / f"{rid}.json").write_text(json.dumps(result))
+    return result
+
+study.run_one = fake_run_one
+args = type("A", (), {"seeds": 2, "only": None})()
+study._converged_loop(args, layout, None, E, None)
+"""
+
+
+def test_two_study_processes_share_the_plan_and_train_each_run_once(tmp_path: Path) -> None:
+    """The converged study run as two processes (one per core): every run of the plan is trained by
+    exactly one of them, and both take part."""
+    import subprocess
+    import sys
+
+    from benchmarks.quality.configs import conv_calibration_name
+
+    layout = Layout(results=tmp_path / "results", out=tmp_path / "out", data=tmp_path / "data")
+    layout.converged.mkdir(parents=True)
+    (layout.converged / conv_calibration_name(36)).write_text(json.dumps(CAL))
+    # full data at E, seed 0 is in: the calibration exists, so the plan has every pruned run
+    (layout.converged / "cifar10-E36-full-e36-default-s0.json").write_text(json.dumps({"pruned": 0.0}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(tmp_path)], env=env) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    log = [line.split() for line in (tmp_path / "log").read_text().splitlines()]
+    ran = [rid for _, rid in log]
+    measured = [json.loads(p.read_text())["pruned"] for p in layout.converged.glob("*-s0.json") if "full" not in p.name]
+    planned = {conv_run_id(c, s) for c, s in converged_plan(36, 2, CAL, measured)} - {"cifar10-E36-full-e36-default-s0"}
+    assert sorted(ran) == sorted(planned)  # each run once, none left
+    assert {pid for pid, _ in log} == {str(p.pid) for p in procs}
+
+
+_HOLDER = r"""
+import sys, time
+from pathlib import Path
+from benchmarks.quality.study import _claim
+held = _claim(Path(sys.argv[1]), wait=False)
+print("held" if held else "refused", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from benchmarks.quality.study import _claim
+
+    lock = tmp_path / "claims" / "run.lock"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert _claim(lock, wait=False) is None
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    mine = _claim(lock, wait=False)
+    assert mine is not None
+    mine.close()

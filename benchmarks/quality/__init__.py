@@ -13,7 +13,9 @@ Two studies, one command (``python -m benchmarks.quality``, see ``__main__``):
 
 Each finished run is one JSON file under ``docs/quality-runs/`` (``converged/`` for the second
 study); a rerun skips finished runs, so a study resumes (a converged-study run also resumes
-from the checkpoint of its last finished epoch). ``--report-only`` rewrites
+from the checkpoint of its last finished epoch). The converged study may run as several processes
+into the same results, one per core: each trains the plan's next run no other process has
+claimed. ``--report-only`` rewrites
 docs/quality.md and its plots from those files.
 
 Modules, one job each (an arrow = may import):

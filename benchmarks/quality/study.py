@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import fcntl
 import json
-import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .calibrate import calibrate
 from .configs import (
@@ -124,54 +122,68 @@ def converged_study(args: argparse.Namespace, layout: Layout) -> None:
     res = layout.converged
     res.mkdir(parents=True, exist_ok=True)
     ds = Cifar(layout.data, layout.out)
-    ds.prepare()
+    with _claim(layout.out / "claims" / "converged-plan.lock", wait=True):
+        ds.prepare()  # once, if several processes start together
     E = args.epochs or CONVERGED_E
     if args.smoke:  # every code path on one shard (results are meaningless)
         ds.train, E = ds.train[:1], args.epochs or 3
     population = list_samples(ds.train)
-    with single_study(layout.out / f"converged-{res.parent.name}.pid"):
-        _converged_loop(args, layout, ds, E, population)
+    _converged_loop(args, layout, ds, E, population)
 
 
-@contextlib.contextmanager
-def single_study(pid_file: Path) -> Iterator[None]:
-    """At most one process runs a study into the same results: a second one exits with the first one's pid."""
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
+def _claim(path: Path, wait: bool) -> IO[str] | None:
+    """An open file holding an exclusive ``flock`` on ``path`` (closing it releases the lock), or
+    None when another process holds it and ``wait`` is false. The kernel drops a lock when its
+    holder dies, so a killed study never leaves a claim behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a")  # noqa: SIM115 - the caller holds it open for as long as the claim lasts
     try:
-        other = int(pid_file.read_text())
-        os.kill(other, 0)
-    except (OSError, ValueError):  # no file, a dead process or a torn file: ours now
-        pass
-    else:
-        if other != os.getpid():
-            raise SystemExit(f"{pid_file}: a study (pid {other}) is already running into these results; "
-                             "wait for it or stop it first")  # fmt: skip
-    pid_file.write_text(str(os.getpid()))
-    try:
-        yield
-    finally:
-        pid_file.unlink(missing_ok=True)
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
 
 
 def _converged_loop(args: argparse.Namespace, layout: Layout, ds: Dataset, E: int, population: Any) -> None:
+    """Train the plan's next unclaimed run until none is left.
+
+    Several processes may run this loop into the same results (one per core): a process claims a
+    run by a lock it holds while training it, and reads the plan (the calibration, the runs left)
+    under a lock of its own, so no run is trained by two processes at once.
+    """
+    failed: set[str] = set()
+    claims = layout.out / "claims"
+    while True:
+        with _claim(claims / "converged-plan.lock", wait=True):
+            todo = _converged_todo(args, layout, E, population, failed)
+            held = None
+            for cfg, seed in todo:
+                if (held := _claim(claims / f"{conv_run_id(cfg, seed)}.lock", wait=False)) is not None:
+                    break
+        if held is None:
+            if todo:
+                print(f"== the {len(todo)} runs left are being trained by other processes", flush=True)
+            return
+        with held:
+            rid = conv_run_id(cfg, seed)
+            if run_one(ds, cfg, seed, rid, layout.converged, layout, population, args) is None:
+                failed.add(rid)
+
+
+def _converged_todo(args: argparse.Namespace, layout: Layout, E: int, population: Any,
+                    failed: set[str]) -> list[tuple[dict, int]]:  # fmt: skip
+    """The plan's runs without a result file, in run order; writes the calibration once it can."""
     res = layout.converged
     cal_path = res / conv_calibration_name(E)
-    failed: set[str] = set()
-    while True:
-        full_dir = layout.runs / conv_run_id(conv_full(E, E), 0)
-        if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
-            if not (full_dir / "state.json").exists():
-                raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
-            cal_path.write_text(json.dumps(calibrate(full_dir, population, E), indent=1))
-        cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-        measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal) if cal else [])
-                    if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
-        todo = [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured)
-                if (rid := conv_run_id(c, s)) not in failed and not (res / f"{rid}.json").exists()
-                and not (args.only and not re.search(args.only, rid))]  # fmt: skip
-        if not todo:
-            break
-        cfg, seed = todo[0]
-        rid = conv_run_id(cfg, seed)
-        if run_one(ds, cfg, seed, rid, res, layout, population, args) is None:
-            failed.add(rid)
+    full_dir = layout.runs / conv_run_id(conv_full(E, E), 0)
+    if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
+        if not (full_dir / "state.json").exists():
+            raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
+        cal_path.write_text(json.dumps(calibrate(full_dir, population, E), indent=1))
+    cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
+    measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal) if cal else [])
+                if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
+    return [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured)
+            if (rid := conv_run_id(c, s)) not in failed and not (res / f"{rid}.json").exists()
+            and not (args.only and not re.search(args.only, rid))]  # fmt: skip
