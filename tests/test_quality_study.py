@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks.quality.configs import (  # noqa: E402
+    conv_calibration_name,
     conv_cfg,
     conv_full,
     conv_run_id,
@@ -86,6 +87,46 @@ def _run(cfg: dict, seed: int, accs: list[float], pruned: float, other: float = 
     ]
     return {"dataset": "cifar10", **cfg, "seed": seed, "epochs": epochs, "pruned": pruned,
             "pruned_backprop": pruned, "val_acc": accs[-1], "test_acc": accs[-1], "seconds": 100.0}  # fmt: skip
+
+
+def test_a_study_without_augmentation_has_its_own_ids_plan_and_calibration() -> None:
+    assert conv_run_id(conv_full(20, 14, augment=False), 1) == "cifar10-noaug-E20-full-e14-default-s1"
+    assert conv_run_id(conv_full(20, 14), 1) == "cifar10-E20-full-e14-default-s1"
+    assert conv_full(20, 14) == conv_cfg(20, "full", {}, "e14", 14)  # augmented configurations unchanged
+    assert "augment" not in conv_full(20, 14) and conv_full(20, 14, augment=False)["augment"] is False
+    assert conv_calibration_name(20, augment=False) == "cifar10-noaug-E20-calibration.json"
+    ids = [conv_run_id(c, s) for c, s in converged_plan(20, 2, CAL, [0.3], augment=False)]
+    assert ids[:3] == [
+        "cifar10-noaug-E20-full-e20-default-s0",
+        "cifar10-noaug-E20-full-e40-default-s0",
+        "cifar10-noaug-E20-seta-p30-alpha0.7-k10-r0.1-s0",
+    ]
+    assert ids == [i.replace("-E20-", "-noaug-E20-") for c, s in converged_plan(20, 2, CAL, [0.3])
+                   for i in [conv_run_id(c, s)]]  # fmt: skip
+
+
+def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: Path) -> None:
+    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
+    layout.converged.mkdir(parents=True)
+    layout.doc.write_text("<!-- converged:begin -->\n<!-- converged:end -->\n")
+    runs = [
+        _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
+        _run(conv_full(4, 4, augment=False), 0, [0.6, 0.7, 0.74, 0.75], 0.0),
+        _run(conv_full(4, 8, augment=False), 0, [0.6, 0.7, 0.72, 0.73, 0.74, 0.75, 0.75, 0.752], 0.0),
+    ]
+    for r in runs:
+        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
+    report_converged(layout)
+    doc = layout.doc.read_text()
+    first, second = doc.split("### CIFAR-10, E = 4 epochs, no augmentation\n")
+    assert first.startswith("<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
+    assert "full data at E = 4: 85.00% (seed 0); the run at 2E = 8 has not finished yet." in first
+    assert (
+        "full data reaches 75.00% at E = 4 epochs and 75.20% at 2E = 8 (+0.20 points). Within 0.5 point: full "
+        "data has converged at E." in second
+    )
+    assert "`cifar10-noaug-E4-full-e4-default-s1`" in second and "`cifar10-E4-full-e4-default-s1`" in first
+    assert sorted(p.name for p in layout.plots.iterdir()) == ["cifar10-E4-curves.png", "cifar10-noaug-E4-curves.png"]
 
 
 def test_report_renders_partial_results(tmp_path: Path) -> None:
@@ -168,7 +209,7 @@ def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
     return result
 
 study.run_one = fake_run_one
-args = type("A", (), {"seeds": 2, "only": None})()
+args = type("A", (), {"seeds": 2, "only": None, "no_augment": False})()
 study._converged_loop(args, layout, None, E, None)
 """
 
@@ -226,3 +267,48 @@ def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> No
     mine = _claim(lock, wait=False)
     assert mine is not None
     mine.close()
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_the_training_loader_crops_and_flips_only_when_augmenting(tmp_path: Path, augment: bool) -> None:
+    """Real shard, real loader worker: without augmentation every image arrives exactly as decoded
+    (normalised); with it, the crops and flips change most of them."""
+    import io
+
+    import numpy as np
+    import webdataset as wds
+    from PIL import Image
+
+    from benchmarks.quality.data import Dataset
+    from benchmarks.quality.pipeline import MEAN, STD, train_loader
+
+    rng = np.random.default_rng(0)
+    images = {f"{i:04d}": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for i in range(40)}
+    shard = tmp_path / "train-0.tar"
+    with wds.TarWriter(str(shard)) as w:
+        for key, im in images.items():
+            buf = io.BytesIO()
+            Image.fromarray(im).save(buf, format="PNG")
+            w.write({"__key__": key, "jpg": buf.getvalue(), "cls": b"3"})  # lossless bytes under the jpg field
+
+    class Tiny(Dataset):
+        name, classes, epochs, batch, workers = "cifar10", 10, 1, 16, 1
+
+    ds = Tiny(tmp_path, tmp_path)
+    ds.train = [str(shard)]
+    import seta_stream as seta
+
+    run = str(tmp_path / "run")
+    pruner = seta.Pruner(run, policy="full", params={}, epochs=1, seed=0, population=seta.list_samples(ds.train))
+    pruner.start_epoch(0)
+    seen = {}
+    for x, _y, keys, _urls, _w in train_loader(ds, run, 0, None, False, 16, augment=augment):
+        for k, xi in zip(keys, x.permute(0, 2, 3, 1).numpy()):
+            seen[k] = xi
+    assert set(seen) == set(images)
+    same = sum(np.array_equal(seen[k], (im.astype(np.float32) - MEAN) / STD) for k, im in images.items())
+    pruner.close()
+    if augment:
+        assert same < 10  # the identity crop without a flip has probability 1/162 per image
+    else:
+        assert same == len(images)

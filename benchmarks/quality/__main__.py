@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="short: every policy at 6 (CIFAR-10) / 5 (SST-2) epochs; converged: CIFAR-10 at E, "
                         "full data at 2E and at equal compute")  # fmt: skip
     p.add_argument("--epochs", type=int, default=0, help=f"converged study: E (default {CONVERGED_E})")
+    p.add_argument("--no-augment", action="store_true",
+                   help="converged study: train without the random crops and flips (full data fits its training "
+                        "set and stops improving sooner); its run files are named cifar10-noaug-E<E>-...")  # fmt: skip
     p.add_argument("--datasets", default="sst2,cifar10", help="short study: the data sets")
     p.add_argument("--seeds", type=int, default=0, help="seeds 0..N-1 (default: --order; converged: 2)")
     p.add_argument("--order", default=DEFAULT_ORDER, help=f"short study: rounds of data set:seeds ({DEFAULT_ORDER})")

@@ -60,36 +60,50 @@ CONVERGED_E = 36  # chosen so that a full run stays under ~15 min here; docs/qua
 CONVERGED_SEEDS = 2
 
 
-def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None) -> dict:
-    return {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
-            "E": E, "n_epochs": n_epochs or E}  # fmt: skip
+def conv_tag(E: int, augment: bool = True) -> str:
+    """The part of a run id naming the study's schedule: ``E36``, or ``noaug-E20`` without augmentation."""
+    return f"E{E}" if augment else f"noaug-E{E}"
 
 
-def conv_full(E: int, n: int) -> dict:
+def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None, augment: bool = True) -> dict:
+    """A converged-study run; ``augment=False`` trains without the crop-and-flip augmentation (the key is
+    left out when augmenting, so the configurations and ids of the augmented studies are unchanged)."""
+    cfg = {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
+           "E": E, "n_epochs": n_epochs or E}  # fmt: skip
+    return cfg if augment else {**cfg, "augment": False}
+
+
+def augments(cfg: dict) -> bool:
+    """Whether the run ``cfg`` (a configuration or a result) trains with augmentation."""
+    return bool(cfg.get("augment", True))
+
+
+def conv_full(E: int, n: int, augment: bool = True) -> dict:
     """Full data trained for n epochs (the lr schedule's shape compressed to n) in the study at E."""
-    return conv_cfg(E, "full", {}, f"e{n}", n)
+    return conv_cfg(E, "full", {}, f"e{n}", n, augment)
 
 
 def conv_run_id(cfg: dict, seed: int) -> str:
-    """The converged study's id, e.g. ``cifar10-E36-full-e25-default-s0``, ``cifar10-E36-random-p30-r0.3-s1``."""
-    return f"cifar10-E{cfg['E']}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+    """The converged study's id, e.g. ``cifar10-E36-full-e25-default-s0``, ``cifar10-noaug-E20-random-p30-r0.3-s1``."""
+    tag = conv_tag(cfg["E"], augments(cfg))
+    return f"cifar10-{tag}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
 
 
-def conv_calibration_name(E: int) -> str:
-    return f"cifar10-E{E}-calibration.json"
+def conv_calibration_name(E: int, augment: bool = True) -> str:
+    return f"cifar10-{conv_tag(E, augment)}-calibration.json"
 
 
-def conv_pruned(E: int, cal: dict) -> list[dict]:
+def conv_pruned(E: int, cal: dict, augment: bool = True) -> list[dict]:
     """Pruned runs at E in the order they are most informative: SeTa and dynamic random side by
     side at 30/50/70%, InfoBatch near 30%, SeTa with target_keep 0.5 (its 50% setting's r, k, alpha)."""
     out = []
     for lv in ("30", "50", "70"):
-        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}"))
-        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}"))
-    out.append(conv_cfg(E, "infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30"))
+        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}", augment=augment))
+        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}", augment=augment))
+    out.append(conv_cfg(E, "infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30", augment=augment))
     tk = dict(cal["levels"]["seta"]["50"]["params"])
     tk["target_keep"] = min(0.5, round(1 - tk.get("r", 0.0), 6))
-    out.append(conv_cfg(E, "seta", tk, "p50tk"))
+    out.append(conv_cfg(E, "seta", tk, "p50tk", augment=augment))
     return out
 
 
@@ -98,7 +112,8 @@ def equal_compute_epochs(E: int, pruned: list[float]) -> list[int]:
     return sorted({round(E * (1 - p)) for p in pruned} - {E, 0}, reverse=True)
 
 
-def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float]) -> list[tuple[dict, int]]:
+def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float],
+                   augment: bool = True) -> list[tuple[dict, int]]:  # fmt: skip
     """Every run of the converged study known so far, in run order, seed by seed.
 
     Per seed: full data at E (seed 0 also at 2E: the convergence check), the pruned runs (known
@@ -108,13 +123,13 @@ def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float]) 
     """
     plan: list[tuple[dict, int]] = []
     for seed in range(seeds):
-        plan.append((conv_full(E, E), seed))
+        plan.append((conv_full(E, E, augment), seed))
         if seed == 0:
-            plan.append((conv_full(E, 2 * E), 0))
+            plan.append((conv_full(E, 2 * E, augment), 0))
         if cal is None:
             continue
-        plan += [(c, seed) for c in conv_pruned(E, cal)]
-        plan += [(conv_full(E, n), seed) for n in equal_compute_epochs(E, measured)]
+        plan += [(c, seed) for c in conv_pruned(E, cal, augment)]
+        plan += [(conv_full(E, n, augment), seed) for n in equal_compute_epochs(E, measured)]
         if seed > 0:
-            plan.append((conv_full(E, 2 * E), seed))
+            plan.append((conv_full(E, 2 * E, augment), seed))
     return plan

@@ -71,8 +71,10 @@ def _relabel(offsets: dict[str, int], classes: int) -> Any:
     return fn
 
 
-def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int) -> Any:
-    """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps."""
+def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int,
+                 augment: bool = True) -> Any:  # fmt: skip
+    """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps
+    (images cropped and flipped at random unless ``augment`` is false)."""
     import webdataset as wds
 
     import seta_stream as seta
@@ -84,7 +86,7 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
         ["__score__"] if with_score else []
     )
     pipe = pipe.shuffle(2000, seed=seed).decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
-    pipe = pipe.batched(bs, collation_fn=_collate_train, partial=True)
+    pipe = pipe.batched(bs, collation_fn=_collate_train if augment else _collate, partial=True)
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 

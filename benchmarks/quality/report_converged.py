@@ -13,7 +13,16 @@ import json
 import numpy as np
 
 from .checks import check_results, check_run_dir, finished_run_dirs
-from .configs import CONVERGED_SEEDS, conv_calibration_name, conv_pruned, conv_run_id, converged_plan
+from .configs import (
+    CONVERGED_SEEDS,
+    augments,
+    conv_calibration_name,
+    conv_full,
+    conv_pruned,
+    conv_run_id,
+    conv_tag,
+    converged_plan,
+)
 from .layout import Layout
 from .plots import plot_curves, plot_vs_pruned
 from .report import splice
@@ -78,30 +87,32 @@ def report_converged(layout: Layout) -> None:
     lines: list[str] = []
     if not results:
         lines += ["No run of the converged study has finished yet.", ""]
-    for E in sorted({r["E"] for r in results}):
-        s = Study(layout, E, [r for r in results if r["E"] == E])
-        lines += [f"### CIFAR-10, E = {E} epochs", ""]
+    for E, augment in sorted({(r["E"], augments(r)) for r in results}, key=lambda k: (not k[1], k[0])):
+        s = Study(layout, E, augment, [r for r in results if (r["E"], augments(r)) == (E, augment)])
+        lines += [f"### CIFAR-10, E = {E} epochs" + ("" if augment else ", no augmentation"), ""]
         lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
     splice(layout.doc, BEGIN, END, lines)
 
 
 class Study:
-    """The finished runs of the converged study at one E, and the report's parts drawn from them."""
+    """The finished runs of the converged study at one E (with or without augmentation), and the
+    report's parts drawn from them."""
 
-    def __init__(self, layout: Layout, E: int, results: list[dict]) -> None:
-        self.layout, self.E, self.results = layout, E, results
+    def __init__(self, layout: Layout, E: int, augment: bool, results: list[dict]) -> None:
+        self.layout, self.E, self.augment, self.results = layout, E, augment, results
+        self.tag = conv_tag(E, augment)
         self.groups = _groups(results)
-        cal_path = layout.converged / conv_calibration_name(E)
+        cal_path = layout.converged / conv_calibration_name(E, augment)
         self.cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-        self.pruned_cfgs = conv_pruned(E, self.cal) if self.cal else []
+        self.pruned_cfgs = conv_pruned(E, self.cal, augment) if self.cal else []
         self.by_id = {conv_run_id(r, r["seed"]): r for r in results}
         self.measured = [self.by_id[i]["pruned"] for c in self.pruned_cfgs if (i := conv_run_id(c, 0)) in self.by_id]
         self.full = self.full_at(E)
         self.full_acc = _acc(self.full) if self.full else None
 
     def full_at(self, n: int) -> list[dict] | None:
-        return self.groups.get(f"cifar10-E{self.E}-full-e{n}-default")
+        return self.groups.get(conv_run_id(conv_full(self.E, n, self.augment), 0).rsplit("-s", 1)[0])
 
     def equal_compute(self, rs: list[dict]) -> tuple[int, list[dict] | None]:
         """The epochs and runs of full data at the compute of the pruned runs ``rs`` (seed 0's pruned %)."""
@@ -110,7 +121,7 @@ class Study:
         return n, self.full_at(n)
 
     def status(self) -> list[str]:
-        plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured)
+        plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment)
         missing = [conv_run_id(c, s) for c, s in plan if conv_run_id(c, s) not in self.by_id]
         L = [f"**Status:** {len(self.results)} of the {len(plan)} runs planned so far have finished."]
         if missing:
@@ -236,11 +247,12 @@ class Study:
         return [r for r in self.results if r["seed"] == 0 and "test_acc" in r["epochs"][-1]]
 
     def figures(self) -> list[str]:
-        E, figs, L = self.E, self.layout.plots, []
+        E, figs, L, tag = self.E, self.layout.plots, [], self.tag
+        title = f"CIFAR-10, E = {E}" + ("" if self.augment else ", no augmentation")
         s0 = self.seed0_curves()
         if s0:
-            plot_curves(figs / f"cifar10-E{E}-curves.png", s0, f"CIFAR-10, E = {E}: test accuracy per epoch (seed 0)")
-            L += [f"![test accuracy against samples trained and wall time](quality/cifar10-E{E}-curves.png)", ""]
+            plot_curves(figs / f"cifar10-{tag}-curves.png", s0, f"{title}: test accuracy per epoch (seed 0)")
+            L += [f"![test accuracy against samples trained and wall time](quality/cifar10-{tag}-curves.png)", ""]
         points: dict[str, list] = {}
         equal = []
         for rs in self.groups.values():
@@ -256,12 +268,12 @@ class Study:
         if points or equal:
             fy = np.array([100 * r["test_acc"] for r in self.full]) if self.full else None
             plot_vs_pruned(
-                figs / f"cifar10-E{E}-pruned.png", points, equal,
+                figs / f"cifar10-{tag}-pruned.png", points, equal,
                 (float(fy.mean()), float(fy.std(ddof=1)) if len(fy) > 1 else 0.0) if fy is not None else None,
                 {p: [(lv, v - PAPER_FULL) for lv, v in PAPER[p].items()] for p in PAPER},
-                f"CIFAR-10, E = {E}: accuracy against pruned %",
+                f"{title}: accuracy against pruned %",
             )  # fmt: skip
-            L += [f"![accuracy against measured pruned %](quality/cifar10-E{E}-pruned.png)", ""]
+            L += [f"![accuracy against measured pruned %](quality/cifar10-{tag}-pruned.png)", ""]
         return L
 
     def kept(self) -> list[str]:

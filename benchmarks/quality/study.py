@@ -175,15 +175,16 @@ def _converged_todo(args: argparse.Namespace, layout: Layout, E: int, population
                     failed: set[str]) -> list[tuple[dict, int]]:  # fmt: skip
     """The plan's runs without a result file, in run order; writes the calibration once it can."""
     res = layout.converged
-    cal_path = res / conv_calibration_name(E)
-    full_dir = layout.runs / conv_run_id(conv_full(E, E), 0)
+    augment = not args.no_augment
+    cal_path = res / conv_calibration_name(E, augment)
+    full_dir = layout.runs / conv_run_id(conv_full(E, E, augment), 0)
     if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
         if not (full_dir / "state.json").exists():
             raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
         cal_path.write_text(json.dumps(calibrate(full_dir, population, E), indent=1))
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-    measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal) if cal else [])
+    measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal, augment) if cal else [])
                 if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
-    return [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured)
+    return [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured, augment)
             if (rid := conv_run_id(c, s)) not in failed and not (res / f"{rid}.json").exists()
             and not (args.only and not re.search(args.only, rid))]  # fmt: skip
