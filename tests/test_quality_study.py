@@ -105,19 +105,27 @@ def test_a_study_without_augmentation_has_its_own_ids_plan_and_calibration() -> 
                    for i in [conv_run_id(c, s)]]  # fmt: skip
 
 
-def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: Path) -> None:
+def _report(tmp_path: Path, runs: list[dict], doc: str = "<!-- converged:begin -->\n<!-- converged:end -->\n",
+            cal: tuple[str, dict] | None = None) -> tuple[Layout, str]:  # fmt: skip
+    """Write ``runs`` as result files (and a calibration), render the converged section: (layout, page)."""
     layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
     layout.converged.mkdir(parents=True)
-    layout.doc.write_text("<!-- converged:begin -->\n<!-- converged:end -->\n")
+    layout.doc.write_text(doc)
+    if cal:
+        (layout.converged / cal[0]).write_text(json.dumps(cal[1]))
+    for r in runs:
+        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
+    report_converged(layout)
+    return layout, layout.doc.read_text()
+
+
+def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: Path) -> None:
     runs = [
         _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
         _run(conv_full(4, 4, augment=False), 0, [0.6, 0.7, 0.74, 0.75], 0.0),
         _run(conv_full(4, 8, augment=False), 0, [0.6, 0.7, 0.72, 0.73, 0.74, 0.75, 0.75, 0.752], 0.0),
     ]
-    for r in runs:
-        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
-    report_converged(layout)
-    doc = layout.doc.read_text()
+    layout, doc = _report(tmp_path, runs)
     first, second = doc.split("### CIFAR-10, E = 4 epochs, no augmentation\n")
     assert first.startswith("<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
     assert "full data at E = 4: 85.00% (seed 0); the run at 2E = 8 has not finished yet." in first
@@ -130,20 +138,14 @@ def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: P
 
 
 def test_report_renders_partial_results(tmp_path: Path) -> None:
-    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
-    layout.converged.mkdir(parents=True)
-    layout.doc.write_text("# t\n\nintro\n\n<!-- converged:begin -->\nold\n<!-- converged:end -->\n\ntail\n")
-    (layout.converged / "cifar10-E4-calibration.json").write_text(json.dumps(CAL))
     runs = [
         _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
         _run(conv_full(4, 8), 0, [0.5, 0.6, 0.7, 0.75, 0.8, 0.83, 0.85, 0.86], 0.0, other=0.4),
         _run(conv_cfg(4, "random", {"r": 0.5}, "p50"), 0, [0.4, 0.6, 0.7, 0.80], 0.5),
         _run(conv_full(4, 2), 0, [0.6, 0.82], 0.0),
     ]
-    for r in runs:
-        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
-    report_converged(layout)
-    doc = layout.doc.read_text()
+    page = "# t\n\nintro\n\n<!-- converged:begin -->\nold\n<!-- converged:end -->\n\ntail\n"
+    layout, doc = _report(tmp_path, runs, page, ("cifar10-E4-calibration.json", CAL))
     assert doc.startswith("# t\n\nintro\n\n<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
     assert doc.endswith("<!-- converged:end -->\n\ntail\n")
     assert "**Status:** 4 of the 22 runs planned so far have finished." in doc
@@ -170,19 +172,13 @@ def test_other_cpu_is_the_share_of_all_cores_used_by_other_processes() -> None:
 
 
 def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Path) -> None:
-    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
-    layout.converged.mkdir(parents=True)
-    layout.doc.write_text("<!-- converged:begin -->\n<!-- converged:end -->\n")
     runs = [
         _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.80], 0.0),
         _run(conv_full(4, 8), 0, [0.5, 0.6, 0.7, 0.75, 0.8, 0.8, 0.8, 0.806], 0.0),
         _run(conv_full(4, 4), 1, [0.5, 0.7, 0.8, 0.81], 0.0),
         _run(conv_full(4, 8), 1, [0.5, 0.6, 0.7, 0.75, 0.8, 0.8, 0.8, 0.812], 0.0),
     ]
-    for r in runs:
-        (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
-    report_converged(layout)
-    doc = layout.doc.read_text()
+    _, doc = _report(tmp_path, runs)
     assert (
         "**Convergence check (seed 0):** full data reaches 80.00% at E = 4 epochs and 80.60% at 2E = 8 "
         "(+0.60 points). **More than 0.5 point: full data has NOT converged at E**; the next step is a larger E "
