@@ -105,6 +105,34 @@ def test_a_study_without_augmentation_has_its_own_ids_plan_and_calibration() -> 
                    for i in [conv_run_id(c, s)]]  # fmt: skip
 
 
+def test_another_model_has_its_own_ids_plan_and_calibration() -> None:
+    cfg = conv_full(30, 21, model="resnet18")
+    assert conv_run_id(cfg, 0) == "cifar10-resnet18-E30-full-e21-default-s0"
+    assert cfg == {**conv_full(30, 21), "model": "resnet18"} and "model" not in conv_full(30, 21)
+    assert (
+        conv_run_id(conv_full(30, 30, augment=False, model="resnet18"), 1)
+        == "cifar10-resnet18-noaug-E30-full-e30-default-s1"
+    )
+    assert conv_calibration_name(30, model="resnet18") == "cifar10-resnet18-E30-calibration.json"
+    ids = [conv_run_id(c, s) for c, s in converged_plan(30, 2, CAL, [0.3], model="resnet18")]
+    assert ids == [i.replace("cifar10-E30-", "cifar10-resnet18-E30-") for c, s in converged_plan(30, 2, CAL, [0.3])
+                   for i in [conv_run_id(c, s)]]  # fmt: skip
+    assert all(c["model"] == "resnet18" for c, _ in converged_plan(30, 2, CAL, [0.3], model="resnet18"))
+
+
+def test_resnet18_is_the_cifar_variant_of_the_papers() -> None:
+    torch = pytest.importorskip("torch")
+    from benchmarks.quality.models import image_model
+
+    model = image_model("resnet18")
+    assert sum(p.numel() for p in model.parameters()) == 11_173_962  # ResNet-18 with a 3x3 stride-1 stem
+    assert model[0].kernel_size == (3, 3) and model[0].stride == (1, 1)
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in model.modules())
+    assert tuple(model(torch.zeros(2, 3, 32, 32)).shape) == (2, 10)
+    with pytest.raises(ValueError, match="unknown image model 'resnet50'; expected one of cnn, resnet18"):
+        image_model("resnet50")
+
+
 def _report(tmp_path: Path, runs: list[dict], doc: str = "<!-- converged:begin -->\n<!-- converged:end -->\n",
             cal: tuple[str, dict] | None = None) -> tuple[Layout, str]:  # fmt: skip
     """Write ``runs`` as result files (and a calibration), render the converged section: (layout, page)."""
@@ -117,6 +145,20 @@ def _report(tmp_path: Path, runs: list[dict], doc: str = "<!-- converged:begin -
         (layout.converged / f"{conv_run_id(r, r['seed'])}.json").write_text(json.dumps(r))
     report_converged(layout)
     return layout, layout.doc.read_text()
+
+
+def test_report_names_the_model_and_the_device_of_another_models_section(tmp_path: Path) -> None:
+    gpu = [
+        {**_run(conv_full(4, 4, model="resnet18"), 0, [0.8, 0.9, 0.93, 0.94], 0.0), "device": "cuda"},
+        {**_run(conv_full(4, 8, model="resnet18"), 0, [0.8, 0.9, 0.93, 0.94, 0.94, 0.94, 0.943, 0.944], 0.0),
+         "device": "cuda"},
+    ]  # fmt: skip
+    layout, doc = _report(tmp_path, [_run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0), *gpu])
+    first, second = doc.split("### CIFAR-10, ResNet-18 on GPU, E = 4 epochs\n")
+    assert first.startswith("<!-- converged:begin -->\n### CIFAR-10, E = 4 epochs\n")
+    assert "full data reaches 94.00% at E = 4 epochs and 94.40% at 2E = 8 (+0.40 points)." in second
+    assert "`cifar10-resnet18-E4-full-e4-default-s1`" in second and "resnet18" not in first
+    assert (layout.plots / "cifar10-resnet18-E4-curves.png").exists()
 
 
 def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: Path) -> None:
@@ -205,7 +247,7 @@ def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
     return result
 
 study.run_one = fake_run_one
-args = type("A", (), {"seeds": 2, "only": None, "no_augment": False})()
+args = type("A", (), {"seeds": 2, "only": None, "no_augment": False, "model": "cnn"})()
 study._converged_loop(args, layout, None, E, None)
 """
 

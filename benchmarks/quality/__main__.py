@@ -3,6 +3,7 @@
 python -m benchmarks.quality --data ../shared/data            # the short study (hours on 2 cores)
 python -m benchmarks.quality --datasets sst2 --seeds 5        # one data set
 python -m benchmarks.quality --study converged --threads 1    # the converged study (CIFAR-10)
+python -m benchmarks.quality --study converged --model resnet18 --device cuda --workers 9 --epochs 30
 python -m benchmarks.quality --report-only                    # docs/quality.md from the run files
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from .configs import CONVERGED_E, DEFAULT_ORDER
 from .layout import Layout
+from .models import IMAGE_MODELS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +29,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-augment", action="store_true",
                    help="converged study: train without the random crops and flips (full data fits its training "
                         "set and stops improving sooner); its run files are named cifar10-noaug-E<E>-...")  # fmt: skip
+    p.add_argument("--model", choices=IMAGE_MODELS, default="cnn",
+                   help="converged study: the network (default the small CNN); another one's run files are named "
+                        "cifar10-<model>-E<E>-...")  # fmt: skip
+    p.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (bf16 autocast there)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="converged study: DataLoader workers decoding and augmenting (default 1; at most the 9 "
+                        "training shards are read in parallel)")  # fmt: skip
     p.add_argument("--datasets", default="sst2,cifar10", help="short study: the data sets")
     p.add_argument("--seeds", type=int, default=0, help="seeds 0..N-1 (default: --order; converged: 2)")
     p.add_argument("--order", default=DEFAULT_ORDER, help=f"short study: rounds of data set:seeds ({DEFAULT_ORDER})")

@@ -60,17 +60,25 @@ CONVERGED_E = 36  # chosen so that a full run stays under ~15 min here; docs/qua
 CONVERGED_SEEDS = 2
 
 
-def conv_tag(E: int, augment: bool = True) -> str:
-    """The part of a run id naming the study's schedule: ``E36``, or ``noaug-E20`` without augmentation."""
-    return f"E{E}" if augment else f"noaug-E{E}"
+def conv_tag(E: int, augment: bool = True, model: str = "cnn") -> str:
+    """The part of a run id naming the study's schedule: ``E36``, ``noaug-E20`` without
+    augmentation, ``resnet18-E30`` for another model than the small CNN."""
+    tag = f"E{E}" if augment else f"noaug-E{E}"
+    return tag if model == "cnn" else f"{model}-{tag}"
 
 
-def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None, augment: bool = True) -> dict:
-    """A converged-study run; ``augment=False`` trains without the crop-and-flip augmentation (the key is
-    left out when augmenting, so the configurations and ids of the augmented studies are unchanged)."""
+def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None = None, augment: bool = True,
+             model: str = "cnn") -> dict:  # fmt: skip
+    """A converged-study run; ``augment=False`` trains without the crop-and-flip augmentation,
+    ``model`` names the network (``models.IMAGE_MODELS``). Each key is left out at its default, so
+    the configurations and ids of the small CNN's augmented studies are unchanged."""
     cfg = {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
            "E": E, "n_epochs": n_epochs or E}  # fmt: skip
-    return cfg if augment else {**cfg, "augment": False}
+    if not augment:
+        cfg["augment"] = False
+    if model != "cnn":
+        cfg["model"] = model
+    return cfg
 
 
 def augments(cfg: dict) -> bool:
@@ -78,32 +86,38 @@ def augments(cfg: dict) -> bool:
     return bool(cfg.get("augment", True))
 
 
-def conv_full(E: int, n: int, augment: bool = True) -> dict:
+def model_of(cfg: dict) -> str:
+    """The network the run ``cfg`` (a configuration or a result) trains."""
+    return str(cfg.get("model", "cnn"))
+
+
+def conv_full(E: int, n: int, augment: bool = True, model: str = "cnn") -> dict:
     """Full data trained for n epochs (the lr schedule's shape compressed to n) in the study at E."""
-    return conv_cfg(E, "full", {}, f"e{n}", n, augment)
+    return conv_cfg(E, "full", {}, f"e{n}", n, augment, model)
 
 
 def conv_run_id(cfg: dict, seed: int) -> str:
     """The converged study's id, e.g. ``cifar10-E36-full-e25-default-s0``, ``cifar10-noaug-E20-random-p30-r0.3-s1``."""
-    tag = conv_tag(cfg["E"], augments(cfg))
+    tag = conv_tag(cfg["E"], augments(cfg), model_of(cfg))
     return f"cifar10-{tag}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
 
 
-def conv_calibration_name(E: int, augment: bool = True) -> str:
-    return f"cifar10-{conv_tag(E, augment)}-calibration.json"
+def conv_calibration_name(E: int, augment: bool = True, model: str = "cnn") -> str:
+    return f"cifar10-{conv_tag(E, augment, model)}-calibration.json"
 
 
-def conv_pruned(E: int, cal: dict, augment: bool = True) -> list[dict]:
+def conv_pruned(E: int, cal: dict, augment: bool = True, model: str = "cnn") -> list[dict]:
     """Pruned runs at E in the order they are most informative: SeTa and dynamic random side by
     side at 30/50/70%, InfoBatch near 30%, SeTa with target_keep 0.5 (its 50% setting's r, k, alpha)."""
     out = []
     for lv in ("30", "50", "70"):
-        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}", augment=augment))
-        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}", augment=augment))
-    out.append(conv_cfg(E, "infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30", augment=augment))
+        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}", augment=augment, model=model))
+        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}", augment=augment, model=model))
+    ib = cal["levels"]["infobatch"]["30"]["params"]
+    out.append(conv_cfg(E, "infobatch", ib, "p30", augment=augment, model=model))
     tk = dict(cal["levels"]["seta"]["50"]["params"])
     tk["target_keep"] = min(0.5, round(1 - tk.get("r", 0.0), 6))
-    out.append(conv_cfg(E, "seta", tk, "p50tk", augment=augment))
+    out.append(conv_cfg(E, "seta", tk, "p50tk", augment=augment, model=model))
     return out
 
 
@@ -113,7 +127,7 @@ def equal_compute_epochs(E: int, pruned: list[float]) -> list[int]:
 
 
 def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float],
-                   augment: bool = True) -> list[tuple[dict, int]]:  # fmt: skip
+                   augment: bool = True, model: str = "cnn") -> list[tuple[dict, int]]:  # fmt: skip
     """Every run of the converged study known so far, in run order, seed by seed.
 
     Per seed: full data at E (seed 0 also at 2E: the convergence check), the pruned runs (known
@@ -123,13 +137,13 @@ def converged_plan(E: int, seeds: int, cal: dict | None, measured: list[float],
     """
     plan: list[tuple[dict, int]] = []
     for seed in range(seeds):
-        plan.append((conv_full(E, E, augment), seed))
+        plan.append((conv_full(E, E, augment, model), seed))
         if seed == 0:
-            plan.append((conv_full(E, 2 * E, augment), 0))
+            plan.append((conv_full(E, 2 * E, augment, model), 0))
         if cal is None:
             continue
-        plan += [(c, seed) for c in conv_pruned(E, cal, augment)]
-        plan += [(conv_full(E, n, augment), seed) for n in equal_compute_epochs(E, measured)]
+        plan += [(c, seed) for c in conv_pruned(E, cal, augment, model)]
+        plan += [(conv_full(E, n, augment, model), seed) for n in equal_compute_epochs(E, measured)]
         if seed > 0:
-            plan.append((conv_full(E, 2 * E, augment), seed))
+            plan.append((conv_full(E, 2 * E, augment, model), seed))
     return plan

@@ -102,19 +102,27 @@ def eval_batches(ds: Dataset, urls: list[str]) -> Any:
     )
 
 
-def evaluate(model: Any, batches: Any) -> float:
-    """Accuracy over ``batches`` (``eval_batches``, or a list of them read once and reused)."""
+def evaluate(model: Any, batches: Any, device: str = "cpu") -> float:
+    """Accuracy over ``batches`` (``eval_batches``, or a list of them read once and reused) of
+    ``model`` on ``device`` (``cuda``: under bf16 autocast, as it trains)."""
     import torch
 
     model.eval()
     correct = total = 0
-    with torch.no_grad():
+    cuda = device.startswith("cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
         for x, y in batches:
             y = torch.as_tensor([int(v) for v in y])
-            correct += int((model(x).argmax(1) == y).sum())
+            x = x.to(device) if cuda and image_batch(x) else x
+            correct += int((model(x).argmax(1).cpu() == y).sum())
             total += len(y)
     model.train()
     return correct / max(total, 1)
+
+
+def image_batch(x: Any) -> bool:
+    """Whether the model input ``x`` is an image tensor (a text batch is a tuple of ids and offsets)."""
+    return not isinstance(x, tuple)
 
 
 def select_text(x: Any, idx: Any) -> Any:

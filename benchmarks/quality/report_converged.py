@@ -22,6 +22,7 @@ from .configs import (
     conv_run_id,
     conv_tag,
     converged_plan,
+    model_of,
 )
 from .layout import Layout
 from .plots import plot_curves, plot_vs_pruned
@@ -87,32 +88,45 @@ def report_converged(layout: Layout) -> None:
     lines: list[str] = []
     if not results:
         lines += ["No run of the converged study has finished yet.", ""]
-    for E, augment in sorted({(r["E"], augments(r)) for r in results}, key=lambda k: (not k[1], k[0])):
-        s = Study(layout, E, augment, [r for r in results if (r["E"], augments(r)) == (E, augment)])
-        lines += [f"### CIFAR-10, E = {E} epochs" + ("" if augment else ", no augmentation"), ""]
+
+    def key(r: dict) -> tuple[int, bool, str]:
+        return r["E"], augments(r), model_of(r)
+
+    # the small CNN first, augmented studies before the others, shorter E first
+    for E, augment, model in sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0])):
+        s = Study(layout, E, augment, [r for r in results if key(r) == (E, augment, model)], model)
+        lines += [f"### {s.title(' epochs')}", ""]
         lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
     splice(layout.doc, BEGIN, END, lines)
 
 
 class Study:
-    """The finished runs of the converged study at one E (with or without augmentation), and the
-    report's parts drawn from them."""
+    """The finished runs of the converged study at one E (with or without augmentation, of one
+    model), and the report's parts drawn from them."""
 
-    def __init__(self, layout: Layout, E: int, augment: bool, results: list[dict]) -> None:
-        self.layout, self.E, self.augment, self.results = layout, E, augment, results
-        self.tag = conv_tag(E, augment)
+    def __init__(self, layout: Layout, E: int, augment: bool, results: list[dict], model: str = "cnn") -> None:
+        self.layout, self.E, self.augment, self.results, self.model = layout, E, augment, results, model
+        self.tag = conv_tag(E, augment, model)
         self.groups = _groups(results)
-        cal_path = layout.converged / conv_calibration_name(E, augment)
+        cal_path = layout.converged / conv_calibration_name(E, augment, model)
         self.cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-        self.pruned_cfgs = conv_pruned(E, self.cal, augment) if self.cal else []
+        self.pruned_cfgs = conv_pruned(E, self.cal, augment, model) if self.cal else []
         self.by_id = {conv_run_id(r, r["seed"]): r for r in results}
         self.measured = [self.by_id[i]["pruned"] for c in self.pruned_cfgs if (i := conv_run_id(c, 0)) in self.by_id]
         self.full = self.full_at(E)
         self.full_acc = _acc(self.full) if self.full else None
 
+    def title(self, unit: str = "") -> str:
+        """``CIFAR-10, E = 36``; the model when it is not the small CNN (and the device it trained
+        on), and ``no augmentation`` where that applies."""
+        devices = sorted({r.get("device", "cpu") for r in self.results} - {"cpu"})
+        model = "" if self.model == "cnn" else f", {self.model.replace('resnet', 'ResNet-')}"
+        on = f" on {'/'.join(d.split(':')[0].upper().replace('CUDA', 'GPU') for d in devices)}" if devices else ""
+        return f"CIFAR-10{model}{on}, E = {self.E}{unit}" + ("" if self.augment else ", no augmentation")
+
     def full_at(self, n: int) -> list[dict] | None:
-        return self.groups.get(conv_run_id(conv_full(self.E, n, self.augment), 0).rsplit("-s", 1)[0])
+        return self.groups.get(conv_run_id(conv_full(self.E, n, self.augment, self.model), 0).rsplit("-s", 1)[0])
 
     def equal_compute(self, rs: list[dict]) -> tuple[int, list[dict] | None]:
         """The epochs and runs of full data at the compute of the pruned runs ``rs`` (seed 0's pruned %)."""
@@ -121,7 +135,7 @@ class Study:
         return n, self.full_at(n)
 
     def status(self) -> list[str]:
-        plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment)
+        plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment, self.model)
         missing = [conv_run_id(c, s) for c, s in plan if conv_run_id(c, s) not in self.by_id]
         L = [f"**Status:** {len(self.results)} of the {len(plan)} runs planned so far have finished."]
         if missing:
@@ -248,7 +262,7 @@ class Study:
 
     def figures(self) -> list[str]:
         E, figs, L, tag = self.E, self.layout.plots, [], self.tag
-        title = f"CIFAR-10, E = {E}" + ("" if self.augment else ", no augmentation")
+        title = self.title()
         s0 = self.seed0_curves()
         if s0:
             plot_curves(figs / f"cifar10-{tag}-curves.png", s0, f"{title}: test accuracy per epoch (seed 0)")

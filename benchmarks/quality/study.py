@@ -38,7 +38,7 @@ def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: 
         return json.loads(path.read_text())
     print(f"== {rid}", flush=True)
     try:
-        result = train_run(ds, cfg, seed, layout.runs, population, rid)
+        result = train_run(ds, cfg, seed, layout.runs, population, rid, device=args.device)
     except Exception:  # one broken configuration must not stop a study of hours; it is rerun next time
         import traceback
 
@@ -122,6 +122,7 @@ def converged_study(args: argparse.Namespace, layout: Layout) -> None:
     res = layout.converged
     res.mkdir(parents=True, exist_ok=True)
     ds = Cifar(layout.data, layout.out)
+    ds.workers = args.workers or ds.workers
     with _claim(layout.out / "claims" / "converged-plan.lock", wait=True):
         ds.prepare()  # once, if several processes start together
     E = args.epochs or CONVERGED_E
@@ -175,16 +176,16 @@ def _converged_todo(args: argparse.Namespace, layout: Layout, E: int, population
                     failed: set[str]) -> list[tuple[dict, int]]:  # fmt: skip
     """The plan's runs without a result file, in run order; writes the calibration once it can."""
     res = layout.converged
-    augment = not args.no_augment
-    cal_path = res / conv_calibration_name(E, augment)
-    full_dir = layout.runs / conv_run_id(conv_full(E, E, augment), 0)
+    augment, model = not args.no_augment, args.model
+    cal_path = res / conv_calibration_name(E, augment, model)
+    full_dir = layout.runs / conv_run_id(conv_full(E, E, augment, model), 0)
     if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
         if not (full_dir / "state.json").exists():
             raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
         cal_path.write_text(json.dumps(calibrate(full_dir, population, E), indent=1))
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-    measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal, augment) if cal else [])
+    measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal, augment, model) if cal else [])
                 if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
-    return [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured, augment)
+    return [(c, s) for c, s in converged_plan(E, args.seeds or CONVERGED_SEEDS, cal, measured, augment, model)
             if (rid := conv_run_id(c, s)) not in failed and not (res / f"{rid}.json").exists()
             and not (args.only and not re.search(args.only, rid))]  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 
 from .data import Dataset, noise_offsets
 from .machine import machine_cpu, other_cpu
-from .models import cifar_model, text_model
+from .models import image_model, text_model
 from .pipeline import eval_batches, evaluate, select_text, train_loader
 
 
@@ -43,7 +43,7 @@ def _save_resume(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str) -> dict:
+def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str, device: str = "cpu") -> dict:
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
 
     The converged study's runs (``cfg["study"] == "converged"``) also record, after every epoch,
@@ -56,6 +56,9 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     the finished epochs of every attempt, not the lost part of an interrupted epoch. The data
     augmentation draws are not seeded (in 6-epoch runs either), so a resumed run is another
     sample of the same configuration, not a replay.
+
+    ``device``: where the model trains (``cuda``: forward passes under bf16 autocast, each batch
+    copied there); the result names it.
     """
     import torch
     import torch.nn.functional as F
@@ -76,7 +79,9 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         shutil.rmtree(run_dir, ignore_errors=True)
     torch.manual_seed(seed)
     image = ds.image
-    model = cifar_model().to(memory_format=torch.channels_last) if image else text_model()
+    model = image_model(cfg.get("model", "cnn")).to(memory_format=torch.channels_last) if image else text_model()
+    model = model.to(device)
+    cast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda"))
     if image:
         peak = 0.1
         opts = [torch.optim.SGD(model.parameters(), lr=peak, momentum=0.9, nesterov=True, weight_decay=5e-4)]
@@ -119,15 +124,17 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         loss_sum = 0.0
         for batch in loader:
             x, y, keys, urls, w = batch[:5]
-            y = torch.as_tensor([int(v) for v in y])
+            x = x.to(device, non_blocking=True) if image else x
+            y = torch.as_tensor([int(v) for v in y]).to(device)
             streamed += len(keys)
             if es_like:
-                with torch.no_grad():
-                    losses = F.cross_entropy(model(x), y, reduction="none")
+                with torch.no_grad(), cast:
+                    losses = F.cross_entropy(model(x), y, reduction="none").float()
                 if active:
                     uids = [sample_uid(shard_name(u), k) for u, k in zip(urls, keys)]
-                    pick = es_select(losses, np.asarray(batch[5], np.float64), mini_ratio=mini, beta1=0.2, seed=seed,
-                                     epoch=epoch, rank=0, step=step, uids=uids)  # fmt: skip
+                    scores = np.asarray(batch[5], np.float64)
+                    pick = es_select(losses.cpu(), scores, mini_ratio=mini, beta1=0.2, seed=seed, epoch=epoch, rank=0,
+                                     step=step, uids=uids)  # fmt: skip
                     chunks = [torch.from_numpy(np.flatnonzero(pick))]
                 else:  # warm-up / annealing: the meta-batch as ordinary mini-batches
                     pick = np.ones(len(keys), bool)
@@ -137,7 +144,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                 for idx in chunks:
                     _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
                     xs = x[idx] if image else select_text(x, idx)
-                    loss = F.cross_entropy(model(xs), y[idx])
+                    with cast:
+                        loss = F.cross_entropy(model(xs), y[idx])
                     for o in opts:
                         o.zero_grad(set_to_none=True)
                     loss.backward()
@@ -147,7 +155,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                     backprop += len(idx)
                 continue
             _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
-            losses = F.cross_entropy(model(x), y, reduction="none")
+            with cast:
+                losses = F.cross_entropy(model(x), y, reduction="none").float()
             pruner.record(keys, urls, losses)
             for o in opts:
                 o.zero_grad(set_to_none=True)
@@ -174,7 +183,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
             samples += streamed
             epochs[-1].update(other_cpu=round(other_cpu(cpu0, machine_cpu()), 3), load1=round(os.getloadavg()[0], 2),
                               samples=samples, train_seconds=round(train_s, 2),
-                              test_acc=evaluate(model, test_set))  # fmt: skip
+                              test_acc=evaluate(model, test_set, device))  # fmt: skip
         print(
             f"    epoch {epoch} {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}% "
             f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
@@ -196,8 +205,9 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         "epochs": epochs,
         "pruned": 1 - sum(e["streamed"] for e in epochs) / n_total,
         "pruned_backprop": 1 - sum(e["backprop"] for e in epochs) / n_total,
-        "val_acc": evaluate(model, eval_batches(ds, ds.val)),
-        "test_acc": evaluate(model, test_set or eval_batches(ds, ds.test)),
+        "val_acc": evaluate(model, eval_batches(ds, ds.val), device),
+        "test_acc": evaluate(model, test_set or eval_batches(ds, ds.test), device),
+        "device": device,
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
         "library_rev": attempts[0]["library_rev"],
