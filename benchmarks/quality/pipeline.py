@@ -1,6 +1,7 @@
 """Samples in, tensors out: the training loader through ``seta.attach``, collation and evaluation.
 
-Shards -> ``seta.attach`` (skip_shards + keep_filter) -> shuffle -> decode -> batches of 128,
+Shards (a new order every epoch) -> ``seta.attach`` (skip_shards + keep_filter) -> shuffle (a new order
+every epoch) -> decode -> batches of 128,
 collated (and for images augmented) in one DataLoader worker; evaluation reads its split in
 order, 500 at a time.
 """
@@ -18,6 +19,8 @@ MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32) * 255
 STD = np.array([0.2470, 0.2435, 0.2616], np.float32) * 255
 
 _RNG: list[np.random.Generator] = []
+ORDER = "reshuffled every epoch"  # what a result file says of its epochs' sample order
+ORDER_SEED = 1000  # seed s orders epoch e by ORDER_SEED * s + e: distinct for every (seed, epoch < 1000)
 
 
 def _images(batch: list, augment: bool = False) -> Any:
@@ -72,20 +75,34 @@ def _relabel(offsets: dict[str, int], classes: int) -> Any:
 
 
 def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int,
-                 augment: bool = True) -> Any:  # fmt: skip
+                 augment: bool = True, start_epoch: int = 0) -> Any:  # fmt: skip
     """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps
-    (images cropped and flipped at random unless ``augment`` is false)."""
+    (images cropped and flipped at random unless ``augment`` is false).
+
+    Every epoch reads the shards and the samples in a new order, the same for a seed and epoch:
+    webdataset's ``detshuffle`` stages, seeded by ``ORDER_SEED * seed + epoch`` in the (persistent)
+    worker. webdataset's ``shuffle(n, seed=s)`` and ``shardshuffle`` without ``detshuffle`` seed a
+    new generator at every iteration, so each epoch would repeat the first one's order and full
+    data would train the same batches every epoch. ``start_epoch``: the epoch the loader's first
+    iteration trains (a resumed run replays that epoch's order).
+    """
     import webdataset as wds
 
     import seta_stream as seta
 
-    pipe = seta.attach(wds.WebDataset(ds.train, shardshuffle=len(ds.train), seed=seed, empty_check=False), run_dir)
+    base = ORDER_SEED * seed
+    shards = wds.WebDataset(ds.train, shardshuffle=len(ds.train), detshuffle=True, seed=base, empty_check=False)
+    for stage in shards.pipeline:
+        if isinstance(stage, wds.filters.detshuffle):
+            stage.epoch = start_epoch - 1  # detshuffle adds 1 before each iteration
+    pipe = seta.attach(shards, run_dir)
     if noise:
         pipe = pipe.map(_relabel(noise, ds.classes))
     fields = ["jpg" if ds.image else "txt", "cls", "__key__", "__url__", "__weight__"] + (
         ["__score__"] if with_score else []
     )
-    pipe = pipe.shuffle(2000, seed=seed).decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
+    pipe = pipe.compose(wds.filters.detshuffle(2000, seed=base, epoch=start_epoch - 1))
+    pipe = pipe.decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
     pipe = pipe.batched(bs, collation_fn=_collate_train if augment else _collate, partial=True)
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 

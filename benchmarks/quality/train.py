@@ -14,7 +14,7 @@ import numpy as np
 from .data import Dataset, noise_offsets
 from .machine import machine_cpu, other_cpu
 from .models import image_model, text_model
-from .pipeline import eval_batches, evaluate, select_text, train_loader
+from .pipeline import ORDER, eval_batches, evaluate, select_text, train_loader
 
 
 def lr_at(t: float, epochs: int, peak: float) -> float:
@@ -98,7 +98,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
     noise = noise_offsets(population, ds.classes) if noisy else None
     meta = int(ds.batch / mini) if es_like else ds.batch
-    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True))
+    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True),
+                          start_epoch=len(state["epochs"]) if state is not None else 0)
     epochs: list[dict] = []
     train_s = 0.0  # wall time without the per-epoch evaluation
     samples = 0
@@ -210,6 +211,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         "device": device,
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
+        "order": ORDER,
         "library_rev": attempts[0]["library_rev"],
     }
     if len(attempts) > 1:
