@@ -119,7 +119,9 @@ def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, s
         run_dir,
     )  # (1) skips unkept shards unopened and unkept pairs before decode; attaches __weight__
     ds = (
-        ds.shuffle(1000, seed=seed)  # batch composition changes every epoch (see README)
+        # a new sample order (so new batch neighbours) every epoch, the same for a seed: detshuffle
+        # seeds by seed + epoch, where shuffle(1000, seed=seed) would reseed every epoch alike
+        ds.compose(wds.detshuffle(1000, seed=seed))
         .select(has_pair)
         .decode("rgb8")
         .to_tuple("jpg", "txt", "__key__", "__url__", "__weight__")

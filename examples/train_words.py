@@ -53,7 +53,7 @@ def to_tensor(img: object) -> torch.Tensor:
 
 def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, seed: int):
     ds = seta.attach(
-        wds.WebDataset(urls, shardshuffle=len(urls), seed=seed, empty_check=False), run_dir
+        wds.WebDataset(urls, shardshuffle=len(urls), detshuffle=True, seed=seed, empty_check=False), run_dir
     )  # (1) skip unkept shards/samples before decode; attach __weight__
     ds = (
         ds.shuffle(1000)

@@ -206,6 +206,39 @@ def test_report_renders_partial_results(tmp_path: Path) -> None:
     assert checks == {"runs_checked": 4, "results_problems": [], "run_dirs": {}}
 
 
+def test_a_stopped_section_renders_its_own_folder_without_missing_runs_or_run_directories(tmp_path: Path) -> None:
+    """The same-order runs: their own folder, markers, figures and checks; the current run
+    directories (same ids) are not checked against them, and no missing run is listed."""
+    from benchmarks.quality.report_converged import SAME_ORDER
+
+    runs = [_run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0), _run(conv_full(4, 2), 0, [0.6, 0.82], 0.0)]
+    page = "<!-- converged:begin -->\nnew\n<!-- converged:end -->\n"
+    page += "<!-- converged-same-order:begin -->\n<!-- converged-same-order:end -->\n"
+    layout = Layout(results=tmp_path / "docs" / "quality-runs", out=tmp_path / "out")
+    folder = layout.results / "converged-same-order"
+    folder.mkdir(parents=True)
+    layout.doc.write_text(page)
+    for r in runs:
+        (folder / f"{conv_run_id(r, 0)}.json").write_text(json.dumps(r))
+    (folder / "cifar10-E4-calibration.json").write_text(json.dumps(CAL))
+    (layout.runs / conv_run_id(runs[0], 0)).mkdir(parents=True)  # a current run's directory under the same id
+    (layout.runs / conv_run_id(runs[0], 0) / "state.json").write_text("{}")
+    report_converged(layout, SAME_ORDER)
+    doc = layout.doc.read_text()
+    new, old = doc.split("<!-- converged-same-order:begin -->\n")
+    assert new == "<!-- converged:begin -->\nnew\n<!-- converged:end -->\n"
+    assert old.startswith(
+        "### CIFAR-10, E = 4 epochs\n\n**Status:** 2 of the 20 runs planned so far have finished.\n The study was "
+        "stopped: its runs trained every epoch in the same order (see above), and it was not continued.\n\n"
+    )
+    assert "Still missing" not in old and "](quality/same-order/cifar10-E4-curves.png)" in old
+    assert "written to `docs/quality-runs/converged-same-order/checks.json`): 2 result files" in old
+    assert json.loads((folder / "checks.json").read_text())["run_dirs"] == {}
+    figures = sorted(p.name for p in (layout.plots / "same-order").iterdir())
+    assert figures == ["cifar10-E4-curves.png", "cifar10-E4-pruned.png"]
+    assert not layout.converged.exists()
+
+
 def test_other_cpu_is_the_share_of_all_cores_used_by_other_processes() -> None:
     cores = os.cpu_count() or 1
     # 10 s, the machine busy for 6 CPU-seconds of which 2 are ours: 4 CPU-seconds over 10 s x cores

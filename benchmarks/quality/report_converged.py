@@ -9,6 +9,8 @@ and three figures.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +31,34 @@ from .plots import plot_curves, plot_vs_pruned
 from .report import splice
 from .results import ORDER, fmt_params, load_results, mean_sd
 
-BEGIN, END = "<!-- converged:begin -->", "<!-- converged:end -->"
+
+@dataclass(frozen=True)
+class Section:
+    """One generated section of docs/quality.md: its run files (a folder of ``docs/quality-runs``),
+    its markers, its figures' folder (under ``docs/quality``) and whether it is still run (a
+    stopped section lists no missing runs and checks no run directories: the ones on this machine
+    are those of the current runs, under the same ids)."""
+
+    folder: str
+    marker: str
+    plots: str = ""
+    stopped: str = ""  # why a stopped section's study was not continued
+
+    def results(self, layout: Layout) -> Path:
+        return layout.results / self.folder
+
+    def figures(self, layout: Layout) -> Path:
+        return layout.plots / self.plots if self.plots else layout.plots
+
+    def link(self, name: str) -> str:
+        return f"quality/{self.plots + '/' if self.plots else ''}{name}"
+
+
+CURRENT = Section("converged", "converged")
+SAME_ORDER = Section(
+    "converged-same-order", "converged-same-order", "same-order",
+    "its runs trained every epoch in the same order (see above), and it was not continued",
+)  # fmt: skip
 SHARED = 0.10  # a run "shared the machine" when other processes kept > 10% of its cores busy on average
 
 # SeTa paper (CIFAR-10, ResNet-18, 200 epochs), test accuracy % at 30 / 50 / 70% pruned
@@ -69,22 +98,22 @@ def _groups(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _checks(layout: Layout, results: list[dict]) -> dict:
+def _checks(layout: Layout, section: Section, results: list[dict]) -> dict:
     """Check the result files and the kept run directories (seed 0), keeping earlier findings for
-    directories no longer on this machine; written to converged/checks.json."""
-    path = layout.converged / "checks.json"
+    directories no longer on this machine; written to the section's checks.json."""
+    path = section.results(layout) / "checks.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     per_dir: dict[str, list[str]] = dict(old.get("run_dirs", {}))
-    for d in finished_run_dirs(layout.runs, results, lambda r: conv_run_id(r, r["seed"])):
+    for d in [] if section.stopped else finished_run_dirs(layout.runs, results, lambda r: conv_run_id(r, r["seed"])):
         per_dir[d.name] = check_run_dir(d)
     c = {"runs_checked": len(results), "results_problems": check_results(results), "run_dirs": per_dir}
     path.write_text(json.dumps(c, indent=1))
     return c
 
 
-def report_converged(layout: Layout) -> None:
-    """Rewrite the converged study's generated section of docs/quality.md and its figures."""
-    results = load_results(layout.converged)
+def report_converged(layout: Layout, section: Section = CURRENT) -> None:
+    """Rewrite one generated section of the converged study in docs/quality.md, and its figures."""
+    results = load_results(section.results(layout))
     lines: list[str] = []
     if not results:
         lines += ["No run of the converged study has finished yet.", ""]
@@ -94,22 +123,24 @@ def report_converged(layout: Layout) -> None:
 
     # the small CNN first, augmented studies before the others, shorter E first
     for E, augment, model in sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0])):
-        s = Study(layout, E, augment, [r for r in results if key(r) == (E, augment, model)], model)
+        s = Study(layout, E, augment, [r for r in results if key(r) == (E, augment, model)], model, section)
         lines += [f"### {s.title(' epochs')}", ""]
         lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
-    splice(layout.doc, BEGIN, END, lines)
+    splice(layout.doc, f"<!-- {section.marker}:begin -->", f"<!-- {section.marker}:end -->", lines)
 
 
 class Study:
     """The finished runs of the converged study at one E (with or without augmentation, of one
     model), and the report's parts drawn from them."""
 
-    def __init__(self, layout: Layout, E: int, augment: bool, results: list[dict], model: str = "cnn") -> None:
+    def __init__(self, layout: Layout, E: int, augment: bool, results: list[dict], model: str = "cnn",
+                 section: Section = CURRENT) -> None:  # fmt: skip
         self.layout, self.E, self.augment, self.results, self.model = layout, E, augment, results, model
+        self.section = section
         self.tag = conv_tag(E, augment, model)
         self.groups = _groups(results)
-        cal_path = layout.converged / conv_calibration_name(E, augment, model)
+        cal_path = section.results(layout) / conv_calibration_name(E, augment, model)
         self.cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
         self.pruned_cfgs = conv_pruned(E, self.cal, augment, model) if self.cal else []
         self.by_id = {conv_run_id(r, r["seed"]): r for r in results}
@@ -138,6 +169,8 @@ class Study:
         plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment, self.model)
         missing = [conv_run_id(c, s) for c, s in plan if conv_run_id(c, s) not in self.by_id]
         L = [f"**Status:** {len(self.results)} of the {len(plan)} runs planned so far have finished."]
+        if self.section.stopped:
+            return L[:1] + [f" The study was stopped: {self.section.stopped}.", ""] if missing else L + [""]
         if missing:
             L += [f" Still missing, in run order: {', '.join(f'`{m}`' for m in missing)}."]
         if self.cal is None:
@@ -261,12 +294,12 @@ class Study:
         return [r for r in self.results if r["seed"] == 0 and "test_acc" in r["epochs"][-1]]
 
     def figures(self) -> list[str]:
-        E, figs, L, tag = self.E, self.layout.plots, [], self.tag
+        E, figs, L, tag, link = self.E, self.section.figures(self.layout), [], self.tag, self.section.link
         title = self.title()
         s0 = self.seed0_curves()
         if s0:
             plot_curves(figs / f"cifar10-{tag}-curves.png", s0, f"{title}: test accuracy per epoch (seed 0)")
-            L += [f"![test accuracy against samples trained and wall time](quality/cifar10-{tag}-curves.png)", ""]
+            L += [f"![test accuracy against samples trained and wall time]({link(f'cifar10-{tag}-curves.png')})", ""]
         points: dict[str, list] = {}
         equal = []
         for rs in self.groups.values():
@@ -287,7 +320,7 @@ class Study:
                 {p: [(lv, v - PAPER_FULL) for lv, v in PAPER[p].items()] for p in PAPER},
                 f"{title}: accuracy against pruned %",
             )  # fmt: skip
-            L += [f"![accuracy against measured pruned %](quality/cifar10-{tag}-pruned.png)", ""]
+            L += [f"![accuracy against measured pruned %]({link(f'cifar10-{tag}-pruned.png')})", ""]
         return L
 
     def kept(self) -> list[str]:
@@ -313,7 +346,7 @@ class Study:
         return L + [""]
 
     def checks(self) -> list[str]:
-        c = _checks(self.layout, self.results)
+        c = _checks(self.layout, self.section, self.results)
         problems = c["results_problems"] + [p for ps in c["run_dirs"].values() for p in ps]
         consistency = [  # the curve's last point is the run's final test accuracy
             f"{conv_run_id(r, r['seed'])}: last epoch's test accuracy {r['epochs'][-1]['test_acc']} != final "
@@ -329,7 +362,8 @@ class Study:
                     trained = [sum(e["streamed"] for e in r["epochs"]) for r in (eq[0], rs[0])]
                     samples.append(trained[0] / trained[1])
         L = [
-            "Checks (`benchmarks/quality/checks.py`, written to `docs/quality-runs/converged/checks.json`): "
+            f"Checks (`benchmarks/quality/checks.py`, written to "
+            f"`docs/quality-runs/{self.section.folder}/checks.json`): "
             f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) and "
             f"{len(c['run_dirs'])} run directories of seed 0 (plan rules, window sequence, target_keep budget, "
             "weights, losses landing on their own keys): "

@@ -98,8 +98,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
     noise = noise_offsets(population, ds.classes) if noisy else None
     meta = int(ds.batch / mini) if es_like else ds.batch
-    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True),
-                          start_epoch=len(state["epochs"]) if state is not None else 0)
+    start = len(state["epochs"]) if state is not None else 0
+    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True), start_epoch=start)
     epochs: list[dict] = []
     train_s = 0.0  # wall time without the per-epoch evaluation
     samples = 0
