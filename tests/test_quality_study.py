@@ -19,7 +19,7 @@ from benchmarks.quality.configs import (  # noqa: E402
     equal_compute_epochs,
 )
 from benchmarks.quality.layout import Layout  # noqa: E402
-from benchmarks.quality.machine import other_cpu  # noqa: E402
+from benchmarks.quality.machine import other_cpu, software  # noqa: E402
 from benchmarks.quality.report_converged import report_converged  # noqa: E402
 
 CAL = {
@@ -244,6 +244,22 @@ def test_other_cpu_is_the_share_of_all_cores_used_by_other_processes() -> None:
     # 10 s, the machine busy for 6 CPU-seconds of which 2 are ours: 4 CPU-seconds over 10 s x cores
     assert other_cpu((0.0, 100.0, 50.0), (10.0, 106.0, 52.0)) == pytest.approx(4 / (10 * cores))
     assert other_cpu((0.0, 100.0, 50.0), (10.0, 101.0, 52.0)) == 0.0
+
+
+def test_a_result_records_the_cpu_and_package_versions_its_numbers_depend_on() -> None:
+    from importlib.metadata import version
+
+    import numpy as np
+    import torch
+
+    sw = software()
+    assert set(sw) == {"cpu", "cpu_capability", "torch", "numpy", "pillow", "webdataset", "pyarrow", "polars"}
+    assert (sw["torch"], sw["numpy"]) == (torch.__version__, np.__version__)
+    assert (sw["pillow"], sw["webdataset"]) == (version("pillow"), version("webdataset"))
+    assert sw["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    model = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+             if ln.startswith("model name")]  # fmt: skip
+    assert sw["cpu"] == (model[0] if model else "unknown")
 
 
 def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Path) -> None:

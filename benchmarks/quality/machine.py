@@ -38,3 +38,31 @@ def other_cpu(a: Reading, b: Reading) -> float:
     """Fraction of the machine's cores other processes kept busy between readings ``a`` and ``b``."""
     span = (b[0] - a[0]) * (os.cpu_count() or 1)
     return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / span if span > 0 else 0.0
+
+
+def software() -> dict[str, str]:
+    """What a run's numbers depend on besides the code and the seed: the CPU model, the SIMD
+    level torch's kernels use, and the versions of the packages that decode and train.
+
+    The same configuration and seed reproduce every digit on one machine, not across machines
+    (docs/quality.md): the CPU's kernels round differently, and the difference grows with
+    training. A result file records these so two runs can be told apart.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    cpu = "unknown"
+    try:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")), cpu)  # fmt: skip
+    except OSError:
+        pass
+    out = {"cpu": cpu, "cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
+    for pkg in ("torch", "numpy", "pillow", "webdataset", "pyarrow", "polars"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .data import Dataset, noise_offsets
-from .machine import machine_cpu, other_cpu
+from .machine import machine_cpu, other_cpu, software
 from .models import image_model, text_model
 from .pipeline import ORDER, eval_batches, evaluate, select_text, train_loader
 
@@ -213,6 +213,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         "torch_threads": torch.get_num_threads(),
         "order": ORDER,
         "library_rev": attempts[0]["library_rev"],
+        "software": software(),
     }
     if len(attempts) > 1:
         result["resumed"] = attempts[1:]
