@@ -179,6 +179,36 @@ def test_report_gives_the_study_without_augmentation_its_own_section(tmp_path: P
     assert sorted(p.name for p in layout.plots.iterdir()) == ["cifar10-E4-curves.png", "cifar10-noaug-E4-curves.png"]
 
 
+def test_each_study_of_a_folder_reports_its_own_checks_and_keeps_the_others(tmp_path: Path) -> None:
+    """Two studies share docs/quality-runs/converged/checks.json: each section counts its own result
+    files and run directories (found earlier, no longer on this machine), and a problem of one
+    study's run directory is listed in its section only."""
+    runs = [
+        _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
+        _run(conv_full(4, 4, augment=False), 0, [0.6, 0.7, 0.74, 0.75], 0.0),
+        _run(conv_full(4, 8, augment=False), 0, [0.6, 0.7, 0.72, 0.73, 0.74, 0.75, 0.75, 0.752], 0.0),
+    ]
+    layout, _ = _report(tmp_path, runs)
+    earlier = {"cifar10-E4-full-e4-default-s0": ["cifar10-E4-full-e4-default-s0: epoch 1: wrong window"],
+               "cifar10-noaug-E4-full-e4-default-s0": [], "cifar10-noaug-E4-full-e8-default-s0": [],
+               "cifar10-E9-full-e9-default-s0": []}  # fmt: skip
+    (layout.converged / "checks.json").write_text(json.dumps({"run_dirs": earlier}))
+    report_converged(layout)
+    first, second = layout.doc.read_text().split("### CIFAR-10, E = 4 epochs, no augmentation\n")
+    delivered = "result files (loader delivered exactly the planned samples in every epoch) and"
+    assert f"1 {delivered} 1 run directories" in first
+    assert "**1 problems**:" in first and "* cifar10-E4-full-e4-default-s0: epoch 1: wrong window" in first
+    assert f"2 {delivered} 2 run directories" in second
+    assert "no problem found." in second and "wrong window" not in second
+    assert json.loads((layout.converged / "checks.json").read_text()) == {
+        "studies": {
+            "E4": {"runs_checked": 1, "results_problems": []},
+            "noaug-E4": {"runs_checked": 2, "results_problems": []},
+        },
+        "run_dirs": earlier,
+    }
+
+
 def test_report_renders_partial_results(tmp_path: Path) -> None:
     runs = [
         _run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0),
@@ -203,7 +233,7 @@ def test_report_renders_partial_results(tmp_path: Path) -> None:
     assert "more than 10% of the 2 cores on average): `cifar10-E4-full-e8-default-s0` (40%)." in doc
     assert sorted(p.name for p in layout.plots.iterdir()) == ["cifar10-E4-curves.png", "cifar10-E4-pruned.png"]
     checks = json.loads((layout.converged / "checks.json").read_text())
-    assert checks == {"runs_checked": 4, "results_problems": [], "run_dirs": {}}
+    assert checks == {"studies": {"E4": {"runs_checked": 4, "results_problems": []}}, "run_dirs": {}}
 
 
 def test_a_stopped_section_renders_its_own_folder_without_missing_runs_or_run_directories(tmp_path: Path) -> None:

@@ -100,17 +100,21 @@ def _groups(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _checks(layout: Layout, section: Section, results: list[dict]) -> dict:
-    """Check the result files and the kept run directories (seed 0), keeping earlier findings for
-    directories no longer on this machine; written to the section's checks.json."""
+def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> dict:
+    """Check the result files of one study (``tag``) and its kept run directories (seed 0), keeping
+    earlier findings for directories no longer on this machine. The folder's checks.json holds every
+    study of the folder: the findings per run directory, and per study the result files' check.
+    Returns this study's part: runs_checked, results_problems and run_dirs (its own only)."""
     path = section.results(layout) / "checks.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     per_dir: dict[str, list[str]] = dict(old.get("run_dirs", {}))
+    ids = {conv_run_id(r, r["seed"]) for r in results}
     for d in [] if section.stopped else finished_run_dirs(layout.runs, results, lambda r: conv_run_id(r, r["seed"])):
         per_dir[d.name] = check_run_dir(d)
-    c = {"runs_checked": len(results), "results_problems": check_results(results), "run_dirs": per_dir}
-    path.write_text(json.dumps(c, indent=1))
-    return c
+    mine = {"runs_checked": len(results), "results_problems": check_results(results)}
+    studies = {k: v for k, v in old.get("studies", {}).items() if k != tag} | {tag: mine}
+    path.write_text(json.dumps({"studies": dict(sorted(studies.items())), "run_dirs": per_dir}, indent=1))
+    return mine | {"run_dirs": {k: v for k, v in per_dir.items() if k in ids}}
 
 
 def report_converged(layout: Layout, section: Section = CURRENT) -> None:
@@ -348,7 +352,7 @@ class Study:
         return L + [""]
 
     def checks(self) -> list[str]:
-        c = _checks(self.layout, self.section, self.results)
+        c = _checks(self.layout, self.section, self.tag, self.results)
         problems = c["results_problems"] + [p for ps in c["run_dirs"].values() for p in ps]
         consistency = [  # the curve's last point is the run's final test accuracy
             f"{conv_run_id(r, r['seed'])}: last epoch's test accuracy {r['epochs'][-1]['test_acc']} != final "
