@@ -29,7 +29,7 @@ from .configs import (
 from .layout import Layout
 from .plots import plot_curves, plot_vs_pruned
 from .report import splice
-from .results import ORDER, fmt_params, load_results, mean_sd
+from .results import ORDER, fmt_params, load_results, mean_sd, scaled_mean
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,8 @@ PAPER = {
 
 
 def _acc(rs: list[dict]) -> float:
-    """Mean test accuracy in %, computed as ``mean_sd`` does (the mean of the percentages), so the
-    tables' means and the gaps computed from them round alike."""
-    return float((np.asarray([r["test_acc"] for r in rs]) * 100).mean())
+    """Mean test accuracy in %, the same mean as the tables' cells (``scaled_mean``)."""
+    return scaled_mean([r["test_acc"] for r in rs])
 
 
 def other_share(r: dict) -> float:
@@ -108,8 +107,12 @@ def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> 
     path = section.results(layout) / "checks.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     per_dir: dict[str, list[str]] = dict(old.get("run_dirs", {}))
-    ids = {conv_run_id(r, r["seed"]) for r in results}
-    for d in [] if section.stopped else finished_run_dirs(layout.runs, results, lambda r: conv_run_id(r, r["seed"])):
+
+    def rid(r: dict) -> str:
+        return conv_run_id(r, r["seed"])
+
+    ids = {rid(r) for r in results}
+    for d in [] if section.stopped else finished_run_dirs(layout.runs, results, rid):
         per_dir[d.name] = check_run_dir(d)
     mine = {"runs_checked": len(results), "results_problems": check_results(results)}
     studies = {k: v for k, v in old.get("studies", {}).items() if k != tag} | {tag: mine}

@@ -29,7 +29,13 @@ def fmt_params(p: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(p.items())) or "defaults"
 
 
+def scaled_mean(xs: list[float], scale: float = 100.0) -> float:
+    """The mean of the scaled values (percentages by default): the one mean every table cell and
+    every gap computed from those cells uses, so a gap and its two numbers round alike."""
+    return float((np.asarray(xs) * scale).mean())
+
+
 def mean_sd(xs: list[float], scale: float = 100.0, digits: int = 2) -> str:
     """'mean ± sd' over seeds (sd with ddof 1), just the mean for one seed."""
-    a = np.asarray(xs) * scale
-    return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+    m = scaled_mean(xs, scale)
+    return f"{m:.{digits}f} ± {(np.asarray(xs) * scale).std(ddof=1):.{digits}f}" if len(xs) > 1 else f"{m:.{digits}f}"
