@@ -23,7 +23,9 @@ Which URLs:
 A shard without an index, or whose index does not match it, is streamed and filtered instead
 (``on_missing``/``on_mismatch="stream"``, counted in ``stage_counters()`` as ``index_missing``
 and ``index_mismatch``): local and fsspec URLs through fsspec, ``pipe:`` URLs through
-webdataset's ``gopen`` (the command runs). ``"raise"`` stops with
+webdataset's ``gopen`` (the command runs). A refused index also warns (once per process and
+folder, naming the shard and why), since the user wrote it expecting it to be used; a missing
+one is only counted (indexing some shards is a choice). ``"raise"`` stops with
 :class:`~seta_stream.index.IndexMissing` or :class:`~seta_stream.index.IndexMismatch` instead.
 A URL with a query string has its index only in ``index_dir`` (see ``seta_stream.index``);
 without one it is streamed, with a warning once per process and folder. No sample is yielded twice and no
@@ -209,6 +211,18 @@ def _streamed(item: dict[str, Any], view: PlanView, counts: StageCounts) -> Iter
         yield from kept_samples(group_by_keys(tar_file_expander(iter([source]))), view, counts)
 
 
+def _mismatch_fallback(url: str, exc: IndexMismatch, counts: StageCounts) -> None:
+    """Count a shard streamed because its index was refused, and say so once per folder."""
+    counts["index_mismatch"] += 1
+    _warn_once(
+        "mismatch",
+        shard_location(url),
+        f"read_kept streams {url} instead of reading only its kept samples: {exc}. Warned once per process "
+        "and folder; every shard streamed so is counted in seta_stream.stage_counters()['index_mismatch'], "
+        "and read_kept(..., on_mismatch='raise') stops instead",
+    )
+
+
 def _find_index(
     url: str, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
 ) -> dict[str, Any] | None:
@@ -234,10 +248,10 @@ def _find_index(
         if on_missing == "raise":
             raise
         counts["index_missing"] += 1
-    except IndexMismatch:
+    except IndexMismatch as exc:
         if on_mismatch == "raise":
             raise
-        counts["index_mismatch"] += 1
+        _mismatch_fallback(url, exc, counts)
     except Exception as exc:
         if not url.startswith("pipe:"):
             raise
@@ -292,10 +306,10 @@ def _read_kept(
             files = _kept_files(url, source, samples, decisions, gap, stats, rebuild)
             try:
                 head = next(files, None)  # the first read and its headers checked, nothing yielded yet
-            except IndexMismatch:
+            except IndexMismatch as exc:
                 if on_mismatch == "raise":
                     raise
-                counts["index_mismatch"] += 1
+                _mismatch_fallback(url, exc, counts)
                 yield from _streamed(item, view, counts)
                 continue
             for decision in decisions:

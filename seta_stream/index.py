@@ -11,9 +11,14 @@ writes a sidecar ``<shard>.idx.json`` next to the shard, or into ``index_dir``::
 ``samples`` is in file order; each member is (tar member name, byte offset of its data, size
 in bytes). A sample's members are consecutive in a webdataset shard; the reader only needs the
 data offsets (and checks the 512-byte tar header right before each member's data, see
-:func:`member_header_matches`). ``size`` and ``mtime_ns`` detect an index that no longer matches
-its shard. Compressed shards (.tar.gz) cannot be range-read and are not indexed (the reader
-streams them).
+:func:`member_header_matches`). An index describes the shard's bytes, not where they lie: it
+stays valid wherever shard and index are copied together (``aws s3 sync``, ``rsync``), as long
+as the shard has the ``size`` it records and the tar header in front of every member the reader
+reads is that member's; either check failing refuses it (:class:`IndexMismatch`). ``mtime_ns``
+(the shard's modification time where it was indexed) is informative only: a copy gets another
+one (an object's LastModified is its upload time), so readers do not compare it;
+:func:`index_shard` without ``force`` rescans a shard whose time differs. Compressed shards
+(.tar.gz) cannot be range-read and are not indexed (the reader streams them).
 
 Where indexes live:
 
@@ -76,7 +81,7 @@ _EXTRAS = {"http": "http", "https": "http", "s3": "s3", "s3a": "s3", "gs": "gcs"
 
 
 class IndexMismatch(InvalidInputError):
-    """An index does not describe its shard (location, size, modification time or member headers differ)."""
+    """An index does not describe its shard (location in an index dir, size or member headers differ)."""
 
 
 class IndexMissing(InvalidInputError, FileNotFoundError):
@@ -200,12 +205,18 @@ def build_index(url: str) -> dict[str, Any]:
 
 
 def index_shard(url: str, index_dir: str | None = None, *, force: bool = False) -> str:
-    """Write the index of ``url``; idempotent (an up-to-date index is kept). Returns its path."""
+    """Write the index of ``url``; idempotent. Returns its path.
+
+    Without ``force`` an index is kept if :func:`load_index` accepts it and it records the
+    shard's current modification time (or either time is unknown); a shard whose time differs
+    (rewritten, or copied with its index) is scanned again and its index rewritten.
+    """
     out = index_path(url, index_dir)
     if not force:
         try:
-            load_index(url, index_dir)
-            return out
+            idx, mtime = _checked(url, index_dir)
+            if not (mtime and idx.get("mtime_ns") and mtime != idx["mtime_ns"]):
+                return out
         except (FileNotFoundError, IndexMismatch):
             pass
     data = json.dumps(build_index(url), separators=(",", ":")).encode()
@@ -229,8 +240,15 @@ def load_index(url: str, index_dir: str | None = None) -> dict[str, Any]:
     """Read and check the index of ``url``.
 
     Raises :class:`IndexMissing` (a FileNotFoundError) if there is none and :class:`IndexMismatch`
-    if it does not match the shard (another location, or size or modification time changed).
+    if it does not match the shard: an index in ``index_dir`` that records another location, or
+    a shard of another size. The modification time is not compared (an index copied with its
+    shard stays valid); the reader checks the tar header of every member it reads.
     """
+    return _checked(url, index_dir)[0]
+
+
+def _checked(url: str, index_dir: str | None) -> tuple[dict[str, Any], int]:
+    """(the index :func:`load_index` accepts, the shard's modification time in ns, 0 if unknown)."""
     ipath = index_path(url, index_dir)
     fs, path = open_fs(ipath)
     try:
@@ -263,13 +281,14 @@ def load_index(url: str, index_dir: str | None = None) -> dict[str, Any]:
         )
     sfs, spath = open_fs(_source(url))
     size, mtime = _stat(sfs, spath)
-    if size != idx["size"] or (mtime and idx.get("mtime_ns") and mtime != idx["mtime_ns"]):
+    if size != idx["size"]:
         raise IndexMismatch(
-            f"shard {os.path.basename(loc)}: index {ipath} describes {idx['size']} bytes modified at "
-            f"{idx.get('mtime_ns')} ns, the shard has {size} bytes modified at {mtime} ns; the shard changed "
-            f"after indexing. Rebuild the index with `seta-stream index {loc} --force`"
+            f"shard {os.path.basename(loc)}: index {ipath} describes {idx['size']} bytes, the shard has {size} "
+            f"bytes; the shard changed after indexing (or the index is another shard's). "
+            f"Rebuild the index with `seta-stream index {loc} --force"
+            + (f" --index-dir {index_dir}`" if index_dir is not None else "`")
         )
-    return idx
+    return idx, mtime
 
 
 def _text(raw: bytes) -> str:

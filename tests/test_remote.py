@@ -27,8 +27,9 @@ pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (p
 N_SHARDS, PER_SHARD = 4, 12
 
 
-def write_shards(root, n=N_SHARDS, per=PER_SHARD, seed=0, prefix="shard"):
-    """Shards with members of several sizes (so that dropped samples leave gaps worth skipping)."""
+def write_shards(root, n=N_SHARDS, per=PER_SHARD, seed=0, prefix="shard", key="k"):
+    """Shards with members of several sizes (so that dropped samples leave gaps worth skipping);
+    the same ``seed`` gives the same member sizes whatever the one-letter ``key`` prefix."""
     root.mkdir(parents=True, exist_ok=True)
     rnd = random.Random(seed)
     paths = []
@@ -38,7 +39,7 @@ def write_shards(root, n=N_SHARDS, per=PER_SHARD, seed=0, prefix="shard"):
             for i in range(per):
                 w.write(
                     {
-                        "__key__": f"k{i:04d}",
+                        "__key__": f"{key}{i:04d}",
                         "jpg": rnd.randbytes(rnd.choice([0, 511, 512, 3000, 70000])),
                         "cls": f"{s}/{i}",
                     }
@@ -115,7 +116,8 @@ def test_http_without_index_streams_and_a_server_ignoring_ranges_is_refused(tmp_
         urls = [f"{server.url}/{os.path.basename(p)}" for p in paths]
         expected = reference(paths, run, urls)
         before = counters()
-        assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run))) == expected
+        with pytest.warns(UserWarning, match=r"read_kept streams http://.*/shard-000.tar .* does not honour range"):
+            assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run))) == expected
         d = delta(before)
         assert d["index_mismatch"] == 1 and d["index_missing"] == N_SHARDS - 1
         gets = server.requests(".tar", "GET")
@@ -230,10 +232,57 @@ def test_s3_run_and_shards_with_index_present_missing_and_stale(tmp_path, s3):
     now = [paths[0], other[1], paths[2], paths[3]]
     expected = reference(now, run, urls)
     before = counters()
-    assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run))) == expected
+    with pytest.warns(UserWarning, match=r"read_kept streams s3://data/pms/shard-001.tar .* describes \d+ bytes"):
+        assert list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run))) == expected
     d = delta(before)
     assert d["index_missing"] == 1 and d["index_mismatch"] == 1
     with pytest.raises(IndexMismatch):
+        list(wds.DataPipeline(wds.SimpleShardList(urls[1:2]), read_kept(run, on_mismatch="raise")))
+
+
+def test_s3_indexes_written_locally_and_synced_with_their_shards_are_used(tmp_path, s3):
+    # `seta-stream index` where the shards are made, then shards and sidecars uploaded together
+    # (`aws s3 sync`): the objects' LastModified is the upload time, not the local mtime
+    fs, _ = s3
+    paths = write_shards(tmp_path / "made")
+    for p in paths:
+        os.utime(p, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+        index_shard(p)
+    urls = upload(fs, paths, "synced")
+    for p, u in zip(paths, urls):
+        fs.put_file(p + ".idx.json", u + ".idx.json")
+    fs.invalidate_cache()
+    assert load_index(urls[0])["mtime_ns"] == 1_600_000_000_000_000_000  # old index files read as they are
+    assert fs.info(urls[0])["LastModified"].timestamp() > 1_700_000_000
+    run = seta.RunDir("s3://runs/synced", create=True)
+    plan_random(run, seta.list_samples(urls))
+    plan = seta.load_plan(run, 0).to_pylist()
+    kept = [(r["shard"], r["key"]) for r in plan if r["keep"]]
+    assert 0 < len(kept) < N_SHARDS * PER_SHARD
+    expected = reference(paths, run, urls)
+    before = counters()
+    got = list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run)))
+    d = delta(before)
+    assert got == expected
+    assert sorted((shard_name(s["__url__"]), s["__key__"]) for s in got) == sorted(kept)
+    assert d["index_missing"] == d["index_mismatch"] == 0  # every shard through its index
+    assert d["range_reads"] > 0 and 0 < d["bytes_read"] < sum(os.path.getsize(p) for p in paths)
+
+    # a different shard of the same size under the name of shard 1 (other keys, same member
+    # sizes): its index is refused by the member headers, the shard streamed, and the user told
+    other = write_shards(tmp_path / "other", seed=0, key="q")
+    assert os.path.getsize(other[1]) == os.path.getsize(paths[1])
+    fs.put_file(other[1], urls[1])
+    fs.invalidate_cache()
+    load_index(urls[1])  # the size agrees: only the member headers can tell
+    expected = reference([paths[0], other[1], paths[2], paths[3]], run, urls)
+    before = counters()
+    with pytest.warns(UserWarning, match=r"read_kept streams s3://data/synced/shard-001.tar instead of reading"):
+        got = list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run)))
+    d = delta(before)
+    assert got == expected and {s["__key__"][0] for s in got if s["__url__"] == urls[1]} <= {"q"}
+    assert d["index_mismatch"] == 1 and d["index_missing"] == 0
+    with pytest.raises(IndexMismatch, match=r"the tar header at byte \d+ is not that of member 'k\d{4}\."):
         list(wds.DataPipeline(wds.SimpleShardList(urls[1:2]), read_kept(run, on_mismatch="raise")))
 
 
