@@ -46,7 +46,7 @@ from ._plans import (
 )
 from ._runfs import RunDir
 from ._table import empty_table, load_numeric, load_table, load_table_keys, read_bucket, table_buckets
-from .errors import EpochOrderError, InvalidInputError, RunFormatError
+from .errors import EpochOrderError, InvalidInputError, PopulationLocationError, RunFormatError
 from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
 from .policies import (
     REASONS,
@@ -60,7 +60,15 @@ from .policies import (
 )
 from .policies.steps import PlanContext
 
-__all__ = ["plan_epoch", "load_plan", "load_summary", "set_current_epoch", "read_state", "PLAN_SCHEMA"]
+__all__ = [
+    "plan_epoch",
+    "load_plan",
+    "load_summary",
+    "set_current_epoch",
+    "read_state",
+    "population_locations",
+    "PLAN_SCHEMA",
+]
 
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
 _NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
@@ -110,10 +118,48 @@ def set_current_epoch(run: str | RunDir, epoch: int) -> None:
     run_state.with_current_epoch(run, int(epoch))
 
 
+#: how to fix a population whose locations are not the ones training recorded (the end of the error)
+_POPULATION_HINT = (
+    "The loss table holds the locations of the URLs training recorded, so the population and the training "
+    "URLs name different locations (a mirror listed, other URLs trained?): list the population from the same "
+    "URLs you train from, population=seta_stream.list_samples(<the URLs the training pipeline reads>); a run "
+    "keeps the locations it first recorded, so training from shards moved elsewhere needs a new run directory"
+)
+
+
+def _shard_urls(t: pa.Table) -> list[dict[str, str]]:
+    """The distinct (shard, url) pairs of a population table with a ``url`` column."""
+    return (
+        pa.table({"shard": pc.cast(t.column("shard"), pa.string()), "url": pc.cast(t.column("url"), pa.string())})
+        .group_by(["shard", "url"])
+        .aggregate([])
+        .to_pylist()
+    )
+
+
+def population_locations(population: Any) -> dict[str, str]:
+    """{shard name: location} of a population that carries its shards' URLs (the ``url`` column
+    of ``list_samples``, in a table or a dict of columns); {} for one without (pairs are not
+    consumed). A name with several locations keeps one: planning refuses such a population."""
+    if isinstance(population, pa.Table):
+        t = population
+    elif isinstance(population, dict) and "url" in population and "shard" in population:
+        t = pa.table({"shard": population["shard"], "url": population["url"]})
+    else:
+        return {}
+    if "url" not in t.column_names or "shard" not in t.column_names or not t.num_rows:
+        return {}
+    out: dict[str, str] = {}
+    for pair in _shard_urls(t):
+        out.setdefault(pair["shard"], shard_location(pair["url"]))
+    return out
+
+
 def _population_table(population: Any, locations: dict[str, str], run: RunDir) -> pa.Table:
     """(shard, key) of the population; with a ``url`` column (as ``list_samples`` returns) the
     shard names are checked against their locations and the loss table's (a name standing for
-    two shards stops planning with :class:`ShardNameConflictError`)."""
+    two shards stops planning with :class:`ShardNameConflictError`, one the table recorded
+    elsewhere with :class:`PopulationLocationError`)."""
     if isinstance(population, pa.Table):
         t = population
     elif isinstance(population, dict):
@@ -125,18 +171,14 @@ def _population_table(population: Any, locations: dict[str, str], run: RunDir) -
     if missing:
         raise InvalidInputError(f"population lacks column(s) {sorted(missing)}; expected shard and key")
     if "url" in t.column_names and t.num_rows:
-        pairs = (
-            pa.table({"shard": pc.cast(t.column("shard"), pa.string()), "url": pc.cast(t.column("url"), pa.string())})
-            .group_by(["shard", "url"])
-            .aggregate([])
-            .to_pylist()
-        )
         seen = ShardLocations(
             locations,
             f"the loss table ({run.display(MANIFEST)})",
             "their samples would share one plan row per key, so nothing was planned",
+            known_hint=_POPULATION_HINT,
+            known_error=PopulationLocationError,
         )
-        for pair in pairs:
+        for pair in _shard_urls(t):
             seen.check(pair["shard"], shard_location(pair["url"]), f"the population, url {pair['url']!r}")
     return t.select(["shard", "key"]).cast(pa.schema([("shard", pa.string()), ("key", pa.string())]))
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import atexit
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from ._layout import MANIFEST
 from ._parts import make_part, write_part
 from ._runfs import RunDir
 from ._table import table_locations
-from .errors import InvalidInputError, ShardNameConflictError
+from .errors import InvalidInputError, PopulationLocationError, ShardNameConflictError
 from .ids import ShardLocations, depth_hint, shard_location, shard_name
 
 __all__ = ["LossRecorder"]
@@ -84,6 +84,10 @@ class LossRecorder:
         rank: writer rank (default: torch.distributed rank if initialised, else 0).
         epoch: epoch of the records until :meth:`set_epoch` changes it.
         flush_rows: records buffered before a part is written.
+        population_locations: ``{shard name: location}`` of the population the run is planned
+            from (:class:`~seta_stream.Pruner` passes its population's): a recorded ``__url__``
+            whose shard the population lists at another location stops ``record()`` with
+            :class:`~seta_stream.errors.PopulationLocationError` before anything is buffered.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class LossRecorder:
         epoch: int = 0,
         flush_rows: int = 65536,
         storage_options: dict[str, Any] | None = None,
+        population_locations: Mapping[str, str] | None = None,
     ) -> None:
         self.run = run if isinstance(run, RunDir) else RunDir(run, create=True, storage_options=storage_options)
         self.rank = _dist_rank() if rank is None else int(rank)
@@ -110,6 +115,7 @@ class LossRecorder:
         self._shard_of_url: dict[str, str] = {}
         self._shard_url: dict[str, tuple[str, str]] = {}  # shard name -> (location, first url)
         self._table_locations: ShardLocations | None = None  # of the loss table, read once per epoch
+        self._population = dict(population_locations or {})
         self.stats = {"records": 0, "nonfinite": 0, "parts": 0}
         self.closed = False
         ref = weakref.ref(self)
@@ -232,6 +238,16 @@ class LossRecorder:
         (urls of one location may differ, e.g. signed URLs with different signatures)."""
         shard = shard_name(url, self._depth)
         location = shard_location(url)
+        listed = self._population.get(shard)
+        if listed is not None and listed != location:
+            raise PopulationLocationError(
+                f"shard {shard!r}: the population lists it at {listed!r}, but training reads it from {url!r}; "
+                "the population and the training URLs name different locations, so the plans (made for the "
+                "population's shards) and the losses (recorded for the training URLs' shards) would not be about "
+                "the same shards, and nothing of this batch was recorded. List the population from the same URLs "
+                "you train from: Pruner(..., population=seta_stream.list_samples(<the URLs the training pipeline "
+                "reads>))"
+            )
         other = self._shard_url.get(shard)
         if other is not None and other[0] != location:
             raise ShardNameConflictError(

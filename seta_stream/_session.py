@@ -37,7 +37,7 @@ from typing import Any
 
 from ._compaction import compact
 from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
-from ._plan import load_summary, plan_epoch, set_current_epoch
+from ._plan import load_summary, plan_epoch, population_locations, set_current_epoch
 from ._record import LossRecorder
 from ._runfs import BUCKET_ROWS, RunDir, bucket_count
 from ._table import folded_parts
@@ -123,7 +123,10 @@ class Pruner:
         self.seed = seed
         self.population = population
         self.verbose = verbose
-        self.recorder = LossRecorder(self.run, rank=self.rank, flush_rows=flush_rows)
+        # a population listed from other locations than the URLs trained stops the first record
+        self.recorder = LossRecorder(
+            self.run, rank=self.rank, flush_rows=flush_rows, population_locations=population_locations(population)
+        )
         self.epoch: int | None = None
         self.superseded: list[str] = []
         self._recorded = 0  # samples recorded in the current epoch by this rank

@@ -15,6 +15,7 @@ shard, key), what was found, what was expected, how to fix it.
     └── InvalidInputError       bad arguments, parameters or shard specs (also a ValueError)
         ├── ShardNameError          a shard cannot be named from its URL (a pipe: command)
         │   └── ShardNameConflictError  two shard locations with one shard name
+        │       └── PopulationLocationError  the population lists a shard elsewhere than training reads it
         └── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
 """
 
@@ -67,6 +68,16 @@ class ShardNameError(InvalidInputError):
 
 class ShardNameConflictError(ShardNameError):
     """Two different shard locations (URLs or paths) have the same shard name."""
+
+
+class PopulationLocationError(ShardNameConflictError):
+    """A listed population names a shard at another location than the URL training reads it from
+    (e.g. listed from a local mirror, trained from http:// URLs of the same files).
+
+    The population's shard names and the recorded ones would then stand for different locations,
+    so the fix is to list the population from the URLs the training pipeline reads, not a larger
+    ``shard_depth`` (which would make them two unrelated sets of samples).
+    """
 
 
 class UnsupportedPipelineError(SetaStreamError, TypeError):

@@ -125,18 +125,33 @@ class ShardLocations:
 
     ``known`` is {shard name: location} already held somewhere (the loss table), described by
     ``known_where``; ``consequence`` ends the first sentence of the error (what was not done).
+    A conflict with a known location ends with ``known_hint`` and raises ``known_error`` when
+    they are given (the population against the table: two places, not two shards), otherwise
+    with :func:`depth_hint`.
     """
 
-    def __init__(self, known: Mapping[str, str], known_where: str, consequence: str) -> None:
+    def __init__(
+        self,
+        known: Mapping[str, str],
+        known_where: str,
+        consequence: str,
+        known_hint: str | None = None,
+        known_error: type[ShardNameConflictError] = ShardNameConflictError,
+    ) -> None:
         self.first = {name: (location, known_where) for name, location in known.items()}
         self.consequence = consequence
+        self.known = frozenset(known)
+        self.known_hint, self.known_error = known_hint, known_error
 
     def check(self, shard: str, location: str, where: str) -> None:
         other = self.first.setdefault(shard, (location, where))
         if other[0] != location:
-            raise ShardNameConflictError(
+            error, hint = ShardNameConflictError, depth_hint(other[0], location)
+            if shard in self.known and self.known_hint is not None:
+                error, hint = self.known_error, self.known_hint
+            raise error(
                 f"shard name {shard!r} stands for two shards: {other[0]!r} (in {other[1]}) and {location!r} "
-                f"(in {where}); {self.consequence}. {depth_hint(other[0], location)}"
+                f"(in {where}); {self.consequence}. {hint}"
             )
 
     def locations(self) -> dict[str, str]:

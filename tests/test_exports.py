@@ -16,6 +16,7 @@ EXPECTED = {
     "PlanMissingError",
     "PlanView",
     "PolicyInput",
+    "PopulationLocationError",
     "Pruner",
     "RunDir",
     "RunFormatError",

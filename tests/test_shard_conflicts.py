@@ -1,18 +1,23 @@
 """Two shards with one name (same file name in two folders) stop wherever their URLs meet:
-the recorders of two real rank processes, compaction (also an epoch later), planning."""
+the recorders of two real rank processes, compaction (also an epoch later), planning; and a
+population listed from another location than the one trained from stops the first record."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+import webdataset as wds
 from conftest import write_shards
+from servers import range_http_server
 
 import seta_stream as seta
-from seta_stream.errors import ShardNameConflictError
+from seta_stream.errors import PopulationLocationError, ShardNameConflictError
 
 RECORD = textwrap.dedent(
     """
@@ -127,3 +132,62 @@ def test_planning_stops_when_the_population_names_another_shard_than_the_table(t
     # the same shard through a pipe: URL is no conflict
     pipe = seta.list_samples([f"pipe:cat {a} || true"])
     assert seta.plan_epoch(run, 1, policy="full", epochs=2, population=pipe)["n"] == 6
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="webdataset reads http:// shards with curl")
+def test_a_population_listed_from_a_mirror_stops_the_first_record_of_epoch_0(tmp_path):
+    # listed from the local copy, trained from http:// URLs of the same files
+    local = write_shards(tmp_path / "www" / "data", [10, 10], prefix="shard")
+    run = str(tmp_path / "run")
+    population = seta.list_samples(local)
+    with range_http_server(tmp_path / "www") as server:
+        urls = [f"{server.url}/data/{os.path.basename(p)}" for p in local]
+        pruner = seta.Pruner(run, policy="random", params={"r": 0.5}, epochs=2, seed=0, population=population)
+        pruner.start_epoch(0)
+        ds = seta.attach(wds.WebDataset(urls, shardshuffle=False, empty_check=False), run)
+        batches = iter(ds.to_tuple("__key__", "__url__").batched(4))
+        keys, batch_urls = next(batches)
+        with pytest.raises(PopulationLocationError) as err:
+            pruner.record(keys, batch_urls, np.ones(len(keys), np.float32))
+        pruner.close()
+    msg = str(err.value)
+    assert isinstance(err.value, ShardNameConflictError) and isinstance(err.value, seta.SetaStreamError)
+    assert msg.startswith(
+        f"shard 'shard-0000.tar': the population lists it at {local[0]!r}, but training reads it from "
+        f"{urls[0]!r}; the population and the training URLs name different locations"
+    )
+    assert "List the population from the same URLs you train from" in msg and "list_samples" in msg
+    assert "shard_depth" not in msg and "\n" not in msg
+    assert not list((tmp_path / "run" / "losses").rglob("*.parquet"))  # nothing recorded for epoch 0
+    assert seta.load_table(run).num_rows == 0
+
+    # a table recorded from the URLs (a recorder given no population): planning says the same
+    with seta.LossRecorder(run, epoch=0) as rec:
+        rec.record(["sample0000"], [urls[0]], np.ones(1, np.float32))
+    seta.compact(run)
+    with pytest.raises(PopulationLocationError) as err:
+        seta.plan_epoch(run, 1, policy="random", params={"r": 0.5}, epochs=2, seed=0, population=population)
+    msg = str(err.value)
+    assert msg.startswith(f"shard name 'shard-0000.tar' stands for two shards: {urls[0]!r} (in the loss table (")
+    assert "the population and the training URLs name different locations" in msg and "shard_depth" not in msg
+
+
+def test_a_population_of_the_training_urls_records_and_two_folders_still_suggest_shard_depth(tmp_path, two_folders):
+    a, b = two_folders
+    run = tmp_path / "run"
+    pruner = seta.Pruner(run, policy="full", epochs=1, population=seta.list_samples([f"file://{a}"]))
+    pruner.start_epoch(0)
+    pruner.record(["sample0000"], [f"pipe:cat {a} || true"], np.ones(1, np.float32))  # the same location
+    # b is another shard with a's file name: the population does not list it where training reads it
+    with pytest.raises(PopulationLocationError, match=r"List the population from the same URLs you train from"):
+        pruner.record(["sample0000"], [b], np.ones(1, np.float32))
+    pruner.close()
+    # listing the training URLs, or training them without a population: the genuine two-folder
+    # conflict, whose fix is a larger shard_depth
+    with pytest.raises(ShardNameConflictError, match=r"settings=\{'shard_depth': 2\}") as err:
+        seta.list_samples([a, b])
+    assert not isinstance(err.value, PopulationLocationError)
+    with seta.LossRecorder(tmp_path / "run2") as rec, pytest.raises(ShardNameConflictError) as err:
+        rec.record(["sample0000", "sample0000"], [a, b], np.ones(2, np.float32))
+    assert not isinstance(err.value, PopulationLocationError)
+    assert "settings={'shard_depth': 2}" in str(err.value)
