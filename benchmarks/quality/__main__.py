@@ -49,11 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     layout = Layout(results=Path(args.results).resolve(), out=Path(args.out).resolve(), data=Path(args.data))
     if args.report_only:
         from .report import report_short
+        from .report_collapses import report_collapses
         from .report_converged import SAME_ORDER, report_converged
 
         report_short(layout)
         report_converged(layout)
         report_converged(layout, SAME_ORDER)
+        report_collapses(layout)
         return
     from .study import converged_study, short_study
 
