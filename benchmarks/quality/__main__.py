@@ -50,12 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.report_only:
         from .report import report_short
         from .report_collapses import report_collapses
+        from .reading import report_readings
         from .report_converged import SAME_ORDER, report_converged
 
         report_short(layout)
         report_converged(layout)
         report_converged(layout, SAME_ORDER)
         report_collapses(layout)
+        report_readings(layout)
         return
     from .study import converged_study, short_study
 

@@ -121,19 +121,25 @@ def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> 
     return mine | {"run_dirs": {k: v for k, v in per_dir.items() if k in ids}}
 
 
-def report_converged(layout: Layout, section: Section = CURRENT) -> None:
-    """Rewrite one generated section of the converged study in docs/quality.md, and its figures."""
-    results = load_results(section.results(layout))
-    lines: list[str] = []
-    if not results:
-        lines += ["No run of the converged study has finished yet.", ""]
+def studies(layout: Layout, section: Section = CURRENT) -> list[Study]:
+    """The studies (E, augmentation, model) of one section's run files, in the report's order:
+    the small CNN first, augmented studies before the others, shorter E first."""
+    results = load_results(section.results(layout)) if section.results(layout).exists() else []
 
     def key(r: dict) -> tuple[int, bool, str]:
         return r["E"], augments(r), model_of(r)
 
-    # the small CNN first, augmented studies before the others, shorter E first
-    for E, augment, model in sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0])):
-        s = Study(layout, E, augment, [r for r in results if key(r) == (E, augment, model)], model, section)
+    keys = sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0]))
+    return [Study(layout, E, a, [r for r in results if key(r) == (E, a, m)], m, section) for E, a, m in keys]
+
+
+def report_converged(layout: Layout, section: Section = CURRENT) -> None:
+    """Rewrite one generated section of the converged study in docs/quality.md, and its figures."""
+    lines: list[str] = []
+    all_studies = studies(layout, section)
+    if not all_studies:
+        lines += ["No run of the converged study has finished yet.", ""]
+    for s in all_studies:
         lines += [f"### {s.title(' epochs')}", ""]
         lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
@@ -246,16 +252,21 @@ class Study:
         seeds = "/".join(str(r["seed"]) for r in rest)
         return f"**{at}**; without it: {_acc(rest):.2f} (seed {seeds}), {gap} vs full at E (same seeds)"
 
-    def vs_random(self, rs: list[dict]) -> str:
-        """Test accuracy minus dynamic random's, interpolated at the same measured pruned %."""
+    def vs_random_value(self, rs: list[dict]) -> float | None:
+        """Test accuracy minus dynamic random's, interpolated at the same measured pruned % (None
+        for full data and random, or outside random's points)."""
         pts = [(0.0, self.full_acc)] if self.full_acc is not None else []
         pts += [(float(np.mean([r["pruned"] for r in g])), _acc(g)) for g in self.groups.values()
                 if g[0]["policy"] == "random"]  # fmt: skip
         pts.sort()
         x = float(np.mean([r["pruned"] for r in rs]))
         if rs[0]["policy"] in ("full", "random") or len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
-            return "-"
-        return f"{_acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts])):+.2f}"
+            return None
+        return _acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
+
+    def vs_random(self, rs: list[dict]) -> str:
+        v = self.vs_random_value(rs)
+        return "-" if v is None else f"{v:+.2f}"
 
     def row(self, rs: list[dict]) -> list[str]:
         r0, E, full_acc = rs[0], self.E, self.full_acc
