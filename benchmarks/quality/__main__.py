@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         from .report import report_short
         from .report_collapses import report_collapses
         from .reading import report_readings
+        from .reading_short import report_short_reading
         from .report_converged import SAME_ORDER, report_converged
 
         report_short(layout)
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         report_converged(layout, SAME_ORDER)
         report_collapses(layout)
         report_readings(layout)
+        report_short_reading(layout)
         return
     from .study import converged_study, short_study
 
