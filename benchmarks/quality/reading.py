@@ -25,7 +25,7 @@ from .configs import conv_run_id
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
-from .report_converged import CURRENT, PAPER, PAPER_FULL, SHARED, Study, _acc, other_share, studies
+from .report_converged import CURRENT, PAPER, PAPER_FULL, SAME_ORDER, SHARED, Study, _acc, other_share, studies
 from .results import ORDER, load_results
 
 RERUNS = "converged-reruns"
@@ -511,9 +511,42 @@ def summary(layout: Layout) -> list[str]:
     return [x for t in L for x in (t, "")][:-1]
 
 
+def same_order_note(layout: Layout) -> list[str]:
+    """The note above the superseded, hand-written reading of the same-order runs: where its
+    numbers come from, what the reshuffled runs changed, and which of its runs collapsed."""
+    old = studies(layout, SAME_ORDER)
+    if not old:
+        return []
+    new = {(s.E, s.augment, s.model): s for s in studies(layout, CURRENT)}
+    text = ("*Kept as written, by hand, before the sample order was found and before this report generated its "
+            "prose: its numbers come from the files in `docs/quality-runs/converged-same-order/` (the tables "
+            "above), and the reading of the reshuffled runs supersedes it.")  # fmt: skip
+    for s in old:
+        n = new.get((s.E, s.augment, s.model))
+        if s.full and n and n.full:
+            def machines(rs: list[dict]) -> str:
+                return and_list(sorted({machine_of(r) for r in rs}))
+
+            text += (f" Full data at E ({s.title()}): {pct(_acc(s.full))}% in the same order, {pct(_acc(n.full))}% "
+                     f"reshuffled ({gap(_acc(n.full) - _acc(s.full))}; {len(s.full)} and {len(n.full)} seeds; machine "
+                     f"of the same-order files: {machines(s.full)}; of the reshuffled ones: {machines(n.full)}).")  # fmt: skip
+    bad = []
+    for s in old:
+        for rs in s.groups.values():
+            for r in s.collapses_of(rs):
+                es = s.collapsed[conv_run_id(r, r["seed"])]
+                bad.append(f"{s.title()}: {name(r)} seed {r['seed']} (epoch {and_list([str(e) for e in es])})")
+    if bad:
+        text += (" Runs of these files whose test accuracy fell to chance during training ([Runs that "
+                 f"collapsed](#runs-that-collapsed)), which the numbers below include without saying so: "
+                 f"{'; '.join(bad)}.")  # fmt: skip
+    return [text + "*", ""]
+
+
 def report_readings(layout: Layout) -> None:
     """Rewrite the generated prose of the converged study in docs/quality.md and README."""
     splice(layout.doc, "<!-- converged-reading:begin -->", "<!-- converged-reading:end -->", converged_reading(layout))
+    splice(layout.doc, "<!-- same-order-note:begin -->", "<!-- same-order-note:end -->", same_order_note(layout))
     s = summary(layout)
     splice(layout.doc, "<!-- summary:begin -->", "<!-- summary:end -->", s)
     readme = layout.readme
