@@ -372,12 +372,18 @@ class Reading:
         seeds = max(len(rs) for rs in self.s.groups.values())
         lo = min(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
         hi = max(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
+        span = f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}-{hi:.0f}"
         text = (f"Once full data has converged ({self.s.title()}, {seeds} seeds), {len(items) - len(below)} of "
-                f"{len(items)} pruned configurations ({lo:.0f}-{hi:.0f}% pruned) stayed within the seed spread "
+                f"{len(items)} pruned configurations ({span}% pruned) stayed within the seed spread "
                 f"({pct(self.noise)} point) of full data's accuracy at E")  # fmt: skip
         if below:
             text += "; " + and_list([f"{name(rs[0])} ({gap(g)}; by seed {by_seed(p)})" for rs, g, p in below])
             text += f" {'was' if len(below) == 1 else 'were'} below it on every seed, by more than the spread"
+        bad = [(rs, self.collapsed(rs)) for rs in self.pruned if self.collapsed(rs)]
+        if bad:
+            text += ("; " + and_list([f"{name(rs[0])} (seed {'/'.join(str(r['seed']) for r in b)})" for rs, b in bad])
+                     + f" {'includes a run' if len(bad) == 1 else 'include runs'} whose test accuracy fell to chance "
+                     "during training, counted in these means")  # fmt: skip
         if self.second_set():
             text += (f". In {len(self.reruns)} runs repeated later as a second set (on average "
                      f"{gap(self.rerun_shift())} above the same runs of the study, so compared only among "
