@@ -189,19 +189,32 @@ class Reading:
             changes.append(acc(r) - acc(o))
             rows.append(f"| {name(r)} ({r['seed']}) | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
         up = sum(c > CRITERION for c in changes)
+        def where(rs: list[dict]) -> tuple[set[str], set[str]]:
+            return {machine_of(r) for r in rs}, {r.get("library_rev", "?") for r in rs}
+
+        (m1, v1), (m2, v2) = where(self.s.results), where(self.reruns)
+        facts = []
+        if m1 == {"not recorded"} and m2 != m1:
+            facts.append("record a machine where the study's record none")
+        elif m1 != m2:
+            facts.append("record other machines than the study's")
+        if v1 != v2:
+            facts.append("come from other library revisions")
         L = [
             f"**Reruns.** {len(self.reruns)} runs of this study were trained again with the same configuration and "
-            f"seed (`docs/quality-runs/{RERUNS}/`). Their files record a machine and later library revisions, the "
-            "study's files record no machine (table below), so the reruns are a second set: runs of one set are "
-            "compared with each other only.",
+            f"seed (`docs/quality-runs/{RERUNS}/`). Their files " + (and_list(facts) if facts else
+                                                                   "record the study's machine and revision")
+            + " (table below); they are kept as a second set, and runs of one set are compared with each other "
+            "only.",
             "",
-        ]
+        ]  # fmt: skip
         L += self.machines("converged", [(f"`{RERUNS}/`", self.reruns)])
         L += rows + [""]
         L += [
             f"Mean change {gap(float(np.mean(changes)))} (from {gap(min(changes))} to {gap(max(changes))}; {up} of "
-            f"{len(changes)} above +{CRITERION}), full data's own rerun included: the second set sits higher than "
-            "the first, so a rerun is compared with the rerun of full data, never with the study's full data.",
+            f"{len(changes)} above +{CRITERION}), full data's own rerun included: the second set sits "
+            f"{'higher' if np.mean(changes) > 0 else 'lower'} than the first on average, so a rerun is compared with "
+            "the rerun of full data, never with the study's full data.",
             "",
         ]
         rfull = [r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E]
@@ -349,7 +362,7 @@ class Reading:
         if not items:
             return []
         each = "; ".join(f"{self.cname(rs)} {gap(v)}" for rs, v in items)
-        beyond = [f"{self.cname(rs)} ({gap(v)})" for rs, v in items if self.beyond(v)]
+        beyond = [f"{name(rs[0])} ({gap(v)})" for rs, v in items if self.beyond(v)]
         text = (f"**Against dynamic random at the same pruned %** (the table's interpolation, means over seeds): "
                 f"{each}. ")  # fmt: skip
         if beyond:
@@ -462,13 +475,14 @@ class Reading:
         return [text, ""]
 
     def machine_par(self) -> list[str]:
+        machines = sorted({machine_of(r) for r in self.s.results})
         shares = [other_share(r) for r in self.s.results]
         shared = sum(s > SHARED for s in shares)
         text = (f"**Machine ({self.s.title()}).** Other processes used {100 * min(shares):.0f}-"
                 f"{100 * max(shares):.0f}% of the 2 cores during these runs ({shared} of {len(shares)} above "
                 f"{100 * SHARED:.0f}%), so their wall times compare only roughly. {self.odd_revisions()}"
-                "The machine, as its files record it: "
-                + and_list(sorted({machine_of(r) for r in self.s.results})) + ".")  # fmt: skip
+                + ("Its files record no machine." if machines == ["not recorded"] else
+                   "The machine, as its files record it: " + and_list(machines) + "."))  # fmt: skip
         return [text, ""]
 
 
