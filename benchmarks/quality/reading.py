@@ -266,11 +266,13 @@ class Reading:
         ok = self.converged()
         head = ("**Full data has converged by the criterion.**" if ok else
                 f"**Full data has NOT converged by the criterion** (at most +{CRITERION} from E to 2E on every seed).")  # fmt: skip
-        per = ", ".join(f"seed {s}: {pct(acc(r))} -> {pct(acc(r) + v)}" for (s, v), r in
-                        zip(sorted(p.items()), sorted(full, key=lambda r: r["seed"])) if s in p)  # fmt: skip
-        text = (f"{head} {pct(_acc(full))}% at E = {self.E} epochs and {pct(_acc(full2))}% at 2E = {2 * self.E}: "
-                f"{gap(_acc(full2) - _acc(full))} point ({per}). Training loss of the last epoch: "
-                f"{loss(full):.2f} nats at E, {loss(full2):.2f} at 2E.")  # fmt: skip
+        both = [r for r in full if r["seed"] in p]
+        both2 = [r for r in full2 if r["seed"] in p]
+        per = ", ".join(f"seed {r['seed']}: {pct(acc(r))} -> {pct(acc(r) + p[r['seed']])}"
+                        for r in sorted(both, key=lambda r: r["seed"]))  # fmt: skip
+        text = (f"{head} {pct(_acc(both))}% at E = {self.E} epochs and {pct(_acc(both2))}% at 2E = {2 * self.E} "
+                f"(the seeds with both runs): {gap(_acc(both2) - _acc(both))} point ({per}). Training loss of the last "
+                f"epoch: {loss(both):.2f} nats at E, {loss(both2):.2f} at 2E.")  # fmt: skip
         shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
         if shorter:
             listed = self.fulls
@@ -357,14 +359,19 @@ class Reading:
                      "that much.")  # fmt: skip
         return [text, ""]
 
+    def random_note(self) -> str:
+        """'; dynamic random's points include a run that collapsed' where they do, else ''."""
+        bad = [rs for rs in self.s.groups.values() if rs[0]["policy"] == "random" and self.collapsed(rs)]
+        return "; dynamic random's points include a run that collapsed" if bad else ""
+
     def random_par(self) -> list[str]:
         items = [(rs, v) for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
         if not items:
             return []
         each = "; ".join(f"{self.cname(rs)} {gap(v)}" for rs, v in items)
         beyond = [f"{name(rs[0])} ({gap(v)})" for rs, v in items if self.beyond(v)]
-        text = (f"**Against dynamic random at the same pruned %** (the table's interpolation, means over seeds): "
-                f"{each}. ")  # fmt: skip
+        text = (f"**Against dynamic random at the same pruned %** (the table's interpolation, means over "
+                f"seeds{self.random_note()}): {each}. ")  # fmt: skip
         if beyond:
             text += f"Beyond the seed spread: {and_list(beyond)}; every other within it."
         else:
@@ -386,6 +393,9 @@ class Reading:
         lo = min(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
         hi = max(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
         span = f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}-{hi:.0f}"
+        if self.noise is None:
+            return (f"Full data has converged ({self.s.title()}); no configuration has two seeds yet, so no gap of "
+                    f"its {len(items)} pruned configurations ({span}% pruned) is resolved.")  # fmt: skip
         text = (f"Once full data has converged ({self.s.title()}, {seeds} seeds), {len(items) - len(below)} of "
                 f"{len(items)} pruned configurations ({span}% pruned) stayed within the seed spread "
                 f"({pct(self.noise)} point) of full data's accuracy at E")  # fmt: skip
@@ -422,26 +432,31 @@ class Reading:
         seeds = sorted({r["seed"] for r in self.s.results})
         text = (f"**Where full data still improves ({self.s.title()}; seed{'s' if len(seeds) > 1 else ''} "
                 f"{', '.join(map(str, seeds))} so far).** ")  # fmt: skip
-        if full2:
-            p = paired(full2, full)
-            text += (f"Full data gains {gap(_acc(full2) - _acc(full))} point from {self.E} to {2 * self.E} epochs "
-                     f"({pct(_acc(full))} -> {pct(_acc(full2))}; by seed {by_seed(p)}). ")  # fmt: skip
+        p = paired(full2 or [], full)
+        if p:
+            at_e = {r["seed"]: acc(r) for r in full}
+            per = ", ".join(f"seed {s}: {pct(at_e[s])} -> {pct(at_e[s] + v)}" for s, v in sorted(p.items()))
+            text += (f"Full data gains {gap(float(np.mean(list(p.values()))))} point from {self.E} to {2 * self.E} "
+                     f"epochs on the seeds with both runs ({per}). ")  # fmt: skip
         items = []
         for rs in self.pruned:
             p = 100 * float(np.mean([r["pruned"] for r in rs]))
             t = f"{name(rs[0])} ({p:.1f}% pruned) {gap(self.gap_full(rs))}"
             bad = self.collapsed(rs)
             if bad:
-                rest = [r for r in rs if r not in bad]
-                t += (f" (its test accuracy fell to chance at epoch "
-                      f"{and_list([str(e) for r in bad for e in self.s.collapsed[conv_run_id(r, r['seed'])]])}; "
-                      + (f"without that seed {gap(_acc(rest) - self.s.full_acc)})" if rest else
-                         "no other seed yet, so not read as the policy's result)"))  # fmt: skip
+                rest, g = self.s.without_collapsed(rs)
+                at = and_list([f"seed {r['seed']} at epoch {', '.join(map(str, self.s.collapsed[conv_run_id(r, r['seed'])]))}"
+                               for r in bad])  # fmt: skip
+                t += (f" (test accuracy fell to chance: {at}; "
+                      + (f"without {'it' if len(bad) == 1 else 'them'} {gap(g)} against full data at E over the same "
+                         "seeds)" if rest and g is not None else
+                         "no seed left without a collapse, so not read as the policy's result)"))  # fmt: skip
             items.append(t)
         text += "Against full data at E: " + "; ".join(items) + "."
         vr = [(rs, v) for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None and not self.collapsed(rs)]
         if vr:
-            text += " Against dynamic random at the same pruned % (runs that did not collapse): " + "; ".join(
+            text += (f" Against dynamic random at the same pruned % (configurations without a collapsed run"
+                     f"{self.random_note()}): ") + "; ".join(
                 f"{self.cname(rs)} {gap(v)}" for rs, v in vr) + "."  # fmt: skip
         eq = [rs for rs in self.pruned if self.gap_equal(rs)[1]]
         if not eq:
@@ -522,11 +537,24 @@ def summary(layout: Layout) -> list[str]:
             gaps = [r.gap_full(rs) for rs in ok]
             seeds = sorted({x["seed"] for x in r.s.results})
             text = (f"Where full data still improves ({r.s.title()}, seed{'s' if len(seeds) > 1 else ''} "
-                    f"{', '.join(map(str, seeds))} so far), pruning cost {pct(-max(gaps))} to {pct(-min(gaps))} points "
-                    f"against full data at E in the {len(ok)} pruned runs that did not collapse")  # fmt: skip
+                    f"{', '.join(map(str, seeds))} so far), ")  # fmt: skip
+            if gaps and max(gaps) < 0:
+                text += (f"pruning cost {pct(-max(gaps))} to {pct(-min(gaps))} points against full data at E in the "
+                         f"{len(ok)} pruned configurations without a collapsed run")  # fmt: skip
+            elif gaps:
+                text += (f"the {len(ok)} pruned configurations without a collapsed run landed {gap(min(gaps))} to "
+                         f"{gap(max(gaps))} points from full data at E")  # fmt: skip
+            else:
+                text += "every pruned configuration includes a collapsed run"
             if bad:
-                text += (f"; {and_list([name(rs[0]) for rs in bad])} collapsed to chance accuracy during training "
-                         "and are not read as policy results")  # fmt: skip
+                items = []
+                for rs in bad:
+                    c = r.collapsed(rs)
+                    rest, g = r.s.without_collapsed(rs)
+                    items.append(f"{name(rs[0])} (seed {'/'.join(str(x['seed']) for x in c)}"
+                                 + (f"; without it {gap(g)})" if rest and g is not None else ")"))  # fmt: skip
+                text += (f"; {and_list(items)} {'includes a run' if len(bad) == 1 else 'include runs'} whose test "
+                         "accuracy fell to chance during training, not read as a policy result")  # fmt: skip
             L.append(text + ".")
     return [x for t in L for x in (t, "")][:-1]
 

@@ -242,15 +242,22 @@ class Study:
                                           for e in self.collapsed[conv_run_id(r, r['seed'])])
             for r in bad
         )  # fmt: skip
-        rest = [r for r in rs if r not in bad]
+        rest, g = self.without_collapsed(rs)
         if not rest:
             return f"**{at}**; without it: no seed left"
-        full = {r["seed"]: r for r in self.full or []}
-        gap = "-"
-        if rs is not self.full and all(r["seed"] in full for r in rest):
-            gap = f"{_acc(rest) - _acc([full[r['seed']] for r in rest]):+.2f}"
         seeds = "/".join(str(r["seed"]) for r in rest)
+        gap = "-" if g is None else f"{g:+.2f}"
         return f"**{at}**; without it: {_acc(rest):.2f} (seed {seeds}), {gap} vs full at E (same seeds)"
+
+    def without_collapsed(self, rs: list[dict]) -> tuple[list[dict], float | None]:
+        """The runs of ``rs`` that did not collapse, and their mean test accuracy minus full data at
+        E's over the same seeds (None without full data at E for each of those seeds)."""
+        bad = self.collapses_of(rs)
+        rest = [r for r in rs if r not in bad]
+        full = {r["seed"]: r for r in self.full or []}
+        if not rest or rs is self.full or not all(r["seed"] in full for r in rest):
+            return rest, None
+        return rest, _acc(rest) - _acc([full[r["seed"]] for r in rest])
 
     def vs_random_value(self, rs: list[dict]) -> float | None:
         """Test accuracy minus dynamic random's, interpolated at the same measured pruned % (None
