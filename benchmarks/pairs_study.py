@@ -507,19 +507,17 @@ def _per_epoch_table(groups: dict, keys: list) -> list[str]:
         bad = _collapsed(rs)
         for e in range(len(rs[0]["rows"])):
             phase = rs[0]["rows"][e]["phase"]
-
-            def cell(f: Any) -> str:
-                return " / ".join(f(r) for r in rs)
-
-            def r1(r: dict) -> str:
-                v = f"{100 * _curve(r)[e]:.1f}"
-                return f"**{v}**" if e in bad.get(r["seed"], []) else v
-
-            mism = cell(lambda r: f"{100 * r['rows'][e]['mismatched_share']:.1f}")
-            kept_m = cell(lambda r: f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}")
-            kept_c = cell(lambda r: f"{100 * r['checks'][e]['kept_share_clean']:.0f}")
-            L.append(f"| {k[1]} | {_fmt_params(rs[0]['params'])} | {e} | {_window(k[1], rs[0]['params'], e, phase)} "
-                     f"| {mism} | {kept_m} | {kept_c} | {cell(r1)} |")  # fmt: skip
+            mism = " / ".join(f"{100 * r['rows'][e]['mismatched_share']:.1f}" for r in rs)
+            kept_m = " / ".join(f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}" for r in rs)
+            kept_c = " / ".join(f"{100 * r['checks'][e]['kept_share_clean']:.0f}" for r in rs)
+            r1 = " / ".join(
+                f"**{100 * _curve(r)[e]:.1f}**" if e in bad.get(r["seed"], []) else f"{100 * _curve(r)[e]:.1f}"
+                for r in rs
+            )
+            window = _window(k[1], rs[0]["params"], e, phase)
+            L.append(
+                f"| {k[1]} | {_fmt_params(rs[0]['params'])} | {e} | {window} | {mism} | {kept_m} | {kept_c} | {r1} |"
+            )
     return L + [""]
 
 
@@ -543,8 +541,8 @@ def _missing(groups: dict) -> list[str]:
 def _name(rs: list[dict]) -> str:
     r0 = rs[0]
     p = _fmt_params(r0["params"]).replace("=", " = ")
-    return {"full": "full data", "random": "dynamic random"}.get(r0["policy"], {"seta": "SeTa", "infobatch": "InfoBatch"}
-                                                                  .get(r0["policy"], r0["policy"])) + f" ({p})"  # fmt: skip
+    names = {"full": "full data", "random": "dynamic random", "seta": "SeTa", "infobatch": "InfoBatch"}
+    return f"{names.get(r0['policy'], r0['policy'])} ({p})"
 
 
 def _mean_r1(rs: list[dict]) -> float:
@@ -651,9 +649,10 @@ def reading(groups: dict) -> list[str]:
     if spreads:
         gaps = [float(v) for n in NOISE_LEVELS for k in _keys(groups, n) if k[1] in ("seta", "infobatch")
                 and (v := _vs_random(groups, n, groups[k])) != "-"]  # fmt: skip
+        beat = any(g > max(spreads) for g in gaps)
         text += (f" Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
-                 "R@1; " + ("no loss-guided setting beat dynamic random by more than that." if not any(
-                     g > max(spreads) for g in gaps) else "a loss-guided setting beat dynamic random by more."))  # fmt: skip
+                 "R@1; " + ("a loss-guided setting beat dynamic random by more." if beat else
+                            "no loss-guided setting beat dynamic random by more than that."))  # fmt: skip
     L.append(text)
     return L + [""]
 
@@ -687,17 +686,24 @@ def readme_summary(groups: dict) -> list[str]:
              "mismatched pairs, depending on the epoch's window")  # fmt: skip
         if bad:
             by = {r["seed"]: r for r in rs}
-            b += (", and its mean R@1 fell to chance after its " f"{max(sh):.1f}% epoch (seed by seed: "
-                  + ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es) + ")")
+            b += (
+                ", and its mean R@1 fell to chance after its "
+                f"{max(sh):.1f}% epoch (seed by seed: "
+                + ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
+                + ")"
+            )
         bits.append(b)
     text += "; ".join(bits) + ". "
     parts = []
     for noise in NOISE_LEVELS:
-        items = [f"{_name(groups[k])} {_vs_random(groups, noise, groups[k])} at {_pruned(groups[k]):.1f}%"
-                 for k in _keys(groups, noise) if k[1] in ("seta", "infobatch") and _vs_random(groups, noise, groups[k]) != "-"]  # fmt: skip
+        keys = [k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")]
+        items = [f"{_name(groups[k])} {v} at {_pruned(groups[k]):.1f}%" for k in keys
+                 if (v := _vs_random(groups, noise, groups[k])) != "-"]  # fmt: skip
         if items:
-            parts.append(("On clean pairs" if not noise else f"with {100 * noise:.0f}% mismatched pairs")
-                         + ", against dynamic random at the same pruned % (mean R@1, points): " + "; ".join(items))  # fmt: skip
+            where = "On clean pairs" if not noise else f"with {100 * noise:.0f}% mismatched pairs"
+            parts.append(
+                where + ", against dynamic random at the same pruned % (mean R@1, points): " + "; ".join(items)
+            )
     text += "; ".join(parts) + ". Tables, plots and the per-epoch shares: `docs/quality-pairs.md`."
     return [text]
 
@@ -777,8 +783,13 @@ def snapshot(argv: list[str]) -> None:
     snap.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", "HEAD", "seta_stream"], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
-    for rel in ("examples/train_pairs.py", "tools/make_pair_shards.py", "benchmarks/pairs_study.py",
-                "benchmarks/quality/__init__.py", "benchmarks/quality/collapses.py"):
+    for rel in (
+        "examples/train_pairs.py",
+        "tools/make_pair_shards.py",
+        "benchmarks/pairs_study.py",
+        "benchmarks/quality/__init__.py",
+        "benchmarks/quality/collapses.py",
+    ):
         (snap / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, snap / rel)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)

@@ -94,7 +94,8 @@ def test_the_plan_before_a_collapse_follows_the_policy_rule() -> None:
 
 def test_the_collapse_table_gives_the_plan_lr_and_losses_of_the_epoch() -> None:
     t = Trace("cifar10-E36-infobatch-p30-r0.5-s0", "converged", "infobatch", {"r": 0.5}, 0, [0.6, 0.7, 0.1, 0.65],
-              0.1, [1.0, 0.7, 0.64, 0.63], ["prune"] * 4, [1.5, 1.1, 0.98, 1.62], lambda t: 0.01 * t, 0.65, True)  # fmt: skip
+              0.1, [1.0, 0.7, 0.64, 0.63], ["prune"] * 4, [1.5, 1.1, 0.98, 1.62], lambda t: 0.01 * t, 0.65,
+              True)  # fmt: skip
     col, dips = events([t])
     assert [e.epoch for e in col] == [2] and dips == []
     exp = [{"id": "ib-lr", "runs": [t.run], "question": "q", "command": "c", "files": [], "status": "running",
@@ -204,8 +205,10 @@ def test_a_study_still_improving_names_its_collapsed_runs_and_leaves_them_out(tm
     par = readings(layout)[0].improving_par()[0]
     assert "InfoBatch p30 (30.0% pruned) -10.00 (test accuracy fell to chance: seed 0 at epoch 1; no seed left " \
            "without a collapse, so not read as the policy's result)" in par  # fmt: skip
-    assert par.startswith("**Where full data still improves (CIFAR-10, E = 4; seed 0 so far).** Full data gains "
-                          "+2.00 point from 4 to 8 epochs on the seeds with both runs (seed 0: 80.00 -> 82.00).")
+    assert par.startswith(
+        "**Where full data still improves (CIFAR-10, E = 4; seed 0 so far).** Full data gains "
+        "+2.00 point from 4 to 8 epochs on the seeds with both runs (seed 0: 80.00 -> 82.00)."
+    )
 
 
 # ----------------------------------------------------------------------------------- pairs
@@ -213,8 +216,9 @@ def _pair_run(seed: int, r1: list[float], share: list[float], kept_mis: list[flo
     rows = [{"epoch": e, "phase": "prune" if e < 3 else "anneal", "kept": 1000, "n": 1000, "trained": 1000,
              "mismatched_trained": int(1000 * s), "mismatched_share": s, "loss": 2.0, "i2t_r1": a, "t2i_r1": a}
             for e, (a, s) in enumerate(zip(r1, share))]  # fmt: skip
-    checks = [{"epoch": e, "plan_loss_clean": None if e == 0 else 2.0 - e / 2, "plan_loss_mismatched": None if e == 0
-               else 7.0, "kept_share_clean": 1.0, "kept_share_mismatched": k} for e, k in enumerate(kept_mis)]  # fmt: skip
+    checks = [{"epoch": e, "plan_loss_clean": None if e == 0 else 2.0 - e / 2,
+               "plan_loss_mismatched": None if e == 0 else 7.0, "kept_share_clean": 1.0, "kept_share_mismatched": k}
+              for e, k in enumerate(kept_mis)]  # fmt: skip
     return {"study": "pairs", "noise": 0.2, "policy": "seta", "params": {"alpha": 0.6, "k": 5, "r": 0.0},
             "label": "p30", "seed": seed, "rows": rows, "i2t_r1": r1[-1], "t2i_r1": r1[-1], "pruned": 0.3,
             "checks": checks, "data": {"test": 1000}, "train": {"epochs": 4, "lr": 0.002}}  # fmt: skip

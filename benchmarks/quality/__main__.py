@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     layout = Layout(results=Path(args.results).resolve(), out=Path(args.out).resolve(), data=Path(args.data))
     if args.report_only:
-        from .report import report_short
-        from .report_collapses import report_collapses
         from .reading import report_readings
         from .reading_short import report_short_reading
+        from .report import report_short
+        from .report_collapses import report_collapses
         from .report_converged import SAME_ORDER, report_converged
 
         report_short(layout)

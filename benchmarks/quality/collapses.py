@@ -201,9 +201,7 @@ def collapse_rows(col: list[Event], experiments: list[dict], metric: str = "acc 
         after = _pct(t.metric[e + 1]) if e + 1 < len(t.metric) else "(last epoch)"
         before = _pct(t.metric[e - 1]) if e > 0 else "-"
         plan = f"{t.phase[e]}, {t.kept[e]:.2f}" + (f"; {t.extra[e]}" if t.extra else "")
-        loss = " -> ".join(
-            f"{t.train_loss[i]:.2f}" if 0 <= i < len(t.train_loss) else "-" for i in (e - 1, e, e + 1)
-        )
+        loss = " -> ".join(f"{t.train_loss[i]:.2f}" if 0 <= i < len(t.train_loss) else "-" for i in (e - 1, e, e + 1))
         w = largest_weight(t.policy, t.params, e, t.phase[e])
         checked = {None: "not kept", True: "yes, no problem", False: "**problems** (checks.json)"}[t.checked]
         exps = ", ".join(f"`{x['id']}` ({x['status']})" for x in experiments if t.run in x["runs"]) or "none yet"
@@ -226,7 +224,8 @@ def dip_line(dips: list[Event]) -> str:
         for (study, run), evs in by_run.items()
     ]
     return (f"Dips (held-out metric at most {DIP:g} x chance but above the collapse line, after the run had "
-            f"learned; not marked in the tables), {len(dips)} in {len(by_run)} runs: " + "; ".join(items) + ".")  # fmt: skip
+            f"learned; not marked in the tables), {len(dips)} in {len(by_run)} runs: "
+            + "; ".join(items) + ".")  # fmt: skip
 
 
 def experiment_lines(experiments: list[dict], collapsed_ids: set[str], source: str) -> list[str]:

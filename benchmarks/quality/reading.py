@@ -96,7 +96,8 @@ class Reading:
                             key=lambda rs: rs[0]["n_epochs"])  # fmt: skip
         two = [rs for rs in study.groups.values() if len(rs) > 1]
         spreads = [(max(acc(r) for r in rs) - min(acc(r) for r in rs), rs) for rs in two]
-        self.noise, self.noise_rs = max(spreads, key=lambda x: x[0]) if spreads else (None, None)
+        self.noise: float | None = max(x for x, _ in spreads) if spreads else None
+        self.noise_rs: list[dict] | None = max(spreads, key=lambda x: x[0])[1] if spreads else None
         self.sds = [float(np.std([acc(r) for r in rs], ddof=1)) for rs in two]
         tag = study.tag
         self.reruns = [r for r in reruns if conv_run_id(r, r["seed"]).startswith(f"cifar10-{tag}-")]
@@ -123,8 +124,14 @@ class Reading:
             text += f" [collapsed: seed {seeds}]"
         return text
 
+    @property
+    def full_acc(self) -> float:
+        """Full data's mean test accuracy at E (the paragraphs that use it are written only with it)."""
+        assert self.s.full_acc is not None
+        return self.s.full_acc
+
     def gap_full(self, rs: list[dict]) -> float:
-        return _acc(rs) - self.s.full_acc
+        return _acc(rs) - self.full_acc
 
     def gap_equal(self, rs: list[dict]) -> tuple[int, list[dict] | None, float | None]:
         n, eq = self.s.equal_compute(rs)
@@ -135,7 +142,7 @@ class Reading:
 
     # ---------------------------------------------------------------- paragraphs
     def noise_par(self) -> list[str]:
-        if self.noise is None:
+        if self.noise is None or self.noise_rs is None:
             return []
         return [
             f"**How large the noise is.** Two seeds of one configuration differ by up to {pct(self.noise)} point "
@@ -189,6 +196,7 @@ class Reading:
             changes.append(acc(r) - acc(o))
             rows.append(f"| {name(r)} ({r['seed']}) | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
         up = sum(c > CRITERION for c in changes)
+
         def where(rs: list[dict]) -> tuple[set[str], set[str]]:
             return {machine_of(r) for r in rs}, {r.get("library_rev", "?") for r in rs}
 
@@ -265,7 +273,8 @@ class Reading:
         loss = lambda rs: float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))  # noqa: E731
         ok = self.converged()
         head = ("**Full data has converged by the criterion.**" if ok else
-                f"**Full data has NOT converged by the criterion** (at most +{CRITERION} from E to 2E on every seed).")  # fmt: skip
+                f"**Full data has NOT converged by the criterion** (at most +{CRITERION} from E to 2E on every "
+                "seed).")  # fmt: skip
         both = [r for r in full if r["seed"] in p]
         both2 = [r for r in full2 if r["seed"] in p]
         per = ", ".join(f"seed {r['seed']}: {pct(acc(r))} -> {pct(acc(r) + p[r['seed']])}"
@@ -281,7 +290,7 @@ class Reading:
             text += (f" Full data at {' / '.join(str(rs[0]['n_epochs']) for rs in listed)} epochs: "
                      f"{' / '.join(pct(a) for a in accs)}%, a spread of {pct(max(accs) - min(accs))} point "
                      f"(best: {best[0]['n_epochs']} epochs).")  # fmt: skip
-            low = [rs for rs in shorter if self.noise is not None and self.s.full_acc - _acc(rs) > self.noise]
+            low = [rs for rs in shorter if self.noise is not None and self.full_acc - _acc(rs) > self.noise]
             if self.noise is not None and not low:
                 text += (f" Every shorter schedule measured ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']}"
                          f" epochs) is within the seed spread of full data at E or above it: the {self.E}-epoch "
@@ -320,7 +329,9 @@ class Reading:
         each = "; ".join(
             f"{self.cname(rs)} {gap(g)} (by seed {by_seed(p)}{self.rerun_vs_full(rs)})" for rs, g, p in items
         )
-        text = f"**Against full data at E (the papers' comparison).** {each}. Sorted: " + "; ".join(self.classify(items))
+        text = f"**Against full data at E (the papers' comparison).** {each}. Sorted: " + "; ".join(
+            self.classify(items)
+        )
         if self.second_set():
             text += (". On the second set every rerun pruned configuration was below its own full data: "
                      f"{self.second_set()}")  # fmt: skip
@@ -342,9 +353,13 @@ class Reading:
             each.append(f"{self.cname(rs)} {gap(g)} against {n} epochs (by seed {by_seed(p)})")
         if not items:
             return []
-        text = "**Against full data at equal compute.** " + "; ".join(each) + ". Sorted: " + "; ".join(
-            self.classify(items)
-        ) + "."
+        text = (
+            "**Against full data at equal compute.** "
+            + "; ".join(each)
+            + ". Sorted: "
+            + "; ".join(self.classify(items))
+            + "."
+        )
         best = max(items, key=lambda x: x[1])
         if not self.beyond(best[1]) or best[1] < 0:
             text += (f" No pruned configuration beat full data at equal compute by more than the seed spread "
@@ -415,7 +430,7 @@ class Reading:
         shortest = self.fulls[0] if self.fulls and self.fulls[0][0]["n_epochs"] < self.E else None
         if shortest:
             text += (f". Full data trained for {shortest[0]['n_epochs']} of the {self.E} epochs scored "
-                     f"{pct(_acc(shortest))}% ({gap(_acc(shortest) - self.s.full_acc)} against E)")  # fmt: skip
+                     f"{pct(_acc(shortest))}% ({gap(_acc(shortest) - self.full_acc)} against E)")  # fmt: skip
         eq = [g for rs in self.pruned if (g := self.gap_equal(rs)[2]) is not None]
         vr = [v for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
         if eq and not any(g > 0 and self.beyond(g) for g in eq):
@@ -440,13 +455,13 @@ class Reading:
                      f"epochs on the seeds with both runs ({per}). ")  # fmt: skip
         items = []
         for rs in self.pruned:
-            p = 100 * float(np.mean([r["pruned"] for r in rs]))
-            t = f"{name(rs[0])} ({p:.1f}% pruned) {gap(self.gap_full(rs))}"
+            share = 100 * float(np.mean([r["pruned"] for r in rs]))
+            t = f"{name(rs[0])} ({share:.1f}% pruned) {gap(self.gap_full(rs))}"
             bad = self.collapsed(rs)
             if bad:
                 rest, g = self.s.without_collapsed(rs)
-                at = and_list([f"seed {r['seed']} at epoch {', '.join(map(str, self.s.collapsed[conv_run_id(r, r['seed'])]))}"
-                               for r in bad])  # fmt: skip
+                epochs = {r["seed"]: ", ".join(map(str, self.s.collapsed[conv_run_id(r, r["seed"])])) for r in bad}
+                at = and_list([f"seed {s} at epoch {es}" for s, es in epochs.items()])
                 t += (f" (test accuracy fell to chance: {at}; "
                       + (f"without {'it' if len(bad) == 1 else 'them'} {gap(g)} against full data at E over the same "
                          "seeds)" if rest and g is not None else
@@ -572,12 +587,14 @@ def same_order_note(layout: Layout) -> list[str]:
     for s in old:
         n = new.get((s.E, s.augment, s.model))
         if s.full and n and n.full:
+
             def machines(rs: list[dict]) -> str:
                 return and_list(sorted({machine_of(r) for r in rs}))
 
             text += (f" Full data at E ({s.title()}): {pct(_acc(s.full))}% in the same order, {pct(_acc(n.full))}% "
                      f"reshuffled ({gap(_acc(n.full) - _acc(s.full))}; {len(s.full)} and {len(n.full)} seeds; machine "
-                     f"of the same-order files: {machines(s.full)}; of the reshuffled ones: {machines(n.full)}).")  # fmt: skip
+                     f"of the same-order files: {machines(s.full)}; of the reshuffled ones: "
+                     f"{machines(n.full)}).")  # fmt: skip
     bad = []
     for s in old:
         for rs in s.groups.values():

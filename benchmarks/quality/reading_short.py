@@ -16,8 +16,15 @@ from .layout import Layout
 from .report import _vs_random, splice
 from .results import group, load_results, scaled_mean
 
-DISPLAY = {"full": "full data", "random": "dynamic random", "static": "static", "infobatch": "InfoBatch",
-           "seta": "SeTa", "es": "ES", "eswp": "ESWP"}
+DISPLAY = {
+    "full": "full data",
+    "random": "dynamic random",
+    "static": "static",
+    "infobatch": "InfoBatch",
+    "seta": "SeTa",
+    "es": "ES",
+    "eswp": "ESWP",
+}
 NOISE = 0.4  # the short study's label noise (data.noise_offsets): 40% of the training labels
 CLASSES = {"cifar10": 10, "sst2": 2}
 
@@ -93,7 +100,7 @@ def regime(sh: Short) -> list[str]:
         "ResNet-18 for 200 epochs (95.6% on CIFAR-10, the SeTa paper). In a schedule this short every pruned "
         "sample is a gradient step that is never made, so every policy loses more accuracy than the papers report "
         "at the same pruned %. That is why dynamic random is the baseline that matters here: it prunes the same "
-        "fraction of the samples with no information at all, so \"vs dynamic random\" isolates what the selection "
+        'fraction of the samples with no information at all, so "vs dynamic random" isolates what the selection '
         "rule is worth. The last column of the clean tables interpolates dynamic random's accuracy (full data at "
         "0% and its measured levels) at each policy's measured pruned %.",
         "",
@@ -112,7 +119,7 @@ def regime(sh: Short) -> list[str]:
         for run in rs:
             below += [(1 - e["kept"] / e["n"]) / r for e in run["epochs"][1:] if e["phase"] == "prune"]
     top = max(ib, key=lambda rs: rs[0]["params"]["r"])
-    sv = sh.one("sst2", False, "full")
+    sv = sf
     L += [
         "**How the settings were chosen (no test split involved).** `calibrate` replays InfoBatch and SeTa over "
         "the per-epoch losses that the seed-0 full-data run recorded, and picks, per level, the setting whose "
@@ -123,7 +130,7 @@ def regime(sh: Short) -> list[str]:
         f"{100 * min(below):.0f}-{100 * max(below):.0f}% of N in its pruning epochs, from its kept fractions) in "
         f"the floor(0.875 E) pruning epochs only; at r = {top[0]['params']['r']:g}, the largest (algorithms.md "
         f"§4.1), it measured {sh.pruned(top):.1f}% of the run, so one run stands for both of its upper levels. The "
-        "held-out split (CIFAR-10 train shard 9; SST-2 train shard 13) is reported as \"val\". The "
+        'held-out split (CIFAR-10 train shard 9; SST-2 train shard 13) is reported as "val". The '
         "hyper-parameters (model, lr, epochs) were fixed before any pruned run and never changed after looking at "
         f"a result. On SST-2 the validation accuracy ({scaled_mean([r['val_acc'] for r in sv]):.2f}%, full data) "
         f"is far above the test accuracy ({sh.acc(sv):.2f}%): SST-2's training file lists phrases of the training "
@@ -146,8 +153,12 @@ def findings(sh: Short) -> list[str]:
     # --- SeTa against random, clean CIFAR-10
     clean = [rs for k, rs in sh.groups.items() if k[0] == c and not k[1]]
     policies = sorted({rs[0]["policy"] for rs in clean} - {"full", "random"})
-    ahead = [p for p in policies if len(sh.runs(c, False, p)) > 1
-             and all(sh.vs_random(c, rs) not in ("-",) and float(sh.vs_random(c, rs)) > 0 for rs in sh.runs(c, False, p))]  # fmt: skip
+
+    def ahead_everywhere(p: str) -> bool:
+        vs = [sh.vs_random(c, rs) for rs in sh.runs(c, False, p)]
+        return len(vs) > 1 and all(v != "-" and float(v) > 0 for v in vs)
+
+    ahead = [p for p in policies if ahead_everywhere(p)]
     seta = sh.runs(c, False, "seta")
     margins = [float(sh.vs_random(c, rs)) for rs in seta]
     same_sign = all(m > 0 for m in margins) or all(m < 0 for m in margins)
@@ -166,8 +177,11 @@ def findings(sh: Short) -> list[str]:
         f"level only). SeTa is {_j([sh.vs_random(c, rs) for rs in seta], ', ')} points at "
         f"{_j([f'{sh.pruned(rs):.1f}' for rs in seta], ', ')}% pruned; the larger seed difference of SeTa and of "
         f"random at each level is {_j([f'{d:.2f}' for _, d in per_level], ', ')}, so "
-        + (f"{sum(resolved)} of the {len(resolved)} margins {'is' if sum(resolved) == 1 else 'are'} larger than it"
-           if any(resolved) else "no margin is larger than it")
+        + (
+            f"{sum(resolved)} of the {len(resolved)} margins {'is' if sum(resolved) == 1 else 'are'} larger than it"
+            if any(resolved)
+            else "no margin is larger than it"
+        )
         + (", but all have the same sign" if same_sign and len(margins) > 1 else "")
         + f". Against full data ({sh.acc(full):.2f}%) SeTa loses "
         f"{_j([f'{sh.acc(full) - sh.acc(rs):.2f}' for rs in seta], ', ')} points; the paper reports losses of 0 to "
@@ -234,8 +248,12 @@ def findings(sh: Short) -> list[str]:
         worse = all(sh.acc(rs) < sh.acc(nf) for rs in noisy if rs is not nf)
         L += [
             f"* **CIFAR-10 with {100 * NOISE:.0f}% noisy labels: "
-            + ("every other policy does worse than full data**" if worse else "not every policy does worse than full "
-               "data**") + ", the opposite of ES's claim of +10 points.",
+            + (
+                "every other policy does worse than full data**"
+                if worse
+                else "not every policy does worse than full data**"
+            )
+            + ", the opposite of ES's claim of +10 points.",
             f"  - {listed}.",
             "  - A mislabeled sample has a high loss. InfoBatch keeps every above-mean sample and prunes only the "
             "easy ones, so its kept set is enriched with mislabeled samples. ES samples each meta-batch in "
@@ -247,8 +265,8 @@ def findings(sh: Short) -> list[str]:
             f"training loss is {sh.last_loss(nf):.2f} nats (mean over seeds), above the "
             f"{noise_entropy(NOISE, CLASSES[c]):.2f} nats that the noise alone costs a model which predicts the true "
             "class.",
-            "  - No dynamic random run with noisy labels was made, so \"pruning costs accuracy under noise\" and "
-            "\"loss-guided selection costs accuracy under noise\" cannot be separated here. It is the next run to "
+            '  - No dynamic random run with noisy labels was made, so "pruning costs accuracy under noise" and '
+            '"loss-guided selection costs accuracy under noise" cannot be separated here. It is the next run to '
             "add.",
         ]
     # --- SST-2
@@ -265,13 +283,16 @@ def findings(sh: Short) -> list[str]:
             f"{worst:.2f} points of full data ({sh.acc(sfull):.2f}%), so on clean SST-2 this study does not separate "
             "the policies.",
             f"  - With {100 * NOISE:.0f}% noisy labels every pruning policy "
-            + (f"beats full data ({sh.acc(snf):.2f}%) by {min(sn):.2f}-{max(sn):.2f} points" if min(sn) > 0 else
-               f"lands {min(sn):+.2f} to {max(sn):+.2f} points from full data ({sh.acc(snf):.2f}%)")
+            + (
+                f"beats full data ({sh.acc(snf):.2f}%) by {min(sn):.2f}-{max(sn):.2f} points"
+                if min(sn) > 0
+                else f"lands {min(sn):+.2f} to {max(sn):+.2f} points from full data ({sh.acc(snf):.2f}%)"
+            )
             + f". Full data partly memorises the noise: its final training loss is {sh.last_loss(snf):.2f} nats, "
             f"below the {noise_entropy(NOISE, CLASSES[s]):.2f} nats the noise alone costs a model that ignores it. "
             "Any policy that trains on fewer samples memorises less.",
-            "  - The same caveat as for CIFAR-10 applies: without a noisy dynamic random run, this says \"training on "
-            "less helps here\", not \"this selection helps here\".",
+            '  - The same caveat as for CIFAR-10 applies: without a noisy dynamic random run, this says "training on '
+            'less helps here", not "this selection helps here".',
         ]
         r50 = sh.one(s, False, "random", "p50")
         if r50:

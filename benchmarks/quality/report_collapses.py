@@ -58,7 +58,7 @@ def pairs_lr() -> Callable[[int, float], Callable[[float], float]]:
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return lambda n, peak: (lambda t: mod.lr_at(t, n, peak))
+    return lambda n, peak: lambda t: mod.lr_at(t, n, peak)
 
 
 def layout_root() -> Path:
@@ -77,8 +77,9 @@ def pairs_trace(r: dict, lr: Callable[[int, float], Callable[[float], float]]) -
     extra = [f"{100 * row['mismatched_share']:.1f}% mismatched" for row in rows] if r["noise"] else []
     return Trace(rid, f"pairs, {noise}% mismatched", r["policy"], r["params"], r["seed"],
                  [0.5 * (row["i2t_r1"] + row["t2i_r1"]) for row in rows], 1.0 / r["data"]["test"],
-                 [row["kept"] / row["n"] for row in rows], [row["phase"] for row in rows], [row["loss"] for row in rows],
-                 lr(r["train"]["epochs"], r["train"]["lr"]), 0.5 * (r["i2t_r1"] + r["t2i_r1"]), None, extra)  # fmt: skip
+                 [row["kept"] / row["n"] for row in rows], [row["phase"] for row in rows],
+                 [row["loss"] for row in rows], lr(r["train"]["epochs"], r["train"]["lr"]),
+                 0.5 * (r["i2t_r1"] + r["t2i_r1"]), None, extra)  # fmt: skip
 
 
 def all_pairs_traces(results: Path) -> list[Trace]:

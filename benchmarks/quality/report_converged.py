@@ -315,7 +315,8 @@ class Study:
             "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
             "same number of samples trained. *collapsed seeds*: the seeds whose test accuracy fell back to "
             "chance during training ([Runs that collapsed](#runs-that-collapsed)); the other columns include "
-            "them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the mean share of the 2 cores "
+            "them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
+            "mean share of the 2 cores "
             f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
             "machine and its wall time is inflated.",
             "",
