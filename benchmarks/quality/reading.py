@@ -474,6 +474,20 @@ class Reading:
                      f"{self.random_note()}): ") + "; ".join(
                 f"{self.cname(rs)} {gap(v)}" for rs, v in vr) + "."  # fmt: skip
         eq = [rs for rs in self.pruned if self.gap_equal(rs)[1]]
+        eq_ok = [rs for rs in eq if not self.collapsed(rs)]
+        if eq_ok:
+            text += (
+                " Against full data at equal compute (configurations without a collapsed run): "
+                + "; ".join(
+                    f"{self.cname(rs)} {gap(g)} against {n} epochs"
+                    for rs in eq_ok
+                    for n, _, g in [self.gap_equal(rs)]
+                    if g is not None
+                )
+                + "."
+            )
+        elif eq:
+            text += " Only configurations with a collapsed run have their equal-compute run so far."
         if not eq:
             text += (" No equal-compute run has finished yet, so this study says nothing yet about pruning against "
                      "training fewer epochs.")  # fmt: skip
@@ -500,8 +514,10 @@ class Reading:
                 f"result files and the {len(dirs)} run directories of seed 0 it checked (the section above lists "
                 "them).")  # fmt: skip
         if ratios:
-            text += (f" Each equal-compute full-data run trains {min(ratios):.2f}-{max(ratios):.2f} times the "
-                     "samples of its pruned run (seed 0).")  # fmt: skip
+            span = f"{min(ratios):.2f}" + (
+                f"-{max(ratios):.2f}" if f"{min(ratios):.2f}" != f"{max(ratios):.2f}" else ""
+            )
+            text += f" Each equal-compute full-data run trains {span} times the samples of its pruned run (seed 0)."
         return [text, ""]
 
     def machine_par(self) -> list[str]:
