@@ -324,8 +324,9 @@ def report() -> None:
         lines += [f"### {title}", ""]
         lines += [
             "| policy | setting | seeds | pruned % (measured) | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i "
-            "| mean R@1 vs dynamic random | mismatched % of trained pairs | wall s (fastest seed) | time vs full |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| mean R@1 vs dynamic random | mismatched % of trained pairs | collapsed seeds (epoch, mean R@1) "
+            "| wall s (fastest seed) | time vs full |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for k in keys:
             rs = groups[k]
@@ -343,6 +344,7 @@ def report() -> None:
                 _ms([r["t2i_r5"] for r in rs]),
                 _vs_random(groups, noise, rs),
                 f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
+                _collapse_cell(groups, noise, rs),
                 f"{secs:.0f}",
                 f"{secs / full_s:.2f}" if full_s else "-",
             ]
@@ -395,6 +397,8 @@ def report() -> None:
                     cells.append("-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}")
                 lines.append(f"| {k[1]} | {_fmt_params(rs[0]['params'])} | " + " | ".join(cells) + " |")
             lines.append("")
+        if noise:
+            lines += _per_epoch_table(groups, keys)
         _plot(noise, groups, keys)
         lines += [f"![{title}](quality/pairs-noise{round(noise * 100)}.png)", ""]
     cal = []
@@ -416,14 +420,105 @@ def report() -> None:
             "",
         ]
     revs = sorted({r.get("library_rev", "?") for r in results})
-    lines += [f"Library revision of the runs: {', '.join(revs)}.", ""]
-    text = DOC.read_text() if DOC.exists() else f"# Image-text pairs under pruning\n\n{BEGIN}\n{END}\n"
-    head_text, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(head_text + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+    machines = sorted({", ".join(f"{k} {v}" for k, v in r["software"].items()) if r.get("software") else
+                       "not recorded" for r in results})  # fmt: skip
+    lines += [f"Library revision of the runs: {', '.join(revs)}. Machine, as the run files record it: "
+              f"{'; '.join(machines)}.", ""]  # fmt: skip
+    _splice(DOC, BEGIN, END, lines, create=True)
+    _splice(DOC, "<!-- reading:begin -->", "<!-- reading:end -->", reading(groups))
+    _splice(DOC.parent.parent / "README.md", "<!-- pairs-summary:begin -->", "<!-- pairs-summary:end -->",
+            readme_summary(groups))  # fmt: skip
 
 
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
+
+
+def _splice(doc: Path, begin: str, end: str, lines: list[str], create: bool = False) -> None:
+    """Replace what stands between the markers of ``doc`` by ``lines``; a document without the
+    markers is left alone (``create``: the report's own page is written with them)."""
+    if not doc.exists() and create:
+        doc.write_text(f"# Image-text pairs under pruning\n\n{begin}\n{end}\n")
+    text = doc.read_text() if doc.exists() else ""
+    if begin not in text:
+        return
+    head_text, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    doc.write_text(head_text + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+
+
+# ------------------------------------------------------------------------ collapses, reading
+def _collapses() -> Any:
+    """benchmarks/quality/collapses.py (the rule shared with the image studies)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.quality import collapses
+
+    return collapses
+
+
+def _curve(r: dict) -> list[float]:
+    """Mean held-out R@1 (i2t, t2i) after every epoch."""
+    return [0.5 * (row["i2t_r1"] + row["t2i_r1"]) for row in r["rows"]]
+
+
+def _chance(r: dict) -> float:
+    return 1.0 / r["data"]["test"]
+
+
+def _collapsed(rs: list[dict]) -> dict[int, list[int]]:
+    """seed -> the epochs its mean R@1 fell to chance (collapses.collapse_epochs)."""
+    c = _collapses()
+    return {r["seed"]: es for r in rs if (es := c.collapse_epochs(_curve(r), _chance(r)))}
+
+
+def _collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
+    bad = _collapsed(rs)
+    if not bad:
+        return "-"
+    by = {r["seed"]: r for r in rs}
+    at = "; ".join(f"s{s}: " + ", ".join(f"e{e} {100 * _curve(by[s])[e]:.1f}%" for e in es) for s, es in bad.items())
+    rest = [r for r in rs if r["seed"] not in bad]
+    if not rest:
+        return f"**{at}**; without them: no seed left"
+    return f"**{at}**; without them: mean R@1 {100 * float(np.mean([_r1(r) for r in rest])):.1f}"
+
+
+def _window(policy: str, params: dict, epoch: int, phase: str) -> str:
+    return _collapses().window(policy, params, epoch, phase)
+
+
+def _per_epoch_table(groups: dict, keys: list) -> list[str]:
+    """Per epoch and seed, for SeTa and InfoBatch: the window (rule), the share of mismatched pairs
+    among those trained, the shares of mismatched and of clean pairs the plan kept, mean R@1."""
+    L = [
+        "Per epoch and seed (s0 / s1), SeTa and InfoBatch: the window (SeTa's rule, algorithms.md §3.2: clusters "
+        "of the plan's losses, 0 the easiest), the share of mismatched pairs among the pairs trained, the share "
+        "of all mismatched and of all clean pairs the plan kept, and the mean R@1 after the epoch "
+        "(**bold**: a collapse):",
+        "",
+        "| policy | setting | epoch | window | mismatched % of trained | mismatched pairs kept % "
+        "| clean pairs kept % | mean R@1 % after the epoch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k in keys:
+        rs = sorted(groups[k], key=lambda r: r["seed"])
+        if rs[0]["policy"] not in ("seta", "infobatch"):
+            continue
+        bad = _collapsed(rs)
+        for e in range(len(rs[0]["rows"])):
+            phase = rs[0]["rows"][e]["phase"]
+            mism = " / ".join(f"{100 * r['rows'][e]['mismatched_share']:.1f}" for r in rs)
+            kept_m = " / ".join(f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}" for r in rs)
+            kept_c = " / ".join(f"{100 * r['checks'][e]['kept_share_clean']:.0f}" for r in rs)
+            r1 = " / ".join(
+                f"**{100 * _curve(r)[e]:.1f}**" if e in bad.get(r["seed"], []) else f"{100 * _curve(r)[e]:.1f}"
+                for r in rs
+            )
+            window = _window(k[1], rs[0]["params"], e, phase)
+            L.append(
+                f"| {k[1]} | {_fmt_params(rs[0]['params'])} | {e} | {window} | {mism} | {kept_m} | {kept_c} | {r1} |"
+            )
+    return L + [""]
 
 
 def _missing(groups: dict) -> list[str]:
@@ -441,6 +536,182 @@ def _missing(groups: dict) -> list[str]:
                     f"{c['policy']} {_fmt_params(c['params'])} at {round(noise * 100)}% ({SEEDS - have} seed(s))"
                 )
     return out
+
+
+def _name(rs: list[dict]) -> str:
+    r0 = rs[0]
+    p = _fmt_params(r0["params"]).replace("=", " = ")
+    names = {"full": "full data", "random": "dynamic random", "seta": "SeTa", "infobatch": "InfoBatch"}
+    return f"{names.get(r0['policy'], r0['policy'])} ({p})"
+
+
+def _mean_r1(rs: list[dict]) -> float:
+    return 100 * float(np.mean([_r1(r) for r in rs]))
+
+
+def _pruned(rs: list[dict]) -> float:
+    return 100 * float(np.mean([r["pruned"] for r in rs]))
+
+
+def _shares(rs: list[dict], e: int) -> tuple[float, list[float]]:
+    """The mismatched share of the pairs trained in epoch e: mean over seeds and per seed (%)."""
+    per = [100 * r["rows"][e]["mismatched_share"] for r in sorted(rs, key=lambda r: r["seed"])]
+    return float(np.mean(per)), per
+
+
+def _guided(groups: dict, noise: float, policy: str) -> list[list[dict]]:
+    return [groups[k] for k in _keys(groups, noise) if k[1] == policy]
+
+
+def _vs_random_value(groups: dict, noise: float, rs: list[dict]) -> str:
+    """The table's interpolated gap, or the plain gap to random's nearest level beyond its points."""
+    v = _vs_random(groups, noise, rs)
+    if v != "-":
+        return f"{v} against dynamic random at the same pruned %"
+    rnd = [groups[k] for k in _keys(groups, noise) if k[1] == "random"]
+    if not rnd:
+        return ""
+    near = min(rnd, key=lambda g: abs(_pruned(g) - _pruned(rs)))
+    return (f"{_mean_r1(rs) - _mean_r1(near):+.1f} against dynamic random at {_pruned(near):.1f}% (beyond random's "
+            "points, not interpolated)")  # fmt: skip
+
+
+def reading(groups: dict) -> list[str]:
+    """'What the measurements say', numbers from the run files (means over seeds unless per seed)."""
+    noisy = max(NOISE_LEVELS)
+    full = groups.get((noisy, "full", "full", "{}"))
+    if not full:
+        return []
+    E = len(full[0]["rows"])
+    L = []
+    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in range(1, E)]
+    cln = [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in range(1, E)]
+    L += [
+        f"* **The per-pair contrastive loss finds the mismatched pairs.** In full data's plans (epochs 1-{E - 1}, "
+        f"mean over seeds) a mismatched pair's last loss is {min(mis):.2f}-{max(mis):.2f} while a clean pair's "
+        f"falls from {cln[0]:.2f} to {cln[-1]:.2f} (the loss table above): although the loss of a pair depends on "
+        "the rest of its batch, it ranks pairs by how well their image and caption match, which is the difficulty "
+        "a pruning policy is meant to see.",
+    ]
+    ib = _guided(groups, noisy, "infobatch")
+    if ib:
+        prune = [e for e in range(1, E) if ib[0][0]["rows"][e]["phase"] == "prune"]
+        kept_m = [100 * r["checks"][e]["kept_share_mismatched"] for rs in ib for r in rs for e in prune]
+        tops = [f"{_shares(rs, prune[-1])[0]:.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib]
+        L.append(
+            f"* **InfoBatch keeps the mismatched pairs.** It prunes only below-mean pairs, which are clean ones: in "
+            f"its pruning epochs (e{prune[0]}-e{prune[-1]}) it kept {min(kept_m):.0f}-{max(kept_m):.0f}% of the "
+            f"mismatched pairs, and their share of the pairs it trained climbs epoch after epoch to "
+            f"{and_list(tops)} in e{prune[-1]}, against {100 * noisy:.0f}% in the data."
+        )
+    for rs in _guided(groups, noisy, "seta"):
+        p = rs[0]["params"]
+        prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
+        items = []
+        for e in prune:
+            m, per = _shares(rs, e)
+            kept = [100 * r["checks"][e]["kept_share_mismatched"] for r in rs]
+            items.append(f"e{e} {_window('seta', p, e, 'prune')}: {m:.1f}% ({' / '.join(f'{x:.1f}' for x in per)}), "
+                         f"keeping {' / '.join(f'{x:.0f}' for x in kept)}% of the mismatched pairs")  # fmt: skip
+        hard = [e for e in prune if "hard end" in _window("seta", p, e, "prune")]
+        top = max(prune, key=lambda e: _shares(rs, e)[0])
+        text = (f"* **SeTa ({_fmt_params(p).replace('=', ' = ')}) trains on a share of mismatched pairs that swings "
+                f"with its window**, by epoch (mean over seeds, then per seed): {'; '.join(items)}. ")  # fmt: skip
+        if top in hard:
+            text += f"The largest share, e{top}, is the epoch whose window reaches the hardest cluster"
+        else:
+            text += (f"The largest share, e{top}, comes in an epoch whose window does not reach the hardest cluster "
+                     f"{'(no window of this setting does)' if not hard else ''}: pairs change clusters as their "
+                     "losses change")  # fmt: skip
+        bad = _collapsed(rs)
+        if bad:
+            by = {r["seed"]: r for r in rs}
+            text += ("; after it the mean R@1 of " + and_list(
+                [f"seed {s} fell to {100 * _curve(by[s])[e]:.1f}% (e{e})" for s, es in bad.items() for e in es])
+                + f", chance being {100 * _chance(rs[0]):.1f}%: a collapse, from which every seed recovered by the "
+                "last epoch" if all(_curve(by[s])[-1] > _curve(by[s])[es[0] - 1] for s, es in bad.items())
+                else "; after it the mean R@1 fell to chance")  # fmt: skip
+        L.append(text + ".")
+    # retrieval
+    parts = []
+    for noise in NOISE_LEVELS:
+        keys = [k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")]
+        items = []
+        for k in keys:
+            rs = groups[k]
+            mark = " [collapsed]" if _collapsed(rs) else ""
+            items.append(f"{_name(rs)} at {_pruned(rs):.1f}% pruned {_vs_random_value(groups, noise, rs)}{mark}")
+        if items:
+            title = f"{round(noise * 100)}% mismatched" if noise else "Clean pairs"
+            parts.append(f"{title}: " + "; ".join(items))
+    spreads = [abs(_r1(g[0]) - _r1(g[1])) * 100 for g in groups.values() if len(g) == 2]
+    text = "* **Retrieval** (mean R@1, points): " + ". ".join(parts) + "."
+    if spreads:
+        gaps = [float(v) for n in NOISE_LEVELS for k in _keys(groups, n) if k[1] in ("seta", "infobatch")
+                and (v := _vs_random(groups, n, groups[k])) != "-"]  # fmt: skip
+        beat = any(g > max(spreads) for g in gaps)
+        text += (f" Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
+                 "R@1; " + ("a loss-guided setting beat dynamic random by more." if beat else
+                            "no loss-guided setting beat dynamic random by more than that."))  # fmt: skip
+    L.append(text)
+    return L + [""]
+
+
+def readme_summary(groups: dict) -> list[str]:
+    """README's paragraph on the pairs study, numbers from the run files."""
+    noisy = max(NOISE_LEVELS)
+    full = groups.get((noisy, "full", "full", "{}"))
+    if not full:
+        return []
+    E = len(full[0]["rows"])
+    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in range(1, E)]
+    cln = [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in range(1, E)]
+    text = (f"**Mismatched pairs** have the highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against "
+            f"{cln[-1]:.1f}-{cln[0]:.1f} for clean pairs once training has begun), so the per-pair loss finds them, "
+            "but the policies treat high loss as informative: `benchmarks/pairs_study.py` "
+            f"({full[0]['data']['train']:,} pairs, {100 * noisy:.0f}% mismatched, {E} epochs, {len(full)} seeds) "
+            "measured: ")  # fmt: skip
+    ib = _guided(groups, noisy, "infobatch")
+    bits = []
+    if ib:
+        last = max(e for e in range(E) if ib[0][0]["rows"][e]["phase"] == "prune")
+        bits.append("InfoBatch, which prunes only below-mean pairs, trained on up to " + and_list(
+            [f"{_shares(rs, last)[0]:.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib]) + " mismatched pairs in its "
+            "pruning epochs")  # fmt: skip
+    for rs in _guided(groups, noisy, "seta"):
+        prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
+        sh = [_shares(rs, e)[0] for e in prune]
+        bad = _collapsed(rs)
+        b = (f"SeTa ({_fmt_params(rs[0]['params']).replace('=', ' = ')}) on {min(sh):.1f}% to {max(sh):.1f}% "
+             "mismatched pairs, depending on the epoch's window")  # fmt: skip
+        if bad:
+            by = {r["seed"]: r for r in rs}
+            b += (
+                ", and its mean R@1 fell to chance after its "
+                f"{max(sh):.1f}% epoch (seed by seed: "
+                + ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
+                + ")"
+            )
+        bits.append(b)
+    text += "; ".join(bits) + ". "
+    parts = []
+    for noise in NOISE_LEVELS:
+        keys = [k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")]
+        items = [f"{_name(groups[k])} {v} at {_pruned(groups[k]):.1f}%" for k in keys
+                 if (v := _vs_random(groups, noise, groups[k])) != "-"]  # fmt: skip
+        if items:
+            where = "On clean pairs" if not noise else f"with {100 * noise:.0f}% mismatched pairs"
+            parts.append(
+                where + ", against dynamic random at the same pruned % (mean R@1, points): " + "; ".join(items)
+            )
+    text += "; ".join(parts) + ". Tables, plots and the per-epoch shares: `docs/quality-pairs.md`."
+    return [text]
+
+
+def and_list(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _style(key: tuple) -> dict:
@@ -512,7 +783,13 @@ def snapshot(argv: list[str]) -> None:
     snap.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", "HEAD", "seta_stream"], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
-    for rel in ("examples/train_pairs.py", "tools/make_pair_shards.py", "benchmarks/pairs_study.py"):
+    for rel in (
+        "examples/train_pairs.py",
+        "tools/make_pair_shards.py",
+        "benchmarks/pairs_study.py",
+        "benchmarks/quality/__init__.py",
+        "benchmarks/quality/collapses.py",
+    ):
         (snap / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, snap / rel)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)

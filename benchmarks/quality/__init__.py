@@ -16,7 +16,8 @@ study); a rerun skips finished runs, so a study resumes (a converged-study run a
 from the checkpoint of its last finished epoch). The converged study may run as several processes
 into the same results, one per core: each trains the plan's next run no other process has
 claimed. ``--report-only`` rewrites
-docs/quality.md and its plots from those files.
+docs/quality.md, its plots and README's accuracy summary from those files; every number in their
+generated prose comes from the run files (``reading``, ``reading_short``, ``report_collapses``).
 
 Modules, one job each (an arrow = may import):
 
@@ -34,6 +35,12 @@ Modules, one job each (an arrow = may import):
     plots       the figures                                   (results)
     report      the short study's section of docs/quality.md, and the splicing of a generated
                 section between its markers                   (results, plots, checks, configs, layout)
-    report_converged  the converged study's section           (report, results, plots, checks, configs)
+    report_converged  the converged study's section           (report, results, plots, checks, configs, collapses)
+    collapses   the rule for a run whose accuracy fell to chance, the plan before it (policy rules, lr
+                schedule), the schema of docs/quality-runs/collapses.json            (train)
+    report_collapses  the section listing every collapse      (collapses, report, results, configs)
+    reading     the converged study's prose, the summary at the top of docs/quality.md and README's
+                accuracy summary, numbers from the run files  (report_converged, machine, report)
+    reading_short  the short study's prose ("The regime", "Findings")      (report, results)
     __main__    the command line
 """

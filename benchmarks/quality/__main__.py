@@ -48,12 +48,18 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     layout = Layout(results=Path(args.results).resolve(), out=Path(args.out).resolve(), data=Path(args.data))
     if args.report_only:
+        from .reading import report_readings
+        from .reading_short import report_short_reading
         from .report import report_short
+        from .report_collapses import report_collapses
         from .report_converged import SAME_ORDER, report_converged
 
         report_short(layout)
         report_converged(layout)
         report_converged(layout, SAME_ORDER)
+        report_collapses(layout)
+        report_readings(layout)
+        report_short_reading(layout)
         return
     from .study import converged_study, short_study
 

@@ -21,6 +21,11 @@ class Layout:
         return self.results.parent / "quality.md"
 
     @property
+    def readme(self) -> Path:
+        """README.md, whose accuracy summary is generated (``reading.report_readings``)."""
+        return self.results.parent.parent / "README.md"
+
+    @property
     def plots(self) -> Path:
         return self.results.parent / "quality"
 

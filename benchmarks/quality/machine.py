@@ -66,3 +66,16 @@ def software() -> dict[str, str]:
         except PackageNotFoundError:
             out[pkg] = "absent"
     return out
+
+
+MACHINE_KEYS = ("cpu", "cpu_capability", "torch", "numpy", "pillow", "webdataset", "pyarrow", "polars")
+
+
+def machine_of(result: dict) -> str:
+    """The machine a result file says it ran on: its recorded CPU model, SIMD level and package
+    versions (``software``), or ``not recorded`` (files written before ``software`` existed).
+    Two files with the same text may still come from two hosts of the same model."""
+    sw = result.get("software")
+    if not sw:
+        return "not recorded"
+    return ", ".join(f"{k} {sw[k]}" if k != "cpu" else sw[k] for k in MACHINE_KEYS if k in sw)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .checks import check_results, check_run_dir, finished_run_dirs
+from .collapses import collapse_epochs, converged_trace
 from .configs import (
     CONVERGED_SEEDS,
     augments,
@@ -120,19 +121,25 @@ def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> 
     return mine | {"run_dirs": {k: v for k, v in per_dir.items() if k in ids}}
 
 
-def report_converged(layout: Layout, section: Section = CURRENT) -> None:
-    """Rewrite one generated section of the converged study in docs/quality.md, and its figures."""
-    results = load_results(section.results(layout))
-    lines: list[str] = []
-    if not results:
-        lines += ["No run of the converged study has finished yet.", ""]
+def studies(layout: Layout, section: Section = CURRENT) -> list[Study]:
+    """The studies (E, augmentation, model) of one section's run files, in the report's order:
+    the small CNN first, augmented studies before the others, shorter E first."""
+    results = load_results(section.results(layout)) if section.results(layout).exists() else []
 
     def key(r: dict) -> tuple[int, bool, str]:
         return r["E"], augments(r), model_of(r)
 
-    # the small CNN first, augmented studies before the others, shorter E first
-    for E, augment, model in sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0])):
-        s = Study(layout, E, augment, [r for r in results if key(r) == (E, augment, model)], model, section)
+    keys = sorted({key(r) for r in results}, key=lambda k: (k[2] != "cnn", k[2], not k[1], k[0]))
+    return [Study(layout, E, a, [r for r in results if key(r) == (E, a, m)], m, section) for E, a, m in keys]
+
+
+def report_converged(layout: Layout, section: Section = CURRENT) -> None:
+    """Rewrite one generated section of the converged study in docs/quality.md, and its figures."""
+    lines: list[str] = []
+    all_studies = studies(layout, section)
+    if not all_studies:
+        lines += ["No run of the converged study has finished yet.", ""]
+    for s in all_studies:
         lines += [f"### {s.title(' epochs')}", ""]
         lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
@@ -156,6 +163,12 @@ class Study:
         self.measured = [self.by_id[i]["pruned"] for c in self.pruned_cfgs if (i := conv_run_id(c, 0)) in self.by_id]
         self.full = self.full_at(E)
         self.full_acc = _acc(self.full) if self.full else None
+        # run id -> the epochs it collapsed at (collapses.py: test accuracy back at chance)
+        self.collapsed: dict[str, list[int]] = {}
+        for r in results:
+            t = converged_trace(r, conv_run_id(r, r["seed"]), section.folder)
+            if t is not None and (es := collapse_epochs(t.metric, t.chance)):
+                self.collapsed[t.run] = es
 
     def title(self, unit: str = "") -> str:
         """``CIFAR-10, E = 36``; the model when it is not the small CNN (and the device it trained
@@ -214,16 +227,53 @@ class Study:
                     f"the run at 2E = {2 * E} has not finished yet.", ""]  # fmt: skip
         return []
 
-    def vs_random(self, rs: list[dict]) -> str:
-        """Test accuracy minus dynamic random's, interpolated at the same measured pruned %."""
+    def collapses_of(self, rs: list[dict]) -> list[dict]:
+        """The runs of ``rs`` that collapsed."""
+        return [r for r in rs if conv_run_id(r, r["seed"]) in self.collapsed]
+
+    def collapse_cell(self, rs: list[dict]) -> str:
+        """Which seeds collapsed (epoch, test accuracy), and the configuration without them: mean
+        test accuracy of the other seeds and its gap to full data at E over the same seeds."""
+        bad = self.collapses_of(rs)
+        if not bad:
+            return "-"
+        at = "; ".join(
+            f"s{r['seed']}: " + ", ".join(f"e{e} {100 * r['epochs'][e]['test_acc']:.1f}%"
+                                          for e in self.collapsed[conv_run_id(r, r['seed'])])
+            for r in bad
+        )  # fmt: skip
+        rest, g = self.without_collapsed(rs)
+        if not rest:
+            return f"**{at}**; without it: no seed left"
+        seeds = "/".join(str(r["seed"]) for r in rest)
+        gap = "-" if g is None else f"{g:+.2f}"
+        return f"**{at}**; without it: {_acc(rest):.2f} (seed {seeds}), {gap} vs full at E (same seeds)"
+
+    def without_collapsed(self, rs: list[dict]) -> tuple[list[dict], float | None]:
+        """The runs of ``rs`` that did not collapse, and their mean test accuracy minus full data at
+        E's over the same seeds (None without full data at E for each of those seeds)."""
+        bad = self.collapses_of(rs)
+        rest = [r for r in rs if r not in bad]
+        full = {r["seed"]: r for r in self.full or []}
+        if not rest or rs is self.full or not all(r["seed"] in full for r in rest):
+            return rest, None
+        return rest, _acc(rest) - _acc([full[r["seed"]] for r in rest])
+
+    def vs_random_value(self, rs: list[dict]) -> float | None:
+        """Test accuracy minus dynamic random's, interpolated at the same measured pruned % (None
+        for full data and random, or outside random's points)."""
         pts = [(0.0, self.full_acc)] if self.full_acc is not None else []
         pts += [(float(np.mean([r["pruned"] for r in g])), _acc(g)) for g in self.groups.values()
                 if g[0]["policy"] == "random"]  # fmt: skip
         pts.sort()
         x = float(np.mean([r["pruned"] for r in rs]))
         if rs[0]["policy"] in ("full", "random") or len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
-            return "-"
-        return f"{_acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts])):+.2f}"
+            return None
+        return _acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
+
+    def vs_random(self, rs: list[dict]) -> str:
+        v = self.vs_random_value(rs)
+        return "-" if v is None else f"{v:+.2f}"
 
     def row(self, rs: list[dict]) -> list[str]:
         r0, E, full_acc = rs[0], self.E, self.full_acc
@@ -244,6 +294,7 @@ class Study:
                       f"{_acc(rs) - _acc(eq):+.2f}" if eq else "-"]  # fmt: skip
         return cells + [
             self.vs_random(rs),
+            self.collapse_cell(rs),
             f"{min(_train_min(r) for r in rs):.1f}",
             " / ".join(f"{100 * other_share(r):.0f}%" for r in rs),
         ]
@@ -251,9 +302,9 @@ class Study:
     def table(self) -> list[str]:
         L = [
             "| run | setting | seeds | pruned % (measured) | test acc % | vs full at E | equal-compute full data: "
-            "epochs | its test acc % | vs equal compute | vs dynamic random at that pruned % | training min "
-            "(fastest seed) | other work's CPU share |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "epochs | its test acc % | vs equal compute | vs dynamic random at that pruned % | collapsed seeds "
+            "(epoch, test acc) | training min (fastest seed) | other work's CPU share |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         order = sorted(self.groups.values(), key=lambda rs: (rs[0]["policy"] != "full", ORDER[rs[0]["policy"]],
                                                              -rs[0]["n_epochs"], rs[0]["label"]))  # fmt: skip
@@ -262,7 +313,10 @@ class Study:
             "",
             "*vs equal compute*: test accuracy minus full data trained for round(E x (1 - p)) epochs, p = the "
             "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
-            "same number of samples trained. *other work's CPU share*: per seed, the mean share of the 2 cores "
+            "same number of samples trained. *collapsed seeds*: the seeds whose test accuracy fell back to "
+            "chance during training ([Runs that collapsed](#runs-that-collapsed)); the other columns include "
+            "them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
+            "mean share of the 2 cores "
             f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
             "machine and its wall time is inflated.",
             "",
@@ -278,7 +332,8 @@ class Study:
             if not rs or full_acc is None:
                 return "-"
             p = 100 * float(np.mean([r["pruned"] for r in rs]))
-            return f"{_acc(rs):.2f} ({_acc(rs) - full_acc:+.2f}) at {p:.1f}%"
+            mark = " †" if self.collapses_of(rs) else ""
+            return f"{_acc(rs):.2f} ({_acc(rs) - full_acc:+.2f}) at {p:.1f}%{mark}"
 
         def equal(level: int) -> str:
             n = round(self.E * (1 - level / 100))
@@ -297,7 +352,10 @@ class Study:
             cells = [f"{PAPER[p][lv]} ({PAPER[p][lv] - PAPER_FULL:+.1f})" for p in ("seta", "infobatch", "random")]
             cells += [ours("seta", lv), ours("infobatch", lv) if lv == 30 else "-", ours("random", lv), equal(lv)]
             L.append(f"| {lv}% | " + " | ".join(cells) + " |")
-        return L + [f"\nOurs: full data at E = {f'{full_acc:.2f}%' if full_acc is not None else '(not finished)'}.", ""]
+        note = f"\nOurs: full data at E = {f'{full_acc:.2f}%' if full_acc is not None else '(not finished)'}."
+        if any(" †" in line for line in L):
+            note += " †: the mean includes a run that collapsed (the table above gives it without)."
+        return L + [note, ""]
 
     def seed0_curves(self) -> list[dict]:
         return [r for r in self.results if r["seed"] == 0 and "test_acc" in r["epochs"][-1]]
@@ -339,8 +397,10 @@ class Study:
             return []
         L = ["Kept fraction per epoch (plan of seed 0):", ""]
         for r in sorted(guided, key=lambda r: (ORDER[r["policy"]], r["label"])):
+            es = self.collapsed.get(conv_run_id(r, r["seed"]), [])
             L.append(f"* {r['policy']} {r['label']} ({fmt_params(r['params'])}): "
-                     + " ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"]))  # fmt: skip
+                     + " ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
+                     + (f" (collapsed after epoch {', '.join(map(str, es))})" if es else ""))  # fmt: skip
         return L + [""]
 
     def calibration(self) -> list[str]:

@@ -1,0 +1,635 @@
+"""The prose of the converged study that states measured numbers ("Reading the converged
+study", the summary at the top of docs/quality.md, README's accuracy summary), generated from
+the run files, so that prose and tables cannot drift apart.
+
+Rules the text follows (each sentence is built from them, none is written by hand):
+
+* *seed spread*: the largest difference between the two seeds of one configuration of the
+  study; a gap is *beyond the seed spread* when its absolute value is larger;
+* *paired by seed*: a pruned run minus the reference run of the same seed; a configuration is
+  *below on every seed* when every paired difference is negative;
+* runs of different machines (``machine.machine_of``: the recorded CPU and packages, or not
+  recorded) or different run sets (``converged-reruns``) are never compared with each other:
+  a rerun is compared with the rerun of full data of its own set;
+* a configuration with a collapsed seed (``collapses.py``) is named as such, and its gap is
+  given without the collapsed seed where another seed is left.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .configs import conv_run_id
+from .layout import Layout
+from .machine import machine_of
+from .report import splice
+from .report_converged import CURRENT, PAPER, PAPER_FULL, SAME_ORDER, SHARED, Study, _acc, other_share, studies
+from .results import ORDER, load_results
+
+RERUNS = "converged-reruns"
+CRITERION = 0.5  # full data has converged when every seed gains at most this from E to 2E
+
+
+def pct(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def gap(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def name(r0: dict) -> str:
+    """The configuration's name in prose: ``SeTa p30``, ``SeTa `target_keep```, ``dynamic random p50``."""
+    if r0["policy"] == "full":
+        return f"full data, {r0['n_epochs']} epochs"
+    if "target_keep" in r0["params"]:
+        return "SeTa `target_keep`"
+    return {"seta": "SeTa", "infobatch": "InfoBatch", "random": "dynamic random"}.get(r0["policy"], r0["policy"]) + (
+        f" {r0['label']}"
+    )
+
+
+def acc(r: dict) -> float:
+    return 100 * r["test_acc"]
+
+
+def paired(rs: list[dict], ref: list[dict] | None) -> dict[int, float]:
+    """seed -> test accuracy minus the reference run's of the same seed (seeds in both)."""
+    by = {r["seed"]: r for r in ref or []}
+    return {r["seed"]: acc(r) - acc(by[r["seed"]]) for r in rs if r["seed"] in by}
+
+
+def by_seed(p: dict[int, float]) -> str:
+    return ", ".join(gap(v) for _, v in sorted(p.items()))
+
+
+def side(p: dict[int, float]) -> str:
+    """'below on every seed' / 'above on every seed' / 'seeds on both sides' / 'one seed'."""
+    if len(p) < 2:
+        return "one seed"
+    if all(v < 0 for v in p.values()):
+        return "below on every seed"
+    if all(v > 0 for v in p.values()):
+        return "above on every seed"
+    return "seeds on both sides"
+
+
+def and_list(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+class Reading:
+    """The numbers of one converged study (one E, augmentation, model) and its reruns."""
+
+    def __init__(self, study: Study, reruns: list[dict]) -> None:
+        self.s = study
+        self.E = study.E
+        self.pruned = sorted(
+            (rs for rs in study.groups.values() if rs[0]["policy"] != "full"),
+            key=lambda rs: (ORDER[rs[0]["policy"]], rs[0]["label"]),
+        )
+        self.fulls = sorted((rs for rs in study.groups.values() if rs[0]["policy"] == "full"),
+                            key=lambda rs: rs[0]["n_epochs"])  # fmt: skip
+        two = [rs for rs in study.groups.values() if len(rs) > 1]
+        spreads = [(max(acc(r) for r in rs) - min(acc(r) for r in rs), rs) for rs in two]
+        self.noise: float | None = max(x for x, _ in spreads) if spreads else None
+        self.noise_rs: list[dict] | None = max(spreads, key=lambda x: x[0])[1] if spreads else None
+        self.sds = [float(np.std([acc(r) for r in rs], ddof=1)) for rs in two]
+        tag = study.tag
+        self.reruns = [r for r in reruns if conv_run_id(r, r["seed"]).startswith(f"cifar10-{tag}-")]
+
+    # ---------------------------------------------------------------- facts
+    def full2(self) -> list[dict] | None:
+        return self.s.full_at(2 * self.E)
+
+    def converged(self) -> bool | None:
+        """Every seed with a run at E and 2E gains at most CRITERION (None without such a pair)."""
+        p = paired(self.full2() or [], self.s.full)
+        return None if not p else all(v <= CRITERION for v in p.values())
+
+    def collapsed(self, rs: list[dict]) -> list[dict]:
+        return self.s.collapses_of(rs)
+
+    def cname(self, rs: list[dict]) -> str:
+        """The name with its pruned % and, for a configuration with a collapsed seed, a mark."""
+        p = 100 * float(np.mean([r["pruned"] for r in rs]))
+        text = f"{name(rs[0])} ({p:.1f}% pruned)"
+        bad = self.collapsed(rs)
+        if bad:
+            seeds = "/".join(str(r["seed"]) for r in bad)
+            text += f" [collapsed: seed {seeds}]"
+        return text
+
+    @property
+    def full_acc(self) -> float:
+        """Full data's mean test accuracy at E (the paragraphs that use it are written only with it)."""
+        assert self.s.full_acc is not None
+        return self.s.full_acc
+
+    def gap_full(self, rs: list[dict]) -> float:
+        return _acc(rs) - self.full_acc
+
+    def gap_equal(self, rs: list[dict]) -> tuple[int, list[dict] | None, float | None]:
+        n, eq = self.s.equal_compute(rs)
+        return n, eq, (_acc(rs) - _acc(eq) if eq else None)
+
+    def beyond(self, x: float) -> bool:
+        return self.noise is not None and abs(x) > self.noise + 1e-9
+
+    # ---------------------------------------------------------------- paragraphs
+    def noise_par(self) -> list[str]:
+        if self.noise is None or self.noise_rs is None:
+            return []
+        return [
+            f"**How large the noise is.** Two seeds of one configuration differ by up to {pct(self.noise)} point "
+            f"({name(self.noise_rs[0])}; the standard deviation of a configuration is {pct(min(self.sds))}-"
+            f"{pct(max(self.sds))}). Below, a gap is *beyond the seed spread* when it is larger than "
+            f"{pct(self.noise)}, and *by seed* lists a configuration's runs minus the reference run of the same "
+            "seed.",
+            "",
+        ]
+
+    def machines(self, folder: str, extra: list[tuple[str, list[dict]]]) -> list[str]:
+        """Which machine and library revision each set of run files records."""
+        L = ["| run files | runs | library revision (runs) | machine, as the file records it |",
+             "| --- | --- | --- | --- |"]  # fmt: skip
+        for where, rs in [(f"`{folder}/cifar10-{self.s.tag}-*`", self.s.results)] + extra:
+            if not rs:
+                continue
+            by: dict[str, list[dict]] = {}
+            for r in rs:
+                by.setdefault(machine_of(r), []).append(r)
+            for m, ms in sorted(by.items()):
+                revs: dict[str, int] = {}
+                for r in ms:
+                    revs[r.get("library_rev", "?")] = revs.get(r.get("library_rev", "?"), 0) + 1
+                rev = ", ".join(f"{k} ({v})" for k, v in sorted(revs.items(), key=lambda kv: -kv[1]))
+                L.append(f"| {where} | {len(ms)} | {rev} | {m} |")
+        return L + [""]
+
+    def odd_revisions(self) -> str:
+        """The runs trained by another revision than most of the study's runs."""
+        revs: dict[str, list[dict]] = {}
+        for r in self.s.results:
+            revs.setdefault(r.get("library_rev", "?"), []).append(r)
+        if len(revs) < 2:
+            return ""
+        main = max(revs, key=lambda k: len(revs[k]))
+        odd = [f"`{conv_run_id(r, r['seed'])}` ({k})" for k, rs in sorted(revs.items()) if k != main for r in rs]
+        return (f"Most of this study's runs were trained by revision {main}; {and_list(odd)} by another. "
+                if odd else "")  # fmt: skip
+
+    def rerun_par(self) -> list[str]:
+        if not self.reruns:
+            return []
+        study_by = {conv_run_id(r, r["seed"]): r for r in self.s.results}
+        rows = ["| run (seed) | study's run | rerun | change |", "| --- | --- | --- | --- |"]
+        changes = []
+        for r in sorted(self.reruns, key=lambda r: (r["policy"] != "full", ORDER[r["policy"]], r["label"], r["seed"])):
+            o = study_by.get(conv_run_id(r, r["seed"]))
+            if o is None:
+                continue
+            changes.append(acc(r) - acc(o))
+            rows.append(f"| {name(r)} ({r['seed']}) | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
+        up = sum(c > CRITERION for c in changes)
+
+        def where(rs: list[dict]) -> tuple[set[str], set[str]]:
+            return {machine_of(r) for r in rs}, {r.get("library_rev", "?") for r in rs}
+
+        (m1, v1), (m2, v2) = where(self.s.results), where(self.reruns)
+        facts = []
+        if m1 == {"not recorded"} and m2 != m1:
+            facts.append("record a machine where the study's record none")
+        elif m1 != m2:
+            facts.append("record other machines than the study's")
+        if v1 != v2:
+            facts.append("come from other library revisions")
+        L = [
+            f"**Reruns.** {len(self.reruns)} runs of this study were trained again with the same configuration and "
+            f"seed (`docs/quality-runs/{RERUNS}/`). Their files " + (and_list(facts) if facts else
+                                                                   "record the study's machine and revision")
+            + " (table below); they are kept as a second set, and runs of one set are compared with each other "
+            "only.",
+            "",
+        ]  # fmt: skip
+        L += self.machines("converged", [(f"`{RERUNS}/`", self.reruns)])
+        L += rows + [""]
+        L += [
+            f"Mean change {gap(float(np.mean(changes)))} (from {gap(min(changes))} to {gap(max(changes))}; {up} of "
+            f"{len(changes)} above +{CRITERION}), full data's own rerun included: the second set sits "
+            f"{'higher' if np.mean(changes) > 0 else 'lower'} than the first on average, so a rerun is compared with "
+            "the rerun of full data, never with the study's full data.",
+            "",
+        ]
+        rfull = [r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E]
+        rrand = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
+        if rfull:
+            f0 = {r["seed"]: r for r in rfull}
+            parts, unpaired, vs_r = [], [], []
+            for r in sorted(self.reruns, key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"])):
+                if r["policy"] == "full":
+                    continue
+                if r["seed"] in f0:
+                    parts.append(f"{name(r)} {gap(acc(r) - acc(f0[r['seed']]))} (seed {r['seed']})")
+                else:
+                    unpaired.append(f"{name(r)} seed {r['seed']} ({pct(acc(r))})")
+                if r["policy"] != "random" and r["seed"] in rrand:
+                    vs_r.append(f"{name(r)} {gap(acc(r) - acc(rrand[r['seed']]))}")
+            seeds = "/".join(str(s) for s in sorted(f0))
+            text = (f"On the second set, against its own full data at E (seed {seeds}: "
+                    f"{', '.join(pct(acc(r)) for r in rfull)}): {and_list(parts)}.")  # fmt: skip
+            if unpaired:
+                text += f" No full-data rerun pairs with {and_list(unpaired)}."
+            if vs_r:
+                seed_r = "/".join(str(s) for s in sorted(rrand))
+                text += f" Against the rerun of dynamic random of the same seed ({seed_r}): {and_list(vs_r)}."
+            L += [text, ""]
+        return L
+
+    def rerun_shift(self) -> float:
+        """The mean change of the reruns from the study's runs of the same configuration and seed."""
+        study_by = {conv_run_id(r, r["seed"]): r for r in self.s.results}
+        return float(np.mean([acc(r) - acc(study_by[i]) for r in self.reruns
+                              if (i := conv_run_id(r, r["seed"])) in study_by]))  # fmt: skip
+
+    def rerun_vs_full(self, rs: list[dict]) -> str:
+        """The second set's gap of this configuration to its full data (paired), or ''."""
+        f0 = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
+        mine = [r for r in self.reruns if conv_run_id(r, r["seed"]).rsplit("-s", 1)[0]
+                == conv_run_id(rs[0], rs[0]["seed"]).rsplit("-s", 1)[0] and r["seed"] in f0]  # fmt: skip
+        if not mine:
+            return ""
+        return "; second set " + ", ".join(f"{gap(acc(r) - acc(f0[r['seed']]))} (seed {r['seed']})" for r in mine)
+
+    def convergence_par(self) -> list[str]:
+        full, full2 = self.s.full, self.full2()
+        if not full or not full2:
+            return []
+        p = paired(full2, full)
+        loss = lambda rs: float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))  # noqa: E731
+        ok = self.converged()
+        head = ("**Full data has converged by the criterion.**" if ok else
+                f"**Full data has NOT converged by the criterion** (at most +{CRITERION} from E to 2E on every "
+                "seed).")  # fmt: skip
+        both = [r for r in full if r["seed"] in p]
+        both2 = [r for r in full2 if r["seed"] in p]
+        per = ", ".join(f"seed {r['seed']}: {pct(acc(r))} -> {pct(acc(r) + p[r['seed']])}"
+                        for r in sorted(both, key=lambda r: r["seed"]))  # fmt: skip
+        text = (f"{head} {pct(_acc(both))}% at E = {self.E} epochs and {pct(_acc(both2))}% at 2E = {2 * self.E} "
+                f"(the seeds with both runs): {gap(_acc(both2) - _acc(both))} point ({per}). Training loss of the last "
+                f"epoch: {loss(both):.2f} nats at E, {loss(both2):.2f} at 2E.")  # fmt: skip
+        shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
+        if shorter:
+            listed = self.fulls
+            accs = [_acc(rs) for rs in listed]
+            best = max(listed, key=_acc)
+            text += (f" Full data at {' / '.join(str(rs[0]['n_epochs']) for rs in listed)} epochs: "
+                     f"{' / '.join(pct(a) for a in accs)}%, a spread of {pct(max(accs) - min(accs))} point "
+                     f"(best: {best[0]['n_epochs']} epochs).")  # fmt: skip
+            low = [rs for rs in shorter if self.noise is not None and self.full_acc - _acc(rs) > self.noise]
+            if self.noise is not None and not low:
+                text += (f" Every shorter schedule measured ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']}"
+                         f" epochs) is within the seed spread of full data at E or above it: the {self.E}-epoch "
+                         "schedule has slack.")  # fmt: skip
+        return [text, ""]
+
+    def deficit(self, g: float, p: dict[int, float]) -> bool:
+        """Below the reference on every seed and by more than the seed spread."""
+        return side(p) == "below on every seed" and self.beyond(g)
+
+    def classify(self, items: list[tuple[list[dict], float, dict[int, float]]]) -> list[str]:
+        """Sentences sorting configurations by side and size against the seed spread."""
+        groups: dict[str, list[str]] = {}
+        for rs, g, p in items:
+            size = "by more than the seed spread" if self.beyond(g) else "within the seed spread"
+            groups.setdefault(f"{side(p)}, {size}", []).append(name(rs[0]))
+        order = ["below on every seed, by more than the seed spread", "below on every seed, within the seed spread",
+                 "seeds on both sides, within the seed spread", "seeds on both sides, by more than the seed spread",
+                 "above on every seed, within the seed spread", "above on every seed, by more than the seed spread",
+                 "one seed, within the seed spread", "one seed, by more than the seed spread"]  # fmt: skip
+        return [f"{k}: {and_list(groups[k])}" for k in order if k in groups]
+
+    def second_set(self) -> str:
+        """'dynamic random p30 -1.25, SeTa p30 -1.15 (seed 0)': the reruns against their own full data."""
+        f0 = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
+        parts = [f"{name(r)} {gap(acc(r) - acc(f0[r['seed']]))}" for r in
+                 sorted(self.reruns, key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"]))
+                 if r["policy"] != "full" and r["seed"] in f0]  # fmt: skip
+        seeds = "/".join(str(x) for x in sorted(f0))
+        return f"{and_list(parts)} (seed {seeds})" if parts else ""
+
+    def full_par(self) -> list[str]:
+        if self.s.full_acc is None or not self.pruned:
+            return []
+        items = [(rs, self.gap_full(rs), paired(rs, self.s.full)) for rs in self.pruned]
+        each = "; ".join(
+            f"{self.cname(rs)} {gap(g)} (by seed {by_seed(p)}{self.rerun_vs_full(rs)})" for rs, g, p in items
+        )
+        text = f"**Against full data at E (the papers' comparison).** {each}. Sorted: " + "; ".join(
+            self.classify(items)
+        )
+        if self.second_set():
+            text += (". On the second set every rerun pruned configuration was below its own full data: "
+                     f"{self.second_set()}")  # fmt: skip
+        lv = sorted(PAPER["seta"])
+        text += (". The paper reports " + "; ".join(
+            f"{and_list(['/'.join(f'{PAPER[p][x] - PAPER_FULL:+.1f}' for x in lv)])} for {n}"
+            for p, n in (("seta", "SeTa"), ("infobatch", "InfoBatch"), ("random", "dynamic random")))
+            + f" at {' / '.join(str(x) for x in lv)}% pruned.")  # fmt: skip
+        return [text, ""]
+
+    def equal_par(self) -> list[str]:
+        items, each = [], []
+        for rs in self.pruned:
+            n, eq, g = self.gap_equal(rs)
+            if g is None:
+                continue
+            p = paired(rs, eq)
+            items.append((rs, g, p))
+            each.append(f"{self.cname(rs)} {gap(g)} against {n} epochs (by seed {by_seed(p)})")
+        if not items:
+            return []
+        text = (
+            "**Against full data at equal compute.** "
+            + "; ".join(each)
+            + ". Sorted: "
+            + "; ".join(self.classify(items))
+            + "."
+        )
+        best = max(items, key=lambda x: x[1])
+        if not self.beyond(best[1]) or best[1] < 0:
+            text += (f" No pruned configuration beat full data at equal compute by more than the seed spread "
+                     f"(largest: {self.cname(best[0])}, {gap(best[1])}).")  # fmt: skip
+        shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
+        if len(shorter) > 1:
+            accs = [_acc(rs) for rs in shorter]
+            low = min(shorter, key=_acc)
+            text += (f" The full-data references ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']} epochs) "
+                     f"themselves span {pct(max(accs) - min(accs))} point (lowest: {low[0]['n_epochs']} epochs, "
+                     f"{pct(_acc(low))}), so which length a pruned run is held against moves its gap by up to "
+                     "that much.")  # fmt: skip
+        return [text, ""]
+
+    def random_note(self) -> str:
+        """'; dynamic random's points include a run that collapsed' where they do, else ''."""
+        bad = [rs for rs in self.s.groups.values() if rs[0]["policy"] == "random" and self.collapsed(rs)]
+        return "; dynamic random's points include a run that collapsed" if bad else ""
+
+    def random_par(self) -> list[str]:
+        items = [(rs, v) for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
+        if not items:
+            return []
+        each = "; ".join(f"{self.cname(rs)} {gap(v)}" for rs, v in items)
+        beyond = [f"{name(rs[0])} ({gap(v)})" for rs, v in items if self.beyond(v)]
+        text = (f"**Against dynamic random at the same pruned %** (the table's interpolation, means over "
+                f"seeds{self.random_note()}): {each}. ")  # fmt: skip
+        if beyond:
+            text += f"Beyond the seed spread: {and_list(beyond)}; every other within it."
+        else:
+            text += "Every one within the seed spread."
+        if not any(v > 0 and self.beyond(v) for _, v in items):
+            text += " No loss-guided configuration beat dynamic random by more than the seed spread."
+        rrand = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
+        vs = [f"{name(r)} {gap(acc(r) - acc(rrand[r['seed']]))} (seed {r['seed']})" for r in self.reruns
+              if r["policy"] not in ("full", "random") and r["seed"] in rrand]  # fmt: skip
+        if vs:
+            text += f" On the second set, against the rerun of dynamic random of the same seed: {and_list(vs)}."
+        return [text, ""]
+
+    def one_line(self) -> str:
+        """The summary of a converged study (top of docs/quality.md, README)."""
+        items = [(rs, self.gap_full(rs), paired(rs, self.s.full)) for rs in self.pruned]
+        below = [(rs, g, p) for rs, g, p in items if self.deficit(g, p)]
+        seeds = max(len(rs) for rs in self.s.groups.values())
+        lo = min(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
+        hi = max(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
+        span = f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}-{hi:.0f}"
+        if self.noise is None:
+            return (f"Full data has converged ({self.s.title()}); no configuration has two seeds yet, so no gap of "
+                    f"its {len(items)} pruned configurations ({span}% pruned) is resolved.")  # fmt: skip
+        text = (f"Once full data has converged ({self.s.title()}, {seeds} seeds), {len(items) - len(below)} of "
+                f"{len(items)} pruned configurations ({span}% pruned) stayed within the seed spread "
+                f"({pct(self.noise)} point) of full data's accuracy at E")  # fmt: skip
+        if below:
+            text += "; " + and_list([f"{name(rs[0])} ({gap(g)}; by seed {by_seed(p)})" for rs, g, p in below])
+            text += f" {'was' if len(below) == 1 else 'were'} below it on every seed, by more than the spread"
+        bad = [(rs, self.collapsed(rs)) for rs in self.pruned if self.collapsed(rs)]
+        if bad:
+            text += ("; " + and_list([f"{name(rs[0])} (seed {'/'.join(str(r['seed']) for r in b)})" for rs, b in bad])
+                     + f" {'includes a run' if len(bad) == 1 else 'include runs'} whose test accuracy fell to chance "
+                     "during training, counted in these means")  # fmt: skip
+        if self.second_set():
+            text += (f". In {len(self.reruns)} runs repeated later as a second set (on average "
+                     f"{gap(self.rerun_shift())} above the same runs of the study, so compared only among "
+                     f"themselves), every rerun pruned configuration was below the rerun of full data: "
+                     f"{self.second_set()}")  # fmt: skip
+        shortest = self.fulls[0] if self.fulls and self.fulls[0][0]["n_epochs"] < self.E else None
+        if shortest:
+            text += (f". Full data trained for {shortest[0]['n_epochs']} of the {self.E} epochs scored "
+                     f"{pct(_acc(shortest))}% ({gap(_acc(shortest) - self.full_acc)} against E)")  # fmt: skip
+        eq = [g for rs in self.pruned if (g := self.gap_equal(rs)[2]) is not None]
+        vr = [v for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
+        if eq and not any(g > 0 and self.beyond(g) for g in eq):
+            text += "; no pruned configuration beat full data at equal compute by more than the seed spread"
+        if vr and not any(v > 0 and self.beyond(v) for v in vr):
+            text += ", and no loss-guided one beat dynamic random by more than it"
+        return text + "."
+
+    def improving_par(self) -> list[str]:
+        """A study whose full data still improves from E to 2E (so far): its gaps, collapses marked."""
+        full, full2 = self.s.full, self.full2()
+        if not full:
+            return []
+        seeds = sorted({r["seed"] for r in self.s.results})
+        text = (f"**Where full data still improves ({self.s.title()}; seed{'s' if len(seeds) > 1 else ''} "
+                f"{', '.join(map(str, seeds))} so far).** ")  # fmt: skip
+        p = paired(full2 or [], full)
+        if p:
+            at_e = {r["seed"]: acc(r) for r in full}
+            per = ", ".join(f"seed {s}: {pct(at_e[s])} -> {pct(at_e[s] + v)}" for s, v in sorted(p.items()))
+            text += (f"Full data gains {gap(float(np.mean(list(p.values()))))} point from {self.E} to {2 * self.E} "
+                     f"epochs on the seeds with both runs ({per}). ")  # fmt: skip
+        items = []
+        for rs in self.pruned:
+            share = 100 * float(np.mean([r["pruned"] for r in rs]))
+            t = f"{name(rs[0])} ({share:.1f}% pruned) {gap(self.gap_full(rs))}"
+            bad = self.collapsed(rs)
+            if bad:
+                rest, g = self.s.without_collapsed(rs)
+                epochs = {r["seed"]: ", ".join(map(str, self.s.collapsed[conv_run_id(r, r["seed"])])) for r in bad}
+                at = and_list([f"seed {s} at epoch {es}" for s, es in epochs.items()])
+                t += (f" (test accuracy fell to chance: {at}; "
+                      + (f"without {'it' if len(bad) == 1 else 'them'} {gap(g)} against full data at E over the same "
+                         "seeds)" if rest and g is not None else
+                         "no seed left without a collapse, so not read as the policy's result)"))  # fmt: skip
+            items.append(t)
+        text += "Against full data at E: " + "; ".join(items) + "."
+        vr = [(rs, v) for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None and not self.collapsed(rs)]
+        if vr:
+            text += (f" Against dynamic random at the same pruned % (configurations without a collapsed run"
+                     f"{self.random_note()}): ") + "; ".join(
+                f"{self.cname(rs)} {gap(v)}" for rs, v in vr) + "."  # fmt: skip
+        eq = [rs for rs in self.pruned if self.gap_equal(rs)[1]]
+        eq_ok = [rs for rs in eq if not self.collapsed(rs)]
+        if eq_ok:
+            text += (
+                " Against full data at equal compute (configurations without a collapsed run): "
+                + "; ".join(
+                    f"{self.cname(rs)} {gap(g)} against {n} epochs"
+                    for rs in eq_ok
+                    for n, _, g in [self.gap_equal(rs)]
+                    if g is not None
+                )
+                + "."
+            )
+        elif eq:
+            text += " Only configurations with a collapsed run have their equal-compute run so far."
+        if not eq:
+            text += (" No equal-compute run has finished yet, so this study says nothing yet about pruning against "
+                     "training fewer epochs.")  # fmt: skip
+        if len(seeds) < 2:
+            text += (" One seed per configuration: this study has no seed spread of its own yet, so none of these "
+                     "gaps is resolved.")  # fmt: skip
+        return [text, ""]
+
+    def checks_par(self, checks: dict) -> list[str]:
+        mine = checks.get("studies", {}).get(self.s.tag)
+        if not mine:
+            return []
+        ids = {conv_run_id(r, r["seed"]) for r in self.s.results}
+        dirs = {k: v for k, v in checks.get("run_dirs", {}).items() if k in ids}
+        problems = len(mine["results_problems"]) + sum(len(v) for v in dirs.values())
+        ratios = []
+        for rs in self.pruned:
+            n, eq, _ = self.gap_equal(rs)
+            r0 = next((r for r in rs if r["seed"] == 0), None)
+            e0 = next((r for r in eq or [] if r["seed"] == 0), None)
+            if r0 and e0 and n != self.E:
+                ratios.append(sum(e["streamed"] for e in e0["epochs"]) / sum(e["streamed"] for e in r0["epochs"]))
+        text = (f"**Checks ({self.s.title()}).** `checks.py` found {problems} problems in the {mine['runs_checked']} "
+                f"result files and the {len(dirs)} run directories of seed 0 it checked (the section above lists "
+                "them).")  # fmt: skip
+        if ratios:
+            span = f"{min(ratios):.2f}" + (
+                f"-{max(ratios):.2f}" if f"{min(ratios):.2f}" != f"{max(ratios):.2f}" else ""
+            )
+            text += f" Each equal-compute full-data run trains {span} times the samples of its pruned run (seed 0)."
+        return [text, ""]
+
+    def machine_par(self) -> list[str]:
+        machines = sorted({machine_of(r) for r in self.s.results})
+        shares = [other_share(r) for r in self.s.results]
+        shared = sum(s > SHARED for s in shares)
+        text = (f"**Machine ({self.s.title()}).** Other processes used {100 * min(shares):.0f}-"
+                f"{100 * max(shares):.0f}% of the 2 cores during these runs ({shared} of {len(shares)} above "
+                f"{100 * SHARED:.0f}%), so their wall times compare only roughly. {self.odd_revisions()}"
+                + ("Its files record no machine." if machines == ["not recorded"] else
+                   "The machine, as its files record it: " + and_list(machines) + "."))  # fmt: skip
+        return [text, ""]
+
+
+def readings(layout: Layout) -> list[Reading]:
+    folder = layout.results / RERUNS
+    reruns = load_results(folder) if folder.exists() else []
+    return [Reading(s, reruns) for s in studies(layout, CURRENT)]
+
+
+def converged_reading(layout: Layout) -> list[str]:
+    """The generated part of "Reading the converged study"."""
+    rd = readings(layout)
+    conv = [r for r in rd if r.converged()]
+    improving = [r for r in rd if r.converged() is False or (r.converged() is None and r.s.full)]
+    checks_path = CURRENT.results(layout) / "checks.json"
+    checks = json.loads(checks_path.read_text()) if checks_path.exists() else {}
+    L: list[str] = []
+    for r in conv:
+        L += [f"#### {r.s.title()}", ""]
+        L += r.noise_par() + r.rerun_par() + r.convergence_par() + r.full_par() + r.equal_par() + r.random_par()
+        L += [f"**In one line.** {r.one_line()}", ""]
+    for r in improving:
+        L += [f"#### {r.s.title()}", ""] + r.improving_par()
+    for r in rd:
+        L += r.checks_par(checks) + r.machine_par()
+    return L
+
+
+def summary(layout: Layout) -> list[str]:
+    """The measured part of the summary at the top of docs/quality.md and in README."""
+    rd = readings(layout)
+    L = [r.one_line() for r in rd if r.converged() and r.pruned]
+    for r in rd:
+        if r.converged() is False and r.pruned:
+            ok = [rs for rs in r.pruned if not r.collapsed(rs)]
+            bad = [rs for rs in r.pruned if r.collapsed(rs)]
+            gaps = [r.gap_full(rs) for rs in ok]
+            seeds = sorted({x["seed"] for x in r.s.results})
+            text = (f"Where full data still improves ({r.s.title()}, seed{'s' if len(seeds) > 1 else ''} "
+                    f"{', '.join(map(str, seeds))} so far), ")  # fmt: skip
+            if gaps and max(gaps) < 0:
+                text += (f"pruning cost {pct(-max(gaps))} to {pct(-min(gaps))} points against full data at E in the "
+                         f"{len(ok)} pruned configurations without a collapsed run")  # fmt: skip
+            elif gaps:
+                text += (f"the {len(ok)} pruned configurations without a collapsed run landed {gap(min(gaps))} to "
+                         f"{gap(max(gaps))} points from full data at E")  # fmt: skip
+            else:
+                text += "every pruned configuration includes a collapsed run"
+            if bad:
+                items = []
+                for rs in bad:
+                    c = r.collapsed(rs)
+                    rest, g = r.s.without_collapsed(rs)
+                    items.append(f"{name(rs[0])} (seed {'/'.join(str(x['seed']) for x in c)}"
+                                 + (f"; without it {gap(g)})" if rest and g is not None else ")"))  # fmt: skip
+                text += (f"; {and_list(items)} {'includes a run' if len(bad) == 1 else 'include runs'} whose test "
+                         "accuracy fell to chance during training, not read as a policy result")  # fmt: skip
+            L.append(text + ".")
+    return [x for t in L for x in (t, "")][:-1]
+
+
+def same_order_note(layout: Layout) -> list[str]:
+    """The note above the superseded, hand-written reading of the same-order runs: where its
+    numbers come from, what the reshuffled runs changed, and which of its runs collapsed."""
+    old = studies(layout, SAME_ORDER)
+    if not old:
+        return []
+    new = {(s.E, s.augment, s.model): s for s in studies(layout, CURRENT)}
+    text = ("*Kept as written, by hand, before the sample order was found and before this report generated its "
+            "prose: its numbers come from the files in `docs/quality-runs/converged-same-order/` (the tables "
+            "above), and the reading of the reshuffled runs supersedes it.")  # fmt: skip
+    for s in old:
+        n = new.get((s.E, s.augment, s.model))
+        if s.full and n and n.full:
+
+            def machines(rs: list[dict]) -> str:
+                return and_list(sorted({machine_of(r) for r in rs}))
+
+            text += (f" Full data at E ({s.title()}): {pct(_acc(s.full))}% in the same order, {pct(_acc(n.full))}% "
+                     f"reshuffled ({gap(_acc(n.full) - _acc(s.full))}; {len(s.full)} and {len(n.full)} seeds; machine "
+                     f"of the same-order files: {machines(s.full)}; of the reshuffled ones: "
+                     f"{machines(n.full)}).")  # fmt: skip
+    bad = []
+    for s in old:
+        for rs in s.groups.values():
+            for r in s.collapses_of(rs):
+                es = s.collapsed[conv_run_id(r, r["seed"])]
+                bad.append(f"{s.title()}: {name(r)} seed {r['seed']} (epoch {and_list([str(e) for e in es])})")
+    if bad:
+        text += (" Runs of these files whose test accuracy fell to chance during training ([Runs that "
+                 f"collapsed](#runs-that-collapsed)), which the numbers below include without saying so: "
+                 f"{'; '.join(bad)}.")  # fmt: skip
+    return [text + "*", ""]
+
+
+def report_readings(layout: Layout) -> None:
+    """Rewrite the generated prose of the converged study in docs/quality.md and README."""
+    splice(layout.doc, "<!-- converged-reading:begin -->", "<!-- converged-reading:end -->", converged_reading(layout))
+    splice(layout.doc, "<!-- same-order-note:begin -->", "<!-- same-order-note:end -->", same_order_note(layout))
+    s = summary(layout)
+    splice(layout.doc, "<!-- summary:begin -->", "<!-- summary:end -->", s)
+    readme = layout.readme
+    if readme.exists() and "<!-- quality-summary:begin -->" in readme.read_text():
+        splice(readme, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", s)
