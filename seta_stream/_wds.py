@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from webdataset.handlers import reraise_exception
@@ -43,7 +43,7 @@ def group_by_keys(
     members = iter(data)
     ended = False
 
-    def segment() -> Iterator[dict[str, Any]]:
+    def segment() -> Generator[dict[str, Any], None, None]:
         nonlocal ended
         for member in members:
             if not member:
