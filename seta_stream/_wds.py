@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
@@ -54,5 +55,5 @@ def group_by_keys(
     while not ended:
         run = segment()
         yield from _wds_group_by_keys(run, handler=handler)
-        if run.gi_frame is not None:  # the grouper stopped early (its handler said stop): so does 1.x's
+        if inspect.getgeneratorstate(run) != inspect.GEN_CLOSED:  # the grouper stopped early (its handler said stop): so does 1.x's
             return
