@@ -469,3 +469,26 @@ def test_member_keys_are_webdatasets_keys():
     for name in names:
         m = _BASE_PLUS_EXT.match(name)
         assert (m.group(1) if m else None) == base_plus_ext(name)[0], name
+
+
+def test_readers_grouper_ends_a_sample_at_the_marker_on_every_webdataset_release():
+    from webdataset.handlers import ignore_and_stop
+
+    from seta_stream._wds import group_by_keys
+
+    def member(name):
+        return {"fname": name, "data": name.encode(), "__url__": "u"}
+
+    files = [member("a.x"), {}, member("a.y"), member("b.x"), {}, {}, member("b.x"), member("c.x")]
+    got = [{k: v for k, v in s.items() if k != "__url__"} for s in group_by_keys(iter(files))]
+    assert got == [
+        {"__key__": "a", "x": b"a.x"},
+        {"__key__": "a", "y": b"a.y"},
+        {"__key__": "b", "x": b"b.x"},
+        {"__key__": "b", "x": b"b.x"},
+        {"__key__": "c", "x": b"c.x"},
+    ]
+    # a handler that says stop ends the whole stream (webdataset yields the sample it was
+    # building, then stops), not only the run between two markers
+    duplicate = [member("a.x"), member("a.x"), {}, member("b.x")]
+    assert [s["__key__"] for s in group_by_keys(iter(duplicate), handler=ignore_and_stop)] == ["a"]
