@@ -7,12 +7,14 @@ drops inside the webdataset pipeline (:func:`attach`, :func:`kept_tar_samples`,
 
 The public API is ``__all__``: the names below and the public modules ``errors`` (the exception
 tree), ``ids`` (sample identity), ``index`` (shard indexes), ``inspect`` (views of a run) and
-``policies`` (the policies and ``es_select``). Every other module is private (``_name``);
+``policies`` (the policies and ``es_select``), and ``openclip`` (OpenCLIP's training data
+adapted in place). Every other module is private (``_name``);
 docs/architecture.md maps them.
 """
 
-from . import errors, ids, index, inspect, policies
+from . import errors, ids, index, inspect, openclip, policies
 from ._compaction import CompactionReport, compact
+from ._epochs import EpochClock, epoch_steps, one_pass_per_epoch
 from ._listing import list_samples
 from ._plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from ._reader import read_kept
@@ -45,9 +47,11 @@ __all__ = [
     "errors",
     "ids",
     "index",
+    "openclip",
     "policies",
     "POLICIES",
     "CompactionReport",
+    "EpochClock",
     "CorruptPartError",
     "EpochOrderError",
     "InvalidInputError",
@@ -69,6 +73,7 @@ __all__ = [
     "attach",
     "compact",
     "describe_policies",
+    "epoch_steps",
     "index_shard",
     "inspect",
     "keep_filter",
@@ -77,6 +82,7 @@ __all__ = [
     "load_plan",
     "load_summary",
     "load_table",
+    "one_pass_per_epoch",
     "plan_epoch",
     "read_kept",
     "run_policy",

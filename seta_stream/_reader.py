@@ -42,10 +42,11 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 from webdataset.filters import pipelinefilter
-from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples
+from webdataset.tariterators import tar_file_expander, tarfile_samples
 
 from ._planview import Decision, PlanView, StageCounts, kept_samples
 from ._runfs import RunDir
+from ._wds import group_by_keys
 from .errors import InvalidInputError
 from .ids import shard_location
 from .index import (

@@ -40,11 +40,13 @@ from typing import Any
 import numpy as np
 from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
-from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples, url_opener
+from webdataset.tariterators import group_by_keys as wds_group_by_keys
+from webdataset.tariterators import tar_file_expander, tarfile_samples, url_opener
 
 from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
 from ._runfs import RunDir
 from ._tario import tar_members
+from ._wds import group_by_keys
 from .errors import InvalidInputError, UnsupportedPipelineError
 
 __all__ = [
@@ -281,14 +283,34 @@ split_by_node/split_by_worker and before the tar reader. Drops shards the curren
 no sample of, without opening them."""
 
 
-def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
-    """Make a ``wds.WebDataset`` (or a ``wds.DataPipeline``) read only what the plan keeps.
+#: tar readers attach() recognises in a DataPipeline by their function's name: OpenCLIP's
+#: (open_clip_train.data, copied into many training codebases), which groups members without
+#: raising on a repeated file name. The keep filter goes after them.
+READER_NAMES = ("tarfile_to_samples_nothrow",)
 
-    ``skip_shards`` goes right before the tar opener. webdataset's tar expander + grouper
-    (``wds.WebDataset``) or ``tarfile_to_samples`` (a DataPipeline) is replaced by the
-    equivalent of :func:`kept_tar_samples`, keeping its ``handler``, ``select_files`` and
-    ``rename_files``; a tar reader configured otherwise (a custom grouper) keeps its place and
-    gets :func:`keep_filter` after it. Returns ``ds`` (modified in place) for chaining.
+
+def _runs(st: Any, f: Any) -> bool:
+    """Whether pipeline stage ``st`` is ``f`` or a pipelinefilter stage of ``f``."""
+    return st is f or getattr(st, "f", None) is f
+
+
+def _reader_name(st: Any) -> str | None:
+    return getattr(getattr(st, "f", st), "__name__", None)
+
+
+def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any = None) -> Any:
+    """Make a ``wds.WebDataset`` or a ``wds.DataPipeline`` read only what the plan keeps.
+
+    ``skip_shards`` goes right before the tar reader (after the shard list and the node,
+    worker and shuffle stages on shard URLs), or before the tar opener of a ``wds.WebDataset``
+    of webdataset 1.x. webdataset's own tar reader (1.x ``wds.WebDataset``'s expander +
+    grouper, or ``wds.tarfile_to_samples(...)`` anywhere) is replaced by the equivalent of
+    :func:`kept_tar_samples`, keeping its ``handler``, ``select_files`` and ``rename_files``; any
+    other tar reader keeps its place and gets :func:`keep_filter` right after it: a reader
+    configured otherwise (a custom grouper), webdataset 0.2's caching reader, OpenCLIP's
+    ``tarfile_to_samples_nothrow`` (recognised by name, ``READER_NAMES``), or the stage passed as
+    ``reader``. Returns ``ds`` (modified in place) for chaining. Call it before the DataLoader's
+    workers start (they take a copy of the pipeline).
     """
     import webdataset as wds
     from webdataset import cache as wds_cache
@@ -296,52 +318,75 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
 
     run_url = run if isinstance(run, RunDir) else RunDir(run)
     pipeline = getattr(ds, "pipeline", None)
-    if pipeline is None:
+    if not isinstance(pipeline, list):
         raise UnsupportedPipelineError(
             f"attach() needs a wds.WebDataset or wds.DataPipeline, got {type(ds).__name__}; wrap the shard "
             "list in wds.WebDataset(urls, ...) first, or put seta_stream.skip_shards(run) and "
             "seta_stream.kept_tar_samples(run) into your own pipeline"
         )
-    opener = next(
-        (i for i, st in enumerate(pipeline) if isinstance(st, (wds_cache.StreamingOpen, wds_cache.FileCache))),
-        None,
-    )
-    grouper = next(
-        (i for i, st in enumerate(pipeline) if getattr(st, "f", None) is group_by_keys or st is wds.tarfile_to_samples),
-        None,
-    )
-    reader = next((i for i, st in enumerate(pipeline) if getattr(st, "f", None) is tarfile_samples), None)
-    fast = {"handler", "select_files", "rename_files"}
+    openers = tuple(c for c in (getattr(wds_cache, name, None) for name in ("StreamingOpen", "FileCache")) if c)
+    cached = getattr(wds_cache, "cached_tarfile_samples", None)  # webdataset 0.2's WebDataset(cache_dir=...)
+    views = _Views(run_url, epoch, shared=True)
 
     def plain(st: Any, allowed: set[str]) -> bool:
         return not getattr(st, "args", ()) and set(getattr(st, "kw", {})) <= allowed
 
-    views = _Views(run_url, epoch, shared=opener is not None)
-    if reader is not None and plain(pipeline[reader], fast):  # wds.tarfile_to_samples(...)
-        pipeline[reader] = _kept_tar_samples_shared(views, **pipeline[reader].kw)
-    elif (
+    def find(test: Callable[[Any], bool]) -> int | None:
+        return next((i for i, st in enumerate(pipeline) if test(st)), None)
+
+    fast = {"handler", "select_files", "rename_files"}
+    if reader is not None:
+        at = find(lambda st: _runs(st, reader))
+        if at is None:
+            raise UnsupportedPipelineError(
+                f"attach(reader={getattr(reader, '__name__', reader)!r}): that stage is not in this pipeline; "
+                "pass the object the pipeline holds (the tar reader function or stage), or leave reader out"
+            )
+        pipeline.insert(at + 1, _keep_filter_shared(views))
+        pipeline.insert(at, _skip_shards_shared(views))
+        return ds
+    opener = find(lambda st: bool(openers) and isinstance(st, openers))
+    grouper = find(lambda st: _runs(st, wds_group_by_keys) or st is wds.tarfile_to_samples)
+    tar_reader = find(lambda st: getattr(st, "f", None) is tarfile_samples)
+    named = find(lambda st: _reader_name(st) in READER_NAMES or (cached is not None and _runs(st, cached)))
+    if opener is None and tar_reader is not None and (named is None or tar_reader < named):
+        if plain(pipeline[tar_reader], fast):  # wds.tarfile_to_samples(...), also 0.2's wds.WebDataset
+            pipeline[tar_reader] = _kept_tar_samples_shared(views, **pipeline[tar_reader].kw)
+        else:
+            pipeline.insert(tar_reader + 1, _keep_filter_shared(views))
+        pipeline.insert(tar_reader, _skip_shards_shared(views))
+        return ds
+    if opener is None and named is not None:
+        pipeline.insert(named + 1, _keep_filter_shared(views))
+        pipeline.insert(named, _skip_shards_shared(views))
+        return ds
+    if (
         grouper is not None
         and grouper > 0
         and getattr(pipeline[grouper - 1], "f", None) is tar_file_expander
         and plain(pipeline[grouper - 1], fast)
         and plain(pipeline[grouper], {"handler"})
-    ):  # wds.WebDataset: tar_file_expander(...) + group_by_keys(handler=...)
+    ):  # webdataset 1.x's wds.WebDataset: tar_file_expander(...) + group_by_keys(handler=...)
         kw = {**pipeline[grouper - 1].kw, **pipeline[grouper].kw}
         pipeline[grouper - 1 : grouper + 1] = [_kept_streams(views, **kw)]
     elif grouper is not None:
         pipeline.insert(grouper + 1, _keep_filter_shared(views))
     else:
         raise UnsupportedPipelineError(
-            "attach(): no tar reader found in this pipeline; for a custom wds.DataPipeline put "
-            "seta_stream.kept_tar_samples(run) in place of wds.tarfile_to_samples() yourself"
+            "attach(): no tar reader found in this pipeline; expected wds.tarfile_to_samples(), a wds.WebDataset, "
+            f"or a stage named {' or '.join(READER_NAMES)}; pass your tar reader stage as attach(ds, run, "
+            "reader=...), or put seta_stream.kept_tar_samples(run) in place of the tar reader yourself"
         )
+    if opener is None:  # a grouper without an opener this function knows: the sample stage alone
+        views.shared = False
+        return ds
     # webdataset's check_empty fails a worker whose samples the plan dropped; the shard stage
     # checks instead that the worker was given shards at all
-    empty_check = any(st is wds_compat.check_empty for st in pipeline)
-    if empty_check and opener is not None:
-        pipeline[:] = [st for st in pipeline if st is not wds_compat.check_empty]
-    if opener is not None:
-        pipeline.insert(opener, _skip_shards_shared(views, empty_check=empty_check))
+    check_empty = getattr(wds_compat, "check_empty", None)
+    empty_check = check_empty is not None and any(st is check_empty for st in pipeline)
+    if empty_check:
+        pipeline[:] = [st for st in pipeline if st is not check_empty]
+    pipeline.insert(opener, _skip_shards_shared(views, empty_check=empty_check))
     return ds
 
 

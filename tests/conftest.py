@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +27,27 @@ def write_shards(root: Path, sizes: list[int], prefix: str = "part") -> list[str
                 w.write({"__key__": f"sample{i:04d}", "txt": f"{s}/{i}", "cls": str(i % 3)})
         urls.append(str(path))
     return urls
+
+
+def web_dataset(urls, **kw):
+    """``wds.WebDataset(urls, **kw)`` on every webdataset release the project supports. 0.2.x
+    takes no ``empty_check`` (it has no such check) nor ``seed``, and its ``shardshuffle=False``
+    is a shuffle with a 0-sample buffer (neighbours swap), so there it is left out: no shard
+    shuffle is 0.2's default."""
+    if "empty_check" not in inspect.signature(wds.WebDataset.__init__).parameters:
+        kw.pop("empty_check", None)
+        kw.pop("seed", None)
+        if kw.get("shardshuffle") is False:
+            del kw["shardshuffle"]
+    return wds.WebDataset(urls, **kw)
+
+
+def tar_samples_per_shard(src):
+    """Pipeline stage: ``wds.tarfile_to_samples()`` shard by shard, so a sample never continues
+    across a shard's end (webdataset 1.x's behaviour; 0.2.x joins a shard's first sample to the
+    previous shard's last when their keys are equal)."""
+    for item in src:
+        yield from wds.tarfile_to_samples()(iter([item]))
 
 
 @pytest.fixture(autouse=True)

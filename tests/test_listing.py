@@ -5,15 +5,14 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import webdataset as wds
-from conftest import write_shards
+from conftest import web_dataset, write_shards
 
 import seta_stream as seta
 from seta_stream.errors import ShardNameConflictError, ShardNameError
 
 
 def webdataset_samples(urls):
-    ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    ds = web_dataset(urls, shardshuffle=False, empty_check=False)
     return [(seta.shard_name(s["__url__"]), s["__key__"], s["__url__"]) for s in ds]
 
 

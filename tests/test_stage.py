@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import webdataset as wds
-from conftest import write_shards
+from conftest import web_dataset, write_shards
 
 import seta_stream as seta
 from seta_stream import PlanMissingError, RunDir, plan_epoch
@@ -92,7 +92,7 @@ def test_keep_filter_in_a_datapipeline_yields_exactly_the_plan(tmp_path, shards)
 def test_dataloader_workers_follow_the_current_epoch(tmp_path, shards, context, persistent):
     run = RunDir(tmp_path / "run", create=True)
     pop = population(shards)
-    ds = seta.attach(wds.WebDataset(shards, shardshuffle=False, empty_check=False), str(tmp_path / "run"))
+    ds = seta.attach(web_dataset(shards, shardshuffle=False, empty_check=False), str(tmp_path / "run"))
 
     def publish(e):
         plan_epoch(run, e, policy="random", params={"r": 0.4}, epochs=3, seed=2, population=pop)
@@ -177,7 +177,7 @@ def test_resampled_and_split_by_node(tmp_path, shards):
     run = RunDir(tmp_path / "run", create=True)
     plan_epoch(run, 0, policy="random", params={"r": 0.5}, epochs=1, seed=5, population=population(shards))
     kept = kept_set(tmp_path / "run", 0)
-    ds = seta.attach(wds.WebDataset(shards, resampled=True, shardshuffle=False, seed=1), str(tmp_path / "run"))
+    ds = seta.attach(web_dataset(shards, resampled=True, shardshuffle=False, seed=1), str(tmp_path / "run"))
     got = [(s["__url__"].rsplit("/", 1)[1], s["__key__"]) for s in ds.with_epoch(200)]
     assert len(got) == 200 and set(got) <= kept
     union = set()
@@ -189,7 +189,7 @@ def test_resampled_and_split_by_node(tmp_path, shards):
                     yield item
 
         ds = seta.attach(
-            wds.WebDataset(shards, shardshuffle=False, nodesplitter=node_split, empty_check=False),
+            web_dataset(shards, shardshuffle=False, nodesplitter=node_split, empty_check=False),
             str(tmp_path / "run"),
         )
         keys = {(s["__url__"].rsplit("/", 1)[1], s["__key__"]) for s in ds}
@@ -216,7 +216,7 @@ def test_fsspec_run_directories_in_workers(tmp_path, shards, scheme, context):
     url = f"memory://stage-{tmp_path.name}/run" if scheme == "memory" else f"file://{tmp_path}/run"
     run = RunDir(url, create=True)
     plan_epoch(run, 0, policy="random", params={"r": 0.5}, epochs=1, seed=3, population=population(shards))
-    ds = seta.attach(wds.WebDataset(shards, shardshuffle=False, empty_check=False), url)
+    ds = seta.attach(web_dataset(shards, shardshuffle=False, empty_check=False), url)
     (got,) = iterate(ds, workers=2, context=context)
     assert {(s, k) for s, k, _ in got} == kept_set(run, 0)
 
@@ -426,17 +426,21 @@ def test_kept_tar_samples_reads_only_members_of_kept_samples(tmp_path, shards, m
 
 
 def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
-    from webdataset.tariterators import group_by_keys, tar_file_expander
+    from webdataset.tariterators import group_by_keys, tar_file_expander, tarfile_samples
 
     run = tmp_path / "run"
     plan_epoch(
         RunDir(run, create=True), 0, policy="random", params={"r": 0.5}, epochs=1, seed=4, population=population(shards)
     )
-    ds = seta.attach(wds.WebDataset(shards, shardshuffle=False, empty_check=False), str(run))
+    ds = seta.attach(web_dataset(shards, shardshuffle=False, empty_check=False), str(run))
     fs = [getattr(st, "f", None) for st in ds.pipeline]
-    assert tar_file_expander not in fs and group_by_keys not in fs
-    assert any(getattr(f, "__name__", "") == "_kept_samples_of_streams" for f in fs)
-    reference = wds.WebDataset(shards, shardshuffle=False, empty_check=False).compose(seta.keep_filter(str(run)))
+    assert tar_file_expander not in fs and group_by_keys not in fs and tarfile_samples not in fs
+    names = [getattr(f, "__name__", "") for f in fs]
+    # webdataset 1.x: opener + expander + grouper; 0.2.x: tarfile_to_samples
+    reader = "_kept_samples_of_streams" if "_kept_samples_of_streams" in names else "_kept_tar_samples_of"
+    assert names.count("_skip_shards_of") == 1 and names.count(reader) == 1
+    assert names.index("_skip_shards_of") < names.index(reader)
+    reference = web_dataset(shards, shardshuffle=False, empty_check=False).compose(seta.keep_filter(str(run)))
     for workers in (0, 2):
         (got,) = iterate(ds, workers=workers, context="fork")
         (want,) = iterate(reference, workers=workers, context="fork")
@@ -449,8 +453,9 @@ def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
         ),
         str(run),
     )
-    assert getattr(pipe.pipeline[2], "f", None).__name__ == "_kept_tar_samples_of"
-    assert pipe.pipeline[2].kw["handler"] is wds.warn_and_continue
+    names = [getattr(getattr(st, "f", st), "__name__", "") for st in pipe.pipeline]
+    assert names[2:] == ["_skip_shards_of", "_kept_tar_samples_of"]  # skip_shards after the worker split
+    assert pipe.pipeline[3].kw["handler"] is wds.warn_and_continue
     (got,) = iterate(pipe, workers=2, context="spawn")
     assert sorted(got) == sorted(want)
 
@@ -464,3 +469,26 @@ def test_member_keys_are_webdatasets_keys():
     for name in names:
         m = _BASE_PLUS_EXT.match(name)
         assert (m.group(1) if m else None) == base_plus_ext(name)[0], name
+
+
+def test_readers_grouper_ends_a_sample_at_the_marker_on_every_webdataset_release():
+    from webdataset.handlers import ignore_and_stop
+
+    from seta_stream._wds import group_by_keys
+
+    def member(name):
+        return {"fname": name, "data": name.encode(), "__url__": "u"}
+
+    files = [member("a.x"), {}, member("a.y"), member("b.x"), {}, {}, member("b.x"), member("c.x")]
+    got = [{k: v for k, v in s.items() if k != "__url__"} for s in group_by_keys(iter(files))]
+    assert got == [
+        {"__key__": "a", "x": b"a.x"},
+        {"__key__": "a", "y": b"a.y"},
+        {"__key__": "b", "x": b"b.x"},
+        {"__key__": "b", "x": b"b.x"},
+        {"__key__": "c", "x": b"c.x"},
+    ]
+    # a handler that says stop ends the whole stream (webdataset yields the sample it was
+    # building, then stops), not only the run between two markers
+    duplicate = [member("a.x"), member("a.x"), {}, member("b.x")]
+    assert [s["__key__"] for s in group_by_keys(iter(duplicate), handler=ignore_and_stop)] == ["a"]

@@ -1,0 +1,103 @@
+"""OpenCLIP (``open_clip_train``) training data read through a plan, without copying its code.
+
+``open_clip_train.data.get_wds_dataset`` builds a ``wds.DataPipeline`` (shard list or
+``ResampledShards2``, ``detshuffle2``, ``split_by_node``, ``split_by_worker``,
+``tarfile_to_samples_nothrow``, ``shuffle``, ``select``, ``decode``, ``rename``, ``map_dict``,
+``to_tuple("image", "text")``, ``batched(partial=False)``), sizes every epoch once with
+``with_epoch(num_worker_batches)`` and wraps it in a ``WebLoader`` with persistent workers. For
+pruned epochs that size is wrong (the workers restart their shards and re-read kept samples
+until the full-data number of batches), and the cosine schedule, sized from ``num_batches``,
+would jump at every epoch start. :func:`adapt` changes the returned pipeline in place, before
+the workers start:
+
+* :func:`seta_stream.attach`: ``skip_shards`` before ``tarfile_to_samples_nothrow`` (after the
+  node and worker splits), ``keep_filter`` right after it;
+* ``to_tuple("image", "text")`` also carries ``__key__``, ``__url__`` and ``__weight__``, so a
+  batch is ``(images, texts, keys, urls, weights)``;
+* :func:`seta_stream.one_pass_per_epoch`: each worker's epoch is one pass over its kept
+  samples, the last batch short, so every kept sample is trained once per epoch.
+
+The training loop then records :func:`pair_losses` and steps the schedule with
+:class:`seta_stream.EpochClock` (docs/openclip.md has the whole change). Nothing here imports
+open_clip; torch is imported by :func:`pair_losses` only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._epochs import one_pass_per_epoch
+from ._runfs import RunDir
+from ._stage import attach
+from .errors import UnsupportedPipelineError
+
+__all__ = ["adapt", "pair_losses", "training_pipeline", "IDS"]
+
+#: the fields adapt() adds to the batch tuple, in this order
+IDS = ("__key__", "__url__", "__weight__")
+
+
+def training_pipeline(train_data: Any) -> Any:
+    """The ``wds.DataPipeline`` inside OpenCLIP's ``DataInfo`` (``data["train"]``), its
+    ``dataloader`` (a ``WebLoader``), a ``torch.utils.data.DataLoader``, or the pipeline itself.
+    Refuses a loader whose persistent workers already started (they hold their own copy)."""
+    loader = getattr(train_data, "dataloader", train_data)
+    stages = getattr(loader, "pipeline", None)
+    if isinstance(stages, list) and stages and hasattr(stages[0], "dataset"):  # WebLoader(DataLoader(...))
+        loader = stages[0]
+    if getattr(loader, "_iterator", None) is not None:
+        raise UnsupportedPipelineError(
+            "seta_stream.openclip: this DataLoader's persistent workers have started and hold their own copy of "
+            "the pipeline; expected adapt() right after get_data(), before the first epoch's iter(dataloader)"
+        )
+    ds = getattr(loader, "dataset", loader)
+    if not isinstance(getattr(ds, "pipeline", None), list):
+        raise UnsupportedPipelineError(
+            f"seta_stream.openclip: expected OpenCLIP's webdataset training data (data['train'] from get_data with "
+            f"--dataset-type webdataset), got {type(train_data).__name__} holding {type(ds).__name__}"
+        )
+    return ds
+
+
+def adapt(train_data: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
+    """Make OpenCLIP's training data follow the plans of ``run`` (see the module docstring).
+
+    ``train_data`` is ``data["train"]`` as ``get_data``/``get_wds_dataset`` return it (or its
+    dataloader). Returns the adapted ``wds.DataPipeline``. Call it once, before the first epoch.
+    """
+    import webdataset as wds
+
+    ds = training_pipeline(train_data)
+    pipeline = ds.pipeline
+    to_tuple = wds.to_tuple.f
+    tuples = [st for st in pipeline if getattr(st, "f", None) is to_tuple]
+    if len(tuples) != 1:
+        raise UnsupportedPipelineError(
+            f"seta_stream.openclip.adapt(): expected one to_tuple(...) stage (OpenCLIP's to_tuple('image', 'text')), "
+            f"found {len(tuples)}; add {', '.join(IDS)} to your batch yourself and call seta_stream.attach and "
+            "seta_stream.one_pass_per_epoch"
+        )
+    if any(name in tuples[0].args for name in IDS):
+        raise UnsupportedPipelineError(
+            f"seta_stream.openclip.adapt(): to_tuple{tuples[0].args} already carries {', '.join(IDS)}: this "
+            "pipeline was adapted before; adapt it once"
+        )
+    attach(ds, run, epoch=epoch)
+    tuples[0].args = (*tuples[0].args, *IDS)
+    one_pass_per_epoch(ds)
+    return ds
+
+
+def pair_losses(image_features: Any, text_features: Any, logit_scale: Any) -> Any:
+    """One loss per pair of the batch: the mean of the image-to-text cross-entropy of its row
+    and the text-to-image cross-entropy of its column of ``logit_scale * image @ text.T``.
+    Their mean is OpenCLIP's ``ClipLoss`` on one rank (the features as the model returns them,
+    normalised), so ``seta.weighted_mean(pair_losses(...), weights)`` replaces it."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = logit_scale * image_features @ text_features.T
+    target = torch.arange(len(logits), device=logits.device)
+    return 0.5 * (
+        F.cross_entropy(logits, target, reduction="none") + F.cross_entropy(logits.T, target, reduction="none")
+    )
