@@ -268,7 +268,7 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             f"{t['workers']} loader worker and 1 torch thread per run"
             + (f"; the rule alone: `full` with `{json.dumps(rule, sort_keys=True)}`." if rule else "."),
         ]
-    lines += ["", *_rule_lines()]
+    lines += ["", *_loader_lines(files, m, "noise-pairs", "pairs"), *_rule_lines(), *e_choice_lines(ctx.results)]
     for noise in (0.2, 0.0):
         rs = [r for r in pairs if r["noise"] == noise]
         if rs:
@@ -277,6 +277,47 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     lines += _cal_lines(files["cal"], "pairs")
     lines += _left_out_lines(left_out, missing)
     return lines
+
+
+def _loader_lines(files: dict, m: str | None, study: str, what: str) -> list[str]:
+    """How many run-epochs of the study machine's finished runs delivered exactly the plan's kept samples."""
+    runs = [r for r in files["runs"] if r.get("study") == study and machine_name(r.get("machine")) == m]
+    if not runs:
+        return []
+    bad = [f"`{r['id']}` e{x['epoch']}" for r in runs for x in r["rows"] if not x.get("delivered_equals_plan")]
+    n = sum(len(r["rows"]) for r in runs)
+    return [
+        f"**Loader vs plan:** in {n - len(bad)} of {n} run-epochs the loader delivered exactly the plan's kept "
+        f"{what}" + (f" (not in {', '.join(bad[:20])})." if bad else "."),
+        "",
+    ]
+
+
+def e_choice_lines(results: Path) -> list[str]:
+    """How E was chosen: full data trained far longer (one schedule) on the development machine,
+    its mean R@1 after every epoch (files ``e-choice/*.json``); the epoch after which it stopped
+    rising (no later epoch more than ``CONV_TOL`` above it)."""
+    files = sorted((results / "e-choice").glob("*.json"))
+    if not files:
+        return []
+    out = [
+        "**How E was chosen:** before the study, full data was trained for a long schedule on the development "
+        "machine; its mean R@1 after every epoch (these runs are not compared with the study's):",
+        "",
+    ]
+    for p in files:
+        r = json.loads(p.read_text())
+        curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in r["rows"]]
+        stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
+        d = r["data"]
+        out += [
+            f"* {round(100 * d['noise'])}% mismatched, {d['train']:,} pairs, {len(curve)} epochs, seed "
+            f"{r['seed']} ({machine_name(r.get('machine'))}): "
+            + ", ".join(f"{x:.1f}" for x in curve)
+            + f". No later epoch is more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): "
+            f"R@1 stopped rising after {stop + 1} epochs."
+        ]
+    return out + [""]
 
 
 def _rule_lines() -> list[str]:
@@ -591,6 +632,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         f"{len(runs)} finished noisy-label runs enter the tables below"
         + (f"; all ran on one machine: {m}." if runs else "."),
         "",
+        *_loader_lines(files, m, "noise-labels", "samples"),
         *_rule_lines(),
     ]
     targets: list[list[str]] = []

@@ -363,3 +363,60 @@ def test_the_report_replaces_only_its_own_section(tmp_path: Path) -> None:
                                                          (5.0, 3.0, 1, "open (1 seed)")])  # fmt: skip
 def test_verdicts(value: float, target: float, seeds: int, verdict: str) -> None:
     assert nr._verdict(value, target, seeds, "points") == verdict
+
+
+def labels_run(dataset, policy, label, params, seed, acc, pruned, *, noisy_after=0.4, prec=None, rec=None) -> dict:
+    """A noisy-label run file: 3 epochs, the rule active from epoch 1 on."""
+    from benchmarks.quality.configs import run_id
+
+    rows = []
+    for e in range(3):
+        active = bool(params.get("noise")) and e >= 1
+        kept = round(1000 * (1 - pruned))
+        rows.append({"epoch": e, "n": 1000, "kept": kept, "streamed": kept, "backprop": kept, "train_loss": 1.0,
+                     "plan_kept": kept, "plan_noisy_kept": round(kept * (noisy_after if active else 0.4)),
+                     "suspected": 400 if active else 0, "precision": prec if active else None,
+                     "recall": rec if active else None, "noise_active": active if params.get("noise") else None,
+                     "delivered_equals_plan": True})  # fmt: skip
+    cfg = {"policy": policy, "params": params, "label": label, "noisy": True}
+    return {"study": "noise-labels", "status": "ok", "dataset": dataset, **cfg, "seed": seed, "rows": rows,
+            "pruned": pruned, "test_acc": acc / 100, "val_acc": acc / 100, "seconds": 5.0, "machine": MACHINE,
+            "id": run_id(dataset, cfg, seed)}  # fmt: skip
+
+
+def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: Path) -> None:
+    res = tmp_path / "results"
+    res.mkdir()
+    rule = {"noise": True}
+    for s, f in ((0, 60.0), (1, 61.0)):
+        for r in (labels_run("cifar10", "full", "nz-full", {}, s, f, 0.0),
+                  labels_run("cifar10", "full", "nz-rule", rule, s, f + 4 + s, 0.27, noisy_after=0.02, prec=0.97,
+                             rec=0.95),
+                  labels_run("cifar10", "random", "nz-rule-p50", {**rule, "r": 0.3}, s, f + 0.5 - s, 0.5),
+                  labels_run("cifar10", "random", "nz-p50", {"r": 0.5}, s, f - 3, 0.5)):  # fmt: skip
+            (res / f"{r['id']}.json").write_text(json.dumps(r))
+    ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
+    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    lines = (tmp_path / "labels.md").read_text().splitlines()
+    for line in [
+        "**Loader vs plan:** in 24 of 24 run-epochs the loader delivered exactly the plan's kept samples.",
+        "| rule alone | noise=True | 2 | 27.0 ± 0.0 | 65.00 ± 1.41 | 65.00 ± 1.41 | +4.50 (+4.00, +5.00) "
+        "| +6.12 (+5.62, +6.62) | 14.7 / 2.1 | 0.97 / 0.95 |",
+        "| CIFAR-10 with 40% noisy labels: test accuracy above full data | rule alone noise=True "
+        "| +4.50 (+4.00, +5.00) points (2 SE = 1.00) | met |",
+        "| CIFAR-10 with 40% noisy labels: test accuracy above full data | rule + random noise=True, r=0.3 "
+        "| +0.00 (+0.50, -0.50) points (2 SE = 1.00) | missed: +0.00 points, not above full data beyond the noise |",
+    ]:
+        assert line in lines, line
+
+
+def test_the_report_shows_how_e_was_chosen(tmp_path: Path) -> None:
+    (tmp_path / "e-choice").mkdir(parents=True)
+    rows = [{"i2t_r1": x / 100, "t2i_r1": x / 100} for x in (10.0, 30.0, 36.0, 37.2, 36.5, 37.0, 33.0)]
+    (tmp_path / "e-choice" / "n20.json").write_text(json.dumps(
+        {"rows": rows, "seed": 0, "data": {"noise": 0.2, "train": 10000}, "machine": MACHINE}))  # fmt: skip
+    assert nr.e_choice_lines(tmp_path)[2] == (
+        "* 20% mismatched, 10,000 pairs, 7 epochs, seed 0 (Test CPU, 16 cores, torch 2.13.0 (AVX2)): 10.0, 30.0, "
+        "36.0, 37.2, 36.5, 37.0, 33.0. No later epoch is more than 1.0 point above epoch 3 (37.2): R@1 stopped "
+        "rising after 4 epochs."
+    )
