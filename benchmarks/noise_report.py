@@ -268,7 +268,12 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             f"{t['workers']} loader worker and 1 torch thread per run"
             + (f"; the rule alone: `full` with `{json.dumps(rule, sort_keys=True)}`." if rule else "."),
         ]
-    lines += ["", *_loader_lines(files, m, "noise-pairs", "pairs"), *_rule_lines(), *e_choice_lines(ctx.results)]
+    lines += [
+        "",
+        *_loader_lines(files, m, "noise-pairs", "pairs"),
+        *_rule_lines(),
+        *e_choice_lines(ctx.results, ctx.epochs),
+    ]
     for noise in (0.2, 0.0):
         rs = [r for r in pairs if r["noise"] == noise]
         if rs:
@@ -293,31 +298,37 @@ def _loader_lines(files: dict, m: str | None, study: str, what: str) -> list[str
     ]
 
 
-def e_choice_lines(results: Path) -> list[str]:
+def e_choice_lines(results: Path, E: int) -> list[str]:
     """How E was chosen: full data trained far longer (one schedule) on the development machine,
-    its mean R@1 after every epoch (files ``e-choice/*.json``); the epoch after which it stopped
-    rising (no later epoch more than ``CONV_TOL`` above it)."""
+    its mean R@1 after every epoch (files ``e-choice/*.json``), the epochs it rose for (up to the
+    last epoch that no later one beats by more than ``CONV_TOL``), and the study's E against those."""
     files = sorted((results / "e-choice").glob("*.json"))
     if not files:
         return []
     out = [
-        "**How E was chosen:** before the study, full data was trained for a long schedule on the development "
+        "**How E was chosen:** before the study, full data was trained for one long schedule on the development "
         "machine; its mean R@1 after every epoch (these runs are not compared with the study's):",
         "",
     ]
-    for p in files:
+    verdicts = []
+    for p in sorted(files, key=lambda p: -json.loads(p.read_text())["data"]["noise"]):
         r = json.loads(p.read_text())
         curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in r["rows"]]
         stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
         d = r["data"]
-        out += [
-            f"* {round(100 * d['noise'])}% mismatched, {d['train']:,} pairs, {len(curve)} epochs, seed "
-            f"{r['seed']} ({machine_name(r.get('machine'))}): "
-            + ", ".join(f"{x:.1f}" for x in curve)
-            + f". No later epoch is more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): "
-            f"R@1 stopped rising after {stop + 1} epochs."
-        ]
-    return out + [""]
+        name = f"{round(100 * d['noise'])}% mismatched"
+        out.append(
+            f"* {name}, {d['train']:,} pairs, {len(curve)} epochs, seed {r['seed']} "
+            f"({machine_name(r.get('machine'))}): " + ", ".join(f"{x:.1f}" for x in curve) + ". No later epoch is "
+            f"more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} of its {len(curve)} epochs."
+        )
+        verdicts.append(
+            f"covers the {stop + 1} epochs the {name} set rose for"
+            if stop + 1 <= E
+            else f"is shorter than the {stop + 1} epochs the {name} set rose for: its comparisons are before "
+            "convergence (the 2E check below measures by how much)"
+        )
+    return out + ["", f"The study's E = {E} " + "; it ".join(verdicts) + ".", ""]
 
 
 def _rule_lines() -> list[str]:

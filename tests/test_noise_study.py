@@ -43,10 +43,16 @@ def test_run_status_names_what_went_wrong() -> None:
     ok = [{"loss": 1.0, "delivered_equals_plan": True}] * 3
     assert ns.run_status(ok, 3, "loss", "delivered_equals_plan") == "ok"
     assert ns.run_status(ok[:2], 3, "loss", "delivered_equals_plan") == "short"
-    assert ns.run_status([*ok[:2], {"loss": float("nan"), "delivered_equals_plan": True}], 3, "loss",
-                         "delivered_equals_plan") == "diverged"  # fmt: skip
-    assert ns.run_status([*ok[:2], {"loss": 1.0, "delivered_equals_plan": False}], 3, "loss",
-                         "delivered_equals_plan") == "plan_mismatch"  # fmt: skip
+    assert (
+        ns.run_status(
+            [*ok[:2], {"loss": float("nan"), "delivered_equals_plan": True}], 3, "loss", "delivered_equals_plan"
+        )
+        == "diverged"
+    )
+    assert (
+        ns.run_status([*ok[:2], {"loss": 1.0, "delivered_equals_plan": False}], 3, "loss", "delivered_equals_plan")
+        == "plan_mismatch"
+    )
 
 
 def test_search_lands_nearest_the_level_on_a_monotone_curve() -> None:
@@ -94,12 +100,21 @@ def test_the_noisy_label_runs_have_ids_of_their_own() -> None:
 
 
 # ------------------------------------------------------------------------------ plan and claims
-CAL_BASE = {"levels": {"seta": {"30": {"params": {"alpha": 0.6, "k": 5, "r": 0.0}, "simulated": 0.3},
-                                "50": {"params": {"alpha": 0.3, "k": 10, "r": 0.0}, "simulated": 0.5}},
-                       "infobatch": {"30": {"params": {"r": 0.6}, "simulated": 0.28},
-                                     "50": {"params": {"r": 0.9}, "simulated": 0.42}}}}  # fmt: skip
-CAL_RULE = {"levels": {"30": {"params": {"noise": True, "r": 0.15}, "simulated": 0.3},
-                       "50": {"params": {"noise": True, "r": 0.4}, "simulated": 0.5}}}  # fmt: skip
+CAL_BASE = {
+    "levels": {
+        "seta": {
+            "30": {"params": {"alpha": 0.6, "k": 5, "r": 0.0}, "simulated": 0.3},
+            "50": {"params": {"alpha": 0.3, "k": 10, "r": 0.0}, "simulated": 0.5},
+        },
+        "infobatch": {"30": {"params": {"r": 0.6}, "simulated": 0.28}, "50": {"params": {"r": 0.9}, "simulated": 0.42}},
+    }
+}
+CAL_RULE = {
+    "levels": {
+        "30": {"params": {"noise": True, "r": 0.15}, "simulated": 0.3},
+        "50": {"params": {"noise": True, "r": 0.4}, "simulated": 0.5},
+    }
+}
 
 
 def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_path: Path) -> None:
@@ -136,11 +151,16 @@ def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_
     assert len({j.rid for j in jobs}) == len(jobs)
     # --only keeps the selected runs and what they need that is not done (the calibration is)
     ctx.only = r"pairs-n20-E4-seta-p30-.*-s1"
-    assert [j.rid for j in ns.todo(ctx)] == ["pairs-n20-E4-full-full-default-s0",
-                                            "pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s1"]  # fmt: skip
+    assert [j.rid for j in ns.todo(ctx)] == [
+        "pairs-n20-E4-full-full-default-s0",
+        "pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s1",
+    ]
     (ctx.results / "pairs-n20-E4-cal-base.json").unlink()
-    assert [j.rid for j in ns.todo(ctx)] == ["pairs-n20-E4-full-full-default-s0", "pairs-n20-E4-cal-base",
-                                            "pairs-n20-E4-seta-p30-tbd-s1"]  # fmt: skip
+    assert [j.rid for j in ns.todo(ctx)] == [
+        "pairs-n20-E4-full-full-default-s0",
+        "pairs-n20-E4-cal-base",
+        "pairs-n20-E4-seta-p30-tbd-s1",
+    ]
 
 
 def test_backfilling_keeps_processes_for_the_runs_that_wait_for_a_calibration(tmp_path: Path) -> None:
@@ -236,8 +256,22 @@ def test_a_crash_and_a_deadline_leave_files_that_are_not_results(tmp_path: Path,
 
 
 # ------------------------------------------------------------------------------ the report
-def pairs_run(noise, policy, label, params, seed, r1, pruned, *, epochs=4, after=0.2, prec=None, rec=None,
-              status="ok", machine=MACHINE) -> dict:  # fmt: skip
+def pairs_run(
+    noise,
+    policy,
+    label,
+    params,
+    seed,
+    r1,
+    pruned,
+    *,
+    epochs=4,
+    after=0.2,
+    prec=None,
+    rec=None,
+    status="ok",
+    machine=MACHINE,
+) -> dict:
     """A pairs run file: R@1 rises one point an epoch to ``r1``; the rule active from epoch 1 on,
     where ``after`` of the trained pairs are mismatched (``noise`` before)."""
     rows = []
@@ -246,17 +280,48 @@ def pairs_run(noise, policy, label, params, seed, r1, pruned, *, epochs=4, after
         kept = round(100 * (1 - pruned))
         mism = round(kept * (after if active else noise))
         r = (r1 - (epochs - 1 - e)) / 100
-        rows.append({"epoch": e, "kept": kept, "n": 100, "trained": kept, "mismatched_trained": mism,
-                     "mismatched_share": mism / kept, "loss": 1.0, "i2t_r1": r, "t2i_r1": r, "i2t_r5": 0.9,
-                     "t2i_r5": 0.9, "delivered_equals_plan": True, "suspected": 20 if active else 0,
-                     "precision": prec if active else None, "recall": rec if active else None,
-                     "noise_active": active if params.get("noise") else None})  # fmt: skip
-    return {"study": "noise-pairs", "status": status, "noise": noise, "E": 4, "policy": policy, "params": params,
-            "label": label, "epochs": epochs, "seed": seed, "rows": rows, "i2t_r1": r1 / 100, "t2i_r1": r1 / 100,
-            "i2t_r5": 0.9, "t2i_r5": 0.9, "pruned": pruned, "seconds": 10.0, "machine": machine,
-            "id": ns.pairs_rid(noise, 4, ns.pairs_cfg(policy, params, label, epochs), seed),
-            "data": {"train": 100, "test": 10, "shard_size": 50, "size": 32, "noise": noise},
-            "train": {"epochs": epochs, "batch_size": 128, "lr": 0.002, "workers": 1}}  # fmt: skip
+        rows.append(
+            {
+                "epoch": e,
+                "kept": kept,
+                "n": 100,
+                "trained": kept,
+                "mismatched_trained": mism,
+                "mismatched_share": mism / kept,
+                "loss": 1.0,
+                "i2t_r1": r,
+                "t2i_r1": r,
+                "i2t_r5": 0.9,
+                "t2i_r5": 0.9,
+                "delivered_equals_plan": True,
+                "suspected": 20 if active else 0,
+                "precision": prec if active else None,
+                "recall": rec if active else None,
+                "noise_active": active if params.get("noise") else None,
+            }
+        )
+    return {
+        "study": "noise-pairs",
+        "status": status,
+        "noise": noise,
+        "E": 4,
+        "policy": policy,
+        "params": params,
+        "label": label,
+        "epochs": epochs,
+        "seed": seed,
+        "rows": rows,
+        "i2t_r1": r1 / 100,
+        "t2i_r1": r1 / 100,
+        "i2t_r5": 0.9,
+        "t2i_r5": 0.9,
+        "pruned": pruned,
+        "seconds": 10.0,
+        "machine": machine,
+        "id": ns.pairs_rid(noise, 4, ns.pairs_cfg(policy, params, label, epochs), seed),
+        "data": {"train": 100, "test": 10, "shard_size": 50, "size": 32, "noise": noise},
+        "train": {"epochs": epochs, "batch_size": 128, "lr": 0.002, "workers": 1},
+    }
 
 
 def _synthetic(tmp_path: Path) -> str:
@@ -270,8 +335,18 @@ def _synthetic(tmp_path: Path) -> str:
             pairs_run(0.2, "full", "rule", {"noise": True}, s, f + 2 + s, 0.15, after=0.01, prec=0.95, rec=0.92),
             pairs_run(0.2, "random", "p30", {"r": 0.3}, s, f - 3, 0.3),
             pairs_run(0.2, "random", "p50", {"r": 0.5}, s, f - 6, 0.5),
-            pairs_run(0.2, "random", "rule-p30", {"noise": True, "r": 0.2}, s, f + 1.5 + s, 0.31, after=0.06,
-                      prec=0.9, rec=0.85),  # fmt: skip
+            pairs_run(
+                0.2,
+                "random",
+                "rule-p30",
+                {"noise": True, "r": 0.2},
+                s,
+                f + 1.5 + s,
+                0.31,
+                after=0.06,
+                prec=0.9,
+                rec=0.85,
+            ),
             pairs_run(0.0, "full", "full", {}, s, f + 10, 0.0),
             pairs_run(0.0, "random", "p30", {"r": 0.3}, s, f + 7, 0.3),
             pairs_run(0.0, "random", "rule-p30", {"noise": True, "r": 0.3}, s, f + 6 - 2 * s, 0.3),
@@ -281,9 +356,16 @@ def _synthetic(tmp_path: Path) -> str:
     runs.append(pairs_run(0.2, "seta", "p30", {"alpha": 0.6, "k": 5, "r": 0.0}, 1, 99.0, 0.3, machine=other))
     for r in runs:
         (res / f"{r['id']}.json").write_text(json.dumps(r))
-    (res / "pairs-n20-E4-infobatch-p30-r0.6-s0.crashed.json").write_text(json.dumps(
-        {"id": "pairs-n20-E4-infobatch-p30-r0.6-s0", "status": "crashed", "epochs_done": 2,
-         "error": "Traceback (most recent call last):\nValueError: boom\n"}))  # fmt: skip
+    (res / "pairs-n20-E4-infobatch-p30-r0.6-s0.crashed.json").write_text(
+        json.dumps(
+            {
+                "id": "pairs-n20-E4-infobatch-p30-r0.6-s0",
+                "status": "crashed",
+                "epochs_done": 2,
+                "error": "Traceback (most recent call last):\nValueError: boom\n",
+            }
+        )
+    )
     (res / "pairs-n20-E4-random-p30-r0.3-s2.cut.json").write_text(
         json.dumps({"id": "pairs-n20-E4-random-p30-r0.3-s2", "status": "cut_short", "epochs_done": 1})
     )
@@ -341,8 +423,11 @@ def test_a_clean_pairs_run_worse_than_random_beyond_the_noise_misses_by_how_much
     res = tmp_path / "results"
     res.mkdir()
     for s in (0, 1):
-        for r in (pairs_run(0.0, "full", "full", {}, s, 50.0, 0.0), pairs_run(0.0, "random", "p30", {"r": 0.3}, s, 47.0, 0.3),
-                  pairs_run(0.0, "random", "rule-p30", {"noise": True, "r": 0.3}, s, 44.0 - 0.2 * s, 0.3)):  # fmt: skip
+        for r in (
+            pairs_run(0.0, "full", "full", {}, s, 50.0, 0.0),
+            pairs_run(0.0, "random", "p30", {"r": 0.3}, s, 47.0, 0.3),
+            pairs_run(0.0, "random", "rule-p30", {"noise": True, "r": 0.3}, s, 44.0 - 0.2 * s, 0.3),
+        ):
             (res / f"{r['id']}.json").write_text(json.dumps(r))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=False)
     nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
@@ -359,8 +444,10 @@ def test_the_report_replaces_only_its_own_section(tmp_path: Path) -> None:
     assert doc.read_text() == f"# title\n\nprose\n\n{nr.BEGIN}\nnew\n{nr.END}\n\nmore prose\n"
 
 
-@pytest.mark.parametrize("value, target, seeds, verdict", [(3.4, 3.0, 2, "met"), (2.2, 3.0, 2, "missed by 0.8 points"),
-                                                         (5.0, 3.0, 1, "open (1 seed)")])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, target, seeds, verdict",
+    [(3.4, 3.0, 2, "met"), (2.2, 3.0, 2, "missed by 0.8 points"), (5.0, 3.0, 1, "open (1 seed)")],
+)
 def test_verdicts(value: float, target: float, seeds: int, verdict: str) -> None:
     assert nr._verdict(value, target, seeds, "points") == verdict
 
@@ -373,15 +460,38 @@ def labels_run(dataset, policy, label, params, seed, acc, pruned, *, noisy_after
     for e in range(3):
         active = bool(params.get("noise")) and e >= 1
         kept = round(1000 * (1 - pruned))
-        rows.append({"epoch": e, "n": 1000, "kept": kept, "streamed": kept, "backprop": kept, "train_loss": 1.0,
-                     "plan_kept": kept, "plan_noisy_kept": round(kept * (noisy_after if active else 0.4)),
-                     "suspected": 400 if active else 0, "precision": prec if active else None,
-                     "recall": rec if active else None, "noise_active": active if params.get("noise") else None,
-                     "delivered_equals_plan": True})  # fmt: skip
+        rows.append(
+            {
+                "epoch": e,
+                "n": 1000,
+                "kept": kept,
+                "streamed": kept,
+                "backprop": kept,
+                "train_loss": 1.0,
+                "plan_kept": kept,
+                "plan_noisy_kept": round(kept * (noisy_after if active else 0.4)),
+                "suspected": 400 if active else 0,
+                "precision": prec if active else None,
+                "recall": rec if active else None,
+                "noise_active": active if params.get("noise") else None,
+                "delivered_equals_plan": True,
+            }
+        )
     cfg = {"policy": policy, "params": params, "label": label, "noisy": True}
-    return {"study": "noise-labels", "status": "ok", "dataset": dataset, **cfg, "seed": seed, "rows": rows,
-            "pruned": pruned, "test_acc": acc / 100, "val_acc": acc / 100, "seconds": 5.0, "machine": MACHINE,
-            "id": run_id(dataset, cfg, seed)}  # fmt: skip
+    return {
+        "study": "noise-labels",
+        "status": "ok",
+        "dataset": dataset,
+        **cfg,
+        "seed": seed,
+        "rows": rows,
+        "pruned": pruned,
+        "test_acc": acc / 100,
+        "val_acc": acc / 100,
+        "seconds": 5.0,
+        "machine": MACHINE,
+        "id": run_id(dataset, cfg, seed),
+    }
 
 
 def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: Path) -> None:
@@ -389,11 +499,12 @@ def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: 
     res.mkdir()
     rule = {"noise": True}
     for s, f in ((0, 60.0), (1, 61.0)):
-        for r in (labels_run("cifar10", "full", "nz-full", {}, s, f, 0.0),
-                  labels_run("cifar10", "full", "nz-rule", rule, s, f + 4 + s, 0.27, noisy_after=0.02, prec=0.97,
-                             rec=0.95),
-                  labels_run("cifar10", "random", "nz-rule-p50", {**rule, "r": 0.3}, s, f + 0.5 - s, 0.5),
-                  labels_run("cifar10", "random", "nz-p50", {"r": 0.5}, s, f - 3, 0.5)):  # fmt: skip
+        for r in (
+            labels_run("cifar10", "full", "nz-full", {}, s, f, 0.0),
+            labels_run("cifar10", "full", "nz-rule", rule, s, f + 4 + s, 0.27, noisy_after=0.02, prec=0.97, rec=0.95),
+            labels_run("cifar10", "random", "nz-rule-p50", {**rule, "r": 0.3}, s, f + 0.5 - s, 0.5),
+            labels_run("cifar10", "random", "nz-p50", {"r": 0.5}, s, f - 3, 0.5),
+        ):
             (res / f"{r['id']}.json").write_text(json.dumps(r))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
     nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
@@ -413,10 +524,17 @@ def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: 
 def test_the_report_shows_how_e_was_chosen(tmp_path: Path) -> None:
     (tmp_path / "e-choice").mkdir(parents=True)
     rows = [{"i2t_r1": x / 100, "t2i_r1": x / 100} for x in (10.0, 30.0, 36.0, 37.2, 36.5, 37.0, 33.0)]
-    (tmp_path / "e-choice" / "n20.json").write_text(json.dumps(
-        {"rows": rows, "seed": 0, "data": {"noise": 0.2, "train": 10000}, "machine": MACHINE}))  # fmt: skip
-    assert nr.e_choice_lines(tmp_path)[2] == (
-        "* 20% mismatched, 10,000 pairs, 7 epochs, seed 0 (Test CPU, 16 cores, torch 2.13.0 (AVX2)): 10.0, 30.0, "
-        "36.0, 37.2, 36.5, 37.0, 33.0. No later epoch is more than 1.0 point above epoch 3 (37.2): R@1 stopped "
-        "rising after 4 epochs."
+    (tmp_path / "e-choice" / "n20.json").write_text(
+        json.dumps({"rows": rows, "seed": 0, "data": {"noise": 0.2, "train": 10000}, "machine": MACHINE})
     )
+    lines = nr.e_choice_lines(tmp_path, 3)
+    assert lines[2] == (
+        "* 20% mismatched, 10,000 pairs, 7 epochs, seed 0 (Test CPU, 16 cores, torch 2.13.0 (AVX2)): 10.0, 30.0, "
+        "36.0, 37.2, 36.5, 37.0, 33.0. No later epoch is more than 1.0 point above epoch 3 (37.2): R@1 rose for "
+        "4 of its 7 epochs."
+    )
+    assert lines[4] == (
+        "The study's E = 3 is shorter than the 4 epochs the 20% mismatched set rose for: its comparisons are before "
+        "convergence (the 2E check below measures by how much)."
+    )
+    assert nr.e_choice_lines(tmp_path, 4)[4] == "The study's E = 4 covers the 4 epochs the 20% mismatched set rose for."
