@@ -320,7 +320,8 @@ def e_choice_lines(results: Path, E: int) -> list[str]:
         out.append(
             f"* {name}, {d['train']:,} pairs, {len(curve)} epochs, seed {r['seed']} "
             f"({machine_name(r.get('machine'))}): " + ", ".join(f"{x:.1f}" for x in curve) + ". No later epoch is "
-            f"more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} of its {len(curve)} epochs."
+            f"more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} of "
+            f"its {len(curve)} epochs."
         )
         verdicts.append(
             f"covers the {stop + 1} epochs the {name} set rose for"
