@@ -27,15 +27,19 @@ lands nearest the level. So the rule's own removal enters as the rule measured i
 training losses; neither the held-out pairs nor the known noise rate are read.
 
 Runs: ``--jobs N`` processes (one torch thread and one loader worker each) take the next
-unclaimed run of the plan in priority order (a lock per run, held while it trains; the kernel
-drops it when a process dies), so the most informative runs finish first: 20% mismatched seed 0
-(full at E, the rule alone, full at 2E, then the 30% and 50% levels), 0% mismatched seed 0,
-then seed 1, the noisy-label runs, the remaining 2E runs. A run that needs a calibration
-waits for it; the calibrations are runs of their own, taken as soon as full data of seed 0 is in.
-Each finished run is a JSON file under ``docs/quality-runs/noise-study/`` with the machine it ran
-on (``software``, cores); a rerun skips finished runs (the study resumes). A run that crashed
-leaves ``<id>.crashed.json``, a run stopped by ``--deadline`` ``<id>.cut.json``: neither is a
-result, both are listed by the report, and both are run again by a later invocation.
+unclaimed job of the plan in priority order (a lock per job, held while it runs; the kernel
+drops it when a process dies), so the most informative runs finish first: full data at E and at
+2E of seed 0 on both sets (what the other runs wait for, and the longest runs), then 20%
+mismatched seed 0 (the rule alone, then the 30% and 50% levels), 0% mismatched seed 0, seed 1,
+the noisy-label runs, the remaining 2E runs. A run that needs a calibration waits for it; the
+calibrations are jobs of their own, taken as soon as full data of seed 0 is in. While runs wait
+for a calibration, a free process takes a job lower in the order only if enough processes are
+expected to be free for the waiting ones when they become ready (``pick``), and with
+``--deadline`` no job that is not expected to finish in time; at the deadline the running ones
+are stopped. Each finished run is a JSON file under ``docs/quality-runs/noise-study/`` with the
+machine it ran on (``software``, cores); a rerun skips finished runs (the study resumes). A run
+that crashed leaves ``<id>.crashed.json``, a run stopped at the deadline ``<id>.cut.json``:
+neither is a result, both are listed by the report, and both run again in a later invocation.
 
     python benchmarks/noise_study.py --jobs 14 --deadline 480        # a 16-core machine, one call
     python benchmarks/noise_study.py --only 'pairs-n20-.*-s0'         # 20% mismatched, seed 0
