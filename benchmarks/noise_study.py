@@ -631,50 +631,41 @@ def calibrate_rule(
 ) -> dict:
     """The rule combined with ``policy`` (random, seta) at each level, on training losses only.
 
-    random: r searched. seta: SeTa's own setting of the level (``base``: its k, alpha, r) with
-    the rule; where the rule's removal already takes it past the level, its window is widened
-    (alpha searched upward, r kept), else its down-sampling r is searched."""
-    out: dict[str, Any] = {"levels": {}}
-    alone = replay(losses, population, "full", dict(RULE), scratch)
-    out["rule_alone"] = alone
+    random: its r searched (``search``). seta: SeTa's own setting of the level (``base``: its k,
+    alpha, r) with the rule; where that lands below the level, its down-sampling r is searched
+    upward; where the rule's removal already takes it past the level, it prunes less: r down to 0
+    and the window widened (alpha from its own up to 1), the nearest of those. Ties: the first
+    tried. Every setting tried is kept with its simulated pruned fraction."""
+    out: dict[str, Any] = {"levels": {}, "rule_alone": replay(losses, population, "full", dict(RULE), scratch)}
+
+    def sim(policy: str, params: dict) -> float:
+        return float(replay(losses, population, policy, params, scratch)["pruned"])
+
     for lv in levels:
+        tried: list[tuple[dict, float]] = []
         if policy == "random":
-            x, tried = search(lambda r: replay(losses, population, "random", {**RULE, "r": r}, scratch)["pruned"], lv)
-            params = {**RULE, "r": x}
-            tried_params = [({**RULE, "r": a}, p) for a, p in tried]
+            _, xs = search(lambda r: sim("random", {**RULE, "r": r}), lv)
+            tried = [({**RULE, "r": x}, p) for x, p in xs]
         else:
             assert base is not None
-            s = dict(base["levels"]["seta"][str(pct(lv))]["params"])
-
-            def with_r(r: float, s: dict = s) -> dict:
-                return {**s, **RULE, "r": r}
-
-            first = replay(losses, population, "seta", with_r(float(s.get("r", 0.0))), scratch)["pruned"]
-            if first > lv + CAL_TOL:  # past the level: widen the window instead
-                grid = [a for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0) if a >= float(s["alpha"])]
-                tried_params = [
-                    (
-                        {**with_r(float(s.get("r", 0.0))), "alpha": a},
-                        replay(losses, population, "seta", {**with_r(float(s.get("r", 0.0))), "alpha": a}, scratch)[
-                            "pruned"
-                        ],
-                    )
-                    for a in grid
-                ]
-                params = min(tried_params, key=lambda t: abs(t[1] - lv))[0]
-            else:
-                x, tried = search(
-                    lambda r: replay(losses, population, "seta", with_r(r), scratch)["pruned"],
-                    lv,
-                    lo=float(s.get("r", 0.0)),
-                )
-                params = with_r(x)
-                tried_params = [(with_r(a), p) for a, p in tried]
-        best = next(p for q, p in tried_params if q == params)
+            own = dict(base["levels"]["seta"][str(pct(lv))]["params"])
+            r0 = float(own.get("r", 0.0))
+            first = sim("seta", {**own, **RULE})
+            if first <= lv + CAL_TOL:  # below (or at) the level: more down-sampling
+                _, xs = search(lambda r, own=own: sim("seta", {**own, **RULE, "r": r}), lv, lo=r0)
+                tried = [({**own, **RULE, "r": x}, p) for x, p in xs]
+            else:  # past the level: less down-sampling, a wider window
+                tried = [({**own, **RULE}, first)]
+                for r in sorted({0.0, r0}):
+                    for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+                        q = {**own, **RULE, "r": r, "alpha": a}
+                        if a >= float(own["alpha"]) and q != tried[0][0]:
+                            tried.append((q, sim("seta", q)))
+        params, best = min(tried, key=lambda t: abs(t[1] - lv))
         out["levels"][str(pct(lv))] = {
             "params": params,
             "simulated": best,
-            "tried": [{"params": q, "simulated": p} for q, p in tried_params],
+            "tried": [{"params": q, "simulated": p} for q, p in tried],
         }
     return out
 

@@ -89,6 +89,47 @@ def test_replay_plans_with_the_library_over_recorded_losses(tmp_path: Path) -> N
     assert ns.replay(losses, population, "full", {}, tmp_path / "scratch")["pruned"] == 0.0
 
 
+def test_calibrate_rule_lands_each_level_through_the_library(tmp_path: Path, monkeypatch) -> None:
+    """The search over the library's replays; the rule stubbed out (``RULE = {}``) so that the plans
+    are dynamic random's and SeTa's own, whose pruned fractions are known."""
+    import numpy as np
+
+    import seta_stream as seta
+    from tests.conftest import write_shards
+
+    monkeypatch.setattr(ns, "RULE", {})
+    urls = write_shards(tmp_path / "shards", [50, 50])
+    population = seta.list_samples(urls)
+    pruner = seta.Pruner(str(tmp_path / "full"), policy="full", epochs=4, seed=0, population=population)
+    keys, shard_urls = population.column("key").to_pylist(), population.column("url").to_pylist()
+    for e in range(4):
+        pruner.start_epoch(e)
+        pruner.record(keys, shard_urls, np.random.default_rng(e).gamma(2.0, size=len(keys)).astype(np.float32))
+    pruner.close()
+    losses = ns._epoch_losses(tmp_path / "full", 4)
+    out = ns.calibrate_rule(losses, population, tmp_path / "scratch", "random", (0.3, 0.5))
+    assert out["rule_alone"]["pruned"] == 0.0
+    assert [out["levels"][lv]["params"] for lv in ("30", "50")] == [{"r": 0.3}, {"r": 0.5}]
+    assert [out["levels"][lv]["simulated"] for lv in ("30", "50")] == pytest.approx([0.3, 0.5], abs=1e-12)
+    base = {
+        "levels": {
+            "seta": {
+                "30": {"params": {"r": 0.0, "k": 5, "alpha": 0.6}},
+                "50": {"params": {"r": 0.0, "k": 5, "alpha": 0.3}},
+            }
+        }
+    }
+    out = ns.calibrate_rule(losses, population, tmp_path / "scratch", "seta", (0.3, 0.5), base)
+    for lv, level in (("30", 0.3), ("50", 0.5)):
+        got = out["levels"][lv]
+        tried = [t["simulated"] for t in got["tried"]]
+        assert got["simulated"] == min(tried, key=lambda p: abs(p - level))  # the nearest of those tried
+        assert (
+            got["params"]["k"] == 5
+            and got["simulated"] == ns.replay(losses, population, "seta", got["params"], tmp_path / "s2")["pruned"]
+        )
+
+
 def test_the_noisy_label_runs_have_ids_of_their_own() -> None:
     from benchmarks.quality.configs import configs, noise_label_configs, run_id
 
