@@ -1072,7 +1072,13 @@ def main(argv: list[str] | None = None) -> None:
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(signal.SIGINT)
             raise
-    print(f"== {len(todo(ctx))} runs or calibrations left for another invocation", flush=True)
+    files = noise_report.load_files(ctx.results)
+    print(
+        f"== {len(files['runs'])} finished runs, {len(files['cal'])} calibrations; crashed: "
+        f"{', '.join(c['id'] for c in files['crashed']) or 'none'}; cut short: "
+        f"{', '.join(c['id'] for c in files['cut']) or 'none'}; {len(todo(ctx))} jobs left for another invocation",
+        flush=True,
+    )
     if not args.no_report:
         noise_report.report(ctx)
 
