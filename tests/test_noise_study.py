@@ -388,6 +388,18 @@ def _synthetic(tmp_path: Path) -> str:
                 prec=0.9,
                 rec=0.85,
             ),
+            pairs_run(
+                0.2,
+                "seta",
+                "rule-p50",
+                {"noise": True, "alpha": 0.3, "k": 10, "r": 0.0},
+                s,
+                f + 3.5 + 0.2 * s,
+                0.45,
+                after=0.02,
+                prec=0.93,
+                rec=0.91,
+            ),
             pairs_run(0.0, "full", "full", {}, s, f + 10, 0.0),
             pairs_run(0.0, "random", "p30", {"r": 0.3}, s, f + 7, 0.3),
             pairs_run(0.0, "random", "rule-p30", {"noise": True, "r": 0.3}, s, f + 6 - 2 * s, 0.3),
@@ -422,7 +434,7 @@ def test_the_report_of_synthetic_runs(tmp_path: Path) -> None:
         "",
         "",
         nr.BEGIN,
-        "18 finished pairs runs enter the tables below; all ran on one machine: Test CPU, 16 cores, torch 2.13.0 "
+        "20 finished pairs runs enter the tables below; all ran on one machine: Test CPU, 16 cores, torch 2.13.0 "
         "(AVX2).",
     ]
     expected = [
@@ -440,6 +452,8 @@ def test_the_report_of_synthetic_runs(tmp_path: Path) -> None:
         # the targets: met, and missed by how much
         "| mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched) | rule + random noise=True, r=0.2 "
         "| +2.0 (+1.5, +2.5) points at 31.0% pruned (2 SE = 1.0) | missed by 1.0 points |",
+        "| mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched) | rule + seta alpha=0.3, k=10, "
+        "noise=True, r=0.0 | +3.6 (+3.5, +3.7) points at 45.0% pruned (2 SE = 0.2) | met |",
         "| mismatched < 5% of trained pairs after the warm-up | rule alone noise=True | 1.2% (1.2, 1.2) | met |",
         "| mismatched < 5% of trained pairs after the warm-up | rule + random noise=True, r=0.2 | 5.8% (5.8, 5.8) "
         "| missed by 0.8 points |",
