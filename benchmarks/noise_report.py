@@ -1,0 +1,769 @@
+"""The noise study's report (``benchmarks/noise_study.py``): generated sections of
+docs/quality-pairs.md and docs/quality.md between ``<!-- noise:begin -->`` and ``<!-- noise:end -->``.
+
+Every number comes from the run files under the results folder. Only runs of one machine are
+compared: the machine with the most finished runs; the others are listed, not used. A run enters
+the tables only if it finished its schedule with finite losses and its loader delivered exactly
+each plan's kept samples (status ``ok``); crashed runs, runs cut short at a deadline, diverged
+runs and runs whose loader disagreed with the plan are listed with what happened.
+
+Gaps are paired by seed: the gap of a configuration to a reference is the mean over the seeds
+both have of (its value - the reference's value on the same seed), the per-seed gaps in
+brackets. A gap is *beyond the noise* when it has at least 2 seeds, every seed's gap has the
+same sign, and its magnitude exceeds 2 SE (SE = standard deviation of the per-seed gaps /
+sqrt(seeds)).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
+CONV_TOL = 1.0  # points of mean R@1: full data at 2E at most this far above E = stopped rising
+TARGET_R1_GAIN = 3.0  # points of mean R@1 above full data (20% mismatched)
+TARGET_PRUNED = 0.25  # ... while training at least 25% fewer pairs
+TARGET_MISMATCHED = 0.05  # share of mismatched pairs trained once the warm-up is over
+TARGET_PR = 0.9  # precision and recall of the suspected set
+ORDER = {"full": 0, "random": 1, "seta": 2, "infobatch": 3}
+RUN_STEM = re.compile(r"^(pairs|cifar10|sst2)-.*-s\d+$")
+
+
+# ------------------------------------------------------------------------------ reading
+def load_files(results: Path) -> dict[str, Any]:
+    """Finished runs, cut-short and crashed runs, calibrations of a results folder (name order)."""
+    out: dict[str, Any] = {"runs": [], "cut": [], "crashed": [], "cal": {}}
+    if not results.exists():
+        return out
+    for p in sorted(results.glob("*.json")):
+        stem = p.name[: -len(".json")]
+        if stem.endswith(".cut"):
+            out["cut"].append(json.loads(p.read_text()))
+        elif stem.endswith(".crashed"):
+            out["crashed"].append(json.loads(p.read_text()))
+        elif "-cal-" in stem:
+            out["cal"][stem] = json.loads(p.read_text())
+        elif RUN_STEM.match(stem):
+            out["runs"].append(json.loads(p.read_text()))
+    return out
+
+
+def machine_name(m: dict | None) -> str:
+    if not m:
+        return "unknown machine"
+    return (
+        f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')} "
+        f"({m.get('cpu_capability', '?')})"
+    )
+
+
+def study_machine(runs: list[dict]) -> str | None:
+    """The machine with the most finished runs (ties: name order)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[machine_name(r.get("machine"))] = counts.get(machine_name(r.get("machine")), 0) + 1
+    return min(counts, key=lambda k: (-counts[k], k)) if counts else None
+
+
+STATUS_TEXT = {
+    "diverged": "diverged (a non-finite training loss)",
+    "plan_mismatch": "its loader did not deliver exactly the plan's kept samples in some epoch",
+    "short": "fewer epochs than its schedule",
+}
+
+
+def split_runs(files: dict) -> tuple[str | None, list[dict], list[str]]:
+    """(the study's machine, the runs that enter the tables, a line per run left out)."""
+    runs = files["runs"]
+    m = study_machine(runs)
+    used, left_out = [], []
+    for r in runs:
+        if machine_name(r.get("machine")) != m:
+            left_out.append(f"`{r['id']}`: ran on another machine ({machine_name(r.get('machine'))}); not compared")
+        elif r.get("status") != "ok":
+            left_out.append(f"`{r['id']}`: {STATUS_TEXT.get(r.get('status'), r.get('status'))}; left out")
+        else:
+            used.append(r)
+    finished = {r["id"] for r in runs}
+    for c in files["crashed"]:
+        if c["id"] not in finished:
+            when = "" if "-cal-" in c["id"] else f" after {_epochs(c)}"
+            left_out.append(f"`{c['id']}`: crashed{when} ({_last_line(c)}); no result")
+    for c in files["cut"]:
+        if c["id"] not in finished:
+            left_out.append(f"`{c['id']}`: cut short at the deadline after {_epochs(c)}; no result")
+    return m, used, left_out
+
+
+def _epochs(c: dict) -> str:
+    k = int(c.get("epochs_done", 0))
+    return f"{k} epoch" + ("" if k == 1 else "s")
+
+
+def _last_line(c: dict) -> str:
+    lines = [x for x in str(c.get("error", "")).strip().splitlines() if x.strip()]
+    return lines[-1].strip().replace("|", "/").replace("`", "'")[:160] if lines else "no message"
+
+
+# ------------------------------------------------------------------------------ numbers
+def r1(r: dict) -> float:
+    """Mean of the final image->text and text->image R@1, in %."""
+    return 50.0 * (r["i2t_r1"] + r["t2i_r1"])
+
+
+def acc(r: dict) -> float:
+    return 100.0 * r["test_acc"]
+
+
+class Gap:
+    """A gap paired by seed: ``per_seed`` {seed: gap}."""
+
+    def __init__(self, per_seed: dict[int, float]) -> None:
+        self.per_seed = dict(sorted(per_seed.items()))
+        g = np.array(list(self.per_seed.values()), dtype=np.float64)
+        self.n = len(g)
+        self.mean = float(g.mean()) if self.n else math.nan
+        self.se = float(g.std(ddof=1) / math.sqrt(self.n)) if self.n > 1 else math.nan
+
+    def beyond_noise(self) -> bool:
+        g = list(self.per_seed.values())
+        same_sign = all(x > 0 for x in g) or all(x < 0 for x in g)
+        return self.n >= 2 and same_sign and abs(self.mean) > 2 * self.se
+
+    def text(self, digits: int = 1) -> str:
+        if not self.n:
+            return "-"
+        seeds = ", ".join(f"{x:+.{digits}f}" for x in self.per_seed.values())
+        return f"{self.mean:+.{digits}f} ({seeds})"
+
+    def noise_text(self, digits: int = 1) -> str:
+        return f"2 SE = {2 * self.se:.{digits}f}" if self.n > 1 else "1 seed: no noise estimate"
+
+
+def by_seed(rs: list[dict]) -> dict[int, dict]:
+    return {r["seed"]: r for r in rs}
+
+
+def paired(rs: list[dict], ref: list[dict], value: Callable[[dict], float]) -> Gap:
+    a, b = by_seed(rs), by_seed(ref)
+    return Gap({s: value(a[s]) - value(b[s]) for s in a if s in b})
+
+
+def vs_random(rs: list[dict], full: list[dict], randoms: list[list[dict]], value: Callable[[dict], float]) -> Gap:
+    """Paired by seed against dynamic random at the same measured pruned %: for each seed, random's
+    value linearly interpolated between full data (0%) and random's points of that seed."""
+    out = {}
+    f = by_seed(full)
+    for s, r in by_seed(rs).items():
+        pts = ([(0.0, value(f[s]))] if s in f else []) + [
+            (g[s]["pruned"], value(g[s])) for g in map(by_seed, randoms) if s in g
+        ]
+        pts.sort()
+        if len(pts) >= 2 and pts[0][0] <= r["pruned"] <= pts[-1][0]:
+            out[s] = value(r) - float(np.interp(r["pruned"], [p[0] for p in pts], [p[1] for p in pts]))
+    return Gap(out)
+
+
+def ms(xs: list[float], digits: int = 1) -> str:
+    a = np.asarray(xs, dtype=np.float64)
+    return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
+
+
+def fmt_params(p: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(p.items())) or "-"
+
+
+def is_rule(r: dict) -> bool:
+    return bool(r["params"].get("noise"))
+
+
+def active_epochs(r: dict) -> list[dict]:
+    """The epochs after the rule's warm-up: the summary says the rule is active (``noise_active``);
+    for a plan without that field, from the first epoch with a suspected sample on."""
+    rows = r["rows"]
+    if any(row.get("noise_active") is not None for row in rows):
+        return [row for row in rows if row.get("noise_active")]
+    first = next((i for i, row in enumerate(rows) if row.get("suspected")), None)
+    return rows[first:] if first is not None else []
+
+
+def noisy_share(rows: list[dict]) -> float | None:
+    """Noisy samples among the trained ones over ``rows`` (pairs: delivered keys; labels: the plan's
+    kept samples, which the loader delivered exactly)."""
+    if not rows:
+        return None
+    if "mismatched_trained" in rows[0]:
+        t = sum(x["trained"] for x in rows)
+        return sum(x["mismatched_trained"] for x in rows) / t if t else None
+    t = sum(x["plan_kept"] for x in rows)
+    return sum(x["plan_noisy_kept"] for x in rows) / t if t else None
+
+
+def last_active(r: dict) -> dict | None:
+    a = active_epochs(r)
+    return a[-1] if a else None
+
+
+def mean_or_none(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.mean(v)) if v and len(v) == len(xs) else None
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+# ------------------------------------------------------------------------------ grouping
+def group(runs: list[dict]) -> dict[tuple, list[dict]]:
+    g: dict[tuple, list[dict]] = {}
+    for r in runs:
+        g.setdefault((r["policy"], r["label"], json.dumps(r["params"], sort_keys=True)), []).append(r)
+    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in g.items()}
+
+
+def _sorted_keys(groups: dict) -> list[tuple]:
+    def key(k: tuple) -> tuple:
+        policy, label, _ = k
+        rule = label.startswith("rule") or label.startswith("nz-rule")
+        level = re.search(r"p(\d+)", label)
+        return (int(level.group(1)) if level else 0, rule, ORDER.get(policy, 9), label)
+
+    return sorted(groups, key=key)
+
+
+def _name(k: tuple) -> str:
+    policy, label, params = k
+    p = json.loads(params)
+    if p.get("noise"):
+        return "rule alone" if policy == "full" else f"rule + {policy}"
+    return policy
+
+
+def _setting(k: tuple) -> str:
+    return fmt_params(json.loads(k[2]))
+
+
+# ------------------------------------------------------------------------------ the pairs
+def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
+    m, used, left_out = split_runs(files)
+    pairs = [r for r in used if r.get("study") == "noise-pairs"]
+    lines = [
+        f"{len(pairs)} finished pairs runs enter the tables below"
+        + (f"; all ran on one machine: {m}." if pairs else ".")
+    ]
+    if pairs:
+        E, d, t = pairs[0]["E"], pairs[0]["data"], pairs[0]["train"]
+        rule = next((r["params"] for r in pairs if r["label"] == "rule"), None)
+        lines += [
+            "",
+            f"Set-up of these runs: {d['train']:,} training pairs in shards of {d['shard_size']:,}, "
+            f"{d['test']:,} clean held-out pairs, {d['size']}x{d['size']} images; E = {E} epochs "
+            f"(full data also at 2E = {2 * E}), batch {t['batch_size']}, peak lr {t['lr']}, "
+            f"{t['workers']} loader worker and 1 torch thread per run"
+            + (f"; the rule alone: `full` with `{json.dumps(rule, sort_keys=True)}`." if rule else "."),
+        ]
+    lines += [
+        "",
+        *_loader_lines(files, m, "noise-pairs", "pairs"),
+        *_rule_lines(),
+        *e_choice_lines(ctx.results, ctx.epochs),
+    ]
+    for noise in (0.2, 0.0):
+        rs = [r for r in pairs if r["noise"] == noise]
+        if rs:
+            lines += _pairs_level(rs, noise)
+    lines += _pairs_targets(pairs)
+    lines += _cal_lines(files["cal"], "pairs")
+    lines += _left_out_lines(left_out, missing)
+    return lines
+
+
+def _loader_lines(files: dict, m: str | None, study: str, what: str) -> list[str]:
+    """How many run-epochs of the study machine's finished runs delivered exactly the plan's kept samples."""
+    runs = [r for r in files["runs"] if r.get("study") == study and machine_name(r.get("machine")) == m]
+    if not runs:
+        return []
+    bad = [f"`{r['id']}` e{x['epoch']}" for r in runs for x in r["rows"] if not x.get("delivered_equals_plan")]
+    n = sum(len(r["rows"]) for r in runs)
+    return [
+        f"**Loader vs plan:** in {n - len(bad)} of {n} run-epochs the loader delivered exactly the plan's kept "
+        f"{what}" + (f" (not in {', '.join(bad[:20])})." if bad else "."),
+        "",
+    ]
+
+
+def e_choice_lines(results: Path, E: int) -> list[str]:
+    """How E was chosen: full data trained far longer (one schedule) on the development machine,
+    its mean R@1 after every epoch (files ``e-choice/*.json``), the epochs it rose for (up to the
+    last epoch that no later one beats by more than ``CONV_TOL``), and the study's E against those."""
+    files = sorted((results / "e-choice").glob("*.json"))
+    if not files:
+        return []
+    out = [
+        "**How E was chosen:** before the study, full data was trained for one long schedule on the development "
+        "machine; its mean R@1 after every epoch (these runs are not compared with the study's):",
+        "",
+    ]
+    verdicts = []
+    for p in sorted(files, key=lambda p: -json.loads(p.read_text())["data"]["noise"]):
+        r = json.loads(p.read_text())
+        curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in r["rows"]]
+        stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
+        d = r["data"]
+        name = f"{round(100 * d['noise'])}% mismatched"
+        out.append(
+            f"* {name}, {d['train']:,} pairs, {len(curve)} epochs, seed {r['seed']} "
+            f"({machine_name(r.get('machine'))}): " + ", ".join(f"{x:.1f}" for x in curve) + ". No later epoch is "
+            f"more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} of "
+            f"its {len(curve)} epochs."
+        )
+        verdicts.append(
+            f"covers the {stop + 1} epochs the {name} set rose for"
+            if stop + 1 <= E
+            else f"is shorter than the {stop + 1} epochs the {name} set rose for: its comparisons are before "
+            "convergence (the 2E check below measures by how much)"
+        )
+    return out + ["", f"The study's E = {E} " + "; it ".join(verdicts) + ".", ""]
+
+
+def _rule_lines() -> list[str]:
+    return [
+        "A run enters the tables only if it finished its schedule with finite losses and its loader "
+        "delivered exactly each plan's kept samples; crashed runs, runs cut short at a deadline, diverged "
+        "runs and runs from another machine are listed at the end, not averaged in. Gaps are paired by seed: "
+        "mean over the seeds of (run - reference on the same seed), per-seed gaps in brackets; *beyond the "
+        "noise* = every seed the same sign and |mean| > 2 SE (SE = SD of the per-seed gaps / sqrt(seeds)).",
+        "",
+    ]
+
+
+def _convergence(rs: list[dict], noise: float) -> list[str]:
+    full = [r for r in rs if r["label"] == "full"]
+    full2 = [r for r in rs if r["label"] == "full2E"]
+    if not full:
+        return []
+    E = full[0]["E"]
+    out = [
+        f"**Convergence, {round(100 * noise)}% mismatched:** full data's mean R@1 (i2t and t2i) after every epoch:",
+        "",
+    ]
+    width = max(len(r["rows"]) for r in full + full2)
+    out += ["| run | seed | " + " | ".join(f"e{e}" for e in range(width)) + " |", "| --- | --- |" + " --- |" * width]
+    for r in full + full2:
+        cells = [f"{50 * (x['i2t_r1'] + x['t2i_r1']):.1f}" for x in r["rows"]] + [""] * (width - len(r["rows"]))
+        out.append(
+            f"| {'E' if r['label'] == 'full' else '2E'} = {len(r['rows'])} | {r['seed']} | " + " | ".join(cells) + " |"
+        )
+    out.append("")
+    gap = paired(full2, full, r1)
+    if gap.n:
+        a = np.mean([r1(r) for r in full if r["seed"] in gap.per_seed])
+        b = np.mean([r1(r) for r in full2 if r["seed"] in gap.per_seed])
+        verdict = (
+            f"at most {CONV_TOL:.1f} point: full data's R@1 has stopped rising at E"
+            if gap.mean <= CONV_TOL
+            else f"**more than {CONV_TOL:.1f} point: full data's R@1 is still rising at E** (a longer E is "
+            "needed for the comparisons to be at convergence)"
+        )
+        out += [
+            f"Full data at E = {E}: {a:.1f}, at 2E = {2 * E}: {b:.1f} (mean R@1 over seeds "
+            f"{', '.join(str(s) for s in gap.per_seed)}); 2E - E {gap.text()}: {verdict}.",
+            "",
+        ]
+    else:
+        out += [f"Full data at 2E = {2 * E} is not in yet: convergence not shown.", ""]
+    return out
+
+
+def _pairs_level(rs: list[dict], noise: float) -> list[str]:
+    pct = round(100 * noise)
+    title = f"{pct}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
+    lines = [f"#### {title}", ""] + _convergence(rs, noise)
+    main = [r for r in rs if r["label"] != "full2E"]
+    groups = group(main)
+    full = groups.get(("full", "full", "{}"), [])
+    randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+    lines += [
+        "| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
+        "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
+        "| suspected set: precision / recall (last epoch of the rule) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    keys = _sorted_keys(groups)
+    for k in keys:
+        g = groups[k]
+        rule = is_rule(g[0])
+        share = noisy_share([x for r in g for x in r["rows"]])
+        after = mean_or_none([noisy_share(active_epochs(r)) for r in g]) if rule else None
+        la = [last_active(r) for r in g]
+        prec = mean_or_none([x.get("precision") if x else None for x in la]) if rule else None
+        rec = mean_or_none([x.get("recall") if x else None for x in la]) if rule else None
+        cells = [
+            _name(k),
+            _setting(k),
+            str(len(g)),
+            ms([100 * r["pruned"] for r in g]),
+            *(ms([100 * r[c] for r in g]) for c in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")),
+            "-" if k[0] == "full" and not rule else paired(g, full, r1).text(),
+            "-"
+            if (k[0] == "random" and not rule) or k == ("full", "full", "{}")
+            else vs_random(g, full, randoms, r1).text(),
+            ("-" if not noise else f"{100 * share:.1f}" if share is not None else "-")
+            + (f" / {100 * after:.1f}" if rule and noise and after is not None else ""),
+            f"{_f(prec, '.2f')} / {_f(rec, '.2f')}"
+            if rule and noise
+            else (
+                f"{_f(mean_or_none([x.get('suspected') if x else None for x in la]), '.0f')} suspected" if rule else "-"
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    E = len(main[0]["rows"]) if main else 0
+    head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
+
+    def table(title: str, cell: Callable[[list[dict], int], str], only_rule: bool = False) -> list[str]:
+        out = [title, "", *head]
+        for k in keys:
+            g = groups[k]
+            if only_rule and not is_rule(g[0]):
+                continue
+            out.append(f"| {_name(k)} | {_setting(k)} | " + " | ".join(cell(g, e) for e in range(E)) + " |")
+        return out + [""]
+
+    lines += table(
+        "Mean R@1 after each epoch (mean over seeds):",
+        lambda g, e: f"{np.mean([50 * (r['rows'][e]['i2t_r1'] + r['rows'][e]['t2i_r1']) for r in g]):.1f}",
+    )
+    lines += table(
+        "Kept fraction per epoch (plan, mean over seeds):",
+        lambda g, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in g]):.2f}",
+    )
+    if noise:
+        lines += table(
+            "Mismatched % of the pairs the loader delivered, per epoch (mean over seeds):",
+            lambda g, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in g]):.1f}",
+        )
+
+    def pr(g: list[dict], e: int) -> str:
+        rows = [r["rows"][e] for r in g]
+        n = np.mean([x.get("suspected") or 0 for x in rows])
+        if not noise:
+            return f"{n:.0f}"
+        p, q = mean_or_none([x.get("precision") for x in rows]), mean_or_none([x.get("recall") for x in rows])
+        return f"{n:.0f}: {_f(p, '.2f')}/{_f(q, '.2f')}"
+
+    if not any(is_rule(g[0]) for g in groups.values()):
+        return lines
+    lines += table(
+        "Suspected pairs per epoch"
+        + (": count: precision/recall against `noise.parquet`" if noise else " (every one a clean pair)")
+        + " (mean over seeds; the plan's rows with reason `suspected_noise` "
+        "or `noise_recheck`):",
+        pr,
+        only_rule=True,
+    )
+    return lines
+
+
+def _pairs_targets(pairs: list[dict]) -> list[str]:
+    rows: list[list[str]] = []
+    n20 = [r for r in pairs if r["noise"] == 0.2 and r["label"] != "full2E"]
+    g20 = group(n20)
+    full20 = g20.get(("full", "full", "{}"), [])
+    rule20 = {k: v for k, v in g20.items() if is_rule(v[0])}
+    # 1. R@1 at least 3 points above full data while training at least 25% fewer pairs
+    cands = [(k, v) for k, v in rule20.items() if np.mean([r["pruned"] for r in v]) >= TARGET_PRUNED]
+    if not full20 or not rule20:
+        rows.append(
+            [
+                "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
+                "-",
+                "not measured (runs missing)",
+                "open",
+            ]
+        )
+    elif not cands:
+        most = max(rule20.items(), key=lambda kv: np.mean([r["pruned"] for r in kv[1]]))
+        rows.append(
+            [
+                "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
+                _name(most[0]),
+                f"no rule run pruned 25% (most: {100 * np.mean([r['pruned'] for r in most[1]]):.1f}%)",
+                f"missed by {100 * (TARGET_PRUNED - np.mean([r['pruned'] for r in most[1]])):.1f} points of pruned %",
+            ]
+        )
+    else:  # every rule configuration that pruned enough, none picked by its R@1
+        for k in _sorted_keys(dict(cands)):
+            v = dict(cands)[k]
+            gap = paired(v, full20, r1)
+            pruned = 100 * np.mean([r["pruned"] for r in v])
+            rows.append(
+                [
+                    "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
+                    f"{_name(k)} {_setting(k)}",
+                    f"{gap.text()} points at {pruned:.1f}% pruned ({gap.noise_text()})",
+                    _verdict(gap.mean, TARGET_R1_GAIN, gap.n, "points"),
+                ]
+            )
+    # 2-4. per rule configuration: mismatched share after warm-up, precision, recall
+    for k in _sorted_keys(rule20):
+        v = rule20[k]
+        share = [noisy_share(active_epochs(r)) for r in v]
+        la = [last_active(r) for r in v]
+        name = f"{_name(k)} {_setting(k)}"
+        if any(s is None for s in share):
+            rows.append(
+                ["mismatched < 5% of trained pairs after the warm-up", name, "the rule never became active", "missed"]
+            )
+        else:
+            m = float(np.mean(share))
+            rows.append(
+                [
+                    "mismatched < 5% of trained pairs after the warm-up",
+                    name,
+                    f"{100 * m:.1f}% ({', '.join(f'{100 * s:.1f}' for s in share)})",
+                    _verdict(-m, -TARGET_MISMATCHED, len(v), "points", scale=100),
+                ]
+            )
+        for what in ("precision", "recall"):
+            vals = [x.get(what) if x else None for x in la]
+            if any(x is None for x in vals):
+                rows.append([f"{what} of the suspected set >= 0.9", name, "no suspected set", "missed"])
+                continue
+            m = float(np.mean(vals))
+            rows.append(
+                [
+                    f"{what} of the suspected set >= 0.9",
+                    name,
+                    f"{m:.3f} ({', '.join(f'{x:.3f}' for x in vals)})",
+                    _verdict(m, TARGET_PR, len(v), ""),
+                ]
+            )
+    # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
+    n0 = [r for r in pairs if r["noise"] == 0.0 and r["label"] != "full2E"]
+    g0 = group(n0)
+    full0 = g0.get(("full", "full", "{}"), [])
+    randoms0 = [v for k, v in g0.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+    for k in _sorted_keys(g0):
+        v = g0[k]
+        if not is_rule(v[0]):
+            continue
+        gap = vs_random(v, full0, randoms0, r1)
+        name = f"{_name(k)} {_setting(k)}"
+        what = "clean pairs: mean R@1 no worse than dynamic random at the same pruned %"
+        if not gap.n:
+            rows.append([what, name, "no random reference at that pruned %", "open"])
+        elif gap.n < 2:
+            rows.append([what, name, f"{gap.text()} points (1 seed)", "open (1 seed)"])
+        elif gap.mean < 0 and gap.beyond_noise():
+            rows.append(
+                [
+                    what,
+                    name,
+                    f"{gap.text()} points ({gap.noise_text()})",
+                    f"missed: {-gap.mean:.1f} points below, beyond the noise",
+                ]
+            )
+        else:
+            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", "met"])
+    out = [
+        "#### Targets (issue 26)",
+        "",
+        "| target | configuration | measured (mean over seeds; per seed) | verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+
+
+def _verdict(value: float, target: float, seeds: int, unit: str, scale: float = 1.0) -> str:
+    """met / missed by how much (``value >= target`` is met); open with fewer than 2 seeds."""
+    if seeds < 2:
+        return "open (1 seed)"
+    if value >= target:
+        return "met"
+    short = (target - value) * scale
+    return f"missed by {short:.1f} {unit}".rstrip() if unit else f"missed by {short:.3f}"
+
+
+def _cal_lines(cals: dict, study: str) -> list[str]:
+    rows = []
+    for stem, c in sorted(cals.items()):
+        if not stem.startswith("pairs-" if study == "pairs" else ("cifar10-", "sst2-")):
+            continue
+        data = stem.split("-cal-")[0]
+        name = stem.split("-cal-")[1]
+        if name == "base":
+            for policy, levels in sorted(c["levels"].items()):
+                for lv, v in sorted(levels.items()):
+                    rows.append(
+                        f"| {data} | {policy} | {lv}% | {fmt_params(v['params'])} | {100 * v['simulated']:.1f} | - |"
+                    )
+        else:
+            alone = c.get("rule_alone", {}).get("pruned")
+            for lv, v in sorted(c["levels"].items()):
+                rows.append(
+                    f"| {data} | rule + {name.split('-')[1]} | {lv}% | {fmt_params(v['params'])} | "
+                    f"{100 * v['simulated']:.1f} | {_f(None if alone is None else 100 * alone, '.1f')} |"
+                )
+    if not rows:
+        return []
+    return [
+        "#### Settings chosen on training losses (replays over full data's recorded losses, seed 0)",
+        "",
+        "| data | policy | level | setting | simulated pruned % | the rule alone, simulated pruned % |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
+def _left_out_lines(left_out: list[str], missing: list[str]) -> list[str]:
+    out = []
+    if left_out:
+        out += ["**Runs left out of the tables:**", "", *[f"* {x}" for x in left_out], ""]
+    if missing:
+        out += [
+            f"**Not run yet ({len(missing)}; the same command resumes with them):** " + "; ".join(missing) + ".",
+            "",
+        ]
+    else:
+        out += ["Every run of the study's plan is in.", ""]
+    return out
+
+
+# ------------------------------------------------------------------------------ noisy labels
+def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
+    m, used, left_out = split_runs(files)
+    runs = [r for r in used if r.get("study") == "noise-labels"]
+    lines = [
+        f"{len(runs)} finished noisy-label runs enter the tables below"
+        + (f"; all ran on one machine: {m}." if runs else "."),
+        "",
+        *_loader_lines(files, m, "noise-labels", "samples"),
+        *_rule_lines(),
+    ]
+    targets: list[list[str]] = []
+    for dataset in ("cifar10", "sst2"):
+        rs = [r for r in runs if r["dataset"] == dataset]
+        if not rs:
+            continue
+        groups = group(rs)
+        full = groups.get(("full", "nz-full", "{}"), [])
+        randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+        E = len(rs[0]["rows"])
+        lines += [
+            f"#### {dataset}, 40% noisy labels ({E} epochs)",
+            "",
+            "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
+            "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
+            "| suspected set: precision / recall (last epoch of the rule) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        keys = _sorted_keys(groups)
+        for k in keys:
+            g = groups[k]
+            rule = is_rule(g[0])
+            share = noisy_share([x for r in g for x in r["rows"]])
+            after = mean_or_none([noisy_share(active_epochs(r)) for r in g]) if rule else None
+            la = [last_active(r) for r in g]
+            prec = mean_or_none([x.get("precision") if x else None for x in la]) if rule else None
+            rec = mean_or_none([x.get("recall") if x else None for x in la]) if rule else None
+            cells = [
+                _name(k),
+                _setting(k),
+                str(len(g)),
+                ms([100 * r["pruned"] for r in g]),
+                ms([100 * r["test_acc"] for r in g], 2),
+                ms([100 * r["val_acc"] for r in g], 2),
+                "-" if k == ("full", "nz-full", "{}") else paired(g, full, acc).text(2),
+                "-"
+                if (k[0] == "random" and not rule) or k == ("full", "nz-full", "{}")
+                else vs_random(g, full, randoms, acc).text(2),
+                f"{_f(None if share is None else 100 * share, '.1f')}"
+                + (f" / {_f(None if after is None else 100 * after, '.1f')}" if rule else ""),
+                f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule else "-",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+            if rule and dataset == "cifar10":
+                gap = paired(g, full, acc)
+                what = "CIFAR-10 with 40% noisy labels: test accuracy above full data"
+                verdict = (
+                    "open (1 seed)"
+                    if gap.n < 2
+                    else "met"
+                    if gap.mean > 0 and gap.beyond_noise()
+                    else f"missed: {gap.mean:+.2f} points, not above full data beyond the noise"
+                    if gap.n
+                    else "open"
+                )
+                targets.append(
+                    [what, f"{_name(k)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", verdict]
+                )
+        lines.append("")
+        head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
+        lines += ["Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):", "", *head]
+        for k in keys:
+            g = groups[k]
+            cells = [
+                f"{100 * np.mean([r['rows'][e]['plan_noisy_kept'] / max(r['rows'][e]['plan_kept'], 1) for r in g]):.1f}"
+                for e in range(E)
+            ]
+            lines.append(f"| {_name(k)} | {_setting(k)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if targets:
+        lines += [
+            "#### Target (issue 26)",
+            "",
+            "| target | configuration | measured (mean over seeds; per seed) | verdict |",
+            "| --- | --- | --- | --- |",
+            *["| " + " | ".join(t) + " |" for t in targets],
+            "",
+        ]
+    lines += _cal_lines(files["cal"], "labels")
+    lines += _left_out_lines(
+        [x for x in left_out if not x.startswith("`pairs-")], [x for x in missing if not x.startswith("pairs-")]
+    )
+    return lines
+
+
+# ------------------------------------------------------------------------------ writing
+def splice(doc: Path, lines: list[str]) -> None:
+    """Replace what stands between BEGIN and END in ``doc`` (appending both where absent)."""
+    text = doc.read_text() if doc.exists() else ""
+    if BEGIN not in text:
+        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    doc.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+
+
+def missing_runs(ctx: Any, files: dict) -> list[str]:
+    """The plan's runs with no finished result (pending ones named by what they wait for)."""
+    from benchmarks.noise_study import plan
+
+    have = {r["id"] for r in files["runs"]} | {c["id"] for c in files["crashed"] + files["cut"]}  # listed
+    return [
+        j.rid + (f" (its setting from `{j.needs[0]}`)" if j.kind == "pending" else "")
+        for j in plan(ctx)
+        if j.kind != "cal" and j.rid not in have
+    ]
+
+
+def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = None) -> None:
+    from benchmarks.noise_study import ROOT
+
+    files = load_files(ctx.results)
+    missing = missing_runs(ctx, files)
+    docs = (ctx.out / "docs") if ctx.smoke else ROOT / "docs"
+    pairs_doc = pairs_doc or docs / "quality-pairs.md"
+    labels_doc = labels_doc or docs / "quality.md"
+    pairs_doc.parent.mkdir(parents=True, exist_ok=True)
+    splice(pairs_doc, pairs_lines(ctx, files, [x for x in missing if x.startswith("pairs-")]))
+    if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
+        splice(labels_doc, labels_lines(ctx, files, missing))

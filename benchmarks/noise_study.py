@@ -1,0 +1,1087 @@
+"""Does the noise rule drop noisy samples, and does that pay? Pairs with mismatched captions, noisy labels.
+
+The measurement of issue 26 (item 3): the noise rule (``noise=True``, a parameter of ``full``,
+``random``, ``seta`` and ``infobatch``; the rule alone is ``full`` with it) trained through the
+real pipeline beside full data, dynamic random, SeTa and InfoBatch.
+
+* **Pairs** (``examples/train_pairs.py``'s small CLIP on ``tools/make_pair_shards.py`` sets with
+  20% and with 0% mismatched pairs, same images): full data at E and at 2E (the convergence
+  check), the rule alone, the rule with dynamic random and with SeTa at about 30% and 50% pruned,
+  dynamic random, SeTa and InfoBatch at the same levels; ``SEEDS`` seeds. Per epoch: R@1/R@5
+  (image->text, text->image) on the clean held-out pairs, the kept count, the share of mismatched
+  pairs among the pairs the loader delivered, the suspected set (plan rows whose reason is
+  ``suspected_noise`` or ``noise_recheck``) with its precision and recall against
+  ``noise.parquet``, and whether the loader delivered exactly the plan's kept pairs.
+* **Noisy labels** (``benchmarks/quality``'s CIFAR-10 and SST-2 with 40% of the training labels
+  replaced, the short schedule): full data, the rule alone, the rule with dynamic random near
+  50%, dynamic random at 50%, SeTa and InfoBatch at their 50% settings
+  (``benchmarks.quality.configs.noise_label_configs``), with the same per-epoch noise measures.
+
+Settings are chosen on training signals only. SeTa's and InfoBatch's levels: ``pairs_study``'s
+``calibrate`` (the policy replayed over the per-pair losses of the full run of seed 0). The
+rule's combinations: the library itself is replayed over that run's recorded losses
+(:func:`replay`: a scratch run directory plans every epoch with the combined policy and is fed,
+for the pairs its plan keeps, the losses full data recorded in that epoch), and the
+down-sampling ``r`` (SeTa: then its window ``alpha``) is searched until the simulated pruned %
+lands nearest the level. So the rule's own removal enters as the rule measured it on the
+training losses; neither the held-out pairs nor the known noise rate are read.
+
+Runs: ``--jobs N`` processes (one torch thread and one loader worker each) take the next
+unclaimed job of the plan in priority order (a lock per job, held while it runs; the kernel
+drops it when a process dies), so the most informative runs finish first: full data at E and at
+2E of seed 0 on both sets (what the other runs wait for, and the longest runs), then 20%
+mismatched seed 0 (the rule alone, then the 30% and 50% levels), 0% mismatched seed 0, seed 1,
+the noisy-label runs, the remaining 2E runs. A run that needs a calibration waits for it; the
+calibrations are jobs of their own, taken as soon as full data of seed 0 is in. While runs wait
+for a calibration, a free process takes a job lower in the order only if enough processes are
+expected to be free for the waiting ones when they become ready (``pick``), and with
+``--deadline`` no job that is not expected to finish in time; at the deadline the running ones
+are stopped. Each finished run is a JSON file under ``docs/quality-runs/noise-study/`` with the
+machine it ran on (``software``, cores); a rerun skips finished runs (the study resumes). A run
+that crashed leaves ``<id>.crashed.json``, a run stopped at the deadline ``<id>.cut.json``:
+neither is a result, both are listed by the report, and both run again in a later invocation.
+
+    python benchmarks/noise_study.py --jobs 14 --deadline 480        # a 16-core machine, one call
+    python benchmarks/noise_study.py --only 'pairs-n20-.*-s0'         # 20% mismatched, seed 0
+    python benchmarks/noise_study.py --smoke --jobs 1                 # the code paths, minutes
+    python benchmarks/noise_study.py --report-only                    # the reports from the run files
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: benchmarks.* and examples/ importable
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "docs" / "quality-runs" / "noise-study"
+OUT = ROOT / "bench-out" / "noise-study"
+LABEL_DATA = ROOT.parent / "shared" / "data"
+
+# The pairs sets and schedule. 10,000 training pairs in 10 shards of 1,000 (exactly 200 mismatched
+# per shard at 20%), 1,000 clean held-out pairs. E = 10: full data trained for 20 epochs on the
+# 20%-mismatched set stopped rising after 6 (files e-choice/*.json, shown in the report; 2E
+# checks it); a run of 2E = 20 epochs takes about 5 minutes on one core, so the first wave of
+# runs (full data at E and 2E) and the calibrated runs fit one call of 9 minutes on 16 cores.
+# The clean set rose for 17 of those 20 epochs: its comparisons are before convergence.
+DATA = dict(train=10000, test=1000, shard_size=1000, size=32, seed=0)
+TRAIN = dict(epochs=10, batch_size=128, lr=2e-3, workers=1)
+NOISE_LEVELS = (0.2, 0.0)
+LEVELS = (0.3, 0.5)
+SEEDS = 2
+RULE: dict[str, Any] = {"noise": True}  # the rule at its defaults (warm-up, re-check share)
+SUSPECT_REASONS = ("suspected_noise", "noise_recheck")  # the suspected set of a plan
+LABEL_SEEDS = {"cifar10": 2, "sst2": 5}  # as the short study's noisy-label runs (SST-2: 5)
+LABEL_FIRST_SEEDS = 2  # label seeds before the remaining 2E runs; SST-2's others come last
+# prior seconds per trained sample (training, evaluation, planning), for --deadline until runs
+# of this invocation have measured their own
+PRIOR_RATE = {"pairs": 1.6e-3, "cifar10": 1.0e-3, "sst2": 0.2e-3}
+PRIOR_CAL_S = 60.0
+CAL_TOL = 0.005  # a search stops when the simulated pruned fraction is this close to its level
+
+
+# ------------------------------------------------------------------------------ the context
+@dataclass
+class Ctx:
+    """One invocation: where things are, what to run, until when."""
+
+    results: Path = RESULTS
+    out: Path = OUT
+    label_data: Path = LABEL_DATA
+    epochs: int = TRAIN["epochs"]
+    seeds: int = SEEDS
+    labels: bool = True
+    only: str | None = None
+    procs: int = 1  # processes taking jobs (--jobs)
+    until: float | None = None  # wall-clock time after which nothing runs (--deadline)
+    started: float = field(default_factory=time.time)
+    smoke: bool = False
+    data: dict = field(default_factory=lambda: dict(DATA))
+
+    @property
+    def claims(self) -> Path:
+        return self.out / "claims"
+
+    @property
+    def runs(self) -> Path:
+        return self.out / "runs"
+
+
+def _params_id(params: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in sorted(params.items())) or "default"
+
+
+def pct(x: float) -> int:
+    return round(100 * x)
+
+
+# ------------------------------------------------------------------------------ the pairs
+def pairs_data(ctx: Ctx, noise: float) -> Path:
+    return ctx.out / f"data-noise{pct(noise)}"
+
+
+def prepare_pairs(ctx: Ctx, noise: float, workers: int) -> Path:
+    d = pairs_data(ctx, noise)
+    if not (d / "info.json").exists():
+        D = ctx.data
+        cmd = [
+            sys.executable,
+            str(ROOT / "tools" / "make_pair_shards.py"),
+            "--out",
+            str(d),
+            "--noise",
+            str(noise),
+            "--train",
+            str(D["train"]),
+            "--test",
+            str(D["test"]),
+            "--shard-size",
+            str(D["shard_size"]),
+            "--size",
+            str(D["size"]),
+            "--seed",
+            str(D["seed"]),
+            "--workers",
+            str(max(1, workers)),
+        ]
+        subprocess.run(cmd, check=True)
+    return d
+
+
+def pairs_cfg(policy: str, params: dict, label: str, epochs: int) -> dict:
+    return {"policy": policy, "params": dict(params), "label": label, "epochs": epochs}
+
+
+def pairs_rid(noise: float, E: int, cfg: dict, seed: int) -> str:
+    """e.g. ``pairs-n20-E12-random-rule-p30-noiseTrue-r0.18-s0``; the 2E run is ``...-full-full2E-...``."""
+    return f"pairs-n{pct(noise)}-E{E}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+
+
+def pairs_cal(noise: float, E: int, name: str) -> str:
+    """A calibration's file stem: ``base`` (SeTa, InfoBatch), ``rule-random``, ``rule-seta``."""
+    return f"pairs-n{pct(noise)}-E{E}-cal-{name}"
+
+
+def labels_cal(dataset: str) -> str:
+    return f"{dataset}-noisy-cal-rule-random"
+
+
+# ------------------------------------------------------------------------------ the plan
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a training run (``pairs``, ``labels``), a calibration (``cal``), or a
+    run whose setting a calibration has not decided yet (``pending``: never claimed)."""
+
+    rid: str
+    kind: str
+    spec: dict = field(default_factory=dict, hash=False, compare=False)
+    needs: tuple[str, ...] = ()  # file stems (results folder) that must exist before it can run
+    samples: float = 0.0  # expected trained samples (the deadline's estimate)
+
+
+def _load(ctx: Ctx, stem: str) -> dict | None:
+    p = ctx.results / f"{stem}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _pairs_job(ctx: Ctx, noise: float, cfg: dict, seed: int, needs: tuple[str, ...] = (), keep: float = 1.0) -> Job:
+    rid = pairs_rid(noise, ctx.epochs, cfg, seed)
+    spec = {"noise": noise, "cfg": cfg, "seed": seed}
+    return Job(rid, "pairs", spec, needs, ctx.data["train"] * cfg["epochs"] * keep)
+
+
+def _pending(rid: str, cal: str) -> Job:
+    """A run whose setting ``cal`` decides (its id names the setting ``tbd``)."""
+    return Job(rid, "pending", {"cal": cal}, (cal,))
+
+
+def _pairs_round(ctx: Ctx, noise: float, seed: int, with_2e: bool) -> list[Job]:
+    """One noise level and seed, in priority order (seed 0: its calibrations right after full data)."""
+    E = ctx.epochs
+    full = pairs_cfg("full", {}, "full", E)
+    full_rid = pairs_rid(noise, E, full, 0)
+    jobs = [_pairs_job(ctx, noise, full, seed)]
+    base, rr, rs = (pairs_cal(noise, E, x) for x in ("base", "rule-random", "rule-seta"))
+    if seed == 0:
+        spec = {"study": "pairs", "noise": noise, "full": full_rid}
+        jobs += [
+            Job(base, "cal", {**spec, "name": "base"}, (full_rid,)),
+            Job(rr, "cal", {**spec, "name": "rule-random"}, (full_rid,)),
+            Job(rs, "cal", {**spec, "name": "rule-seta"}, (full_rid, base)),
+        ]
+    jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", RULE, "rule", E), seed))
+    if with_2e:
+        jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * E), seed))
+    cal_base, cal_rr, cal_rs = _load(ctx, base), _load(ctx, rr), _load(ctx, rs)
+    seen_ib: list[dict] = []
+    for lv in LEVELS:
+        tag = f"p{pct(lv)}"
+
+        def tbd(policy: str, label: str, cal: str) -> Job:
+            return _pending(
+                pairs_rid(noise, E, pairs_cfg(policy, {}, label, E), seed).replace("-default-", "-tbd-"), cal
+            )
+
+        if cal_rr:
+            p = cal_rr["levels"][str(pct(lv))]["params"]
+            jobs.append(_pairs_job(ctx, noise, pairs_cfg("random", p, f"rule-{tag}", E), seed, (rr,), 1 - lv))
+        else:
+            jobs.append(tbd("random", f"rule-{tag}", rr))
+        jobs.append(_pairs_job(ctx, noise, pairs_cfg("random", {"r": lv}, tag, E), seed, (), 1 - lv))
+        for policy in ("seta", "infobatch"):
+            if cal_base:
+                p = cal_base["levels"][policy][str(pct(lv))]["params"]
+                if policy == "infobatch":
+                    if p in seen_ib:  # InfoBatch's largest r may be nearest both levels: one run
+                        continue
+                    seen_ib.append(p)
+                jobs.append(_pairs_job(ctx, noise, pairs_cfg(policy, p, tag, E), seed, (base,), 1 - lv))
+            else:
+                jobs.append(tbd(policy, tag, base))
+        if cal_rs:
+            p = cal_rs["levels"][str(pct(lv))]["params"]
+            jobs.append(_pairs_job(ctx, noise, pairs_cfg("seta", p, f"rule-{tag}", E), seed, (rs,), 1 - lv))
+        else:
+            jobs.append(tbd("seta", f"rule-{tag}", rs))
+    return jobs
+
+
+def _labels_round(ctx: Ctx, dataset: str, seed: int) -> list[Job]:
+    from benchmarks.quality.configs import NOISE_LABEL_FULL, noise_label_configs, run_id
+
+    full_rid = run_id(dataset, NOISE_LABEL_FULL, 0)
+    jobs = []
+    cal = labels_cal(dataset)
+    quality_cal = _quality_calibration(dataset)
+    rr = _load(ctx, cal)
+    n = {"cifar10": 45000, "sst2": 65000}[dataset] * (3 if ctx.smoke else {"cifar10": 6, "sst2": 5}[dataset])
+    for cfg in noise_label_configs(quality_cal, rr["levels"]["50"]["params"] if rr else None):
+        needs = (cal,) if cfg["label"].startswith("nz-rule-p") else ()
+        jobs.append(
+            Job(
+                run_id(dataset, cfg, seed),
+                "labels",
+                {"dataset": dataset, "cfg": cfg, "seed": seed},
+                needs,
+                n * (0.5 if cfg["policy"] != "full" else 1.0),
+            )
+        )
+        if cfg == NOISE_LABEL_FULL and seed == 0:  # its calibration right after full data of seed 0
+            jobs.append(Job(cal, "cal", {"study": "labels", "dataset": dataset, "full": full_rid}, (full_rid,)))
+    if rr is None:
+        cfg = {**NOISE_LABEL_FULL, "policy": "random", "params": {"r": "tbd"}, "label": "nz-rule-p50"}
+        jobs.append(_pending(run_id(dataset, cfg, seed).replace("-rtbd-", "-tbd-"), cal))
+    return jobs
+
+
+def _quality_calibration(dataset: str) -> dict | None:
+    """The short study's calibration of ``dataset`` (SeTa's and InfoBatch's 50% settings, chosen
+    on the training losses of its clean full run): the noisy-label runs use those settings."""
+    from benchmarks.quality.layout import Layout
+
+    p = Layout().results / f"{dataset}-calibration.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def plan(ctx: Ctx) -> list[Job]:
+    """Every job of the study, in priority order (a run id appears once)."""
+    jobs: list[Job] = []
+    # first what the other runs wait for (full data of seed 0, its calibrations) and the longest
+    # runs (full data at 2E of seed 0, the convergence check), which must start in the first wave
+    # or an invocation bound by a deadline never reaches them
+    for noise in NOISE_LEVELS:
+        head = _pairs_round(ctx, noise, 0, with_2e=True)
+        jobs += [j for j in head if j.kind == "cal" or j.spec.get("cfg", {}).get("label") in ("full", "full2E")]
+    for seed in range(ctx.seeds):
+        for noise in NOISE_LEVELS:
+            jobs += _pairs_round(ctx, noise, seed, with_2e=False)
+    if ctx.labels:
+        for dataset in ("cifar10", "sst2"):
+            for seed in range(min(LABEL_FIRST_SEEDS, _label_seeds(ctx, dataset))):
+                jobs += _labels_round(ctx, dataset, seed)
+    for seed in range(ctx.seeds):
+        for noise in NOISE_LEVELS:
+            if seed > 0:
+                jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * ctx.epochs), seed))
+    if ctx.labels:
+        for seed in range(LABEL_FIRST_SEEDS, _label_seeds(ctx, "sst2")):
+            jobs += _labels_round(ctx, "sst2", seed)
+    out, seen = [], set()
+    for j in jobs:
+        if j.rid not in seen:
+            seen.add(j.rid)
+            out.append(j)
+    return out
+
+
+def _label_seeds(ctx: Ctx, dataset: str) -> int:
+    return 1 if ctx.smoke else LABEL_SEEDS[dataset]
+
+
+def done(ctx: Ctx, stem: str) -> bool:
+    return (ctx.results / f"{stem}.json").exists()
+
+
+# ------------------------------------------------------------------------------ measurements
+def suspect_stats(ids: list, reasons: list[str], truth: set) -> dict:
+    """The suspected set of one plan against the known noisy samples.
+
+    ``ids[i]`` and ``reasons[i]``: a plan row's identity (as ``truth`` names samples) and reason.
+    Suspected = reason ``suspected_noise`` (left out) or ``noise_recheck`` (kept to be
+    re-measured). Precision = suspected and noisy / suspected (None when nothing is suspected);
+    recall = suspected and noisy / noisy (None when nothing is noisy); the same for the left-out
+    part alone.
+    """
+    sus = {i for i, r in zip(ids, reasons) if r in SUSPECT_REASONS}
+    out = {i for i, r in zip(ids, reasons) if r == SUSPECT_REASONS[0]}
+    hit, out_hit = len(sus & truth), len(out & truth)
+    return {
+        "suspected": len(sus),
+        "left_out": len(out),
+        "rechecked": len(sus) - len(out),
+        "suspected_noisy": hit,
+        "precision": hit / len(sus) if sus else None,
+        "recall": hit / len(truth) if truth else None,
+        "left_out_precision": out_hit / len(out) if out else None,
+        "left_out_recall": out_hit / len(truth) if truth else None,
+    }
+
+
+def _summary_noise(run_dir: str, epoch: int) -> dict:
+    import seta_stream as seta
+
+    s = seta.load_summary(run_dir, epoch)
+    return {k: s.get(k) for k in ("noise_suspected", "noise_rechecked", "noise_active")}
+
+
+def plan_noise(run_dir: str, epochs: int, truth: set, key_only: bool = False) -> list[dict]:
+    """Per epoch: the suspected set's counts, precision and recall (``suspect_stats``), the
+    summary's noise fields, the plan's kept count and its noisy share. Identity: (shard, key),
+    or the key alone where the noisy set is named by keys (``key_only``)."""
+    import seta_stream as seta
+
+    rows = []
+    for e in range(epochs):
+        t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "reason"])
+        keys = t.column("key").to_pylist()
+        ids = keys if key_only else list(zip(t.column("shard").to_pylist(), keys))
+        keep = t.column("keep").to_numpy(zero_copy_only=False)
+        noisy = np.fromiter((i in truth for i in ids), bool, len(ids))
+        rows.append(
+            {
+                "epoch": e,
+                **suspect_stats(ids, t.column("reason").to_pylist(), truth),
+                **_summary_noise(run_dir, e),
+                "plan_kept": int(keep.sum()),
+                "plan_noisy_kept": int((keep & noisy).sum()),
+            }
+        )
+    return rows
+
+
+def run_status(rows: list[dict], epochs: int, loss_key: str, check_key: str) -> str:
+    """``ok``; ``diverged`` (a non-finite training loss); ``plan_mismatch`` (an epoch whose loader
+    did not deliver exactly the plan's kept samples); ``short`` (fewer epochs than scheduled)."""
+    if len(rows) < epochs:
+        return "short"
+    if any(not np.isfinite(r[loss_key]) for r in rows):
+        return "diverged"
+    if not all(r[check_key] for r in rows):
+        return "plan_mismatch"
+    return "ok"
+
+
+def machine() -> dict:
+    from benchmarks.quality.machine import software
+
+    return {**software(), "cores": os.cpu_count(), "torch_threads": _torch_threads()}
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _write(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------ one run
+def _example() -> Any:
+    if str(ROOT / "examples") not in sys.path:
+        sys.path.insert(0, str(ROOT / "examples"))
+    import train_pairs
+
+    return train_pairs
+
+
+def train_pairs_job(ctx: Ctx, job: Job, progress: list[str]) -> dict:
+    from benchmarks.pairs_study import plan_checks
+
+    tp = _example()
+    noise, cfg, seed = job.spec["noise"], job.spec["cfg"], job.spec["seed"]
+    data = pairs_data(ctx, noise)
+    run_dir = str(ctx.runs / job.rid)
+    T = TRAIN
+    args = argparse.Namespace(
+        data=str(data),
+        seed=seed,
+        quiet=True,
+        epochs=cfg["epochs"],
+        batch_size=T["batch_size"],
+        lr=T["lr"],
+        workers=T["workers"],
+    )
+
+    def log(line: str) -> None:
+        progress.append(line)
+        print(f"  {job.rid}: {line.strip()}", flush=True)
+
+    res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=log)
+    delivered = res.pop("delivered")
+    truth = tp.load_noise(str(data))
+    checks = plan_checks(run_dir, delivered, truth)
+    noise_rows = plan_noise(run_dir, cfg["epochs"], truth)
+    rows = [{**r, **c, **nz} for r, c, nz in zip(res.pop("rows"), checks, noise_rows)]
+    result = {
+        "study": "noise-pairs",
+        "id": job.rid,
+        "status": run_status(rows, cfg["epochs"], "loss", "delivered_equals_plan"),
+        "noise": noise,
+        "E": ctx.epochs,
+        **cfg,
+        **res,
+        "rows": rows,
+        "data": {**ctx.data, "noise": noise},
+        "train": {**TRAIN, "epochs": cfg["epochs"]},
+        "machine": machine(),
+        "library_rev": os.environ.get("STUDY_REV", "working tree"),
+    }
+    if seed != 0:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+_DATASETS: dict[str, Any] = {}
+
+
+def label_dataset(ctx: Ctx, name: str) -> tuple[Any, Any]:
+    """The quality study's data set ``name`` (prepared once per process) and its population."""
+    if name not in _DATASETS:
+        from benchmarks.quality.data import DATASETS
+        from seta_stream import list_samples
+
+        ds = DATASETS[name](ctx.label_data, ctx.out)
+        ds.prepare()
+        if ctx.smoke:  # one shard, 3 epochs: the code paths only
+            ds.train, ds.epochs = ds.train[:1], 3
+        _DATASETS[name] = (ds, list_samples(ds.train))
+    return _DATASETS[name]
+
+
+def train_labels_job(ctx: Ctx, job: Job, progress: list[str]) -> dict:
+    from benchmarks.quality.data import noise_offsets
+    from benchmarks.quality.train import train_run
+
+    ds, population = label_dataset(ctx, job.spec["dataset"])
+    cfg, seed = job.spec["cfg"], job.spec["seed"]
+    result = train_run(ds, cfg, seed, ctx.runs, population, job.rid)
+    truth = set(noise_offsets(population, ds.classes))
+    run_dir = str(ctx.runs / job.rid)
+    noise_rows = plan_noise(run_dir, len(result["epochs"]), truth, key_only=True)
+    rows = [
+        {**e, **nz, "delivered_equals_plan": e["streamed"] == e["kept"]}
+        for e, nz in zip(result.pop("epochs"), noise_rows)
+    ]
+    out = {
+        "study": "noise-labels",
+        "id": job.rid,
+        "status": run_status(rows, ds.epochs, "train_loss", "delivered_equals_plan"),
+        **result,
+        "rows": rows,
+        "noisy_in_data": len(truth) / max(rows[0]["n"], 1),
+        "machine": machine(),
+    }
+    out.pop("software", None)
+    if seed != 0:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ calibration
+def _epoch_losses(full_run: Path, epochs: int) -> list[tuple[np.ndarray, list[str], list[str], np.ndarray]]:
+    """The losses the run recorded in each epoch: (uids, shard names, keys, losses)."""
+    import glob
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from seta_stream.ids import sample_uids
+
+    out = []
+    for e in range(epochs):
+        files = sorted(glob.glob(str(full_run / f"losses/rank=*/epoch={e}/*.parquet")))
+        if not files:
+            raise SystemExit(f"{full_run}: no recorded losses of epoch {e}; the calibration needs the run directory")
+        t = pa.concat_tables([pq.read_table(f, columns=["shard", "key", "loss"]) for f in files])
+        out.append(
+            (
+                sample_uids(t.column("shard"), t.column("key")),
+                t.column("shard").to_pylist(),
+                t.column("key").to_pylist(),
+                t.column("loss").to_numpy(zero_copy_only=False),
+            )
+        )
+    return out
+
+
+def replay(losses: list, population: Any, policy: str, params: dict, scratch: Path) -> dict:
+    """The library's plans of ``policy`` if each epoch's kept samples had the losses full data
+    recorded in that epoch (``losses``: :func:`_epoch_losses`): a scratch run directory is planned
+    epoch by epoch (seed 0) and fed those losses for the samples its plan keeps (the others keep
+    their older loss, as in a pruned run). Returns the simulated pruned fraction, the kept count per
+    epoch and the suspected count per epoch (the plan rows the rule suspects; nothing is compared
+    with the known noise)."""
+    import seta_stream as seta
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    url_of = dict(zip(population.column("shard").to_pylist(), population.column("url").to_pylist()))
+    epochs = len(losses)
+    pruner = seta.Pruner(str(scratch), policy=policy, params=params, epochs=epochs, seed=0, population=population)
+    kept, suspected = [], []
+    for e in range(epochs):
+        s = pruner.start_epoch(e)
+        plan_t = seta.load_plan(str(scratch), e, columns=["uid", "keep", "reason"])
+        keep = plan_t.column("keep").to_numpy(zero_copy_only=False)
+        kept.append(int(s["kept"]))
+        suspected.append(sum(r in SUSPECT_REASONS for r in plan_t.column("reason").to_pylist()))
+        uid, shards, keys, loss = losses[e]
+        idx = np.flatnonzero(np.isin(uid, plan_t.column("uid").to_numpy()[keep]))
+        if len(idx):
+            pruner.record([keys[i] for i in idx], [url_of[shards[i]] for i in idx], loss[idx])
+    pruner.close()
+    n = len(population)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"pruned": 1 - sum(kept) / (n * epochs), "kept": kept, "suspected": suspected}
+
+
+def search(simulate: Any, level: float, lo: float = 0.0, hi: float = 0.95, tries: int = 8) -> tuple[float, list]:
+    """The value x in [lo, hi] (3 decimals) whose ``simulate(x)`` (a pruned fraction that grows
+    with x) lands nearest ``level``: a first try at ``lo``, then bisection guided by the
+    secant, at most ``tries`` evaluations. Returns x and every (x, simulated) tried."""
+    tried: list[tuple[float, float]] = []
+
+    def ev(x: float) -> float:
+        x = round(min(hi, max(lo, x)), 3)
+        for a, b in tried:
+            if a == x:
+                return b
+        p = simulate(x)
+        tried.append((x, p))
+        return p
+
+    a, pa_ = lo, ev(lo)
+    if pa_ >= level - CAL_TOL:
+        return lo, tried
+    b, pb = hi, None
+    x = lo + (level - pa_) / max(1e-9, 1 - pa_) * (1 - lo)  # the guess if the rest were pruned uniformly
+    while len(tried) < tries:
+        p = ev(x)
+        if abs(p - level) <= CAL_TOL:
+            break
+        if p < level:
+            a, pa_ = round(x, 3), p
+        else:
+            b, pb = round(x, 3), p
+        if b - a <= 0.001:
+            break
+        if pb is None:
+            x = min(hi, a + (level - pa_) / max(1e-9, 1 - pa_) * (1 - a) + 0.01)
+            if round(x, 3) <= a:
+                x = (a + hi) / 2
+        else:  # secant inside the bracket, kept off its ends
+            x = a + (level - pa_) / max(1e-9, pb - pa_) * (b - a)
+            x = min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a))
+    best = min(tried, key=lambda t: (abs(t[1] - level), t[0]))
+    return best[0], tried
+
+
+def calibrate_rule(
+    losses: list, population: Any, scratch: Path, policy: str, levels: tuple[float, ...], base: dict | None = None
+) -> dict:
+    """The rule combined with ``policy`` (random, seta) at each level, on training losses only.
+
+    random: its r searched (``search``). seta: SeTa's own setting of the level (``base``: its k,
+    alpha, r) with the rule; where that lands below the level, its down-sampling r is searched
+    upward; where the rule's removal already takes it past the level, it prunes less: r down to 0
+    and the window widened (alpha from its own up to 1), the nearest of those. Ties: the first
+    tried. Every setting tried is kept with its simulated pruned fraction."""
+    out: dict[str, Any] = {"levels": {}, "rule_alone": replay(losses, population, "full", dict(RULE), scratch)}
+
+    def sim(policy: str, params: dict) -> float:
+        return float(replay(losses, population, policy, params, scratch)["pruned"])
+
+    for lv in levels:
+        tried: list[tuple[dict, float]] = []
+        if policy == "random":
+            _, xs = search(lambda r: sim("random", {**RULE, "r": r}), lv)
+            tried = [({**RULE, "r": x}, p) for x, p in xs]
+        else:
+            assert base is not None
+            own = dict(base["levels"]["seta"][str(pct(lv))]["params"])
+            r0 = float(own.get("r", 0.0))
+            first = sim("seta", {**own, **RULE})
+            if first <= lv + CAL_TOL:  # below (or at) the level: more down-sampling
+                _, xs = search(lambda r, own=own: sim("seta", {**own, **RULE, "r": r}), lv, lo=r0)
+                tried = [({**own, **RULE, "r": x}, p) for x, p in xs]
+            else:  # past the level: less down-sampling, a wider window
+                tried = [({**own, **RULE}, first)]
+                for r in sorted({0.0, r0}):
+                    for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+                        q = {**own, **RULE, "r": r, "alpha": a}
+                        if a >= float(own["alpha"]) and q != tried[0][0]:
+                            tried.append((q, sim("seta", q)))
+        params, best = min(tried, key=lambda t: abs(t[1] - lv))
+        out["levels"][str(pct(lv))] = {
+            "params": params,
+            "simulated": best,
+            "tried": [{"params": q, "simulated": p} for q, p in tried],
+        }
+    return out
+
+
+def run_cal(ctx: Ctx, job: Job) -> dict:
+    spec = job.spec
+    scratch = ctx.out / "scratch" / job.rid
+    t0 = time.perf_counter()
+    if spec["study"] == "pairs":
+        import glob
+
+        import seta_stream as seta
+        from benchmarks.pairs_study import calibrate
+
+        full_run = ctx.runs / spec["full"]
+        population = seta.list_samples(sorted(glob.glob(str(pairs_data(ctx, spec["noise"]) / "train" / "*.tar"))))
+        if spec["name"] == "base":
+            out = calibrate(full_run, ctx.epochs)
+        else:
+            losses = _epoch_losses(full_run, ctx.epochs)
+            policy = spec["name"].split("-")[1]
+            base = _load(ctx, pairs_cal(spec["noise"], ctx.epochs, "base")) if policy == "seta" else None
+            out = calibrate_rule(losses, population, scratch, policy, LEVELS, base)
+    else:
+        ds, population = label_dataset(ctx, spec["dataset"])
+        losses = _epoch_losses(ctx.runs / spec["full"], ds.epochs)
+        out = calibrate_rule(losses, population, scratch, "random", (0.5,))
+    return {
+        **out,
+        "id": job.rid,
+        "source": spec["full"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "machine": machine(),
+    }
+
+
+# ------------------------------------------------------------------------------ the runner
+class CutShort(Exception):
+    """Raised in a run when the invocation's deadline passes."""
+
+
+def _claim(path: Path, wait: bool) -> IO[str] | None:
+    from benchmarks.quality.study import _claim as claim
+
+    return claim(path, wait)
+
+
+def _busy(path: Path) -> bool:
+    """Whether another process holds the claim at ``path`` now."""
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def _failed_here(ctx: Ctx, rid: str) -> bool:
+    """A crash of this invocation (any process): not tried again until the next invocation."""
+    p = ctx.results / f"{rid}.crashed.json"
+    return p.exists() and p.stat().st_mtime >= ctx.started
+
+
+_RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
+
+
+def rates(ctx: Ctx) -> dict[str, float]:
+    """Seconds per trained sample of each kind of run (``pairs``, ``cifar10``, ``sst2``) and seconds
+    per calibration (``cal``), the median over the files this invocation wrote; the priors where none."""
+    got: dict[str, list[float]] = {}
+    for p in ctx.results.glob("*.json"):
+        stem = p.name[: -len(".json")]
+        if not (re.search(r"-s\d+$", stem) or "-cal-" in stem) or "." in stem:
+            continue
+        try:
+            st = p.stat()
+            if st.st_mtime < ctx.started:
+                continue
+            c = _RATE_CACHE.get(str(p))
+            if c is None or c[0] != st.st_mtime_ns:
+                r = json.loads(p.read_text())
+                if "-cal-" in stem:
+                    c = (st.st_mtime_ns, "cal", r.get("seconds"))
+                else:
+                    trained = sum(row.get("trained", row.get("streamed", 0)) for row in r.get("rows", []))
+                    kind = "pairs" if r.get("study") == "noise-pairs" else str(r.get("dataset"))
+                    c = (st.st_mtime_ns, kind, r["seconds"] / trained if trained and "seconds" in r else None)
+                _RATE_CACHE[str(p)] = c
+        except (OSError, ValueError, KeyError):
+            continue
+        if c[2] is not None:
+            got.setdefault(c[1], []).append(float(c[2]))
+    prior = {**PRIOR_RATE, "cal": PRIOR_CAL_S}
+    return {k: float(np.median(got[k])) if got.get(k) else v for k, v in prior.items()}
+
+
+def estimate(job: Job, rate: dict[str, float]) -> float:
+    """Expected seconds of ``job`` at the ``rates``."""
+    if job.kind == "cal":
+        return rate["cal"]
+    return job.samples * rate["pairs" if job.kind == "pairs" else job.spec["dataset"]]
+
+
+def todo(ctx: Ctx) -> list[Job]:
+    """The jobs without a result, in priority order: runnable ones and pending ones (waiting for a
+    calibration); with ``--only``, the matching runs and the calibrations they need."""
+    jobs = plan(ctx)
+    if ctx.only:
+        selected = [j for j in jobs if j.kind != "cal" and re.search(ctx.only, j.rid)]
+        by_rid = {j.rid: j for j in jobs}
+        wanted, stack = {j.rid for j in selected}, [n for j in selected for n in j.needs]
+        while stack:  # what the selected runs need (calibrations, full data of seed 0), and theirs
+            n = stack.pop()
+            if n in by_rid and n not in wanted:
+                wanted.add(n)
+                stack += list(by_rid[n].needs)
+        jobs = [j for j in jobs if j.rid in wanted]
+    return [j for j in jobs if j.kind == "pending" or not (done(ctx, j.rid) or _failed_here(ctx, j.rid))]
+
+
+def execute(ctx: Ctx, job: Job) -> None:
+    """Run ``job`` and write its file: the result, or ``.crashed.json`` / ``.cut.json``."""
+    progress: list[str] = []
+    t0 = time.perf_counter()
+    print(f"== {job.rid}  ({time.strftime('%H:%M:%S')})", flush=True)
+    if ctx.until is not None:
+        signal.alarm(max(1, int(ctx.until - time.time())))
+    try:
+        if job.kind == "cal":
+            result = run_cal(ctx, job)
+        elif job.kind == "pairs":
+            result = train_pairs_job(ctx, job, progress)
+        else:
+            result = train_labels_job(ctx, job, progress)
+    except CutShort:
+        _write(
+            ctx.results / f"{job.rid}.cut.json",
+            {
+                "id": job.rid,
+                "status": "cut_short",
+                "spec": job.spec,
+                "epochs_done": len(progress),
+                "progress": progress,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "machine": machine(),
+            },
+        )
+        print(f"   -> CUT SHORT at the deadline: {job.rid} after {len(progress)} epochs", flush=True)
+        return
+    except Exception:
+        tb = traceback.format_exc()
+        print(tb, flush=True)
+        _write(
+            ctx.results / f"{job.rid}.crashed.json",
+            {
+                "id": job.rid,
+                "status": "crashed",
+                "spec": job.spec,
+                "epochs_done": len(progress),
+                "error": tb[-3000:],
+                "seconds": round(time.perf_counter() - t0, 1),
+                "machine": machine(),
+            },
+        )
+        print(f"   -> CRASHED: {job.rid}", flush=True)
+        return
+    finally:
+        signal.alarm(0)
+    _write(ctx.results / f"{job.rid}.json", result)
+    print(f"   -> {job.rid} done in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise CutShort()
+
+
+def _started(ctx: Ctx, rid: str) -> float | None:
+    p = ctx.claims / f"{rid}.started"
+    try:
+        return float(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def unblock_times(ctx: Ctx, left: list[Job], now: float, rate: dict[str, float]) -> dict[str, float | None]:
+    """For every job of ``left``: when it is expected to be able to start (its needs done), from the
+    estimated finish of each need (a need being trained: its start + its estimate; one waiting:
+    recursively); None when a need is neither done nor left to run (it crashed here, or --only)."""
+    by_rid = {j.rid: j for j in left}
+    memo: dict[str, float | None] = {}
+
+    def finish(rid: str) -> float | None:
+        if done(ctx, rid):
+            return now
+        j = by_rid.get(rid)
+        if j is None:
+            return None
+        if _busy(ctx.claims / f"{rid}.lock"):
+            t0 = _started(ctx, rid) or now
+            return max(now, t0 + estimate(j, rate))
+        start = ready_at(j)
+        return None if start is None else start + estimate(j, rate)
+
+    def ready_at(j: Job) -> float | None:
+        if j.rid not in memo:
+            memo[j.rid] = now  # a cycle cannot happen; guards the recursion anyway
+            times = [finish(n) for n in j.needs]
+            memo[j.rid] = None if any(t is None for t in times) else max([now, *times])
+        return memo[j.rid]
+
+    return {j.rid: ready_at(j) for j in left}
+
+
+def pick(ctx: Ctx, left: list[Job], now: float) -> list[Job]:
+    """The jobs a free process may start now, in priority order.
+
+    A job qualifies if its needs are done, nobody trains it, and it is expected to end before the
+    deadline. And it must not hold a process that a more important job waiting for its needs
+    (a calibration, full data of seed 0) will want: for each time t at which such waiting jobs are
+    expected to become ready, a job that would still run at t starts only if enough of the other
+    processes are expected to be free by t for the waiting jobs before it in the order (at most
+    all of them). Estimates: ``estimate``.
+    """
+    rate = rates(ctx)
+    times = unblock_times(ctx, left, now, rate)
+    busy = {j.rid for j in left if j.kind != "pending" and _busy(ctx.claims / f"{j.rid}.lock")}
+    ends = [max(now, (_started(ctx, j.rid) or now) + estimate(j, rate)) for j in left if j.rid in busy]
+    idle = max(0, ctx.procs - 1 - len(ends))
+
+    def free_by(t: float) -> int:
+        return idle + sum(e <= t for e in ends)
+
+    out: list[Job] = []
+    waiting: list[float] = []  # when each more important waiting job is expected to become ready
+    for j in left:
+        if j.kind == "pending" or not all(done(ctx, n) for n in j.needs):
+            if times[j.rid] is not None:
+                waiting.append(times[j.rid])
+            continue
+        if j.rid in busy:
+            continue
+        end = now + estimate(j, rate)
+        if ctx.until is not None and end > ctx.until:
+            continue  # it would not finish: left for another invocation
+        if all(end <= t or free_by(t) >= min(ctx.procs - 1, sum(w <= t for w in waiting)) for t in set(waiting)):
+            out.append(j)
+    return out
+
+
+def worker(ctx: Ctx) -> None:
+    """Take the next unclaimed job ``pick`` allows until none is left (or the deadline)."""
+    import torch
+
+    torch.set_num_threads(1)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    ctx.results.mkdir(parents=True, exist_ok=True)
+    while True:
+        if ctx.until is not None and time.time() >= ctx.until:
+            return
+        with _claim(ctx.claims / "plan.lock", wait=True):
+            left = todo(ctx)
+            held, job = None, None
+            for j in pick(ctx, left, time.time()):
+                if (held := _claim(ctx.claims / f"{j.rid}.lock", wait=False)) is not None:
+                    job = j
+                    (ctx.claims / f"{j.rid}.started").write_text(repr(time.time()))
+                    break
+            # nothing to take now: wait while others train runs that may unlock more (full data ->
+            # calibrations -> runs; a run that ends frees what backfilling held back)
+            others = job is None and any(_busy(ctx.claims / f"{j.rid}.lock") for j in left if j.kind != "pending")
+        if held is None or job is None:
+            if others:
+                time.sleep(2.0)
+                continue
+            return
+        with held:
+            if not done(ctx, job.rid):  # another process may have finished it meanwhile
+                execute(ctx, job)
+
+
+# ------------------------------------------------------------------------------ command line
+def prepare(ctx: Ctx, jobs: int) -> None:
+    """The data every job reads, once, before the workers start."""
+    for noise in NOISE_LEVELS:
+        prepare_pairs(ctx, noise, min(jobs, 10))
+    if ctx.labels:
+        for name in ("cifar10", "sst2"):
+            try:
+                label_dataset(ctx, name)
+            except (SystemExit, Exception) as exc:  # the label sets are optional: the pairs run without them
+                print(f"!! {name}: {exc}; its runs are left out (--label-data)", flush=True)
+                ctx.labels = False
+
+
+def _worker_argv(args: argparse.Namespace, ctx: Ctx) -> list[str]:
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--results",
+        str(ctx.results),
+        "--out",
+        str(ctx.out),
+        "--label-data",
+        str(ctx.label_data),
+        "--epochs",
+        str(ctx.epochs),
+        "--seeds",
+        str(ctx.seeds),
+        "--started",
+        str(ctx.started),
+        "--procs",
+        str(ctx.procs),
+    ]
+    if ctx.until is not None:
+        argv += ["--until", str(ctx.until)]
+    if ctx.only:
+        argv += ["--only", ctx.only]
+    if ctx.smoke:
+        argv.append("--smoke")
+    if not ctx.labels:
+        argv.append("--no-labels")
+    return argv
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=1, help="parallel processes (1 torch thread + 1 loader worker each)")
+    p.add_argument("--only", help="regex over run ids: only the matching runs (and the calibrations they need)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds from now: start no run that would not finish by then "
+        "(estimated from this invocation's runs), stop the running ones there (.cut.json files)",
+    )
+    p.add_argument("--results", default=None, help=f"run files (default {RESULTS.relative_to(ROOT)})")
+    p.add_argument("--out", default=None, help=f"data sets, run directories, claims (default {OUT.relative_to(ROOT)})")
+    p.add_argument("--label-data", default=str(LABEL_DATA), help="folder with cifar10/ and sst2/ (shared/data)")
+    p.add_argument("--no-labels", action="store_true", help="the pairs only")
+    p.add_argument("--epochs", type=int, default=None, help=f"E (default {TRAIN['epochs']}; smoke 3)")
+    p.add_argument("--seeds", type=int, default=None, help=f"pairs seeds (default {SEEDS})")
+    p.add_argument("--smoke", action="store_true", help="tiny sets, 3 epochs, results under bench-out: code paths only")
+    p.add_argument("--report-only", action="store_true", help="rewrite the reports from the run files")
+    p.add_argument("--no-report", action="store_true", help="do not rewrite the reports at the end")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--started", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--until", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--procs", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def context(args: argparse.Namespace) -> Ctx:
+    out = Path(args.out).resolve() if args.out else (OUT / "smoke" if args.smoke else OUT)
+    results = Path(args.results).resolve() if args.results else (out / "results" if args.smoke else RESULTS)
+    ctx = Ctx(
+        results=results,
+        out=out,
+        label_data=Path(args.label_data).resolve(),
+        labels=not args.no_labels,
+        only=args.only,
+        smoke=args.smoke,
+    )
+    if args.smoke:
+        ctx.data.update(train=600, test=100, shard_size=100)
+        ctx.epochs = 3
+    ctx.epochs = args.epochs or ctx.epochs
+    ctx.seeds = args.seeds or ctx.seeds
+    ctx.procs = args.procs or max(1, args.jobs)
+    if args.started:
+        ctx.started = args.started
+    if args.until:
+        ctx.until = args.until
+    elif args.deadline:
+        ctx.until = ctx.started + args.deadline
+    return ctx
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    ctx = context(args)
+    from benchmarks import noise_report
+
+    if args.report_only:
+        noise_report.report(ctx)
+        return
+    if args.worker:
+        worker(ctx)
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ctx.results.mkdir(parents=True, exist_ok=True)
+    prepare(ctx, args.jobs)
+    if args.jobs <= 1:
+        worker(ctx)
+    else:
+        procs = [subprocess.Popen(_worker_argv(args, ctx)) for _ in range(args.jobs)]
+        try:
+            for p in procs:
+                p.wait()
+        except KeyboardInterrupt:
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGINT)
+            raise
+    files = noise_report.load_files(ctx.results)
+    print(
+        f"== {len(files['runs'])} finished runs, {len(files['cal'])} calibrations; crashed: "
+        f"{', '.join(c['id'] for c in files['crashed']) or 'none'}; cut short: "
+        f"{', '.join(c['id'] for c in files['cut']) or 'none'}; {len(todo(ctx))} jobs left for another invocation",
+        flush=True,
+    )
+    if not args.no_report:
+        noise_report.report(ctx)
+
+
+if __name__ == "__main__":
+    main()
