@@ -336,8 +336,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     print("\n  policy      pruned %   R@1 i2t   R@1 t2i   R@5 i2t   R@5 t2i   wall s   (same epochs, seed, init)")
     for r in results:
+        label = r["policy"] + ("+noise" if r["params"].get("noise") else "")
         print(
-            f"  {r['policy'] + ('+noise' if r['params'].get('noise') else ''):<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
+            f"  {label:<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
             f"  {100 * r['i2t_r5']:8.1f}  {100 * r['t2i_r5']:8.1f}  {r['seconds']:7.0f}"
         )
     print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{name}.png")

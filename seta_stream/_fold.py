@@ -550,7 +550,6 @@ class _Stats:
         self.last_rank[p] = rank
         self.last_seq[p] = seq
 
-
     def _welford(self, p: np.ndarray, x: np.ndarray) -> None:
         """One Welford step of rows ``p`` (no repeats) with their finite losses ``x``
         (docs/algorithms.md §12.1): the k-th finite record sets mean = x when k = 1, else

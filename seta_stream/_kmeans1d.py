@@ -669,15 +669,15 @@ def _gather_binned(
     if start != M:
         raise RuntimeError(f"kmeans1d over buckets: {start} values gathered, {M} expected")
     positions.append(M)
-    positions = np.asarray(positions, np.int64)
-    _add_bin_sums(b1, b2, held, held_start, positions, mean)
+    cut_at = np.asarray(positions, np.int64)
+    _add_bin_sums(b1, b2, held, held_start, cut_at, mean)
     del held
-    pre = _GatheredPrefix(positions, mean)
-    pre.bin_s1, pre.bin_s2 = b1[: len(positions) - 1], b2[: len(positions) - 1]
+    pre = _GatheredPrefix(cut_at, mean)
+    pre.bin_s1, pre.bin_s2 = b1[: len(cut_at) - 1], b2[: len(cut_at) - 1]
     pre._finish()
     v = np.memmap(path, dtype=np.float32, mode="r", shape=(M,))
     pre.v = v
-    return positions, pre, v
+    return cut_at, pre, v
 
 
 def points1d_steps(

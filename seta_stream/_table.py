@@ -179,8 +179,8 @@ def _read_table_file(run: RunDir, rel: str, columns: list[str] | None, **options
         try:
             return run.read_parquet(rel, columns=columns, **options)
         except pa.ArrowInvalid:  # "No match for FieldRef": a file without the history columns
-            names = set(_file_columns(run, rel))
-            absent = [c for c in columns if c in HISTORY_COLUMNS and c not in names]
+            present = set(_file_columns(run, rel))
+            absent = [c for c in columns if c in HISTORY_COLUMNS and c not in present]
             if not absent:
                 raise
         t = run.read_parquet(rel, columns=[c for c in columns if c not in absent], **options)

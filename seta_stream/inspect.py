@@ -348,7 +348,9 @@ def suspect_report(
     if truth is not None:
         listed = _truth_pairs(truth)
         planned = load_plan(run, sel, columns=["shard", "key"])
-        in_plan = listed & set(zip(planned.column("shard").cast(pa.string()).to_pylist(), planned.column("key").to_pylist()))
+        in_plan = listed & set(
+            zip(planned.column("shard").cast(pa.string()).to_pylist(), planned.column("key").to_pylist())
+        )
         found = set(zip(table.column("shard").to_pylist(), table.column("key").to_pylist()))
         tp = len(found & listed)
         report.update(

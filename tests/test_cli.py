@@ -138,7 +138,10 @@ def test_suspects_on_a_pairs_data_set_prints_precision_and_recall(tmp_path, caps
         f"({rechecked} of them kept with weight 0 to re-check them)"
     )
     assert text[1].startswith("  two-mode test over 400 candidates: Ashman's D = ") and "passed: active" in text[1]
-    assert text[-2] == f"  precision {tp / len(found):.3f} ({tp} of {len(found)} suspects are listed in {data / 'noise.parquet'})"
+    assert (
+        text[-2]
+        == f"  precision {tp / len(found):.3f} ({tp} of {len(found)} suspects are listed in {data / 'noise.parquet'})"
+    )
     assert text[-1] == f"  recall {tp / 80:.3f} ({tp} of the 80 listed samples the plan holds)"
     t = pq.read_table(out)
     assert t.column_names == [

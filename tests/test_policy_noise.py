@@ -265,7 +265,7 @@ def test_mixture_points_are_the_same_whole_and_over_buckets_and_binned():
         x = np.r_[rng.lognormal(0, 0.5, n - n // 5), rng.normal(6, 0.5, n // 5)].astype(np.float32)
         whole = points1d(x)
         pieces = np.array_split(rng.permutation(x), 5)
-        split = run_steps(points1d_steps(lambda b: pieces[b], len(x)), lambda b: b, 5)
+        split = run_steps(points1d_steps(pieces.__getitem__, len(x)), lambda b: b, 5)
         assert whole.binned == (n > 65_536) == split.binned
         for f in ("counts", "s1", "s2", "lower", "upper"):
             assert np.array_equal(getattr(whole, f), getattr(split, f)), f
@@ -315,7 +315,9 @@ def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_pa
     assert summaries[3] == summaries[1]
     assert plans[3] == plans[1]
     s = summaries[1]
-    assert s["noise_active"] and s["noise_suspected"] == sum(r["reason"] in ("suspected_noise", "noise_recheck") for r in plans[1])
+    assert s["noise_active"] and s["noise_suspected"] == sum(
+        r["reason"] in ("suspected_noise", "noise_recheck") for r in plans[1]
+    )
     found = {r["key"] for r in plans[1] if r["reason"] in ("suspected_noise", "noise_recheck")}
     assert found == noisy  # these histories separate cleanly
     assert len(plans[1]) == 650 and s["unseen"] == 50

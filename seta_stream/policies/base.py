@@ -114,9 +114,8 @@ class PolicyInput:
     def take(self, rows: np.ndarray, memo: Any = None) -> PolicyInput:
         """The input of the rows ``rows`` (ascending indices) alone, with the same context and
         the given ``memo``; a constant column (not read) stays a constant."""
-        def pick(a: np.ndarray | None) -> np.ndarray | None:
-            if a is None:
-                return None
+
+        def pick(a: np.ndarray) -> np.ndarray:
             if a.ndim == 1 and a.strides == (0,) and len(a):
                 return np.broadcast_to(a[:1], (len(rows),))
             return a[rows]
@@ -126,14 +125,14 @@ class PolicyInput:
             last_loss=pick(self.last_loss),
             ema=pick(self.ema),
             seen=pick(self.seen),
-            last_epoch=pick(self.last_epoch),
+            last_epoch=None if self.last_epoch is None else pick(self.last_epoch),
             epoch=self.epoch,
             epochs=self.epochs,
             seed=self.seed,
             n_ref=self.n_ref,
             memo=memo,
-            loss_count=pick(self.loss_count),
-            loss_mean=pick(self.loss_mean),
+            loss_count=None if self.loss_count is None else pick(self.loss_count),
+            loss_mean=None if self.loss_mean is None else pick(self.loss_mean),
         )
 
     @classmethod
