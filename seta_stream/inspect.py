@@ -145,6 +145,13 @@ def format_summary(s: dict[str, Any]) -> str:
     for k in ("unseen", "nonfinite", "empty_plan_guard", "mu", "n_below_mean", "weight"):
         if k in sel:
             lines.append(f"  {k}: {sel[k]}")
+    if "noise_test" in sel:  # the noise rule (docs/algorithms.md §12)
+        d = sel.get("noise_separation")
+        lines.append(
+            f"  noise rule: {sel['noise_test']} (Ashman's D {'-' if d is None else f'{d:.3f}'}, "
+            f"{sel.get('noise_candidates')} candidates), {sel.get('noise_suspected')} suspected, "
+            f"{sel.get('noise_rechecked')} re-checked with weight 0 (seta-stream suspects lists them)"
+        )
     if sel.get("kept_by_reason"):
         lines.append(f"  kept by reason: {sel['kept_by_reason']}")
     for title, key in (("lost most", "shards_lost_most"), ("lost least", "shards_lost_least")):

@@ -99,7 +99,7 @@ def test_suspects_on_a_pairs_data_set_prints_precision_and_recall(tmp_path, caps
 
     import pyarrow.parquet as pq
 
-    from seta_stream import compact, list_samples, load_plan, plan_epoch
+    from seta_stream import compact, list_samples, load_plan, load_summary, plan_epoch
 
     spec = importlib.util.spec_from_file_location(
         "make_pair_shards", Path(__file__).resolve().parent.parent / "tools" / "make_pair_shards.py"
@@ -156,6 +156,12 @@ def test_suspects_on_a_pairs_data_set_prints_precision_and_recall(tmp_path, caps
         assert r["loss_mean"] == table[(r["shard"], r["key"])]["loss_mean"]
         assert r["loss_mean"] == pytest.approx(np.mean(history), rel=1e-12)
         assert r["loss_std"] == pytest.approx(np.std(history), rel=1e-9)
+    assert main(["inspect", str(tmp_path / "run")]) == 0
+    summary = load_summary(run, 4)
+    assert (
+        f"  noise rule: two_modes (Ashman's D {summary['noise_separation']:.3f}, 400 candidates), {len(found)} "
+        f"suspected, {rechecked} re-checked with weight 0 (seta-stream suspects lists them)"
+    ) in capsys.readouterr().out.splitlines()
     assert main(["suspects", str(tmp_path / "run"), "--json", "--no-history", "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["suspected"], report["noise_test"], report["columns"][-1]) == (len(found), "two_modes", "nonfinite")
