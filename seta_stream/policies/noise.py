@@ -184,7 +184,7 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
         result.summary.update(fit.summary(n_sus, m))
         return result
 
-    policy.__name__ = getattr(fn, "__name__", "policy")
+    policy.__name__ = getattr(fn, "__name__", "policy").lstrip("_")
     policy.__doc__ = fn.__doc__
     return policy
 
@@ -323,6 +323,6 @@ def with_noise_steps(
         summary = {**decide.summary, **rule.fit.summary(rule.suspected, rule.rechecked)}
         return Decide(_MergedRows(decide.rows, rule), summary, decide.absent_rule)
 
-    noisy.__name__ = getattr(steps, "__name__", "steps")
+    noisy.__name__ = getattr(steps, "__name__", "steps").lstrip("_")
     noisy.__doc__ = steps.__doc__
     return noisy
