@@ -210,7 +210,7 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
         t0 = time.perf_counter()
         summary = pruner.start_epoch(epoch)  # (3) compact + plan, before iter(loader)
         steps = max(1, math.ceil(summary["kept"] / args.batch_size))
-        step = seen = noisy_seen = 0
+        step = seen = noisy_seen = learnt = noisy_learnt = 0
         loss_sum = 0.0
         keys_this_epoch: list[tuple[str, str]] = []
         bar = tqdm(total=summary["kept"], desc=f"{policy} epoch {epoch}", unit="pair", leave=False, disable=args.quiet)
@@ -224,6 +224,9 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
             opt.step()
             pairs = [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
             noisy_seen += sum(p in noise for p in pairs)
+            # pairs kept with weight 0 (the noise rule's re-checks) are measured, not learnt from
+            learnt += sum(float(x) > 0 for x in w)
+            noisy_learnt += sum(p in noise and float(x) > 0 for p, x in zip(pairs, w))
             if keep_keys:
                 keys_this_epoch += pairs
             step += 1
@@ -242,6 +245,9 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
                 "trained": seen,
                 "mismatched_trained": noisy_seen,
                 "mismatched_share": noisy_seen / max(seen, 1),
+                "learnt": learnt,
+                "mismatched_learnt": noisy_learnt,
+                "noise_suspected": summary.get("noise_suspected"),
                 "loss": loss_sum / max(seen, 1),
                 "logit_scale": float(model.logit_scale.detach().exp()),
                 **metrics,
@@ -253,6 +259,8 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
             f"  [{policy:>9}] epoch {epoch}  {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}%"
             f"  loss {loss_sum / max(seen, 1):.3f}"
             + (f"  mismatched {100 * noisy_seen / max(seen, 1):4.1f}%" if noise else "")
+            + (f" (learnt from: {100 * noisy_learnt / max(learnt, 1):4.1f}%)" if noise and learnt < seen else "")
+            + (f"  suspected {summary['noise_suspected']}" if "noise_suspected" in summary else "")
             + f"  R@1 i2t {100 * metrics['i2t_r1']:4.1f} t2i {100 * metrics['t2i_r1']:4.1f}"
             f"  R@5 i2t {100 * metrics['i2t_r5']:4.1f} t2i {100 * metrics['t2i_r5']:4.1f}  {train_s:5.1f}s"
         )
@@ -278,12 +286,16 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
 
 def policy_params(args: argparse.Namespace) -> dict:
     if args.params:
-        return json.loads(args.params)
-    if args.policy == "seta":
-        return dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
-    if args.policy in ("random", "static", "infobatch"):
-        return dict(r=args.r)
-    return {}
+        params = json.loads(args.params)
+    elif args.policy == "seta":
+        params = dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
+    elif args.policy in ("random", "static", "infobatch"):
+        params = dict(r=args.r)
+    else:
+        params = {}
+    if args.noise:  # leave out the pairs whose loss history says "mismatched" (README, image-text pairs)
+        params["noise"] = True
+    return params
 
 
 def parser() -> argparse.ArgumentParser:
@@ -297,6 +309,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.6, help="SeTa: window scale")
     p.add_argument("--delta", type=float, default=0.875, help="SeTa: share of pruning epochs")
     p.add_argument("--params", help="policy parameters as JSON (overrides --r/--k/...), e.g. '{\"r\": 0.5}'")
+    p.add_argument(
+        "--noise",
+        action="store_true",
+        help="the noise rule (full, random, seta, infobatch): leave out pairs whose loss stays in a high mode "
+        "(docs/algorithms.md §12); with --policy full it is the rule alone",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--batch-size", type=int, default=128, help="pairs per batch (= negatives + 1 per pair)")
@@ -311,17 +329,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
     params = policy_params(args)
-    results = [run(args, args.policy, params, os.path.join(args.run_dir, args.policy))]
-    if not args.no_compare and args.policy != "full":
+    name = args.policy + ("-noise" if params.get("noise") else "")
+    results = [run(args, args.policy, params, os.path.join(args.run_dir, name))]
+    if not args.no_compare and (args.policy != "full" or params):
         results.append(run(args, "full", {}, os.path.join(args.run_dir, "full")))
 
     print("\n  policy      pruned %   R@1 i2t   R@1 t2i   R@5 i2t   R@5 t2i   wall s   (same epochs, seed, init)")
     for r in results:
+        label = r["policy"] + ("+noise" if r["params"].get("noise") else "")
         print(
-            f"  {r['policy']:<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
+            f"  {label:<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
             f"  {100 * r['i2t_r5']:8.1f}  {100 * r['t2i_r5']:8.1f}  {r['seconds']:7.0f}"
         )
-    print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{args.policy}.png")
+    print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{name}.png")
+    if params.get("noise"):
+        truth = os.path.join(args.data, "noise.parquet")
+        print(
+            f"  suspects: .venv/bin/seta-stream suspects {results[0]['run_dir']} --out {args.run_dir}/suspects.parquet"
+            + (f" --truth {truth}" if os.path.exists(truth) else "")
+        )
     os.makedirs(args.run_dir, exist_ok=True)
     with open(os.path.join(args.run_dir, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1)

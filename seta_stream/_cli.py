@@ -4,6 +4,7 @@ seta-stream compact RUN_DIR [--skip-corrupt] [--wait S] [--json]
 seta-stream plan RUN_DIR --epoch E [--policy seta --epochs N --seed S -p k=5 -p alpha=0.9]
 seta-stream policies [--json]
 seta-stream inspect RUN_DIR [--epoch E] [--plot out.png] [--json]
+seta-stream suspects RUN_DIR [--epoch E] [--out FILE.parquet] [--truth FILE.parquet] [--no-history] [--json]
 seta-stream index SHARD.tar... [--index-dir DIR] [--force]
 """
 
@@ -136,6 +137,16 @@ def _cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def _cmd_suspects(args: argparse.Namespace) -> dict[str, Any]:
+    from .inspect import format_suspects, suspect_report
+
+    out = args.out or "suspects-epoch={epoch}.parquet"
+    report = suspect_report(args.run_dir, args.epoch, out=out, truth=args.truth, history=not args.no_history)
+    if not args.json:
+        print(format_suspects(report))
+    return report
+
+
 def _cmd_index(args: argparse.Namespace) -> list[dict[str, Any]]:
     import time
 
@@ -210,6 +221,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="write the loss histogram with clusters and window")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(fn=_cmd_inspect)
+
+    p = sub.add_parser(
+        "suspects",
+        help="write the samples a plan holds as suspected noise, with their loss history (Parquet)",
+        description="Write the samples the plan of an epoch left out as suspected noise or kept to re-check "
+        "them (policies with noise=True), with their loss statistics and per-epoch losses, as Parquet: join "
+        "them on (shard, key) with your captions or URLs to clean the data set. Prints the rule's test "
+        "and, with --truth, precision and recall against a list of known-noisy samples.",
+    )
+    p.add_argument("run_dir")
+    p.add_argument("--epoch", type=int, help="the plan whose suspects to write (default: the last planned)")
+    p.add_argument("--out", metavar="FILE.parquet", help="where to write them (default: ./suspects-epoch=E.parquet)")
+    p.add_argument(
+        "--truth",
+        metavar="FILE.parquet",
+        help="Parquet with shard and key columns of known-noisy samples (make_pair_shards.py's noise.parquet): "
+        "print precision and recall",
+    )
+    p.add_argument(
+        "--no-history", action="store_true", help="leave out the per-epoch losses (they take a pass over the parts)"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(fn=_cmd_suspects)
 
     p = sub.add_parser("index", help="write byte-offset indexes of tar shards (for kept-only reading)")
     p.add_argument("shards", nargs="+", help="uncompressed .tar shards (paths or fsspec URLs)")

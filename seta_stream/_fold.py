@@ -20,7 +20,9 @@ What it does, vectorised (no Python loop per sample):
   (a late part of an older epoch does not replace it); ``ema`` takes one step
   ``s <- beta2 s + (1 - beta2) loss`` per finite record in float64 (docs/algorithms.md §0.6), starting
   from ``1/n_ref`` for a new sample, where ``n_ref`` is ``dataset_size`` or else the table's
-  rows after this fold;
+  rows after this fold; ``loss_count``, ``loss_mean`` and ``loss_m2`` take one Welford step per
+  finite record in float64 (the k-th: mean = x when k = 1, else d = x - mean,
+  mean += d / k, m2 += d (x - mean)), the history the noise rule reads (§12);
 * **interleave**: new samples are inserted at their (shard, uid) place; old rows keep their
   relative order. With no new sample the old identity columns are passed through uncopied.
 
@@ -59,7 +61,18 @@ __all__ = [
 
 #: Identity columns of the table, then its per-sample statistics (TABLE_SCHEMA's order).
 IDENTITY_COLUMNS = ("shard", "key", "uid")
-STAT_COLUMNS = ("last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank", "last_seq")
+STAT_COLUMNS = (
+    "last_loss",
+    "last_epoch",
+    "seen",
+    "nonfinite",
+    "ema",
+    "last_rank",
+    "last_seq",
+    "loss_count",
+    "loss_mean",
+    "loss_m2",
+)
 _STAT_DTYPES = {
     "last_loss": np.float32,
     "last_epoch": np.int32,
@@ -68,6 +81,9 @@ _STAT_DTYPES = {
     "ema": np.float64,
     "last_rank": np.int32,
     "last_seq": np.int64,
+    "loss_count": np.int32,
+    "loss_mean": np.float64,
+    "loss_m2": np.float64,
 }
 
 #: Records per vectorised update step (2^20 rows).
@@ -497,6 +513,7 @@ class _Stats:
             c[name] for name in ("last_loss", "last_epoch", "last_rank", "last_seq")
         )
         self.seen, self.nonfinite, self.ema = c["seen"], c["nonfinite"], c["ema"]
+        self.loss_count, self.loss_mean, self.loss_m2 = c["loss_count"], c["loss_mean"], c["loss_m2"]
         # never-recorded start values: every new row gets at least one record
         self.last_loss[new_dest] = np.nan
         self.last_epoch[new_dest] = np.iinfo(np.int32).min
@@ -504,6 +521,9 @@ class _Stats:
         self.last_seq[new_dest] = np.iinfo(np.int64).min
         self.seen[new_dest] = 0
         self.nonfinite[new_dest] = 0
+        self.loss_count[new_dest] = 0  # no finite record: mean and m2 undefined until the first
+        self.loss_mean[new_dest] = np.nan
+        self.loss_m2[new_dest] = np.nan
         if len(new_dest):  # n_ref >= 1 then
             self.ema[new_dest] = 1.0 / n_ref  # ES eq. 2.5: s_i(0) = 1/n
 
@@ -517,7 +537,9 @@ class _Stats:
         else:
             pf, lf = p[finite], loss[finite]
             self.nonfinite[p[~finite]] += 1
-        self.ema[pf] = beta2 * self.ema[pf] + (1.0 - beta2) * lf.astype(np.float64)  # §0.6
+        x = lf.astype(np.float64)
+        self.ema[pf] = beta2 * self.ema[pf] + (1.0 - beta2) * x  # §0.6
+        self._welford(pf, x)
         self.seen[p] += 1
         ce, cr, cs = self.last_epoch[p], self.last_rank[p], self.last_seq[p]
         newer = (epoch > ce) | ((epoch == ce) & ((rank > cr) | ((rank == cr) & (seq > cs))))
@@ -527,6 +549,22 @@ class _Stats:
         self.last_epoch[p] = epoch
         self.last_rank[p] = rank
         self.last_seq[p] = seq
+
+    def _welford(self, p: np.ndarray, x: np.ndarray) -> None:
+        """One Welford step of rows ``p`` (no repeats) with their finite losses ``x``
+        (docs/algorithms.md §12.1): the k-th finite record sets mean = x when k = 1, else
+        d = x - mean, mean += d / k, m2 += d (x - mean); float64, in record order."""
+        k = self.loss_count[p] + 1
+        mean = self.loss_mean[p]
+        d = x - mean  # NaN where k = 1 (no mean yet): replaced below
+        new_mean = mean + d / k
+        m2 = self.loss_m2[p] + d * (x - new_mean)
+        first = k == 1
+        new_mean[first] = x[first]
+        m2[first] = 0.0
+        self.loss_count[p] = k
+        self.loss_mean[p] = new_mean
+        self.loss_m2[p] = m2
 
 
 def _scatter_into(dst: np.ndarray, dest: np.ndarray | None, column: ArrayLike) -> None:

@@ -28,7 +28,19 @@ from ._exact import Distinct, exact_sum, float_keys, key_values
 from ._steps import Step
 from .errors import InvalidInputError
 
-__all__ = ["KMeans1D", "kmeans1d", "kmeans1d_steps", "assign", "B_MAX", "sum_cells", "cells_sum"]
+__all__ = [
+    "KMeans1D",
+    "kmeans1d",
+    "kmeans1d_steps",
+    "assign",
+    "B_MAX",
+    "sum_cells",
+    "cells_sum",
+    "Points",
+    "points1d",
+    "points1d_steps",
+    "split_points",
+]
 
 B_MAX = 65_536
 _CHUNK = 1 << 20  # elements per block: small temporaries avoid page faults on fresh memory
@@ -50,6 +62,37 @@ class KMeans1D:
     sse: float
     k_eff: int
     binned: bool
+
+
+@dataclass(frozen=True)
+class Points:
+    """The weighted points k-means runs its DP on (§3.5 item 2): the distinct values with their
+    multiplicities (``binned`` False), or at most ``B_MAX`` bins of the sorted values. Point j
+    holds ``counts[j]`` values between ``lower[j]`` and ``upper[j]``; ``s1[j]`` and ``s2[j]`` are
+    the sums of x and x^2 over them, x = value - ``mean`` (the exact mean of all values). The
+    same numbers, bit for bit, whether computed whole (:func:`points1d`) or over buckets
+    (:func:`points1d_steps`)."""
+
+    counts: np.ndarray  # int64[P]
+    s1: np.ndarray  # float64[P]
+    s2: np.ndarray  # float64[P]
+    lower: np.ndarray  # float64[P]
+    upper: np.ndarray  # float64[P]
+    mean: float
+    binned: bool
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+def split_points(points: Points, k: int) -> tuple[np.ndarray, float]:
+    """The optimal split of ``points`` into k <= len(points) contiguous runs (the exact DP of
+    §3.5 item 3, leftmost among equal costs): (index of the last point of each run, SSE)."""
+    c = points.counts.astype(np.float64)
+    if k == 1:
+        return np.array([len(c) - 1]), float(max(points.s2.sum() - points.s1.sum() ** 2 / c.sum(), 0.0))
+    return _dp(c, points.s1, points.s2, k)
 
 
 def assign(values: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -294,20 +337,15 @@ def _add_bin_sums(
         lo = hi
 
 
-def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 1000) -> KMeans1D:
-    """Cluster 1-D ``values`` (NaN not allowed) into min(k, distinct values) clusters (§3.5)."""
-    if k < 1:
-        raise InvalidInputError(f"k must be >= 1, got {k}")
-    if b_max < 2:
-        raise InvalidInputError(f"b_max must be >= 2, got {b_max}")
-    v = _sorted_values(values)
+def _whole_points(v: np.ndarray, b_max: int) -> tuple[np.ndarray, _Prefix, int, bool]:
+    """(positions, prefix sums, number of distinct values U, binned) of the sorted values ``v``
+    (§3.5 item 2): the distinct values when U <= ``b_max``, else bins."""
     if len(v) == 0:
         raise InvalidInputError("kmeans1d needs at least one value")
     if np.isnan(v[-1]) or np.isnan(v[0]):  # np.sort puts NaN last
         raise InvalidInputError("kmeans1d: values contain NaN")
     M = len(v)
     U = _count_changes(v) + 1
-    k_eff = min(k, U)
     mean = _mean(v)
     if U <= b_max:  # points = distinct values with multiplicities: exact optimum (§3.5 item 2)
         cuts = _change_positions(v)
@@ -318,7 +356,19 @@ def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 
         cuts = cuts[cuts < M]
         binned = True
     positions = np.concatenate([[0], cuts, [M]]).astype(np.int64)
-    pre = _Prefix(v, positions, mean)
+    return positions, _Prefix(v, positions, mean), U, binned
+
+
+def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 1000) -> KMeans1D:
+    """Cluster 1-D ``values`` (NaN not allowed) into min(k, distinct values) clusters (§3.5)."""
+    if k < 1:
+        raise InvalidInputError(f"k must be >= 1, got {k}")
+    if b_max < 2:
+        raise InvalidInputError(f"b_max must be >= 2, got {b_max}")
+    v = _sorted_values(values)
+    positions, pre, U, binned = _whole_points(v, b_max)
+    mean = pre.mean
+    k_eff = min(k, U)
     c = np.diff(positions).astype(np.float64)
     s, q = pre.bin_s1, pre.bin_s2
     k_eff = min(k_eff, len(c))  # ties can merge bin cuts: never more clusters than points
@@ -341,6 +391,24 @@ def kmeans1d(values: np.ndarray, k: int, *, b_max: int = B_MAX, max_iter: int = 
         centroids=(s_hi - s_lo) / counts + mean,
         sse=sse,
         k_eff=k_eff,
+        binned=binned,
+    )
+
+
+def points1d(values: np.ndarray, *, b_max: int = B_MAX) -> Points:
+    """The :class:`Points` of the float32 ``values`` (NaN not allowed): what :func:`kmeans1d`
+    clusters, for a computation of its own on them (the two-component mixture of §12)."""
+    if b_max < 2:
+        raise InvalidInputError(f"b_max must be >= 2, got {b_max}")
+    v = _sorted_values(np.asarray(values, dtype=np.float32))
+    positions, pre, _, binned = _whole_points(v, b_max)
+    return Points(
+        counts=np.diff(positions).astype(np.int64),
+        s1=pre.bin_s1,
+        s2=pre.bin_s2,
+        lower=v[positions[:-1]].astype(np.float64) + 0.0,
+        upper=v[positions[1:] - 1].astype(np.float64) + 0.0,
+        mean=pre.mean,
         binned=binned,
     )
 
@@ -423,6 +491,36 @@ def _first(pieces: list[Any]) -> Any:
     return cells, distinct, hist
 
 
+class _FirstPass:
+    """The first map of :func:`kmeans1d_steps` and :func:`points1d_steps`: a bucket's exact-sum
+    cells, its distinct values (or overflow past ``cap``) and the histogram of the top 16 bits
+    of its float32 order keys."""
+
+    def __init__(self, values_of: Callable[[Any], np.ndarray], cap: int) -> None:
+        self.values_of, self.cap = values_of, cap
+
+    def __call__(self, inp: Any) -> tuple[np.ndarray, Any, np.ndarray]:
+        v = self.values_of(inp)
+        keys = float_keys(v)
+        head = Distinct.of(keys[: 4 * self.cap], self.cap)  # usually enough to see more than cap values
+        hist = np.bincount(keys >> np.uint32(16), minlength=1 << 16)
+        return sum_cells(v), head if head.overflow else Distinct.of(keys, self.cap), hist
+
+
+def _distinct_points(distinct: Any, mean: float) -> tuple[np.ndarray, np.ndarray, _GatheredPrefix]:
+    """(distinct float32 values, positions, prefix sums) from the merged distinct values: the
+    bin sums from the values repeated a range of bins at a time."""
+    uniq = key_values(distinct.values, np.float32)
+    counts = distinct.counts
+    positions = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    pre = _GatheredPrefix(positions, mean)
+    for j0, j1 in _ranges(counts, GATHER_VALUES):
+        run = np.repeat(uniq[j0:j1], counts[j0:j1])
+        _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
+    pre._finish()
+    return uniq, positions, pre
+
+
 def kmeans1d_steps(
     values_of: Callable[[Any], np.ndarray], M: int, k: int, *, b_max: int = B_MAX, max_iter: int = 1000
 ) -> Generator[Step, Any, KMeans1D]:
@@ -439,32 +537,16 @@ def kmeans1d_steps(
     if M < 1:
         raise InvalidInputError("kmeans1d needs at least one value")
 
-    cap = max(b_max, k)
-
-    def first(inp: Any) -> tuple[np.ndarray, Any, np.ndarray]:
-        v = values_of(inp)
-        keys = float_keys(v)
-        head = Distinct.of(keys[: 4 * cap], cap)  # usually enough to see more than cap values
-        hist = np.bincount(keys >> np.uint32(16), minlength=1 << 16)
-        return sum_cells(v), head if head.overflow else Distinct.of(keys, cap), hist
-
-    cells, distinct, hist = yield Step(first, _first)
+    cells, distinct, hist = yield Step(_FirstPass(values_of, max(b_max, k)), _first)
     mean = cells_sum(cells) / M
     if not distinct.overflow and len(distinct.values) <= b_max:
-        uniq = key_values(distinct.values, np.float32)
-        counts = distinct.counts
-        positions = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        uniq, positions, pre = _distinct_points(distinct, mean)
         edges = uniq
-        pre = _GatheredPrefix(positions, mean)
-        for j0, j1 in _ranges(counts, GATHER_VALUES):
-            run = np.repeat(uniq[j0:j1], counts[j0:j1])
-            _add_bin_sums(pre.bin_s1, pre.bin_s2, run, int(positions[j0]), positions, mean)
         k_eff = min(k, len(uniq))
     else:  # more distinct values than b_max (U known exactly up to max(b_max, k))
         k_eff = k if distinct.overflow else min(k, len(distinct.values))
         with tempfile.TemporaryDirectory(prefix="seta-stream-kmeans-") as scratch:
             return (yield from _binned_steps(values_of, M, k_eff, b_max, max_iter, mean, scratch, hist))
-    pre._finish()
     c = np.diff(positions).astype(np.float64)
     if k_eff == 1:
         run_end = np.array([len(c) - 1])
@@ -497,15 +579,45 @@ def _binned_steps(
     scratch: str,
     hist: np.ndarray,
 ) -> Generator[Step, Any, KMeans1D]:
-    """The binned case of :func:`kmeans1d_steps`: the values are sorted externally, without
-    any process holding them all. ``hist`` counts them by the top 16 bits of their float32
-    order keys; consecutive key ranges of at most :data:`GATHER_VALUES` values (or one
-    16-bit prefix, when it alone holds more) get a scratch file each, filled in one pass over
-    the buckets. Each range is then read back and sorted: its cut positions and its bins'
-    sums are those of :func:`kmeans1d` (equal values never straddle two ranges, and the sums
-    run in the same fixed blocks), and it is appended to one sorted scratch file, memory-mapped
-    for the DP, Lloyd's iterations and the clusters' ends, which run exactly as in
-    :func:`kmeans1d`."""
+    """The binned case of :func:`kmeans1d_steps`: the values sorted externally and their bins
+    (:func:`_gather_binned`), then the DP, Lloyd's iterations and the clusters' ends exactly as
+    in :func:`kmeans1d`, on the sorted values memory-mapped from the scratch file."""
+    positions, pre, v = yield from _gather_binned(values_of, M, b_max, mean, scratch, hist)
+    c = np.diff(positions).astype(np.float64)
+    k_eff = min(k_eff, len(c))  # ties can merge bin cuts: never more clusters than points
+    if k_eff == 1:
+        run_end = np.array([len(c) - 1])
+    else:
+        run_end, _ = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
+    bounds, sse = _lloyd(v, pre, positions[run_end + 1], max_iter, mean)
+    lo_idx = np.concatenate([[0], bounds[:-1]])
+    n = bounds - lo_idx
+    s_hi, _ = pre.at(bounds)
+    s_lo, _ = pre.at(lo_idx)
+    result = KMeans1D(
+        upper=np.asarray(v[bounds - 1], np.float64) + 0.0,
+        lower=np.asarray(v[lo_idx], np.float64) + 0.0,
+        counts=n.astype(np.int64),
+        centroids=(s_hi - s_lo) / n + mean,
+        sse=sse,
+        k_eff=k_eff,
+        binned=True,
+    )
+    del v, pre
+    return result
+
+
+def _gather_binned(
+    values_of: Callable[[Any], np.ndarray], M: int, b_max: int, mean: float, scratch: str, hist: np.ndarray
+) -> Generator[Step, Any, tuple[np.ndarray, _GatheredPrefix, np.ndarray]]:
+    """(positions, prefix sums, sorted values memory-mapped from ``scratch``) of the bins of
+    :func:`kmeans1d`'s binned case, without any process holding all values. ``hist`` counts
+    them by the top 16 bits of their float32 order keys; consecutive key ranges of at most
+    :data:`GATHER_VALUES` values (or one 16-bit prefix, when it alone holds more) get a scratch
+    file each, filled in one pass over the buckets. Each range is then read back and sorted:
+    its cut positions and its bins' sums are those of :func:`kmeans1d` (equal values never
+    straddle two ranges, and the sums run in the same fixed blocks), and it is appended to one
+    sorted scratch file."""
     bounds16 = _ranges(hist, GATHER_VALUES)  # ranges of 16-bit prefixes
     range_of = _range_of_prefix(bounds16)
 
@@ -557,33 +669,35 @@ def _binned_steps(
     if start != M:
         raise RuntimeError(f"kmeans1d over buckets: {start} values gathered, {M} expected")
     positions.append(M)
-    positions = np.asarray(positions, np.int64)
-    _add_bin_sums(b1, b2, held, held_start, positions, mean)
+    cut_at = np.asarray(positions, np.int64)
+    _add_bin_sums(b1, b2, held, held_start, cut_at, mean)
     del held
-    pre = _GatheredPrefix(positions, mean)
-    pre.bin_s1, pre.bin_s2 = b1[: len(positions) - 1], b2[: len(positions) - 1]
+    pre = _GatheredPrefix(cut_at, mean)
+    pre.bin_s1, pre.bin_s2 = b1[: len(cut_at) - 1], b2[: len(cut_at) - 1]
     pre._finish()
     v = np.memmap(path, dtype=np.float32, mode="r", shape=(M,))
     pre.v = v
-    c = np.diff(positions).astype(np.float64)
-    k_eff = min(k_eff, len(c))  # ties can merge bin cuts: never more clusters than points
-    if k_eff == 1:
-        run_end = np.array([len(c) - 1])
-    else:
-        run_end, _ = _dp(c, pre.bin_s1, pre.bin_s2, k_eff)
-    bounds, sse = _lloyd(v, pre, positions[run_end + 1], max_iter, mean)
-    lo_idx = np.concatenate([[0], bounds[:-1]])
-    n = bounds - lo_idx
-    s_hi, _ = pre.at(bounds)
-    s_lo, _ = pre.at(lo_idx)
-    result = KMeans1D(
-        upper=np.asarray(v[bounds - 1], np.float64) + 0.0,
-        lower=np.asarray(v[lo_idx], np.float64) + 0.0,
-        counts=n.astype(np.int64),
-        centroids=(s_hi - s_lo) / n + mean,
-        sse=sse,
-        k_eff=k_eff,
-        binned=True,
-    )
-    del v, pre
-    return result
+    return cut_at, pre, v
+
+
+def points1d_steps(
+    values_of: Callable[[Any], np.ndarray], M: int, *, b_max: int = B_MAX
+) -> Generator[Step, Any, Points]:
+    """:func:`points1d` of the float32 values ``values_of(inp)`` of all buckets (``M`` of them,
+    no NaN) as map/reduce steps, bit for bit: the first pass of :func:`kmeans1d_steps`, then
+    the distinct values or the bins gathered as it gathers them."""
+    if M < 1:
+        raise InvalidInputError("kmeans1d needs at least one value")
+    cells, distinct, hist = yield Step(_FirstPass(values_of, b_max), _first)
+    mean = cells_sum(cells) / M
+    if not distinct.overflow and len(distinct.values) <= b_max:
+        uniq, positions, pre = _distinct_points(distinct, mean)
+        edges = uniq.astype(np.float64) + 0.0
+        return Points(distinct.counts.astype(np.int64), pre.bin_s1, pre.bin_s2, edges, edges, mean, False)
+    with tempfile.TemporaryDirectory(prefix="seta-stream-kmeans-") as scratch:
+        positions, pre, v = yield from _gather_binned(values_of, M, b_max, mean, scratch, hist)
+        lower = np.asarray(v[positions[:-1]], np.float64) + 0.0
+        upper = np.asarray(v[positions[1:] - 1], np.float64) + 0.0
+        points = Points(np.diff(positions).astype(np.int64), pre.bin_s1, pre.bin_s2, lower, upper, mean, True)
+        del v, pre
+    return points

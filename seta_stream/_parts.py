@@ -41,6 +41,7 @@ __all__ = [
     "pending_parts",
     "read_part",
     "read_part_keys",
+    "read_part_records",
     "merge_locations",
     "merge_location_maps",
     "quarantine_part",
@@ -190,6 +191,14 @@ def read_part(run: RunDir, rel: str) -> pa.Table:
 def read_part_keys(run: RunDir, rel: str) -> pa.ChunkedArray:
     """The ``key`` column of a part already read once by :func:`read_part`, as plain strings."""
     return run.read_parquet(rel, columns=["key"]).column("key").cast(pa.string())
+
+
+def read_part_records(run: RunDir, rel: str, uids: np.ndarray) -> pa.Table:
+    """(shard as string, uid, loss, epoch, rank, seq) of the records of part ``rel`` whose uid
+    is among ``uids`` (a report's look-up: the part is not validated again)."""
+    t = run.read_parquet(rel, columns=["shard", "uid", "loss", "epoch", "rank", "seq"])
+    t = t.filter(pc.is_in(t.column("uid"), value_set=pa.array(uids, pa.uint64())))
+    return t.set_column(0, "shard", t.column("shard").cast(pa.string()))
 
 
 def _read_parquet(run: RunDir, rel: str) -> tuple[pa.Schema, pa.Table]:

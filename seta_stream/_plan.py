@@ -71,7 +71,24 @@ __all__ = [
 ]
 
 _TABLE_COLUMNS = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "ema"]
-_NUMERIC_COLUMNS = ["uid", "last_loss", "last_epoch", "seen", "ema"]
+#: Loss-history columns, read only for a policy that declares them (the noise rule).
+_HISTORY_INPUTS = ["loss_count", "loss_mean"]
+#: The value of each input column for a listed sample the table lacks (never recorded).
+_UNSEEN: dict[str, tuple[Any, Any]] = {
+    "last_loss": (np.nan, np.float32),
+    "last_epoch": (-1, np.int32),
+    "seen": (0, np.int32),
+    "ema": (np.nan, np.float64),
+    "loss_count": (0, np.int32),
+    "loss_mean": (np.nan, np.float64),
+}
+
+
+def _table_columns(spec: PolicySpec, params: Any) -> list[str]:
+    """The table columns a plan with a population reads: identities, the plan's numeric columns,
+    and the history columns when the policy declares them."""
+    declared = spec.table_columns(params)
+    return _TABLE_COLUMNS + [c for c in _HISTORY_INPUTS if c in declared]
 
 
 def _madvise_hugepage_setter() -> Any:
@@ -199,18 +216,16 @@ def _merge_population(table: pa.Table, pop: pa.Table) -> pa.Table:
     if len(add) == 0:
         return table
     n = len(add)
+    columns = [c for c in table.column_names if c not in ("shard", "key", "uid")]
     extra = pa.table(
         {
             "shard": pop.column("shard").take(pa.array(add)),
             "key": pop.column("key").take(pa.array(add)),
             "uid": pa.array(uid[add], type=pa.uint64()),
-            "last_loss": pa.array(np.full(n, np.nan, dtype=np.float32)),
-            "last_epoch": pa.array(np.full(n, -1, dtype=np.int32)),
-            "seen": pa.array(np.zeros(n, dtype=np.int32)),
-            "ema": pa.array(np.full(n, np.nan)),
+            **{c: pa.array(np.full(n, _UNSEEN[c][0], dtype=_UNSEEN[c][1])) for c in columns},
         }
     )
-    merged = pa.concat_tables([table.select(_TABLE_COLUMNS).cast(extra.schema), extra]).combine_chunks()
+    merged = pa.concat_tables([table.select(extra.column_names).cast(extra.schema), extra]).combine_chunks()
     # keep rows grouped by shard (stable: table order within a shard, then new rows)
     enc = pc.dictionary_encode(merged.column("shard")).combine_chunks()
     names = np.array(enc.dictionary.to_pylist(), dtype=object)
@@ -280,9 +295,10 @@ def plan_epoch(
         if run.buckets > 1:
             return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen)
         if population is not None:
-            table = load_table(run, columns=_TABLE_COLUMNS, manifest=manifest)
+            columns = _table_columns(spec, params)
+            table = load_table(run, columns=columns, manifest=manifest)
             table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
-            numeric = {c: _column(table.column(c)) for c in _NUMERIC_COLUMNS}
+            numeric = {c: _column(table.column(c)) for c in columns if c not in ("shard", "key")}
             ids = PlanIdentities(table.column("shard"), table.column("key"))
             del table
             result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
@@ -389,6 +405,8 @@ class _Buckets:
         row_columns: list[str] | None = None,
     ) -> None:
         row_columns = row_columns or columns
+        #: the table columns merged with a population (the history ones only when declared)
+        self.merged_columns = _TABLE_COLUMNS + [c for c in _HISTORY_INPUTS if c in set(columns) | set(row_columns)]
         if population is not None:
             columns = sorted(set(columns) | set(row_columns))
         self.run, self.columns, self.population = run, columns, population
@@ -432,7 +450,7 @@ class _Buckets:
         return empty_table(columns) if bucket is None else read_bucket(self.run, bucket, columns)[0]
 
     def _merged(self, b: int) -> pa.Table:
-        return _merge_population(self._table(b, _TABLE_COLUMNS), self.population[b])
+        return _merge_population(self._table(b, self.merged_columns), self.population[b])
 
     def numeric(self, b: int) -> dict[str, np.ndarray]:
         cols = self._cache.get(b)

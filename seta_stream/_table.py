@@ -66,6 +66,8 @@ __all__ = [
     "publish_manifest",
     "remove_table_files_except",
     "manifest_files",
+    "HISTORY_COLUMNS",
+    "absent_column",
 ]
 
 TABLE_SCHEMA = pa.schema(
@@ -80,9 +82,18 @@ TABLE_SCHEMA = pa.schema(
         ("ema", pa.float64()),
         ("last_rank", pa.int32()),
         ("last_seq", pa.int64()),
+        ("loss_count", pa.int32()),
+        ("loss_mean", pa.float64()),
+        ("loss_m2", pa.float64()),
     ],
     metadata={b"seta_stream.format_version": b"1"},  # a bucket's file is a version-1 table file
 )
+
+#: The per-sample loss history (docs/format.md, "Loss table"): table files written before these
+#: columns existed lack them, and every reader here gives their rows the values of a sample
+#: with no finite record folded since (``loss_count`` 0, ``loss_mean`` and ``loss_m2`` NaN).
+HISTORY_COLUMNS: tuple[str, ...] = ("loss_count", "loss_mean", "loss_m2")
+_ABSENT: dict[str, Any] = {"loss_count": 0, "loss_mean": np.nan, "loss_m2": np.nan}
 
 #: Parquet options of table files: LZ4 reads about 4x faster than zstd here at 15M rows;
 #: only the shard column is dictionary-encoded (keys are unique); no statistics for keys.
@@ -143,6 +154,44 @@ def empty_table(columns: list[str] | None = None) -> pa.Table:
     return schema.empty_table()
 
 
+def absent_column(name: str, n: int) -> np.ndarray:
+    """The history column ``name`` (:data:`HISTORY_COLUMNS`) of ``n`` rows of a table file
+    written before it existed: the value of a sample with no finite record."""
+    return np.full(n, _ABSENT[name], dtype=TABLE_SCHEMA.field(name).type.to_pandas_dtype())
+
+
+def _file_columns(run: RunDir, rel: str) -> list[str]:
+    """The column names of a table file (its Parquet footer only)."""
+    local = run.local_path(rel)
+    if local is not None:
+        return list(pq.read_schema(local).names)
+    with run.open(rel) as fh:
+        return list(pq.read_schema(fh).names)
+
+
+def _read_table_file(run: RunDir, rel: str, columns: list[str] | None, **options: Any) -> pa.Table:
+    """``columns`` (all: None) of one table file, in that order; the history columns of a file
+    written before they existed are filled (:func:`absent_column`)."""
+    if columns is None:
+        t = run.read_parquet(rel, **options)
+        absent = [c for c in HISTORY_COLUMNS if c not in t.column_names]
+    elif any(c in HISTORY_COLUMNS for c in columns):
+        try:
+            return run.read_parquet(rel, columns=columns, **options)
+        except pa.ArrowInvalid:  # "No match for FieldRef": a file without the history columns
+            present = set(_file_columns(run, rel))
+            absent = [c for c in columns if c in HISTORY_COLUMNS and c not in present]
+            if not absent:
+                raise
+        t = run.read_parquet(rel, columns=[c for c in columns if c not in absent], **options)
+    else:
+        return run.read_parquet(rel, columns=columns, **options)
+    for name in absent:
+        t = t.append_column(TABLE_SCHEMA.field(name), pa.array(absent_column(name, t.num_rows)))
+    names = list(TABLE_SCHEMA.names) if columns is None else list(columns)
+    return t if t.column_names == names else t.select(names)
+
+
 def load_table(
     run: str | RunDir,
     columns: list[str] | None = None,
@@ -165,7 +214,7 @@ def load_table(
     if not buckets:
         table = empty_table(columns)
     else:
-        parts = [run.read_parquet(b.table, columns=columns, use_threads=use_threads) for b in buckets]
+        parts = [_read_table_file(run, b.table, columns, use_threads=use_threads) for b in buckets]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     if not shard_as_dictionary and "shard" in table.schema.names:
         i = table.schema.get_field_index("shard")
@@ -252,15 +301,26 @@ def _read_file_numeric(
 
 
 def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: dict[str, np.ndarray]) -> None:
-    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets)."""
+    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets); a history
+    column the file lacks (written before it existed) is filled (:func:`absent_column`)."""
     meta = pf.metadata
+    names = set(pf.schema_arrow.names)
+    present = [c for c in columns if c in names]
+    for name in columns:
+        if name not in names:
+            if name not in HISTORY_COLUMNS:
+                raise KeyError(f"table file has no column {name!r}")
+            lo = sum(meta.row_group(i).num_rows for i in range(groups.start))
+            hi = lo + sum(meta.row_group(i).num_rows for i in groups)
+            out[name][lo:hi] = _ABSENT[name]
     o = sum(meta.row_group(i).num_rows for i in range(groups.start))
     for i in groups:
-        group = pf.read_row_group(i, columns=columns, use_threads=False)
-        for name in columns:
-            copy_column_into(out[name][o:], group.column(name))
-        o += group.num_rows
-        del group
+        if present:
+            group = pf.read_row_group(i, columns=present, use_threads=False)
+            for name in present:
+                copy_column_into(out[name][o:], group.column(name))
+            del group
+        o += meta.row_group(i).num_rows
 
 
 def read_bucket(run: RunDir, bucket: TableBucket, columns: list[str]) -> tuple[pa.Table, bool]:
@@ -269,9 +329,9 @@ def read_bucket(run: RunDir, bucket: TableBucket, columns: list[str]) -> tuple[p
     if "key" in columns:
         keys = bucket_keys(run, bucket)
         if keys is not None:
-            t = run.read_parquet(bucket.table, columns=[c for c in columns if c != "key"])
+            t = _read_table_file(run, bucket.table, [c for c in columns if c != "key"])
             return t.add_column(columns.index("key"), "key", keys), True
-    return run.read_parquet(bucket.table, columns=columns), False
+    return _read_table_file(run, bucket.table, columns), False
 
 
 def read_identity(run: RunDir, bucket: TableBucket) -> tuple[pa.Table, bool]:
@@ -280,8 +340,8 @@ def read_identity(run: RunDir, bucket: TableBucket) -> tuple[pa.Table, bool]:
 
 
 def read_column(run: RunDir, bucket: TableBucket, name: str) -> pa.ChunkedArray:
-    """One column of a bucket's table file."""
-    return run.read_parquet(bucket.table, columns=[name]).column(name)
+    """One column of a bucket's table file (a history column it lacks: filled)."""
+    return _read_table_file(run, bucket.table, [name]).column(name)
 
 
 # ---------------------------------------------------------------------------------- writing

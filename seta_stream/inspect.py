@@ -1,7 +1,9 @@
 """Read-only views of a run: per-epoch kept/pruned, the clusters and window of a plan, the shards
-that lost most and least, and a PNG plot of the loss histogram with the cluster boundaries.
+that lost most and least, a PNG plot of the loss histogram with the cluster boundaries, and the
+samples a plan holds as suspected noise with their loss history (docs/algorithms.md §12.6).
 
-Nothing here writes to the run directory (the plot goes where the caller says).
+Nothing here writes to the run directory (the plot and the suspects' file go where the caller
+says).
 """
 
 from __future__ import annotations
@@ -9,15 +11,25 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ._layout import MANIFEST, plan_file, stats_glob
-from ._plans import planned_epochs, read_summary
+from ._parts import read_part_records
+from ._plans import load_plan, planned_epochs, read_summary
 from ._runfs import RunDir
 from ._state import read_state
-from .errors import PlanMissingError
+from ._table import folded_parts, load_table
+from .errors import InvalidInputError, PlanMissingError
 
-__all__ = ["run_summary", "format_summary", "plot_epoch"]
+__all__ = ["run_summary", "format_summary", "plot_epoch", "suspects", "suspect_report", "format_suspects"]
+
+#: Plan reasons of the samples the noise rule suspects (docs/algorithms.md §12).
+SUSPECT_REASONS = ("suspected_noise", "noise_recheck")
+#: Loss-table columns the suspects' file carries (docs/format.md, "Loss table").
+_TABLE_STATS = ["last_loss", "last_epoch", "seen", "nonfinite", "loss_count", "loss_mean", "loss_m2"]
 
 
 def _summary(run: RunDir, epoch: int) -> dict[str, Any]:
@@ -133,6 +145,13 @@ def format_summary(s: dict[str, Any]) -> str:
     for k in ("unseen", "nonfinite", "empty_plan_guard", "mu", "n_below_mean", "weight"):
         if k in sel:
             lines.append(f"  {k}: {sel[k]}")
+    if "noise_test" in sel:  # the noise rule (docs/algorithms.md §12)
+        d = sel.get("noise_separation")
+        lines.append(
+            f"  noise rule: {sel['noise_test']} (Ashman's D {'-' if d is None else f'{d:.3f}'}, "
+            f"{sel.get('noise_candidates')} candidates), {sel.get('noise_suspected')} suspected, "
+            f"{sel.get('noise_rechecked')} re-checked with weight 0 (seta-stream suspects lists them)"
+        )
     if sel.get("kept_by_reason"):
         lines.append(f"  kept by reason: {sel['kept_by_reason']}")
     for title, key in (("lost most", "shards_lost_most"), ("lost least", "shards_lost_least")):
@@ -201,3 +220,190 @@ def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ---------------------------------------------------------------------------------- suspects
+def _selected_epoch(run: RunDir, epoch: int | None) -> int:
+    planned = planned_epochs(run)
+    if epoch is None:
+        if not planned:
+            raise PlanMissingError(f"{run.display('plans')}: no plan yet; suspects are those of a plan")
+        return planned[-1]
+    _summary(run, epoch)  # PlanMissingError with a hint
+    return epoch
+
+
+def _history(run: RunDir, uids: np.ndarray) -> pl.DataFrame:
+    """(shard, uid, loss_e0, loss_e1, ...) of the samples ``uids``: each epoch's loss from the
+    loss parts folded into the table (the greatest (rank, seq) record of the epoch; NaN where
+    none), for every epoch from 0 to the last one any of them was recorded in."""
+    pieces = [read_part_records(run, rel, uids) for rel in folded_parts(run)]
+    pieces = [p for p in pieces if p.num_rows]
+    if not pieces:
+        return pl.DataFrame(schema={"shard": pl.String, "uid": pl.UInt64})
+    records = pl.from_arrow(pa.concat_tables(pieces))
+    assert isinstance(records, pl.DataFrame)
+    last = (
+        records.sort(["shard", "uid", "epoch", "rank", "seq"])
+        .group_by(["shard", "uid", "epoch"], maintain_order=True)
+        .agg(pl.col("loss").last())
+    )
+    top = int(last["epoch"].max())  # type: ignore[arg-type]
+    wide = last.pivot(on="epoch", index=["shard", "uid"], values="loss")
+    names = {str(e): f"loss_e{e}" for e in range(top + 1)}
+    for e in range(top + 1):
+        if str(e) not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, dtype=pl.Float32).alias(str(e)))
+    wide = wide.select(["shard", "uid", *names]).rename(names)
+    return wide.with_columns(pl.col(list(names.values())).cast(pl.Float32).fill_null(float("nan")))
+
+
+def suspects(run: str | RunDir, epoch: int | None = None, *, history: bool = True) -> pa.Table:
+    """The samples the plan of ``epoch`` (default: the last planned one) holds as suspected
+    noise: left out (reason ``suspected_noise``) or kept with weight 0 to re-check them
+    (``noise_recheck``), one row each, sorted by (shard, key).
+
+    Columns: ``shard``, ``key``, ``uid``, ``reason``, ``kept``; from the current loss table
+    ``loss_count``, ``loss_mean``, ``loss_std`` (population standard deviation of the finite
+    losses: sqrt(loss_m2 / loss_count)), ``last_loss``, ``last_epoch``, ``seen``,
+    ``nonfinite``; with ``history``, ``loss_e0``, ``loss_e1``, ...: each epoch's loss from the
+    folded loss parts (NaN where none; reading them costs a pass over every part). Join it with
+    your captions or URLs on (shard, key)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    sel = _selected_epoch(run, epoch)
+    plan = pl.from_arrow(load_plan(run, sel, columns=["shard", "key", "uid", "keep", "reason"]))
+    assert isinstance(plan, pl.DataFrame)
+    rows = (
+        plan.with_columns(pl.col("shard").cast(pl.String), pl.col("reason").cast(pl.String))
+        .filter(pl.col("reason").is_in(list(SUSPECT_REASONS)))
+        .rename({"keep": "kept"})
+        .select(["shard", "key", "uid", "reason", "kept"])
+    )
+    table = pl.from_arrow(load_table(run, ["shard", "uid", *_TABLE_STATS], shard_as_dictionary=False))
+    assert isinstance(table, pl.DataFrame)
+    table = table.filter(pl.col("uid").is_in(rows["uid"].implode()))
+    out = rows.join(table, on=["shard", "uid"], how="left").with_columns(
+        (pl.col("loss_m2") / pl.col("loss_count")).sqrt().alias("loss_std")
+    )
+    out = out.select(
+        [
+            "shard",
+            "key",
+            "uid",
+            "reason",
+            "kept",
+            "loss_count",
+            "loss_mean",
+            "loss_std",
+            "last_loss",
+            "last_epoch",
+            "seen",
+            "nonfinite",
+        ]
+    )
+    if history and out.height:
+        out = out.join(_history(run, out["uid"].to_numpy()), on=["shard", "uid"], how="left")
+    return out.sort(["shard", "key"]).to_arrow()
+
+
+def _truth_pairs(path: str) -> set[tuple[str, str]]:
+    t = pq.read_table(path)
+    missing = {"shard", "key"} - set(t.column_names)
+    if missing:
+        raise InvalidInputError(
+            f"{path}: no column(s) {sorted(missing)}; expected a Parquet file with the shard and key of "
+            "every known-noisy sample (as tools/make_pair_shards.py's noise.parquet has)"
+        )
+    shard = t.column("shard").cast(pa.string()).to_pylist()
+    key = t.column("key").cast(pa.string()).to_pylist()
+    return set(zip(shard, key))
+
+
+def suspect_report(
+    run: str | RunDir,
+    epoch: int | None = None,
+    *,
+    out: str | None = None,
+    truth: str | None = None,
+    history: bool = True,
+) -> dict[str, Any]:
+    """What `seta-stream suspects` prints, as a dict: the plan's rule statistics and counts, and
+    with ``truth`` (a Parquet file with ``shard`` and ``key`` columns of the samples known to be
+    noisy) precision (listed suspects / suspects) and recall (listed suspects / listed samples
+    the plan holds). ``out``: where :func:`suspects`' table is written as Parquet (a local
+    path; ``{epoch}`` in it is replaced by the epoch)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    sel = _selected_epoch(run, epoch)
+    summary = _summary(run, sel)
+    table = suspects(run, sel, history=history)
+    report: dict[str, Any] = {
+        "run": run.url,
+        "epoch": sel,
+        "policy": summary.get("policy"),
+        "noise": bool((summary.get("params") or {}).get("noise")),
+        "planned": summary.get("n"),
+        "suspected": table.num_rows,
+        "rechecked": int(sum(r == "noise_recheck" for r in table.column("reason").to_pylist())),
+    }
+    for k in ("noise_active", "noise_test", "noise_candidates", "noise_separation", "noise_threshold"):
+        report[k] = summary.get(k)
+    if out is not None:
+        out = out.replace("{epoch}", str(sel))
+        pq.write_table(table, out)
+        report["out"] = out
+        report["columns"] = table.column_names
+    if truth is not None:
+        listed = _truth_pairs(truth)
+        planned = load_plan(run, sel, columns=["shard", "key"])
+        in_plan = listed & set(
+            zip(planned.column("shard").cast(pa.string()).to_pylist(), planned.column("key").to_pylist())
+        )
+        found = set(zip(table.column("shard").to_pylist(), table.column("key").to_pylist()))
+        tp = len(found & listed)
+        report.update(
+            truth=truth,
+            truth_listed=len(listed),
+            truth_in_plan=len(in_plan),
+            true_positives=tp,
+            precision=tp / len(found) if found else None,
+            recall=tp / len(in_plan) if in_plan else None,
+        )
+    return report
+
+
+def format_suspects(r: dict[str, Any]) -> str:
+    """Human-readable text of :func:`suspect_report`."""
+    lines = [
+        f"run {r['run']}, epoch {r['epoch']} ({r.get('policy')}): {r['suspected']} of {r.get('planned')} planned "
+        f"samples suspected as noise ({r['rechecked']} of them kept with weight 0 to re-check them)"
+    ]
+    if not r["noise"]:
+        lines.append("  this plan was made without the noise rule (noise=False): nothing is suspected")
+    elif r.get("noise_separation") is None:
+        lines.append(
+            f"  two-mode test: not run ({r.get('noise_candidates')} candidates with enough history: "
+            "fewer than two distinct loss means)"
+        )
+    else:
+        passed = "passed: active" if r.get("noise_active") else "failed: one mode, nothing suspected"
+        threshold = r.get("noise_threshold")
+        lines.append(
+            f"  two-mode test over {r.get('noise_candidates')} candidates: Ashman's D = {r['noise_separation']:.3f} "
+            f"(>= 2 required) {passed}" + ("" if threshold is None else f"; threshold {threshold:.6g}")
+        )
+    if r.get("out"):
+        lines.append(f"  wrote {r['out']} ({', '.join(r['columns'])})")
+    if r.get("truth"):
+
+        def ratio(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.3f}"
+
+        lines.append(
+            f"  precision {ratio(r['precision'])} ({r['true_positives']} of {r['suspected']} suspects are listed in "
+            f"{r['truth']})"
+        )
+        lines.append(
+            f"  recall {ratio(r['recall'])} ({r['true_positives']} of the {r['truth_in_plan']} listed samples "
+            "the plan holds)"
+        )
+    return "\n".join(lines)

@@ -18,3 +18,78 @@ def successive_inclusion(w, m):
             left -= w[i]
         probs[list(order)] += p
     return probs
+
+
+def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6):
+    """Independent EM for a two-component 1-D Gaussian mixture (docs/algorithms.md §12.3) on the
+    raw values, in plain float64 NumPy: start from the exhaustive 2-means split of the sorted
+    values (least SSE, leftmost), stop when the log-likelihood gains <= tol of itself. Returns
+    (weights, means, sds, Ashman's D, threshold or None), the lower mean first."""
+    x = np.sort(np.asarray(values, np.float64))
+    n = len(x)
+    best, cut = None, None
+    for i in range(1, n):  # split between x[i-1] and x[i], only where the value changes
+        if x[i] == x[i - 1]:
+            continue
+        a, b = x[:i], x[i:]
+        sse = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
+        if best is None or sse < best:
+            best, cut = sse, i
+    floor = var_floor * x.var()
+    a, b = x[:cut], x[cut:]
+    w = [len(a) / n, len(b) / n]
+    mu = [a.mean(), b.mean()]
+    var = [max(a.var(), floor), max(b.var(), floor)]
+    prev = None
+    for _ in range(max_iter):
+        la = [np.log(w[k]) - 0.5 * np.log(var[k]) - (x - mu[k]) ** 2 / (2 * var[k]) for k in (0, 1)]
+        top = np.maximum(la[0], la[1])
+        total = top + np.log(np.exp(la[0] - top) + np.exp(la[1] - top))
+        ll = total.sum()
+        if prev is not None and ll - prev <= tol * abs(ll):
+            break
+        prev = ll
+        r = [np.exp(la[k] - total) for k in (0, 1)]
+        nk = [r[k].sum() for k in (0, 1)]
+        mu = [(r[k] * x).sum() / nk[k] for k in (0, 1)]
+        var = [max((r[k] * (x - mu[k]) ** 2).sum() / nk[k], floor) for k in (0, 1)]
+        w = [nk[k] / n for k in (0, 1)]
+    if mu[1] < mu[0]:
+        w, mu, var = w[::-1], mu[::-1], var[::-1]
+    d = np.sqrt(2) * (mu[1] - mu[0]) / np.sqrt(var[0] + var[1])
+
+    def f(t):
+        return (np.log(w[0]) - 0.5 * np.log(var[0]) - (t - mu[0]) ** 2 / (2 * var[0])) - (
+            np.log(w[1]) - 0.5 * np.log(var[1]) - (t - mu[1]) ** 2 / (2 * var[1])
+        )
+
+    threshold = None
+    if f(mu[0]) > 0 > f(mu[1]):
+        lo, hi = mu[0], mu[1]
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+        threshold = lo
+    return w, mu, [float(np.sqrt(v)) for v in var], float(d), threshold
+
+
+def noise_suspects(cols, warmup, threshold_of=two_gaussians):
+    """The noise rule's suspects (§12.2, 12.4), recomputed row by row from the table columns:
+    (candidate mask, suspect mask, the fit). None fit: fewer than two distinct scores."""
+    n = len(cols["uid"])
+    cand = np.zeros(n, bool)
+    x = np.full(n, np.nan)
+    for i in range(n):
+        mean = np.float32(cols["loss_mean"][i]) if np.isfinite(cols["loss_mean"][i]) else np.float32(np.nan)
+        if cols["seen"][i] > 0 and np.isfinite(cols["last_loss"][i]) and cols["loss_count"][i] >= warmup:
+            if np.isfinite(mean):
+                cand[i], x[i] = True, float(mean)
+    fit = None
+    if len(np.unique(x[cand])) >= 2:
+        fit = threshold_of(x[cand])
+    suspect = np.zeros(n, bool)
+    if fit is not None and fit[3] >= 2 and fit[4] is not None:
+        t = fit[4]
+        for i in np.flatnonzero(cand):
+            suspect[i] = x[i] > t and float(cols["last_loss"][i]) > t
+    return cand, suspect, fit

@@ -65,12 +65,16 @@ def test_first_fold_gives_exact_columns_in_shard_uid_order():
         "ema": 0.5 * (0.5 * s + 0.5 * 1.0) + 0.5 * 3.0,
         "last_rank": 0,
         "last_seq": 12,
+        "loss_count": 2,  # Welford over the finite records 1.0, 3.0
+        "loss_mean": 2.0,
+        "loss_m2": 2.0,
     }
     y = got[("s0.tar", "y")]  # rank 1's record comes after rank 0's in the same epoch
     assert (y["last_loss"], y["last_rank"], y["last_seq"], y["seen"]) == (4.0, 1, 5, 2)
     assert y["ema"] == 0.5 * (0.5 * s + 0.5 * 2.0) + 0.5 * 4.0
     z = got[("s1.tar", "z")]  # only a NaN record: counted, no EMA step, last_loss NaN
     assert np.isnan(z["last_loss"]) and (z["seen"], z["nonfinite"], z["ema"], z["last_seq"]) == (1, 1, s, 6)
+    assert z["loss_count"] == 0 and np.isnan(z["loss_mean"]) and np.isnan(z["loss_m2"])  # no finite record
 
 
 def test_ema_steps_follow_record_order_also_within_one_part():
@@ -83,6 +87,13 @@ def test_ema_steps_follow_record_order_also_within_one_part():
         s = 0.7 * s + (1 - 0.7) * v
     a = rows(out.columns)[("s.tar", "a")]
     assert a["ema"] == s  # bit for bit: the same float64 steps in the same order
+    k, mean, m2 = 0, 0.0, 0.0
+    for v in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]:  # Welford, one step per finite record, in order
+        k += 1
+        d = v - mean
+        mean = v if k == 1 else mean + d / k
+        m2 = 0.0 if k == 1 else m2 + d * (v - mean)
+    assert (a["loss_count"], a["loss_mean"], a["loss_m2"]) == (6, mean, m2) == (6, 3.5, 17.5)
     assert (a["seen"], a["nonfinite"], a["last_epoch"], a["last_seq"]) == (7, 1, 1, 21)
     assert np.isnan(a["last_loss"]) and (out.n_ref, out.nan_losses) == (10, 1)
 

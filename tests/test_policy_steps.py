@@ -28,10 +28,19 @@ CASES = [
     ("seta", {"r": 0.3, "k": 8, "alpha": 0.4, "target_keep": 0.5}),
     ("seta", {"r": 0.2, "k": 4, "alpha": 0.5, "target_keep": 0.1, "order": "h2e"}),
     ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "unseen_score": 1.5, "delta": 0.5}),
+    ("full", {"noise": True}),
+    ("random", {"r": 0.3, "noise": True, "noise_recheck": 0.5}),
+    ("random", {"r": 0.4, "mode": "static", "noise": True, "noise_warmup": 1}),
+    ("infobatch", {"noise": True, "noise_recheck": 0.3}),
+    ("infobatch", {"r": 0.3, "score": "ema", "rescale": "exact", "noise": True, "delta": 0.5}),
+    ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_recheck": 0.2}),
+    ("seta", {"r": 0.3, "k": 8, "alpha": 0.4, "target_keep": 0.5, "noise": True, "noise_warmup": 1}),
 ]
 
 
-def table(n: int, seed: int, ties: bool, unseen: float, nan: float) -> dict[str, np.ndarray]:
+def table(n: int, seed: int, ties: bool, unseen: float, nan: float, noisy: float = 0.0) -> dict[str, np.ndarray]:
+    """``noisy``: a share of the rows whose last loss and history mean sit in a high second mode
+    (the noise rule's suspects)."""
     rng = np.random.default_rng(seed)
     uid = rng.choice(np.iinfo(np.int64).max, size=n, replace=False).astype(np.uint64) * np.uint64(3)
     loss = rng.lognormal(size=n).astype(np.float32)
@@ -43,7 +52,23 @@ def table(n: int, seed: int, ties: bool, unseen: float, nan: float) -> dict[str,
     loss[(rng.random(n) < nan) & (seen > 0)] = np.nan  # recorded, non-finite
     ema = np.where(np.isfinite(loss), loss.astype(np.float64) * 0.9 + 0.01, np.nan)
     ema[(seen > 0) & ~np.isfinite(loss)] = 0.5
-    return {"uid": uid, "last_loss": loss, "ema": ema, "seen": seen, "last_epoch": np.zeros(n, np.int32)}
+    history = np.random.default_rng(seed + 7)  # the history columns, without changing the others
+    high = history.random(n) < noisy
+    loss[high] += np.float32(8)
+    count = np.minimum(seen, history.integers(0, 4, size=n)).astype(np.int32)
+    mean = np.where(np.isfinite(loss), loss * history.uniform(0.8, 1.2, size=n), history.lognormal(size=n))
+    if ties:
+        mean = np.round(mean * 2) / 2
+    mean[count == 0] = np.nan
+    return {
+        "uid": uid,
+        "last_loss": loss,
+        "ema": ema,
+        "seen": seen,
+        "last_epoch": np.zeros(n, np.int32),
+        "loss_count": count,
+        "loss_mean": mean,
+    }
 
 
 def split_plan(name, params, cols, epoch, epochs, seed, buckets, rng):
@@ -104,10 +129,11 @@ def assert_same(whole, rows, summary, n):
     ties=st.booleans(),
     unseen=st.sampled_from([0.0, 0.2, 1.0]),
     nan=st.sampled_from([0.0, 0.1]),
+    noisy=st.sampled_from([0.0, 0.25]),
 )
-def test_steps_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, unseen, nan):
+def test_steps_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, unseen, nan, noisy):
     name, params = case
-    cols = table(n, seed, ties, unseen, nan)
+    cols = table(n, seed, ties, unseen, nan, noisy)
     whole = whole_plan(name, params, cols, epoch, 10, seed)
     rows, summary = split_plan(name, params, cols, epoch, 10, seed, buckets, np.random.default_rng(seed + 1))
     assert_same(whole, rows, summary, n)
@@ -143,7 +169,30 @@ def test_steps_equal_the_whole_table_plan_with_full_radix_passes(case, monkeypat
     monkeypatch.setattr(steps, "GATHER_KEYS", 0)
     name, params = case
     for seed in range(3):
-        cols = table(250, seed, ties=True, unseen=0.2, nan=0.1)
+        cols = table(250, seed, ties=True, unseen=0.2, nan=0.1, noisy=0.25)
         whole = whole_plan(name, params, cols, 3, 10, seed)
         rows, summary = split_plan(name, params, cols, 3, 10, seed, 3, np.random.default_rng(seed))
         assert_same(whole, rows, summary, 250)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("seta", {"r": 0.1, "k": 10, "alpha": 0.5, "noise": True}), ("infobatch", {"noise": True, "noise_warmup": 1})],
+)
+def test_noise_rule_with_binned_points_equals_the_whole_table_plan(name, params):
+    """100,000 distinct history means: the mixture is fitted on 65,536 bins gathered from 4
+    buckets through scratch files, and must give the whole table's suspects and plan."""
+    cols = table(100_000, 12, ties=False, unseen=0.05, nan=0.01, noisy=0.2)
+    whole = whole_plan(name, params, cols, 3, 10, 12)
+    assert whole.summary["noise_active"] and whole.summary["noise_suspected"] > 10_000
+    rows, summary = split_plan(name, params, cols, 3, 10, 12, 4, np.random.default_rng(3))
+    assert_same(whole, rows, summary, 100_000)
+
+
+def test_noise_cases_exercise_the_rule():
+    """The hypothesis table activates the rule (so the cases above test the suspects' rows)."""
+    active = 0
+    for seed in range(10):
+        r = whole_plan("full", {"noise": True}, table(300, seed, False, 0.2, 0.1, 0.25), 3, 10, seed)
+        active += bool(r.summary["noise_active"] and r.summary["noise_suspected"])
+    assert active >= 8

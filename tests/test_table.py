@@ -62,6 +62,9 @@ def test_table_rows_match_a_direct_computation(tmp_path):
         "ema",
         "last_rank",
         "last_seq",
+        "loss_count",
+        "loss_mean",
+        "loss_m2",
     ]
     rows = {(r["shard"], r["key"]): r for r in table.to_pylist()}
     assert set(rows) == set(expected)
@@ -76,6 +79,14 @@ def test_table_rows_match_a_direct_computation(tmp_path):
         assert r["last_loss"] == pytest.approx(recs[-1][2], abs=1e-6)
         assert (r["last_epoch"], r["last_rank"]) == recs[-1][:2]
         assert r["ema"] == s  # exactly: the same float64 steps in the same order
+        k, mean, m2 = 0, 0.0, 0.0
+        for _, _, v in recs:  # Welford, one step per finite record in the same order
+            x = float(np.float32(v))
+            k += 1
+            d = x - mean
+            mean = x if k == 1 else mean + d / k
+            m2 = 0.0 if k == 1 else m2 + d * (x - mean)
+        assert (r["loss_count"], r["loss_mean"], r["loss_m2"]) == (len(recs), mean, m2)
     # sorted by (shard, uid)
     pairs = list(zip(table.column("shard").to_pylist(), table.column("uid").to_pylist()))
     assert pairs == sorted(pairs)
@@ -93,6 +104,7 @@ def test_incremental_equals_one_shot_and_is_idempotent(tmp_path):
         compact(a)  # after every epoch
     compact(b)  # once at the end
     cols = ["shard", "key", "uid", "last_loss", "last_epoch", "seen", "nonfinite", "ema", "last_rank"]
+    cols += ["loss_count", "loss_mean", "loss_m2"]
     ta, tb = load_table(a).select(cols), load_table(b).select(cols)
     assert ta.to_pylist() == tb.to_pylist()  # same rows, same order, EMA bit for bit
     again = compact(a)
@@ -417,3 +429,36 @@ def test_new_samples_are_merged_in_order_by_slices_or_by_one_take(tmp_path, monk
     from seta_stream.ids import sample_uids
 
     assert np.array_equal(sample_uids(t.column("shard"), t.column("key")), t.column("uid").to_numpy())
+
+
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_a_table_written_before_the_history_columns_opens_and_starts_its_history(tmp_path, buckets):
+    """Table files of earlier releases lack loss_count, loss_mean and loss_m2: every reader gives
+    their rows no history (count 0, NaN), and the next compaction starts it with its records."""
+    from seta_stream._table import load_numeric, read_manifest, table_buckets
+
+    run = RunDir(tmp_path / "r", create=True, settings={"buckets": buckets})
+    with LossRecorder(run, epoch=0) as rec:
+        rec.record(["x", "y", "z"], ["/d/s.tar", "/d/s.tar", "/d/t.tar"], f32([1.0, 2.0, 3.0]))
+    compact(run)
+    for bucket in table_buckets(read_manifest(run)):  # as an earlier release wrote them
+        path = tmp_path / "r" / bucket.table
+        pq.write_table(pq.read_table(path).drop_columns(["loss_count", "loss_mean", "loss_m2"]), path)
+    t = load_table(run)
+    assert t.schema.names == TABLE_SCHEMA.names and t.num_rows == 3
+    assert t["loss_count"].to_pylist() == [0, 0, 0]
+    assert np.isnan(t["loss_mean"].to_numpy()).all() and np.isnan(t["loss_m2"].to_numpy()).all()
+    assert load_table(run, columns=["loss_mean", "key"]).schema.names == ["loss_mean", "key"]
+    numeric = load_numeric(run, ["uid", "loss_count", "loss_mean"])
+    assert numeric["loss_count"].tolist() == [0, 0, 0] and np.isnan(numeric["loss_mean"]).all()
+    with LossRecorder(run, epoch=1) as rec:
+        rec.record(["x", "x"], ["/d/s.tar", "/d/s.tar"], f32([4.0, 6.0]))
+    compact(run)
+    rows = {r["key"]: r for r in load_table(run).to_pylist()}
+    assert (rows["x"]["seen"], rows["x"]["loss_count"], rows["x"]["loss_mean"], rows["x"]["loss_m2"]) == (
+        3,
+        2,
+        5.0,
+        2.0,
+    )
+    assert (rows["y"]["seen"], rows["y"]["loss_count"]) == (1, 0) and np.isnan(rows["y"]["loss_mean"])

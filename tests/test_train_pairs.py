@@ -45,7 +45,12 @@ def _args(data: Path, **kw) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize(
-    "policy,params", [("seta", dict(r=0.2, k=3, alpha=0.5, delta=0.875)), ("infobatch", dict(r=0.5))]
+    "policy,params",
+    [
+        ("seta", dict(r=0.2, k=3, alpha=0.5, delta=0.875)),
+        ("infobatch", dict(r=0.5)),
+        ("infobatch", dict(r=0.5, noise=True, noise_warmup=1, noise_recheck=0.5)),
+    ],
 )
 def test_delivered_pairs_are_exactly_the_plans_kept_pairs(
     data: Path, tmp_path: Path, policy: str, params: dict
@@ -64,6 +69,9 @@ def test_delivered_pairs_are_exactly_the_plans_kept_pairs(
         assert set(got) == kept  # exactly the kept pairs, through a real DataLoader worker
         row = res["rows"][e]
         assert row["trained"] == len(kept) == row["kept"]
+        learnt = {(r["shard"], r["key"]) for r in plan if r["keep"] and r["weight"] > 0}  # re-checks: weight 0
+        assert (row["learnt"], row["mismatched_learnt"]) == (len(learnt), len(learnt & noise))
+        assert row["noise_suspected"] == (seta.load_summary(run_dir, e).get("noise_suspected"))
         assert row["mismatched_trained"] == len(kept & noise)
         assert row["mismatched_share"] == pytest.approx(len(kept & noise) / len(kept))
         pruned_somewhere |= len(kept) < 300
@@ -110,3 +118,17 @@ def test_tokens_are_hashed_words_and_word_pairs() -> None:
     assert len(a) == 5 + 4 and all(0 <= t < tp.BUCKETS for t in a)
     assert tp.tokens("a RED circle top-left") == a  # case and punctuation do not matter
     assert tp.tokens("") == [0]
+
+
+def test_noise_option_adds_noise_to_the_policy_parameters() -> None:
+    p = tp.parser()
+    assert tp.policy_params(p.parse_args(["--policy", "full", "--noise"])) == {"noise": True}
+    assert tp.policy_params(p.parse_args(["--policy", "infobatch", "--r", "0.6", "--noise"])) == {
+        "r": 0.6,
+        "noise": True,
+    }
+    assert tp.policy_params(p.parse_args(["--policy", "seta", "--params", '{"r": 0.2}', "--noise"])) == {
+        "r": 0.2,
+        "noise": True,
+    }
+    assert tp.policy_params(p.parse_args(["--policy", "full"])) == {}

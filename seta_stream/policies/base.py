@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: The loss-table columns a :class:`PolicyInput` carries (docs/format.md, loss table).
-INPUT_COLUMNS: tuple[str, ...] = ("uid", "last_loss", "ema", "seen", "last_epoch")
+INPUT_COLUMNS: tuple[str, ...] = ("uid", "last_loss", "ema", "seen", "last_epoch", "loss_count", "loss_mean")
 #: Columns every plan reads, whatever its policy: ``uid`` (identity), ``last_loss`` (the
 #: plan's ``loss`` column) and ``seen`` (the summary's ``unseen`` and ``nonfinite`` counts).
 PLAN_COLUMNS: tuple[str, ...] = ("uid", "last_loss", "seen")
@@ -58,6 +58,8 @@ REASONS: tuple[str, ...] = (
     "drawn",  # ESWP: in the weighted draw
     "not_drawn",  # ESWP: outside the weighted draw
     "empty_plan_guard",  # the single sample kept by the empty-plan guard
+    "suspected_noise",  # noise rule: left out as suspected noise (§12)
+    "noise_recheck",  # noise rule: a suspect kept (weight 0) so that its loss is measured again (§12)
 )
 
 
@@ -72,7 +74,8 @@ class PolicyInput:
 
     Row order is irrelevant to every policy (docs/algorithms.md §0.4). ``last_epoch`` is read
     by no built-in policy: the planner passes it (else None) only to a policy that declares it
-    among its columns.
+    among its columns. ``loss_count`` and ``loss_mean`` (the loss history the noise rule reads,
+    §12) default to no history: 0 finite records, mean NaN.
     """
 
     uid: np.ndarray  # uint64[N]
@@ -87,10 +90,16 @@ class PolicyInput:
     #: Arrays a partitioned plan derives from these rows once and reuses in its later passes
     #: (``policies.steps.memo``); None: derive them each time.
     memo: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    loss_count: np.ndarray | None = None  # int32[N], finite records folded (None: 0 for every row)
+    loss_mean: np.ndarray | None = None  # float64[N], their mean (None: NaN for every row)
 
     def __post_init__(self) -> None:
         n = len(self.uid)
-        for name in ("last_loss", "ema", "seen", "last_epoch"):
+        if self.loss_count is None:
+            object.__setattr__(self, "loss_count", _constant(n, 0, np.int32))
+        if self.loss_mean is None:
+            object.__setattr__(self, "loss_mean", _constant(n, np.nan, np.float64))
+        for name in ("last_loss", "ema", "seen", "last_epoch", "loss_count", "loss_mean"):
             if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise InvalidInputError(f"PolicyInput.{name} has {len(getattr(self, name))} rows, uid has {n}")
         if self.epochs < 1:
@@ -101,6 +110,30 @@ class PolicyInput:
     @property
     def n(self) -> int:
         return len(self.uid)
+
+    def take(self, rows: np.ndarray, memo: Any = None) -> PolicyInput:
+        """The input of the rows ``rows`` (ascending indices) alone, with the same context and
+        the given ``memo``; a constant column (not read) stays a constant."""
+
+        def pick(a: np.ndarray) -> np.ndarray:
+            if a.ndim == 1 and a.strides == (0,) and len(a):
+                return np.broadcast_to(a[:1], (len(rows),))
+            return a[rows]
+
+        return PolicyInput(
+            uid=pick(self.uid),
+            last_loss=pick(self.last_loss),
+            ema=pick(self.ema),
+            seen=pick(self.seen),
+            last_epoch=None if self.last_epoch is None else pick(self.last_epoch),
+            epoch=self.epoch,
+            epochs=self.epochs,
+            seed=self.seed,
+            n_ref=self.n_ref,
+            memo=memo,
+            loss_count=None if self.loss_count is None else pick(self.loss_count),
+            loss_mean=None if self.loss_mean is None else pick(self.loss_mean),
+        )
 
     @classmethod
     def from_losses(
@@ -133,8 +166,9 @@ class PolicyInput:
     ) -> PolicyInput:
         """The input of a policy from the table columns it declared (``uid`` is required).
 
-        A column not given is a read-only constant that allocates nothing: ``last_loss`` and
-        ``ema`` NaN, ``seen`` 0 (never recorded); ``last_epoch`` is None."""
+        A column not given is a read-only constant that allocates nothing: ``last_loss``,
+        ``ema`` and ``loss_mean`` NaN, ``seen`` and ``loss_count`` 0 (never recorded);
+        ``last_epoch`` is None."""
         unknown = set(columns) - set(INPUT_COLUMNS)
         if unknown:
             raise InvalidInputError(
@@ -153,6 +187,8 @@ class PolicyInput:
             seed=seed,
             n_ref=n_ref,
             memo=memo,
+            loss_count=columns.get("loss_count"),
+            loss_mean=columns.get("loss_mean"),
         )
 
 

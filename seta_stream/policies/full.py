@@ -7,15 +7,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
+from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .steps import Decide, PlanContext, Steps
 
 
 @dataclass(frozen=True)
 class FullParams:
-    """The full policy has no parameters."""
+    """Only the noise rule's parameters (§12): ``noise=True`` leaves out suspected noise and
+    keeps everything else ("the rule alone")."""
+
+    noise: bool = False
+    noise_warmup: int = 2
+    noise_recheck: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_noise_params("full", self)
 
 
-def full(inp: PolicyInput, params: FullParams) -> PolicyResult:
+def _full(inp: PolicyInput, params: FullParams) -> PolicyResult:
     n = inp.n
     return PolicyResult(
         keep=np.ones(n, dtype=bool),
@@ -25,15 +34,28 @@ def full(inp: PolicyInput, params: FullParams) -> PolicyResult:
     )
 
 
-def full_steps(ctx: PlanContext, params: FullParams) -> Steps:
+def _full_steps(ctx: PlanContext, params: FullParams) -> Steps:
     """No global statistic: every bucket keeps all its rows."""
-    return Decide(lambda inp: full(inp, params), {"phase": "prune"})
+    return Decide(lambda inp: _full(inp, params), {"phase": "prune"})
     yield  # a generator with no step
 
 
-def columns(params: FullParams) -> frozenset[str]:
+def _columns(params: FullParams) -> frozenset[str]:
     """No column: the number of rows is all ``full`` needs."""
     return frozenset()
 
 
-SPECS = (PolicySpec("full", FullParams, full, "keep every sample, weight 1 (baseline)", columns, steps=full_steps),)
+full = with_noise(_full)
+full_steps = with_noise_steps(_full_steps)
+columns = with_noise_columns(_columns)
+
+SPECS = (
+    PolicySpec(
+        "full",
+        FullParams,
+        full,
+        "keep every sample, weight 1 (baseline); noise=True leaves out suspected noise",
+        columns,
+        steps=full_steps,
+    ),
+)

@@ -18,6 +18,7 @@ import numpy as np
 from .._exact import ExactSums
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
+from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys_of
 
@@ -32,8 +33,12 @@ class InfoBatchParams:
     rescale: Literal["reference", "exact"] = "reference"
     unseen_score: float | None = None
     prune_epochs: int | None = None
+    noise: bool = False
+    noise_warmup: int = 2
+    noise_recheck: float = 0.1
 
     def __post_init__(self) -> None:
+        check_noise_params("infobatch", self)
         if not 0 <= self.r <= 0.9:
             raise InvalidInputError(f"infobatch: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not 0 <= self.delta <= 1:
@@ -115,7 +120,7 @@ def _anneal(n: int) -> PolicyResult:
 _NO_SEEN = {"phase": "prune", "mu": None, "n_seen": 0, "n_below_mean": 0, "m": 0, "weight": 1.0}
 
 
-def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
+def _infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
     n = inp.n
     P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
     if inp.epoch >= P:
@@ -137,7 +142,7 @@ def infobatch(inp: PolicyInput, p: InfoBatchParams) -> PolicyResult:
     return result
 
 
-def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
+def _infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
     """:func:`infobatch` over buckets: the exact sum of the seen scores, the count below the
     mean, the m smallest uniforms among those."""
     if ctx.epoch >= prune_epochs(p.delta, ctx.epochs, p.prune_epochs):
@@ -180,9 +185,14 @@ def infobatch_steps(ctx: PlanContext, p: InfoBatchParams) -> Steps:
     return Decide(rows, summary)
 
 
-def columns(p: InfoBatchParams) -> frozenset[str]:
+def _columns(p: InfoBatchParams) -> frozenset[str]:
     """The score column (``last_loss`` or ``ema``), ``seen`` and the uid."""
     return frozenset({"uid", "seen", "last_loss" if p.score == "last" else "ema"})
+
+
+infobatch = with_noise(_infobatch)
+infobatch_steps = with_noise_steps(_infobatch_steps)
+columns = with_noise_columns(_columns)
 
 
 SPECS = (

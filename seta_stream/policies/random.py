@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Steps, smallest, uniform_keys_of
 
@@ -26,8 +27,12 @@ class RandomParams:
     mode: Literal["dynamic", "static"] = "dynamic"
     delta: float | None = None
     prune_epochs: int | None = None
+    noise: bool = False
+    noise_warmup: int = 2
+    noise_recheck: float = 0.1
 
     def __post_init__(self) -> None:
+        check_noise_params("random", self)
         if not 0 <= self.r < 1:
             raise InvalidInputError(f"random: r={self.r} is outside the valid range 0 <= r < 1")
         if self.mode not in ("dynamic", "static"):
@@ -85,7 +90,7 @@ def _rows(keep: np.ndarray, f: float, stream: int, epoch: int, phase: str) -> Po
     )
 
 
-def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
+def _random(inp: PolicyInput, params: RandomParams) -> PolicyResult:
     n, f = inp.n, 1.0 - params.r
     draw = _draw(params, inp.epoch, inp.epochs)
     if draw is None:
@@ -96,7 +101,7 @@ def random_policy(inp: PolicyInput, params: RandomParams) -> PolicyResult:
     return _rows(keep, f, stream, epoch, phase)
 
 
-def random_steps(ctx: PlanContext, params: RandomParams) -> Steps:
+def _random_steps(ctx: PlanContext, params: RandomParams) -> Steps:
     """:func:`random_policy` over buckets: the m = floor(f N) smallest uniforms of all rows."""
     f = 1.0 - params.r
     draw = _draw(params, ctx.epoch, ctx.epochs)
@@ -116,16 +121,21 @@ def random_steps(ctx: PlanContext, params: RandomParams) -> Steps:
 
 
 def static_steps(ctx: PlanContext, params: StaticParams) -> Steps:
-    return (yield from random_steps(ctx, RandomParams(r=params.r, mode="static")))
+    return (yield from _random_steps(ctx, RandomParams(r=params.r, mode="static")))
 
 
 def static_policy(inp: PolicyInput, params: StaticParams) -> PolicyResult:
-    return random_policy(inp, RandomParams(r=params.r, mode="static"))
+    return _random(inp, RandomParams(r=params.r, mode="static"))
 
 
-def columns(params: RandomParams | StaticParams) -> frozenset[str]:
+def _columns(params: RandomParams | StaticParams) -> frozenset[str]:
     """Score-free: only the uid, whose uniforms make the draw."""
     return frozenset({"uid"})
+
+
+random_policy = with_noise(_random)
+random_steps = with_noise_steps(_random_steps)
+columns = with_noise_columns(_columns)
 
 
 SPECS = (
@@ -142,7 +152,7 @@ SPECS = (
         StaticParams,
         static_policy,
         "static random: one uniform (1-r) subset for the whole run (baseline)",
-        columns,
+        _columns,
         steps=static_steps,
     ),
 )

@@ -39,6 +39,7 @@ import numpy as np
 from .._kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import (
     STREAM_ANNEAL,
     STREAM_RANDOM,
@@ -65,8 +66,12 @@ class SetaParams:
     unseen_score: float | None = None
     prune_epochs: int | None = None
     target_keep: float | None = None
+    noise: bool = False
+    noise_warmup: int = 2
+    noise_recheck: float = 0.1
 
     def __post_init__(self) -> None:
+        check_noise_params("seta", self)
         if not 0 <= self.r <= 0.9:
             raise InvalidInputError(f"seta: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not (isinstance(self.k, int) and 1 <= self.k <= 256):
@@ -121,7 +126,7 @@ def _result(
     return PolicyResult(keep, keep.astype(np.float32), reason, summary, cluster, absent_rule=rule)
 
 
-def seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
+def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     n, e = inp.n, inp.epoch
     f = 1.0 - p.r
     P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
@@ -278,7 +283,7 @@ def _clusters(km: KMeans1D, order: str) -> tuple[Any, ...]:
     return sizes, cents, cmin, cmax
 
 
-def seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
+def _seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
     """:func:`seta` over buckets: the uniform down-sampling and budget draws as exact cuts, the
     1-D k-means of the seen losses of R by :func:`seta_stream._kmeans1d.kmeans1d_steps`, the
     budget band as two cuts in (loss, uid) order."""
@@ -421,9 +426,14 @@ def _band_start(counts: np.ndarray, s: int, w: int, order: str, M: int, m: int) 
     return min(max(lo, 0), M - m)
 
 
-def columns(p: SetaParams) -> frozenset[str]:
+def _columns(p: SetaParams) -> frozenset[str]:
     """The last loss (clustered), ``seen`` and the uid."""
     return frozenset({"uid", "last_loss", "seen"})
+
+
+seta = with_noise(_seta)
+seta_steps = with_noise_steps(_seta_steps)
+columns = with_noise_columns(_columns)
 
 
 SPECS = (

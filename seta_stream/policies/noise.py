@@ -1,0 +1,328 @@
+"""The noise rule: leave out the samples whose loss history says "mislabelled or mismatched"
+(docs/algorithms.md §12), before a policy prunes the rest.
+
+``full``, ``random``, ``seta`` and ``infobatch`` accept ``noise=True`` (with ``noise_warmup``
+and ``noise_recheck``). Then, in every epoch:
+
+1. candidates C: samples with ``seen > 0``, a finite ``last_loss`` and at least
+   ``noise_warmup`` finite records (``loss_count``); their history score is
+   x_i = float32(``loss_mean``_i), the mean of every finite loss recorded for them;
+2. the two-component Gaussian mixture of the scores of C (``_mixture1d``: EM from the exact
+   2-means split of kmeans1d's points); the rule is active iff Ashman's D >= 2 and the
+   components cross between their means at a threshold t;
+3. suspects: candidates with x_i > t and ``last_loss``_i > t (the history says high, and so does
+   the latest measurement: a suspect whose new loss falls below t is released);
+4. re-check: the floor(``noise_recheck`` x |suspects|) suspects of smallest uniform of stream 8
+   (fresh every epoch) are kept with weight 0 (reason ``noise_recheck``): their loss is
+   measured again without being learnt from; the other suspects are left out
+   (``suspected_noise``);
+5. the policy plans the other rows exactly as it plans a table without the suspects (its
+   clusters, mean and counts are those of the non-suspects).
+
+:func:`with_noise`, :func:`with_noise_steps` and :func:`with_noise_columns` wrap a policy's
+function, steps and column declaration with the rule; with ``noise=False`` they are the
+policy's own. The steps form computes the same numbers over buckets (the points of the scores
+by ``points1d_steps``, the suspect count and the re-check cut exactly), so partitioned plans
+are bit for bit the whole-table plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .._kmeans1d import points1d, points1d_steps
+from .._mixture1d import Mixture, fit_two_gaussians
+from .._steps import Cut, Step, smallest, total
+from ..errors import InvalidInputError
+from .base import PolicyInput, PolicyResult, reason_code
+from .random_draws import STREAM_NOISE, keep_count, uniform_subset, uniforms
+from .steps import Decide, PlanContext, memo, uniform_keys_of
+
+__all__ = [
+    "NOISE_COLUMNS",
+    "NOISE_DEFAULTS",
+    "NoiseFit",
+    "check_noise_params",
+    "candidate_scores",
+    "noise_fit",
+    "with_noise",
+    "with_noise_steps",
+    "with_noise_columns",
+]
+
+#: The table columns the rule reads.
+NOISE_COLUMNS = frozenset({"uid", "seen", "last_loss", "loss_count", "loss_mean"})
+#: Default warm-up (finite records a sample needs before it can be suspected) and re-check share.
+NOISE_DEFAULTS = {"noise": False, "noise_warmup": 2, "noise_recheck": 0.1}
+
+
+def check_noise_params(name: str, p: Any) -> None:
+    """Validate a policy's ``noise``, ``noise_warmup`` and ``noise_recheck`` (InvalidInputError)."""
+    if not isinstance(p.noise, (bool, np.bool_)):
+        raise InvalidInputError(f"{name}: noise={p.noise!r}, expected True or False")
+    w = p.noise_warmup
+    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+        raise InvalidInputError(f"{name}: noise_warmup={w!r} is outside the valid range: integer >= 1")
+    if not 0 <= p.noise_recheck <= 1:
+        raise InvalidInputError(
+            f"{name}: noise_recheck={p.noise_recheck} is outside the valid range 0 <= noise_recheck <= 1"
+        )
+
+
+def candidate_scores(inp: PolicyInput, warmup: int) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate mask, their history scores x = float32(loss_mean), in row order) (§12.2)."""
+    with np.errstate(over="ignore"):  # a mean beyond float32's range becomes inf: not a candidate
+        x = np.asarray(inp.loss_mean, dtype=np.float32)
+    cand = np.asarray(inp.seen) > 0
+    cand &= np.isfinite(np.asarray(inp.last_loss))
+    cand &= np.asarray(inp.loss_count) >= warmup
+    cand &= np.isfinite(x)
+    return cand, x[cand]
+
+
+@dataclass(frozen=True)
+class NoiseFit:
+    """The rule's global part: candidates, the mixture of their scores, the threshold."""
+
+    candidates: int
+    mixture: Mixture | None
+
+    @property
+    def active(self) -> bool:
+        return self.mixture is not None and self.mixture.two_modes
+
+    @property
+    def threshold(self) -> float | None:
+        return self.mixture.threshold if self.active and self.mixture is not None else None
+
+    def suspects(self, inp: PolicyInput, warmup: int) -> np.ndarray:
+        """Bool mask of the suspects among ``inp``'s rows (none when not active): candidates
+        whose score and last loss are both above the threshold, compared in float64."""
+        t = self.threshold
+        if t is None:
+            return np.zeros(inp.n, dtype=bool)
+        cand, x = candidate_scores(inp, warmup)
+        idx = np.flatnonzero(cand)
+        above = x.astype(np.float64) > t
+        above &= np.asarray(inp.last_loss)[idx].astype(np.float64) > t
+        out = np.zeros(inp.n, dtype=bool)
+        out[idx[above]] = True
+        return out
+
+    def summary(self, suspected: int, rechecked: int) -> dict[str, Any]:
+        m = self.mixture
+        if m is None:
+            test = "too_few"
+        else:
+            test = "two_modes" if self.active else "one_mode"
+        return {
+            "noise_active": self.active,
+            "noise_test": test,
+            "noise_candidates": self.candidates,
+            "noise_suspected": suspected,
+            "noise_rechecked": rechecked,
+            "noise_threshold": self.threshold,
+            "noise_separation": None if m is None else m.separation,
+            "noise_components": None
+            if m is None
+            else {"weight": list(m.weight), "mean": list(m.mean), "sd": list(m.sd), "iterations": m.iterations},
+        }
+
+
+def noise_fit(inp: PolicyInput, warmup: int) -> NoiseFit:
+    """:class:`NoiseFit` of a whole table."""
+    cand, x = candidate_scores(inp, warmup)
+    n = int(np.count_nonzero(cand))
+    return NoiseFit(n, fit_two_gaussians(points1d(x)) if n else None)
+
+
+# ---------------------------------------------------------------------------------- rows
+def _merge(n: int, rest: np.ndarray, r: PolicyResult, suspect: np.ndarray, recheck: np.ndarray) -> PolicyResult:
+    """The rows of the whole input: the policy's result ``r`` on the rows ``rest`` (the
+    non-suspects), the suspects left out or kept for re-checking with weight 0."""
+    keep = np.zeros(n, dtype=bool)
+    keep[rest] = r.keep
+    keep |= recheck
+    weight = np.zeros(n, dtype=np.float32)
+    weight[rest] = r.weight
+    reason = np.empty(n, dtype=np.int8)
+    reason[rest] = r.reason
+    reason[suspect] = reason_code("suspected_noise")
+    reason[recheck] = reason_code("noise_recheck")
+    cluster = None
+    if r.cluster is not None:
+        cluster = np.full(n, -1, dtype=np.int16)
+        cluster[rest] = r.cluster
+    score = None
+    if r.score is not None:
+        score = np.full(n, np.nan, dtype=np.float64)
+        score[rest] = r.score
+    return PolicyResult(keep, weight, reason, r.summary, cluster, score, r.absent_rule)
+
+
+def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[PolicyInput, Any], PolicyResult]:
+    """``fn`` with the noise rule in front of it when its parameters say ``noise=True``."""
+
+    def policy(inp: PolicyInput, p: Any) -> PolicyResult:
+        if not p.noise:
+            return fn(inp, p)
+        fit = noise_fit(inp, p.noise_warmup)
+        suspect = fit.suspects(inp, p.noise_warmup)
+        n_sus = int(np.count_nonzero(suspect))
+        if not n_sus:
+            result = fn(inp, p)
+            result.summary.update(fit.summary(0, 0))
+            return result
+        m = keep_count(p.noise_recheck, n_sus)
+        recheck = uniform_subset(suspect, m, uniforms(inp.uid, inp.seed, inp.epoch, STREAM_NOISE), inp.uid)
+        rest = np.flatnonzero(~suspect)
+        result = _merge(inp.n, rest, fn(inp.take(rest), p), suspect, recheck)
+        result.summary.update(fit.summary(n_sus, m))
+        return result
+
+    policy.__name__ = getattr(fn, "__name__", "policy").lstrip("_")
+    policy.__doc__ = fn.__doc__
+    return policy
+
+
+def with_noise_columns(columns: Callable[[Any], Iterable[str]]) -> Callable[[Any], frozenset[str]]:
+    """The policy's declared columns, and the rule's (:data:`NOISE_COLUMNS`) with ``noise=True``."""
+
+    def declared(p: Any) -> frozenset[str]:
+        own = frozenset(columns(p))
+        return own | NOISE_COLUMNS if p.noise else own
+
+    declared.__doc__ = columns.__doc__
+    return declared
+
+
+# ---------------------------------------------------------------------------------- steps
+class _Namespaced:
+    """A bucket's memo seen through a prefix: the policy's steps on the bucket's non-suspects
+    keep what they derive apart from what they derive for all its rows."""
+
+    def __init__(self, parent: Any, prefix: str) -> None:
+        self.parent, self.prefix = parent, prefix
+
+    def __contains__(self, key: str) -> bool:
+        return self.prefix + key in self.parent
+
+    def __getitem__(self, key: str) -> Any:
+        return self.parent[self.prefix + key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.parent[self.prefix + key] = value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.parent.get(self.prefix + key, default)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """The rule's decisions over all buckets: the fit, the number of suspects, the re-check cut."""
+
+    fit: NoiseFit
+    warmup: int
+    seed: int
+    epoch: int
+    suspected: int = 0
+    rechecked: int = 0
+    recheck: Cut | None = None
+
+    def suspect(self, inp: PolicyInput) -> np.ndarray:
+        return memo(inp, f"noise/suspect/{self.warmup}", lambda: self.fit.suspects(inp, self.warmup))
+
+    def recheck_keys(self, inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
+        uid = np.asarray(inp.uid, np.uint64)
+        return uniform_keys_of(inp, self.seed, self.epoch, STREAM_NOISE), uid, None, self.suspect(inp)
+
+    def rest(self, inp: PolicyInput) -> PolicyInput:
+        """The bucket's non-suspects, as the policy's steps see them."""
+        rows = memo(inp, "noise/rest", lambda: np.flatnonzero(~self.suspect(inp)))
+        return inp.take(rows, None if inp.memo is None else _Namespaced(inp.memo, "noise/rest/"))
+
+
+def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
+    """The rule over buckets: the candidates, the points of their scores, the mixture (here,
+    from the points alone), the suspects and the re-check cut."""
+    warmup = p.noise_warmup
+
+    def scores(inp: PolicyInput) -> np.ndarray:
+        return memo(inp, f"noise/scores/{warmup}", lambda: candidate_scores(inp, warmup)[1])
+
+    n_cand = yield total(lambda inp: len(scores(inp)))
+    mixture = None
+    if n_cand:
+        mixture = fit_two_gaussians((yield from points1d_steps(scores, n_cand)))
+    rule = _Rule(NoiseFit(n_cand, mixture), warmup, ctx.seed, ctx.epoch)
+    if not rule.fit.active:
+        return rule
+    n_sus = yield total(lambda inp: int(np.count_nonzero(rule.suspect(inp))))
+    if not n_sus:
+        return rule
+    m = keep_count(p.noise_recheck, n_sus)
+    cut = yield from smallest(rule.recheck_keys, m, n_sus)
+    return replace(rule, suspected=n_sus, rechecked=m, recheck=cut)
+
+
+class _OnRest:
+    """A step's map applied to the bucket's non-suspects (picklable with its rule)."""
+
+    def __init__(self, fn: Callable[[PolicyInput], Any], rule: _Rule) -> None:
+        self.fn, self.rule = fn, rule
+
+    def __call__(self, inp: PolicyInput) -> Any:
+        return self.fn(self.rule.rest(inp))
+
+
+class _MergedRows:
+    """A bucket's rows: the policy's decisions on its non-suspects, its suspects left out or
+    re-checked."""
+
+    def __init__(self, rows: Callable[[PolicyInput], PolicyResult], rule: _Rule) -> None:
+        self.rows, self.rule = rows, rule
+
+    def __call__(self, inp: PolicyInput) -> PolicyResult:
+        rule = self.rule
+        suspect = rule.suspect(inp)
+        assert rule.recheck is not None
+        recheck = rule.recheck.mask(*rule.recheck_keys(inp))
+        rest = np.flatnonzero(~suspect)
+        return _merge(inp.n, rest, self.rows(rule.rest(inp)), suspect, recheck)
+
+
+def _on_rest(steps: Generator[Step, Any, Decide], rule: _Rule) -> Generator[Step, Any, Decide]:
+    """``steps`` with every map applied to the buckets' non-suspects."""
+    try:
+        step = next(steps)
+        while True:
+            value = yield Step(_OnRest(step.map, rule), step.reduce, step.streamed)
+            step = steps.send(value)
+    except StopIteration as stop:
+        return stop.value
+
+
+def with_noise_steps(
+    steps: Callable[[PlanContext, Any], Generator[Step, Any, Decide]],
+) -> Callable[[PlanContext, Any], Generator[Step, Any, Decide]]:
+    """``steps`` (a policy's steps form) with the noise rule in front when ``noise=True``: the
+    rule's steps, then the policy's steps on the non-suspects (a context of their number)."""
+
+    def noisy(ctx: PlanContext, p: Any) -> Generator[Step, Any, Decide]:
+        if not p.noise:
+            return (yield from steps(ctx, p))
+        rule = yield from _rule_steps(ctx, p)
+        if not rule.suspected:
+            decide = yield from steps(ctx, p)
+            return Decide(decide.rows, {**decide.summary, **rule.fit.summary(0, 0)}, decide.absent_rule)
+        decide = yield from _on_rest(steps(replace(ctx, n=ctx.n - rule.suspected), p), rule)
+        summary = {**decide.summary, **rule.fit.summary(rule.suspected, rule.rechecked)}
+        return Decide(_MergedRows(decide.rows, rule), summary, decide.absent_rule)
+
+    noisy.__name__ = getattr(steps, "__name__", "steps").lstrip("_")
+    noisy.__doc__ = steps.__doc__
+    return noisy

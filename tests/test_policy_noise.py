@@ -1,0 +1,339 @@
+"""The noise rule (docs/algorithms.md §12): suspects from the loss history, the two-mode test,
+warm-up, re-checks, the composition with full, random, seta and infobatch, and its plans on
+real run directories (one bucket and partitioned)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from policy_helpers import noise_suspects, two_gaussians
+
+from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
+from seta_stream._kmeans1d import points1d, points1d_steps
+from seta_stream._mixture1d import fit_two_gaussians
+from seta_stream._steps import run_steps
+from seta_stream.errors import InvalidInputError
+from seta_stream.policies import POLICIES, REASONS, PolicyInput, policy_params, run_policy
+from seta_stream.policies.random_draws import STREAM_NOISE, uniform_of
+
+NOISE_FIELDS = {
+    "noise_active",
+    "noise_test",
+    "noise_candidates",
+    "noise_suspected",
+    "noise_rechecked",
+    "noise_threshold",
+    "noise_separation",
+    "noise_components",
+}
+
+
+def columns(mean, last=None, count=None, seen=None):
+    """Table columns of len(mean) samples: history mean, last loss (default: the mean), finite
+    records (default 3), seen (default: the count)."""
+    mean = np.asarray(mean, np.float64)
+    n = len(mean)
+    count = np.full(n, 3, np.int32) if count is None else np.asarray(count, np.int32)
+    last = mean.astype(np.float32) if last is None else np.asarray(last, np.float32)
+    return {
+        "uid": (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15),
+        "last_loss": last,
+        "ema": mean.copy(),
+        "seen": count.copy() if seen is None else np.asarray(seen, np.int32),
+        "last_epoch": np.full(n, 2, np.int32),
+        "loss_count": count,
+        "loss_mean": mean,
+    }
+
+
+def plan(name, cols, epoch=3, epochs=10, seed=7, **params):
+    inp = PolicyInput.from_columns(
+        {c: cols[c] for c in POLICIES[name].table_columns(policy_params(name, **params)[1])},
+        epoch=epoch,
+        epochs=epochs,
+        seed=seed,
+    )
+    return run_policy(name, inp, **params)
+
+
+def reasons(result):
+    return [REASONS[r] for r in result.reason]
+
+
+def two_mode_table():
+    """40 clean samples (means 1.00 .. 1.39), 10 noisy ones (means 8.00 .. 8.09); noisy sample
+    40 has a low last loss (released), noisy sample 41 one finite record (warm-up)."""
+    mean = np.r_[1.0 + 0.01 * np.arange(40), 8.0 + 0.01 * np.arange(10)]
+    last = mean.astype(np.float32)
+    last[40] = 0.5
+    count = np.full(50, 3)
+    count[41] = 1
+    return columns(mean, last, count)
+
+
+def test_two_modes_suspect_the_upper_mode_by_mean_and_last_loss_and_recheck_the_smallest_uniforms():
+    cols = two_mode_table()
+    res = plan("full", cols, noise=True, noise_recheck=0.25)
+    suspects = list(range(42, 50))
+    # the 2 (floor(0.25 x 8)) suspects of smallest uniform of stream 8, ties by uid
+    u = {i: uniform_of(int(cols["uid"][i]), 7, 3, STREAM_NOISE) for i in suspects}
+    rechecked = sorted(suspects, key=lambda i: (u[i], int(cols["uid"][i])))[:2]
+    expected = ["all"] * 50
+    for i in suspects:
+        expected[i] = "noise_recheck" if i in rechecked else "suspected_noise"
+    assert reasons(res) == expected
+    assert res.keep.tolist() == [r != "suspected_noise" for r in expected]
+    assert res.weight.tolist() == [0.0 if i in suspects else 1.0 for i in range(50)]  # re-checks: weight 0
+    s = res.summary
+    assert {k: s[k] for k in ("noise_active", "noise_test", "noise_candidates", "noise_suspected")} == {
+        "noise_active": True,
+        "noise_test": "two_modes",
+        "noise_candidates": 49,  # sample 41 has one finite record, the warm-up asks 2
+        "noise_suspected": 8,
+    }
+    assert (s["noise_rechecked"], s["kept"], s["rows_by_reason"]) == (
+        2,
+        44,
+        {"all": 40 + 2, "suspected_noise": 6, "noise_recheck": 2},
+    )
+    assert s["weight_histogram"] == {"0.0": 2, "1.0": 42}
+    # the mixture, recomputed independently by EM on the 49 candidates' scores
+    w, mu, sd, d, t = two_gaussians(np.float32(cols["loss_mean"][np.r_[0:41, 42:50]]))
+    comp = s["noise_components"]
+    assert comp["weight"] == pytest.approx(w, rel=1e-7) and comp["mean"] == pytest.approx(mu, rel=1e-7)
+    assert comp["sd"] == pytest.approx(sd, rel=1e-6) and s["noise_separation"] == pytest.approx(d, rel=1e-6)
+    assert s["noise_threshold"] == pytest.approx(t, rel=1e-7) and 1.39 < t < 8.0
+
+
+def test_an_independent_implementation_finds_the_same_suspects():
+    rng = np.random.default_rng(5)
+    n = 3000
+    noisy = rng.random(n) < 0.25
+    mean = np.where(noisy, rng.normal(6.5, 0.5, n), rng.lognormal(0.2, 0.5, n))
+    last = (mean + rng.normal(0, 0.8, n)).astype(np.float32)
+    count = rng.integers(0, 5, n)
+    mean[count == 0] = np.nan
+    last[rng.random(n) < 0.02] = np.nan  # a non-finite last record: not a candidate
+    cols = columns(mean, last, count, seen=count + 1)
+    for name, params in [("full", {}), ("seta", dict(r=0.1, k=5, alpha=0.6)), ("infobatch", {}), ("random", {})]:
+        res = plan(name, cols, noise=True, noise_warmup=2, **params)
+        cand, suspect, fit = noise_suspects(cols, 2)
+        got = np.isin(res.reason, [REASONS.index("suspected_noise"), REASONS.index("noise_recheck")])
+        assert np.array_equal(got, suspect), name
+        assert res.summary["noise_candidates"] == int(cand.sum()) and res.summary["noise_suspected"] == suspect.sum()
+        assert res.summary["noise_separation"] == pytest.approx(fit[3], rel=1e-6)
+        hits = (suspect & noisy).sum()  # precision, and recall among the noisy candidates
+        assert 0.95 < hits / suspect.sum() and 0.9 < hits / (cand & noisy).sum()
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda rng, n: rng.normal(3.0, 1.0, n),
+        lambda rng, n: rng.lognormal(0.0, 0.25, n),
+        lambda rng, n: rng.lognormal(0.0, 0.5, n),
+        lambda rng, n: rng.lognormal(0.0, 1.0, n),
+        lambda rng, n: rng.gamma(2.0, 1.0, n),
+        lambda rng, n: rng.exponential(1.0, n),
+        lambda rng, n: rng.lognormal(0.0, 1.0, (5, n)).mean(0),  # the mean of 5 skewed records
+    ],
+    ids=["normal", "lognormal-0.25", "lognormal-0.5", "lognormal-1", "gamma-2", "exponential", "mean-of-5"],
+)
+def test_one_mode_suspects_nothing_and_plans_as_without_the_rule(draw):
+    """Clean data: unimodal (also right-skewed) loss histories fail the two-mode test (fitted
+    components with Ashman's D < 2), so the rule never turns into "drop the hardest x%"."""
+    rng = np.random.default_rng(11)
+    mean = draw(rng, 20_000)
+    cols = columns(mean, (mean * rng.uniform(0.8, 1.2, len(mean))).astype(np.float32))
+    for name, params in [("full", {}), ("seta", dict(r=0.1, k=5, alpha=0.6)), ("infobatch", {})]:
+        res = plan(name, cols, noise=True, **params)
+        s = res.summary
+        assert (s["noise_test"], s["noise_active"], s["noise_suspected"], s["noise_threshold"]) == (
+            "one_mode",
+            False,
+            0,
+            None,
+        )
+        assert s["noise_separation"] < 2.0
+        plain = plan(name, cols, **params)
+        assert np.array_equal(res.keep, plain.keep) and np.array_equal(res.reason, plain.reason)
+        assert {k: v for k, v in s.items() if k not in NOISE_FIELDS and k != "params"} == {
+            k: v for k, v in plain.summary.items() if k != "params"
+        }
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("full", {}),
+        ("random", dict(r=0.3)),
+        ("random", dict(r=0.4, mode="static")),
+        ("seta", dict(r=0.1, k=5, alpha=0.6)),
+        ("seta", dict(r=0.2, k=4, alpha=0.5, target_keep=0.5)),
+        ("seta", dict(r=0.1, prune_epochs=2)),  # annealing: the rule still holds
+        ("infobatch", dict(r=0.5)),
+        ("infobatch", dict(r=0.3, score="ema", rescale="exact")),
+    ],
+)
+def test_the_policy_plans_the_rest_as_it_plans_a_table_without_the_suspects(name, params):
+    rng = np.random.default_rng(3)
+    n = 2000
+    noisy = rng.random(n) < 0.2
+    mean = np.where(noisy, rng.normal(7.0, 0.4, n), rng.lognormal(0.0, 0.5, n))
+    count = rng.integers(1, 4, n)
+    cols = columns(mean, (mean * rng.uniform(0.9, 1.1, n)).astype(np.float32), count)
+    res = plan(name, cols, noise=True, noise_recheck=0.1, **params)
+    _, suspect, _ = noise_suspects(cols, 2)
+    assert res.summary["noise_suspected"] == suspect.sum() > 250
+    rest = np.flatnonzero(~suspect)
+    alone = plan(name, {c: v[rest] for c, v in cols.items()}, **params)
+    for f in ("keep", "weight", "reason", "cluster"):
+        a, b = getattr(res, f), getattr(alone, f)
+        assert (a is None) == (b is None), f
+        if a is not None:
+            assert np.array_equal(a[rest], b), f
+    m = math.floor(0.1 * suspect.sum() + 1e-9)
+    assert res.summary["noise_rechecked"] == m == int(np.count_nonzero(res.keep & suspect))
+    assert res.summary["kept"] == alone.summary["kept"] + m
+    own, theirs = dict(res.summary), dict(alone.summary)
+    for k in ("n", "kept", "pruned_fraction", "unseen", "weight_histogram", "rows_by_reason", "kept_by_reason"):
+        own.pop(k), theirs.pop(k)  # counted over every row, suspects included
+    assert {k: v for k, v in own.items() if k not in NOISE_FIELDS | {"params"}} == {
+        k: v for k, v in theirs.items() if k != "params"
+    }
+    assert not res.weight[suspect].any()
+    if res.cluster is not None:
+        assert (res.cluster[suspect] == -1).all()
+
+
+def test_warmup_recheck_share_and_fresh_draws():
+    cols = two_mode_table()
+    early = plan("full", cols, noise=True, noise_warmup=4)  # nobody has 4 finite records
+    assert (early.summary["noise_test"], early.summary["noise_candidates"], early.summary["noise_suspected"]) == (
+        "too_few",
+        0,
+        0,
+    )
+    assert early.summary["noise_separation"] is None and early.keep.all()
+    one = plan("full", cols, noise=True, noise_warmup=1)  # sample 41 is a candidate now
+    assert one.summary["noise_suspected"] == 9 and REASONS[one.reason[41]] in ("suspected_noise", "noise_recheck")
+    none = plan("full", cols, noise=True, noise_recheck=0.0)
+    assert reasons(none).count("suspected_noise") == 8 and none.summary["kept"] == 42
+    every = plan("full", cols, noise=True, noise_recheck=1.0)
+    assert reasons(every).count("noise_recheck") == 8 and every.keep.all() and every.weight.sum() == 42
+    draws = {
+        tuple(np.flatnonzero(plan("full", cols, epoch=e, seed=s, noise=True, noise_recheck=0.5).keep[42:]))
+        for e in (3, 4, 5)
+        for s in (7, 8)
+    }
+    assert len(draws) > 1  # a fresh draw every epoch (and seed): one bad epoch is not for good
+
+
+def test_a_suspect_whose_last_loss_falls_is_released():
+    cols = two_mode_table()
+    before = plan("full", cols, noise=True, noise_recheck=0.0)
+    assert REASONS[before.reason[45]] == "suspected_noise"
+    cols["last_loss"][45] = np.float32(1.2)  # re-measured: now in the lower mode
+    after = plan("full", cols, noise=True, noise_recheck=0.0)
+    assert REASONS[after.reason[45]] == "all" and after.keep[45] and after.summary["noise_suspected"] == 7
+
+
+def test_noise_parameters_are_validated_and_declare_the_history_columns():
+    for name in ("full", "random", "seta", "infobatch"):
+        spec, p = policy_params(name, noise=True)
+        assert (p.noise, p.noise_warmup, p.noise_recheck) == (True, 2, 0.1)
+        assert {"loss_count", "loss_mean", "last_loss", "seen", "uid"} <= set(spec.table_columns(p))
+        assert not {"loss_count", "loss_mean"} & set(spec.table_columns(policy_params(name)[1]))
+    for bad, match in [
+        (dict(noise="yes"), r"full: noise='yes', expected True or False"),
+        (dict(noise_warmup=0), r"full: noise_warmup=0 is outside the valid range: integer >= 1"),
+        (dict(noise_warmup=True), r"noise_warmup=True is outside the valid range"),
+        (dict(noise_recheck=1.5), r"noise_recheck=1.5 is outside the valid range 0 <= noise_recheck <= 1"),
+    ]:
+        with pytest.raises(InvalidInputError, match=match):
+            policy_params("full", **bad)
+    with pytest.raises(InvalidInputError, match=r"unknown parameter\(s\) \['noise'\]"):
+        policy_params("static", noise=True)
+
+
+def test_mixture_points_are_the_same_whole_and_over_buckets_and_binned():
+    rng = np.random.default_rng(2)
+    for n in (500, 100_000):  # distinct values, then 65,536 bins
+        x = np.r_[rng.lognormal(0, 0.5, n - n // 5), rng.normal(6, 0.5, n // 5)].astype(np.float32)
+        whole = points1d(x)
+        pieces = np.array_split(rng.permutation(x), 5)
+        split = run_steps(points1d_steps(pieces.__getitem__, len(x)), lambda b: b, 5)
+        assert whole.binned == (n > 65_536) == split.binned
+        for f in ("counts", "s1", "s2", "lower", "upper"):
+            assert np.array_equal(getattr(whole, f), getattr(split, f)), f
+        assert whole.mean == split.mean and whole.total == n
+        a, b = fit_two_gaussians(whole), fit_two_gaussians(split)
+        assert a == b and a is not None and a.two_modes and a.separation > 5
+
+
+# ---------------------------------------------------------------------------------- run directories
+def record_two_modes(run: RunDir, epochs: int, n: int = 600, shards: int = 7) -> set[str]:
+    """Losses of ``epochs`` epochs: a fifth of the keys stay near 7 (mismatched), the others fall
+    from 4 towards 1; returns the mismatched keys."""
+    rng = np.random.default_rng(0)
+    keys = [f"k{i:04d}" for i in range(n)]
+    urls = [f"/d/s-{i % shards}.tar" for i in range(n)]
+    noisy = rng.random(n) < 0.2
+    for e in range(epochs):
+        loss = np.where(noisy, rng.normal(7.0, 0.4, n), rng.lognormal(np.log(4.0 / (1 + e)), 0.4, n))
+        with LossRecorder(run, epoch=e, flush_rows=97) as rec:
+            rec.record(keys, urls, loss.astype(np.float32))
+        compact(run)
+    return {k for k, z in zip(keys, noisy) if z}
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
+@pytest.mark.parametrize("name,params", [("seta", dict(r=0.1, k=5, alpha=0.6)), ("infobatch", {}), ("full", {})])
+def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_path, name, params, spilled, monkeypatch):
+    """``spilled``: every bucket spilled to .npy files after the first pass, what the steps
+    derive from its rows (and from its non-suspects) memoised on disk; with a population that
+    lists 50 samples never recorded (unseen: never suspected)."""
+    import seta_stream._plan as plan_module
+
+    if spilled:
+        monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)
+    population = [(f"s-{i % 7}.tar", f"k{i:04d}") for i in range(650)]
+    plans, summaries = {}, {}
+    for buckets in (1, 3):
+        run = RunDir(tmp_path / f"b{buckets}", create=True, settings={"buckets": buckets})
+        noisy = record_two_modes(run, 3)
+        summaries[buckets] = plan_epoch(
+            run, 3, policy=name, params={**params, "noise": True}, epochs=6, seed=1, population=population
+        )
+        summaries[buckets].pop("stage", None)
+        t = load_plan(run, 3)
+        rows = t.set_column(0, "shard", t.column("shard").cast(pa.string())).sort_by("uid").to_pylist()
+        plans[buckets] = [{k: "NaN" if v != v else v for k, v in r.items()} for r in rows]  # NaN == NaN here
+    assert summaries[3] == summaries[1]
+    assert plans[3] == plans[1]
+    s = summaries[1]
+    assert s["noise_active"] and s["noise_suspected"] == sum(
+        r["reason"] in ("suspected_noise", "noise_recheck") for r in plans[1]
+    )
+    found = {r["key"] for r in plans[1] if r["reason"] in ("suspected_noise", "noise_recheck")}
+    assert found == noisy  # these histories separate cleanly
+    assert len(plans[1]) == 650 and s["unseen"] == 50
+
+
+def test_a_run_whose_table_has_no_history_yet_suspects_nothing(tmp_path):
+    """A table written before the history columns: every sample has loss_count 0, so the rule
+    waits for its warm-up instead of failing."""
+    import pyarrow.parquet as pq
+
+    from seta_stream._table import read_manifest, table_buckets
+
+    run = RunDir(tmp_path / "r", create=True)
+    record_two_modes(run, 3)
+    for bucket in table_buckets(read_manifest(run)):
+        path = tmp_path / "r" / bucket.table
+        pq.write_table(pq.read_table(path).drop_columns(["loss_count", "loss_mean", "loss_m2"]), path)
+    s = plan_epoch(run, 3, policy="full", params={"noise": True}, epochs=6, seed=1)
+    assert (s["noise_test"], s["noise_candidates"], s["noise_suspected"], s["kept"]) == ("too_few", 0, 0, 600)
