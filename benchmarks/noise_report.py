@@ -733,14 +733,38 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ writing
-def splice(doc: Path, lines: list[str]) -> None:
-    """Replace what stands between BEGIN and END in ``doc`` (appending both where absent)."""
+def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> None:
+    """Replace what stands between ``begin`` and ``end`` in ``doc`` (appending both where absent)."""
     text = doc.read_text() if doc.exists() else ""
-    if BEGIN not in text:
-        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    doc.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+    if begin not in text:
+        text = text.rstrip("\n") + f"\n\n{begin}\n{end}\n"
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+
+
+README_BEGIN, README_END = "<!-- noise-readme:begin -->", "<!-- noise-readme:end -->"
+
+
+def readme_lines(files: dict) -> list[str]:
+    """README's summary of the measurement: the targets that every seed of a configuration has
+    measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
+    m, used, _ = split_runs(files)
+    pairs = [r for r in used if r.get("study") == "noise-pairs"]
+    rows = [row for row in _pairs_targets(pairs) if row.startswith("| ") and "open" not in row.rsplit("|", 2)[-2]]
+    rows = [row for row in rows if not row.startswith("| target") and not row.startswith("| ---")]
+    seeds = sorted({r["seed"] for r in pairs})
+    size = f"{pairs[0]['data']['train']:,} pairs, E = {pairs[0]['E']}" if pairs else "no run yet"
+    return [
+        f"Measured by `benchmarks/noise_study.py` ({len(pairs)} finished pairs runs of {size}, seeds "
+        f"{', '.join(map(str, seeds))}, on one machine: {m}; generated from `docs/quality-runs/noise-study/`, "
+        "the whole comparison and the runs still missing in docs/quality-pairs.md), the targets measured on "
+        "every seed so far:",
+        "",
+        "| target | configuration | measured (mean over seeds; per seed) | verdict |",
+        "| --- | --- | --- | --- |",
+        *rows,
+    ]
 
 
 def missing_runs(ctx: Any, files: dict) -> list[str]:
@@ -765,5 +789,7 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
     labels_doc = labels_doc or docs / "quality.md"
     pairs_doc.parent.mkdir(parents=True, exist_ok=True)
     splice(pairs_doc, pairs_lines(ctx, files, [x for x in missing if x.startswith("pairs-")]))
+    if not ctx.smoke and (readme := ROOT / "README.md").exists() and README_BEGIN in readme.read_text():
+        splice(readme, readme_lines(files), README_BEGIN, README_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))
