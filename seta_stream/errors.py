@@ -16,6 +16,12 @@ shard, key), what was found, what was expected, how to fix it.
         ├── ShardNameError          a shard cannot be named from its URL (a pipe: command)
         │   └── ShardNameConflictError  two shard locations with one shard name
         └── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
+
+Warnings derive from :class:`SetaStreamWarning` (a ``UserWarning``), so a script can filter
+them with one category::
+
+    SetaStreamWarning
+    └── PlanWarning             a plan has a property training may not survive (Pruner.start_epoch)
 """
 
 from __future__ import annotations
@@ -71,3 +77,20 @@ class ShardNameConflictError(ShardNameError):
 
 class UnsupportedPipelineError(SetaStreamError, TypeError):
     """``attach()`` was given something it cannot install the filter stages into."""
+
+
+class SetaStreamWarning(UserWarning):
+    """Base class of the warnings seta_stream emits on purpose."""
+
+
+class PlanWarning(SetaStreamWarning):
+    """A plan has a property that training may not survive: an epoch keeping a few percent of
+    the data (``low_keep``), large weights (``high_weight``), a last batch of a few samples
+    (``small_final_batch``). ``Pruner.start_epoch`` emits one per entry of the plan summary's
+    ``warnings`` (docs/algorithms.md §0.10); ``code``, ``value``, ``limit`` and ``epoch`` are
+    that entry's."""
+
+    def __init__(self, message: str, code: str = "", value: float | None = None, limit: float | None = None,
+                 epoch: int | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.code, self.value, self.limit, self.epoch = code, value, limit, epoch

@@ -58,6 +58,7 @@ REASONS: tuple[str, ...] = (
     "drawn",  # ESWP: in the weighted draw
     "not_drawn",  # ESWP: outside the weighted draw
     "empty_plan_guard",  # the single sample kept by the empty-plan guard
+    "floor_fill",  # kept by the floor on an epoch's kept count (min_keep_fraction, §0.10)
 )
 
 
@@ -194,6 +195,8 @@ class PolicyResult:
     cluster: np.ndarray | None = None  # int16[N], -1 = not clustered
     score: np.ndarray | None = None  # float64[N] (ES/ESWP)
     absent_rule: AbsentRule = field(default_factory=AbsentRule)
+    #: kept rows whose weight the cap (``max_weight``, §0.10) lowered; set by ``finalize``
+    capped: int = 0
 
 
 @dataclass(frozen=True)
