@@ -55,8 +55,11 @@ class Probe:
         self._prev: tuple | None = None  # the batch before it: (x, y, w)
         self.final_sizes: list[int] = []
         self.skipped = 0
+        self._size: int | None = None  # the latest batch's samples
+        self._weights: Any = None
 
     def train_batch(self, model: Any, opts: list, x: Any, y: Any, w: Any) -> bool:
+        self._size, self._weights = len(y), w
         if self.forks:
             if self._last is not None:
                 self._prev = self._last[2:]
@@ -76,12 +79,15 @@ class Probe:
         from .pipeline import evaluate
 
         out: dict[str, Any] = {}
+        if self._size is None:
+            return out
+        size, self._size = self._size, None
+        out["final_batch"] = size
+        out["final_batch_trained"] = not (size < self.batch and size < self.drop_below)
+        out["final_weights"] = sorted({round(float(v), 4) for v in self._weights})
         if self._last is None:
             return out
         model_state, opt_states, x, y, w = self._last
-        out["final_batch"] = len(y)
-        out["final_batch_trained"] = not (len(y) < self.batch and len(y) < self.drop_below)
-        out["final_weights"] = sorted({round(float(v), 4) for v in w})
         epoch, self.epoch = self.epoch, self.epoch + 1
         if not self.forks or (self.fork_epochs is not None and epoch not in self.fork_epochs):
             self._last = self._prev = None

@@ -124,25 +124,50 @@ def _fork_lines(result: dict) -> list[str]:
 
 
 def _run_lines(result: dict) -> str:
-    """The run itself: per epoch, kept count, final batch and test accuracy."""
+    """The run itself: per epoch, kept count, final batch (one loader worker: the kept count modulo
+    128, or 128) and test accuracy."""
     return "; ".join(
         f"e{e['epoch']} kept {e['kept']} ({100 * e['kept'] / e['n']:.1f}%), final batch "
-        f"{(e.get('probe') or {}).get('final_batch', e['backprop'] % BATCH)}"
-        f"{' (not trained)' if (e.get('probe') or {}).get('final_batch_trained') is False else ''}, "
+        f"{(e['streamed'] - 1) % BATCH + 1}{' (not trained)' if e['backprop'] < e['streamed'] else ''}, "
         f"test {100 * e['test_acc']:.1f}%"
         for e in result["epochs"]
     )
 
 
-def _experiment(run_id: str, folder: Path) -> dict:
+def _headline(name: str, r: dict, epoch: int) -> str:
+    """In one sentence: what the rerun's small final batches and the fork at the collapse epoch showed."""
+    small = [e for e in r["epochs"] if (e["streamed"] - 1) % BATCH + 1 < 8]
+    parts = []
+    for e in small:
+        f = (e["streamed"] - 1) % BATCH + 1
+        if e["backprop"] < e["streamed"]:
+            parts.append(f"e{e['epoch']} ended with {f} sample{'s' * (f > 1)}, not trained: {100 * e['test_acc']:.1f}%")
+        else:
+            parts.append(f"e{e['epoch']} ended with a batch of {f}: {100 * e['test_acc']:.1f}%")
+    at_chance = [e["epoch"] for e in r["epochs"] if e["test_acc"] <= CHANCE]
+    line = f"{name}: final batches under 8 samples: {'; '.join(parts) if parts else 'none'}; epochs at chance: "
+    line += ", ".join(f"e{x}" for x in at_chance) if at_chance else "none"
+    fork = next((e["probe"] for e in r["epochs"] if e["epoch"] == epoch and "size_1" in (e.get("probe") or {})), None)
+    if fork is not None:
+        line += (
+            f"; forked at the collapse epoch {epoch}: {100 * fork['without_final']:.1f}% without the final batch, "
+            f"{100 * fork['size_1']:.1f}% with one sample in its place"
+        )
+    return line
+
+
+def _experiment(run_id: str, folder: Path, epoch: int) -> dict:
     runs = RUN_EXPERIMENTS.get(run_id, [])
-    files, outcome = [], []
+    files, outcome, reached, headlines = [], [], -1, []
     for args, name in [*runs, CONTROL]:
         path = folder / EXPERIMENTS / name
         if not path.exists():
             outcome.append(f"{name}: not run")
             continue
         r = json.loads(path.read_text())
+        if (args, name) != CONTROL:
+            reached = max(reached, r["epochs"][-1]["epoch"])
+            headlines.append(_headline(name, r, epoch))
         files.append(f"docs/quality-runs/{EXPERIMENTS}/{name}")
         what = "control, full data" if (args, name) == CONTROL else "rerun"
         line = f"{name} ({what}; {COMMAND} {args}): {_run_lines(r)}"
@@ -150,6 +175,16 @@ def _experiment(run_id: str, folder: Path) -> dict:
         if forks:
             line += ". Forks: " + " | ".join(forks)
         outcome.append(line)
+    if reached < epoch:
+        headlines.insert(
+            0,
+            f"not rerun to epoch {epoch}: "
+            + (f"the rerun stops at epoch {reached}; " if reached >= 0 else "")
+            + "the mechanism is shown by the forks of the other runs (the same model, any epoch, full data "
+            f"included); training this configuration to the epoch costs {epoch + 1} epochs, more than the "
+            "experiments' budget allowed",
+        )
+    outcome = headlines + outcome
     return {
         "changed": (
             "the epoch's final batch, nothing else: the same configuration and seed rerun through the study's own "
@@ -159,8 +194,10 @@ def _experiment(run_id: str, folder: Path) -> dict:
             "rate and weights), and the one-sample step is repeated with only the weights moving, only the "
             "BatchNorm statistics moving, the gradient scaled to a full batch's norm, the loss divided by 128, and "
             "BatchNorm in eval mode; each fork's test accuracy. The drop8 runs train the same configuration without "
-            "any final batch of fewer than 8 samples (one also with min_keep_fraction = 0.1). Augmentation draws "
-            "are not seeded, so a rerun is another sample of the run, not a replay: its final batches differ"
+            "any final batch of fewer than 8 samples (one also with min_keep_fraction = 0.1, which holds the epochs "
+            "SeTa would shrink to 5-10% at 10%). Augmentation draws are not seeded, so a rerun is another sample "
+            "of the run, not a replay: its kept counts and final batches differ. The E = 72 runs were trained in "
+            "the same order every epoch; their reruns here reshuffle every epoch, as the study now does"
         ),
         "command": [f"{COMMAND} {args}" for args, _ in [*runs, CONTROL]],
         "result_files": files,
@@ -255,7 +292,7 @@ def collapses(layout: Layout | None = None) -> list[dict[str, Any]]:
                             acc=100 * e["test_acc"],
                             forks=forks,
                         ),
-                        "experiment": _experiment(run_id, layout.results),
+                        "experiment": _experiment(run_id, layout.results, epoch),
                     }
                 )
     return out
