@@ -362,9 +362,10 @@ def weighted_mean(losses: Any, weights: Any, batch_size: int | None = None) -> A
     try:
         import torch
     except ImportError:  # numpy inputs
-        torch = None
-    if torch is not None and isinstance(losses, torch.Tensor):
-        w = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device).reshape(losses.shape)
-        return (losses * w).mean() if batch_size is None else (losses * w).sum() / batch_size
+        pass
+    else:
+        if isinstance(losses, torch.Tensor):
+            w = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device).reshape(losses.shape)
+            return (losses * w).mean() if batch_size is None else (losses * w).sum() / batch_size
     product = np.asarray(losses) * np.asarray(weights)
     return float(np.mean(product) if batch_size is None else np.sum(product) / batch_size)

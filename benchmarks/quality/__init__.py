@@ -35,5 +35,7 @@ Modules, one job each (an arrow = may import):
     report      the short study's section of docs/quality.md, and the splicing of a generated
                 section between its markers                   (results, plots, checks, configs, layout)
     report_converged  the converged study's section           (report, results, plots, checks, configs)
+    collapse    the collapse experiments: a run forked at its epochs' final batches (train, configs, data, pipeline)
+    collapse_list  docs/quality-runs/collapses.json: the epochs at chance, their plans and experiments (train, layout)
     __main__    the command line
 """
