@@ -91,8 +91,10 @@ class Pruner:
         engine: ``"local"`` (default) or ``"ray"``: where compaction and planning run the
             buckets of a partitioned run (``ray_address`` as ``ray.init`` takes it).
         batch_size: the training loop's batch size, if known: each plan summary then records
-            it and warns when the epoch's kept samples end with a batch of fewer than 8
-            (``small_final_batch``).
+            it and warns when the epoch's kept samples, batched in order by one loader, end with a
+            batch of fewer than 8 (``small_final_batch``). With several ranks or DataLoader
+            workers each ends its share with a partial batch of its own, which no plan can tell:
+            drop partial batches, or use ``weighted_mean(..., batch_size=...)``.
 
     :meth:`start_epoch` emits a :class:`~seta_stream.errors.PlanWarning` (rank 0) for every
     entry of the plan summary's ``warnings``: an epoch keeping less than 10% of the data, a

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import webdataset as wds
-from conftest import write_shards
+from conftest import seeded_run, write_shards
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_policy_steps import assert_same, table
@@ -364,6 +364,22 @@ def test_a_known_batch_size_warns_of_a_final_batch_of_a_few_samples(tmp_path):
         small_epochs_run(tmp_path / "b", params, batch_size=30)  # 120, 30, 30: no partial batch
     with pytest.raises(seta.InvalidInputError, match=r"^Pruner: batch_size=0, expected an integer >= 1 or None$"):
         seta.Pruner(tmp_path / "c", policy="full", epochs=1, batch_size=0)
+
+
+def test_plan_epoch_of_a_partitioned_run_gives_the_one_bucket_plan_with_safeguards_and_batch_size(tmp_path):
+    params = dict(r=0.3, k=10, alpha=0.3, min_keep_fraction=0.2, max_weight=1.0)
+    plans = {}
+    for buckets in (1, 2):
+        run = seeded_run(tmp_path / f"b{buckets}", n=400, shards=8, buckets=buckets)
+        s = seta.plan_epoch(run, 5, policy="seta", params=params, epochs=10, seed=3, batch_size=16)
+        plans[buckets] = (s, seta.load_plan(run, 5).sort_by("uid"))
+    (one, p1), (two, p2) = plans[1], plans[2]
+    assert one["kept"] == 80 and one["safeguards"]["filled"] == 80 - one["kept_by_reason"]["window"] > 0
+    assert one["batch_size"] == 16 and one["warnings"] == []  # 80 = 5 x 16: no partial batch
+    drop = {"stage", "table_generation"}
+    assert {k: v for k, v in one.items() if k not in drop} == {k: v for k, v in two.items() if k not in drop}
+    for c in ("uid", "keep", "weight", "reason"):
+        assert p1.column(c).to_pylist() == p2.column(c).to_pylist(), c
 
 
 # ---------------------------------------------------------------- weighted_mean's nominal batch size
