@@ -54,10 +54,11 @@ from .policies import (
     PolicySpec,
     apply_guard,
     check_run_settings,
+    plan_params,
     plan_partitioned,
-    policy_params,
     summarize,
 )
+from .policies.safeguards import check_batch_size, final_batch_warning
 from .policies.steps import PlanContext
 
 __all__ = [
@@ -247,6 +248,7 @@ def plan_epoch(
     force: bool = False,
     engine: str | Engine | None = None,
     ray_address: str | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Plan ``epoch`` (0-based) and publish it; returns the summary dict.
 
@@ -262,11 +264,17 @@ def plan_epoch(
     per-bucket work as Ray tasks on the cluster ``ray.init(address=ray_address)`` reaches
     (every node must reach the run directory); the tasks write their buckets' plan files, and
     this process merges the small statistics and publishes the plan.
+
+    ``params`` may also hold the safeguards every policy accepts (``min_keep_fraction``,
+    ``max_weight``: docs/algorithms.md §0.10). ``batch_size``: the training loop's batch size,
+    if known; the summary then records it and warns (``small_final_batch``) when the epoch's
+    kept samples end with a batch of fewer than 8.
     """
     run = _run(run)
     epoch = int(epoch)
     if epoch < 0:
         raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
+    check_batch_size(batch_size, "plan_epoch")
     chosen = get_engine(engine, ray_address)
     with run.lock("plan", wait=120), _normal_pages():
         state = run_state.read_state(run)
@@ -288,12 +296,14 @@ def plan_epoch(
                 f"already planned; plans are made in epoch order (a resumed run finds its plans "
                 f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
             )
-        spec, params = policy_params(cfg["policy"], **cfg["params"])  # bad parameters fail before any reading
+        # bad parameters fail before any reading
+        spec, params, safeguards = plan_params(cfg["policy"], **cfg["params"])
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
         check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
+        done = (batch_size, safeguards)
         if run.buckets > 1:
-            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen)
+            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
         if population is not None:
             columns = _table_columns(spec, params)
             table = load_table(run, columns=columns, manifest=manifest)
@@ -301,7 +311,7 @@ def plan_epoch(
             numeric = {c: _column(table.column(c)) for c in columns if c not in ("shard", "key")}
             ids = PlanIdentities(table.column("shard"), table.column("key"))
             del table
-            result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
+            result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
             listed = True
         else:
             # the policy needs only the numeric columns; the identity columns are read on the
@@ -309,11 +319,11 @@ def plan_epoch(
             numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
             with ThreadPoolExecutor(1) as pool:
                 reading = pool.submit(_read_identities, run, manifest)
-                result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg)
+                result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
                 ids = reading.result()
             listed = False
         del numeric
-        return _publish(run, epoch, ids, result, inp, guard, (cfg, params), state, manifest, listed)
+        return _publish(run, epoch, ids, result, inp, guard, (cfg, params, done), state, manifest, listed)
 
 
 def _run_policy(
@@ -323,8 +333,10 @@ def _run_policy(
     manifest: dict[str, Any],
     epoch: int,
     cfg: dict[str, Any],
+    safeguards: Any = None,
 ) -> tuple[Any, PolicyInput, Any]:
-    """(result, input, guard) of the policy on the table columns it declares."""
+    """(result, input, guard) of the policy on the table columns it declares, with the
+    safeguards (§0.10) and the empty-plan guard applied."""
     inp = PolicyInput.from_columns(
         {c: numeric[c] for c in spec.table_columns(params)},
         epoch=epoch,
@@ -333,7 +345,7 @@ def _run_policy(
         n_ref=int(manifest.get("n_ref") or 0),
     )
     result = spec.fn(inp, params)
-    return result, inp, apply_guard(result, inp)
+    return result, inp, apply_guard(result, inp, safeguards)
 
 
 def _publish(
@@ -343,17 +355,17 @@ def _publish(
     result: Any,
     inp: PolicyInput,
     guard: Any,
-    settings: tuple[dict[str, Any], Any],
+    settings: tuple[dict[str, Any], Any, tuple[int | None, Any]],
     state: dict[str, Any],
     manifest: dict[str, Any],
     population_listed: bool,
 ) -> dict[str, Any]:
     """Publish the plan files, then summary.json, then state.json; returns the summary."""
-    cfg, params = settings
+    cfg, params, (batch_size, safeguards) = settings
     columns = _plan_columns(inp, result)
-    publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard))
+    publish_plan(run, epoch, ids, columns, lambda: summarize(result, inp, cfg["policy"], params, guard, safeguards))
     fault("plan:after_plan_file")
-    return _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed)
+    return _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed, batch_size)
 
 
 def _complete(
@@ -364,12 +376,18 @@ def _complete(
     state: dict[str, Any],
     manifest: dict[str, Any],
     population_listed: bool,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """summary.json (which marks the plan complete), then state.json; returns the summary."""
     summary["pruned_so_far"] = run_state.pruned_so_far(state, epoch, int(summary["n"]), int(summary["kept"]))
     summary["phase"] = summary.get("phase", "prune")
     summary["table_generation"] = int(manifest.get("generation", 0))
     summary["population_listed"] = population_listed
+    if batch_size is not None:
+        summary["batch_size"] = batch_size
+        small = final_batch_warning(summary, batch_size)
+        if small is not None:
+            summary["warnings"] = [*summary.get("warnings", []), small]
     publish_summary(run, epoch, summary)
     fault("plan:after_summary")
     run.publish_json(STATE, run_state.after_plan(state, cfg, epoch, summary))
@@ -578,6 +596,7 @@ def _plan_buckets(
     manifest: dict[str, Any],
     population: Any,
     engine: Engine,
+    done: tuple[int | None, Any] = (None, None),
 ) -> dict[str, Any]:
     """Plan a partitioned run: the policy's steps over the buckets (``policies.steps``); each
     bucket's rows are written where they are decided (``plans.BucketPlanFiles``: by this process,
@@ -605,6 +624,7 @@ def _plan_buckets(
             None if engine.name == "local" else engine,
             lambda b, has_score: scored.add(has_score),
             buckets.rows_input,
+            done[1],
         )
         files.commit()
     except BaseException:
@@ -614,7 +634,7 @@ def _plan_buckets(
         buckets.close()
     fault("plan:after_plan_file")
     summary["stage"] = {"buckets": buckets.count, "score": True in scored}
-    return _complete(run, epoch, summary, cfg, state, manifest, population is not None)
+    return _complete(run, epoch, summary, cfg, state, manifest, population is not None, done[0])
 
 
 class _WriteBucket:

@@ -32,17 +32,19 @@ are folded exactly once, so no flushed loss is lost or counted twice.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from ._compaction import compact
-from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, stats_file
+from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file
 from ._plan import load_summary, plan_epoch, population_locations, set_current_epoch
 from ._record import LossRecorder
 from ._runfs import BUCKET_ROWS, RunDir, bucket_count
 from ._table import folded_parts
-from .errors import RunFormatError, SetaStreamError
+from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
+from .policies.safeguards import check_batch_size
 
 __all__ = ["Pruner", "supersede_parts"]
 
@@ -88,6 +90,16 @@ class Pruner:
         verbose: print one line per epoch boundary (kept, pruned, compaction/planning time).
         engine: ``"local"`` (default) or ``"ray"``: where compaction and planning run the
             buckets of a partitioned run (``ray_address`` as ``ray.init`` takes it).
+        batch_size: the training loop's batch size, if known: each plan summary then records
+            it and warns when the epoch's kept samples, batched in order by one loader, end with a
+            batch of fewer than 8 (``small_final_batch``). With several ranks or DataLoader
+            workers each ends its share with a partial batch of its own, which no plan can tell:
+            drop partial batches, or use ``weighted_mean(..., batch_size=...)``.
+
+    :meth:`start_epoch` emits a :class:`~seta_stream.errors.PlanWarning` (rank 0) for every
+    entry of the plan summary's ``warnings``: an epoch keeping less than 10% of the data, a
+    weight above 4, a last batch of a few samples; each message names its remedy
+    (docs/algorithms.md §0.10).
 
     A new run with a population of more than 8,388,608 samples (and no ``buckets`` or
     ``dataset_size`` setting) is partitioned into one bucket per 8,388,608 samples.
@@ -109,7 +121,9 @@ class Pruner:
         verbose: bool = False,
         engine: str | None = None,
         ray_address: str | None = None,
+        batch_size: int | None = None,
     ) -> None:
+        self.batch_size = check_batch_size(batch_size, "Pruner")
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
         # a new run gets the run settings its policy declares (such as the loss table's EMA factor)
@@ -138,7 +152,9 @@ class Pruner:
     def start_epoch(self, epoch: int) -> dict[str, Any]:
         """Flush, compact and publish the plan of ``epoch``; call before ``iter(loader)``.
 
-        Returns the plan summary (``kept``, ``n``, ``pruned_fraction``, ``phase``...).
+        Returns the plan summary (``kept``, ``n``, ``pruned_fraction``, ``phase``, ``warnings``...);
+        on rank 0, each of its ``warnings`` is also emitted as a
+        :class:`~seta_stream.errors.PlanWarning`.
         """
         first_call = self.epoch is None
         self.flush()
@@ -163,6 +179,7 @@ class Pruner:
                 population=self.population,
                 engine=self.engine,
                 ray_address=self.ray_address,
+                batch_size=self.batch_size,
             )
             set_current_epoch(self.run, epoch)
             timings["plan_s"] = time.perf_counter() - t
@@ -176,6 +193,11 @@ class Pruner:
             "plan_s": timings.get("plan_s", 0.0),
             "wait_s": time.perf_counter() - t0,
         }
+        if self.rank == 0:
+            where = self.run.display(plan_file(epoch, "summary.json"))
+            for w in summary.get("warnings") or []:
+                message = f"{where}: {w['message']}"
+                warnings.warn(PlanWarning(message, w["code"], w.get("value"), w.get("limit"), epoch), stacklevel=2)
         if self.verbose and self.rank == 0:
             print(
                 f"[seta_stream] epoch {epoch}: keep {summary['kept']}/{summary['n']} "

@@ -48,6 +48,7 @@ from ._runfs import RunDir
 from ._tario import tar_members
 from ._wds import group_by_keys
 from .errors import InvalidInputError, UnsupportedPipelineError
+from .policies.safeguards import check_batch_size
 
 __all__ = [
     "keep_filter",
@@ -390,18 +391,26 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
     return ds
 
 
-def weighted_mean(losses: Any, weights: Any) -> Any:
+def weighted_mean(losses: Any, weights: Any, batch_size: int | None = None) -> Any:
     """mean_j(weight_j * loss_j) over the batch (divided by the batch size, docs/algorithms.md §0.7).
 
     ``weights`` is the batch's ``__weight__`` (tensor or list), or the collated batch dict.
+    ``batch_size``: divide the sum by this nominal batch size instead of the batch's length,
+    so that every sample adds weight_j / batch_size to a step whatever the batch's length: the
+    last, partial batch of an epoch then makes a step in proportion to its samples (a batch of
+    one sample averaged on its own makes a full-size step on one sample's gradient, which
+    threw models off in docs/quality-runs/collapses.json; §0.10).
     """
     if isinstance(weights, dict):
         weights = weights["__weight__"]
+    check_batch_size(batch_size, "weighted_mean")
     try:
         import torch
     except ImportError:  # numpy inputs
-        return float(np.mean(np.asarray(losses) * np.asarray(weights)))
-    if isinstance(losses, torch.Tensor):
-        w = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device).reshape(losses.shape)
-        return (losses * w).mean()
-    return float(np.mean(np.asarray(losses) * np.asarray(weights)))
+        pass
+    else:
+        if isinstance(losses, torch.Tensor):
+            w = torch.as_tensor(weights, dtype=losses.dtype, device=losses.device).reshape(losses.shape)
+            return (losses * w).mean() if batch_size is None else (losses * w).sum() / batch_size
+    product = np.asarray(losses) * np.asarray(weights)
+    return float(np.mean(product) if batch_size is None else np.sum(product) / batch_size)

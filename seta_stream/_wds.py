@@ -55,5 +55,6 @@ def group_by_keys(
     while not ended:
         run = segment()
         yield from _wds_group_by_keys(run, handler=handler)
-        if inspect.getgeneratorstate(run) != inspect.GEN_CLOSED:  # the grouper stopped early (its handler said stop): so does 1.x's
+        # the grouper stopped early (its handler said stop): so does 1.x's
+        if inspect.getgeneratorstate(run) != inspect.GEN_CLOSED:
             return

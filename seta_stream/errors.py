@@ -17,6 +17,12 @@ shard, key), what was found, what was expected, how to fix it.
         │   └── ShardNameConflictError  two shard locations with one shard name
         │       └── PopulationLocationError  the population lists a shard elsewhere than training reads it
         └── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
+
+Warnings derive from :class:`SetaStreamWarning` (a ``UserWarning``), so a script can filter
+them with one category::
+
+    SetaStreamWarning
+    └── PlanWarning             a plan has a property training may not survive (Pruner.start_epoch)
 """
 
 from __future__ import annotations
@@ -82,3 +88,20 @@ class PopulationLocationError(ShardNameConflictError):
 
 class UnsupportedPipelineError(SetaStreamError, TypeError):
     """``attach()`` was given something it cannot install the filter stages into."""
+
+
+class SetaStreamWarning(UserWarning):
+    """Base class of the warnings seta_stream emits on purpose."""
+
+
+class PlanWarning(SetaStreamWarning):
+    """A plan has a property that training may not survive: an epoch keeping a few percent of
+    the data (``low_keep``), large weights (``high_weight``), a last batch of a few samples
+    (``small_final_batch``). ``Pruner.start_epoch`` emits one per entry of the plan summary's
+    ``warnings`` (docs/algorithms.md §0.10); ``code``, ``value``, ``limit`` and ``epoch`` are
+    that entry's."""
+
+    def __init__(self, message: str, code: str = "", value: float | None = None, limit: float | None = None,
+                 epoch: int | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.code, self.value, self.limit, self.epoch = code, value, limit, epoch

@@ -1,6 +1,7 @@
-"""Read-only views of a run: per-epoch kept/pruned, the clusters and window of a plan, the shards
-that lost most and least, a PNG plot of the loss histogram with the cluster boundaries, and the
-samples a plan holds as suspected noise with their loss history (docs/algorithms.md §12.6).
+"""Read-only views of a run: per-epoch kept/pruned, the plans' warnings, the clusters and window of
+a plan, the shards that lost most and least, a PNG plot of the loss histogram with the cluster
+boundaries, and the samples a plan holds as suspected noise with their loss history
+(docs/algorithms.md §12.6).
 
 Nothing here writes to the run directory (the plot and the suspects' file go where the caller
 says).
@@ -58,7 +59,9 @@ def _shard_losses(run: RunDir, epoch: int, top: int) -> dict[str, list[dict[str,
 def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int = 5) -> dict[str, Any]:
     """Everything `seta-stream inspect` shows, as a JSON-serialisable dict.
 
-    ``epochs``: one entry per planned epoch (phase, n, kept, pruned_fraction, pruned_so_far);
+    ``epochs``: one entry per planned epoch (phase, n, kept, pruned_fraction, pruned_so_far,
+    and the codes of its plan's ``warnings``, docs/algorithms.md §0.10); ``warnings``: every
+    planned epoch's warnings (each with its ``epoch``);
     ``selected``: the full summary of ``epoch`` (default: the last planned one) plus the
     shards that lost most and least of their samples in it; ``table``: rows of the loss table.
     """
@@ -67,6 +70,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
     state = read_state(run)
     manifest = run.read_json(MANIFEST, default={}) or {}
     epochs: list[dict[str, Any]] = []
+    warned: list[dict[str, Any]] = []
     for e in planned:
         s = _summary(run, e)
         counts = [run.read_json(rel) or {} for rel in run.glob(stats_glob(e))]
@@ -81,8 +85,10 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
                 # what the training loop reported (Pruner): samples recorded and back-propagated
                 "recorded": sum(c.get("recorded", 0) for c in counts) if counts else None,
                 "trained": sum(c.get("trained", 0) for c in counts) if counts else None,
+                "warnings": [w.get("code") for w in s.get("warnings") or []],
             }
         )
+        warned += [{"epoch": e, **w} for w in s.get("warnings") or []]
     trained = [e for e in epochs if e["trained"] is not None and e["n"]]
     if trained:
         out_trained = 1 - sum(e["trained"] for e in trained) / sum(e["n"] for e in trained)
@@ -97,6 +103,7 @@ def run_summary(run: str | RunDir, epoch: int | None = None, *, top_shards: int 
         "current_epoch": state.get("current_epoch"),
         "table": {"rows": manifest.get("rows", 0), "generation": manifest.get("generation", 0)},
         "epochs": epochs,
+        "warnings": warned,
         "pruned_by_training": out_trained,  # 1 - back-propagated / known samples (ES: b/B)
     }
     if planned or epoch is not None:
@@ -117,16 +124,19 @@ def format_summary(s: dict[str, Any]) -> str:
         f"run {s['run']}: policy {s.get('policy')} {s.get('params')}, seed {s.get('seed')}, "
         f"{s.get('epochs_total')} epochs; loss table: {s['table']['rows']} samples",
         "",
-        f"{'epoch':>5}  {'phase':<8} {'n':>10} {'kept':>10} {'pruned':>8} {'so far':>8} {'trained':>10}",
+        f"{'epoch':>5}  {'phase':<8} {'n':>10} {'kept':>10} {'pruned':>8} {'so far':>8} {'trained':>10}  warnings",
     ]
     for e in s["epochs"]:
         lines.append(
             f"{e['epoch']:>5}  {str(e['phase']):<8} {e['n']:>10} {e['kept']:>10} "
             f"{_pct(e['pruned_fraction']):>8} {_pct(e['pruned_so_far']):>8} "
-            f"{'-' if e.get('trained') is None else e['trained']:>10}"
+            f"{'-' if e.get('trained') is None else e['trained']:>10}  {', '.join(e.get('warnings') or []) or '-'}"
         )
     if s.get("pruned_by_training") is not None:
         lines.append(f"pruned by training (1 - back-propagated / known samples): {_pct(s['pruned_by_training'])}")
+    if s.get("warnings"):
+        lines += ["", f"warnings ({len(s['warnings'])}; docs/algorithms.md §0.10):"]
+        lines += [f"  epoch {w['epoch']} [{w.get('code')}] {w.get('message')}" for w in s["warnings"]]
     sel = s.get("selected")
     if not sel:
         lines.append("(no plan yet)")
@@ -142,7 +152,7 @@ def format_summary(s: dict[str, Any]) -> str:
                 f"  {i:>7} {sel['cluster_sizes'][i]:>10} {c:>10.4g} "
                 f"{sel['cluster_min'][i]:>10.4g} {sel['cluster_max'][i]:>10.4g}"
             )
-    for k in ("unseen", "nonfinite", "empty_plan_guard", "mu", "n_below_mean", "weight"):
+    for k in ("unseen", "nonfinite", "empty_plan_guard", "mu", "n_below_mean", "weight", "safeguards", "batch_size"):
         if k in sel:
             lines.append(f"  {k}: {sel[k]}")
     if "noise_test" in sel:  # the noise rule (docs/algorithms.md §12)

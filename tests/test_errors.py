@@ -45,9 +45,16 @@ def recorded(tmp_path):
         (
             ["--policy", "seta", "--epochs", "3", "-p", "q=1"],
             "seta-stream plan: error: seta: unknown parameter(s) ['q']; valid: ['alpha', 'delta', 'k', 'noise', "
-            "'noise_recheck', 'noise_warmup', 'order', 'prune_epochs', 'r', 'target_keep', 'unseen_score']; "
-            "set parameters with params={'name': value} (CLI: -p name=value); "
+            "'noise_recheck', 'noise_warmup', 'order', 'prune_epochs', 'r', 'target_keep', 'unseen_score'], and "
+            "min_keep_fraction, max_weight for every policy; set parameters with params={'name': value} "
+            "(CLI: -p name=value); "
             "`seta-stream policies` lists them",
+        ),
+        (
+            ["--policy", "infobatch", "--epochs", "3", "-p", "max_weight=0.5"],
+            "seta-stream plan: error: infobatch: max_weight=0.5 is outside the valid range max_weight >= 1 (None: "
+            "no cap); set parameters with params={'name': value} (CLI: -p name=value); `seta-stream policies` "
+            "lists them",
         ),
     ],
 )
@@ -86,6 +93,7 @@ def test_index_mismatch_is_in_the_tree():
 
 def test_every_error_class_derives_from_the_base():
     classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
+    classes = [c for c in classes if not issubclass(c, Warning)]
     assert {c.__name__ for c in classes} >= {
         "SetaStreamError",
         "ShardNameError",
@@ -94,3 +102,12 @@ def test_every_error_class_derives_from_the_base():
         "InvalidInputError",
     }
     assert all(issubclass(c, seta.SetaStreamError) for c in classes)
+
+
+def test_every_warning_class_derives_from_the_warning_base_and_is_a_user_warning():
+    classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Warning)]
+    assert {c.__name__ for c in classes} == {"SetaStreamWarning", "PlanWarning"}
+    assert all(issubclass(c, seta.SetaStreamWarning) and issubclass(c, UserWarning) for c in classes)
+    w = seta.PlanWarning("run/plans/epoch=3/summary.json: ...", "low_keep", 0.04, 0.1, 3)
+    assert (w.code, w.value, w.limit, w.epoch) == ("low_keep", 0.04, 0.1, 3)
+    assert str(w) == "run/plans/epoch=3/summary.json: ..."

@@ -604,9 +604,13 @@ def test_the_readme_block_holds_the_targets_every_seed_measured(tmp_path: Path) 
         "machine: Test CPU, 16 cores, torch 2.13.0 (AVX2);"
     )
     rows = [line for line in lines if line.startswith("| ") and not line.startswith(("| target", "| ---"))]
-    assert "| mismatched < 5% of trained pairs after the warm-up | rule + random noise=True, r=0.2 | 5.8% (5.8, 5.8) " \
+    assert (
+        "| mismatched < 5% of trained pairs after the warm-up | rule + random noise=True, r=0.2 | 5.8% (5.8, 5.8) "
         "| missed by 0.8 points |" in rows
-    assert "| mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched) | rule + seta alpha=0.3, k=10, " \
+    )
+    assert (
+        "| mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched) | rule + seta alpha=0.3, k=10, "
         "noise=True, r=0.0 | +3.6 (+3.5, +3.7) points at 45.0% pruned (2 SE = 0.2) | met |" in rows
+    )
     assert not [row for row in rows if "open" in row.rsplit("|", 2)[-2]]  # rows waiting for seeds stay in the doc
     assert "99.0" not in "\n".join(lines)

@@ -217,15 +217,15 @@ def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path,
     setter = P._madvise_hugepage_setter()
     assert setter is not None
     seen = []
-    real_policy_params = P.policy_params
+    real_plan_params = P.plan_params
 
     def spy(*args, **kwargs):  # called inside plan_epoch: record NumPy's setting there
         previous = setter(False)
         setter(previous)
         seen.append(previous)
-        return real_policy_params(*args, **kwargs)
+        return real_plan_params(*args, **kwargs)
 
-    monkeypatch.setattr(P, "policy_params", spy)
+    monkeypatch.setattr(P, "plan_params", spy)
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
     run = seeded_run(tmp_path / "r")
     before = setter(True)

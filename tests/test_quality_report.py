@@ -98,32 +98,42 @@ def test_the_collapse_table_gives_the_plan_lr_and_losses_of_the_epoch() -> None:
               True)  # fmt: skip
     col, dips = events([t])
     assert [e.epoch for e in col] == [2] and dips == []
-    exp = [{"id": "ib-lr", "runs": [t.run], "question": "q", "command": "c", "files": [], "status": "running",
-            "finding": ""}]  # fmt: skip
+    exp = [entry(t.run, 2, 1), entry(t.run, 3, 5)]
     assert collapse_rows(col, exp)[2] == (
         "| `cifar10-E36-infobatch-p30-r0.5-s0` | converged | 2 | 70.0 -> **10.0** -> 65.0 | prune, 0.64 | - | 2 "
-        "| 0.02 -> 0.03 | 1.10 -> 0.98 -> 1.62 | 65.0 | yes, no problem | `ib-lr` (running) |"
+        "| 0.02 -> 0.03 | 1.10 -> 0.98 -> 1.62 | 65.0 | yes, no problem | final batch of 1 (see the causes below) |"
     )
+
+
+def entry(run: str, epoch: int, final_batch: int) -> dict:
+    """A collapses.json entry as collapse_list.py writes it (the keys the report reads)."""
+    return {"run_id": run, "epoch": epoch, "acc": 0.1,
+            "prev_epoch_plan": {"kept_fraction": 0.64, "window": None, "max_weight": 2.0, "final_batch": final_batch},
+            "lr": {"first_step": 0.09, "final_batch_step": 0.085},
+            "cause": f"a final batch of {final_batch} sample. More",
+            "experiment": {"changed": "x", "command": ["cmd a", "cmd b"], "result_files": ["d/r.json"],
+                           "outcome": ["o"]}}  # fmt: skip
 
 
 def test_cause_experiments_file_schema_is_checked(tmp_path: Path) -> None:
     path = tmp_path / "collapses.json"
     assert load_experiments(path) == []
-    good = {"id": "a", "runs": ["r1", "x"], "question": "q?", "command": "cmd", "files": ["f.json"],
-            "status": "done", "finding": "lr"}  # fmt: skip
-    path.write_text(json.dumps({"experiments": [good]}))
+    good = entry("r1", 4, 1)
+    path.write_text(json.dumps([good]))
     assert load_experiments(path) == [good]
-    assert experiment_lines([good], {"r1"}, "c.json")[4] == (
-        "| `a` | `r1`, `x` (not a collapsed run) | q? | done | lr | `cmd` | `f.json` |"
-    )
-    path.write_text(json.dumps({"experiments": [{**good, "status": "maybe"}]}))
-    with pytest.raises(ValueError, match="experiment a: status 'maybe', expected one of"):
+    assert experiment_lines([good, entry("x", 2, 3)], {("r1", 4)}, "c.json")[4:6] == [
+        "| `r1` | 4 | 1 | 0.0850 | a final batch of 1 sample | `cmd a`<br>`cmd b` | `r.json` |",
+        "| `x` (not a collapse the rule found) | 2 | 3 | 0.0850 | a final batch of 3 sample | `cmd a`<br>`cmd b` "
+        "| `r.json` |",
+    ]
+    path.write_text(json.dumps({"experiments": [good]}))
+    with pytest.raises(ValueError, match="expected a list of collapse entries"):
         load_experiments(path)
-    path.write_text(json.dumps({"experiments": [{k: v for k, v in good.items() if k != "files"}]}))
-    with pytest.raises(ValueError, match="experiment a: keys"):
+    path.write_text(json.dumps([{k: v for k, v in good.items() if k != "cause"}]))
+    with pytest.raises(ValueError, match=r"entry #0 \(r1, epoch 4\): missing \['cause'\]"):
         load_experiments(path)
-    path.write_text(json.dumps({"experiments": [good, good]}))
-    with pytest.raises(ValueError, match="experiment id 'a' appears twice"):
+    path.write_text(json.dumps([{**good, "experiment": {"command": []}}]))
+    with pytest.raises(ValueError, match=r"experiment needs the lists \['result_files', 'outcome'\]"):
         load_experiments(path)
 
 

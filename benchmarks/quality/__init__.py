@@ -42,5 +42,7 @@ Modules, one job each (an arrow = may import):
     reading     the converged study's prose, the summary at the top of docs/quality.md and README's
                 accuracy summary, numbers from the run files  (report_converged, machine, report)
     reading_short  the short study's prose ("The regime", "Findings")      (report, results)
+    collapse    the collapse experiments: a run forked at its epochs' final batches (train, configs, data, pipeline)
+    collapse_list  docs/quality-runs/collapses.json: the epochs at chance, their plans and experiments (train, layout)
     __main__    the command line
 """

@@ -19,21 +19,19 @@ run's directory where ``checks.json`` lists it, and the report says where it did
 learning rate over that epoch from the training loop's schedule (the files do not record it);
 and the training loss of the epoch before and of that epoch.
 
-``collapses.json`` (optional; the report lists "none recorded" without it) names the
-experiments on why runs collapsed, one object per experiment::
+``collapses.json`` (optional; the report lists "none recorded" without it, written by
+``collapse_list.py``) holds one object per epoch at chance with the experiments on its cause::
 
-    {"experiments": [
-      {"id": "ib-e36-lr",                       # short unique name, used in the collapse table
-       "runs": ["cifar10-E36-infobatch-p30-r0.5-s0"],   # run ids of the collapses it concerns
-       "question": "does InfoBatch's weight 2 at lr 0.09 blow up the batch loss?",
-       "command": "python -m ...",              # how to run it again
-       "files": ["docs/quality-runs/collapse-probes/ib-e36-lr.json"],   # its result files, repo-relative
-       "status": "planned",                     # planned | running | done
-       "finding": ""}                           # what it showed (one or two sentences; empty until done)
-    ]}
+    [{"run_id": "cifar10-E36-infobatch-p30-r0.5-s0", "file": "docs/quality-runs/converged/...json",
+      "epoch": 9, "acc": 0.1, "prev_epoch_plan": {"kept_fraction": 0.64, "window": null, "max_weight": 2.0,
+      "final_batch": 1, ...}, "lr": {"final_batch_step": 0.085, ...},
+      "cause": "the epoch ended with a final batch of 1 sample ...",     # first sentence goes in the table
+      "experiment": {"changed": "...", "command": ["python -m ..."], "result_files": ["docs/...json"],
+                     "outcome": ["...", ...]}, ...}]
 
-Every key is required; ``files`` may be empty. ``load_experiments`` rejects another shape with
-the experiment and key it stumbled on, and the report flags a run id that is not a collapse.
+``load_experiments`` checks the keys the report reads (``EXPERIMENT_KEYS``, and in ``experiment``
+``command``, ``result_files`` and ``outcome``) and rejects another shape with the entry and key it
+stumbled on; the report flags an entry whose run id is not a collapse it found.
 """
 
 from __future__ import annotations
@@ -47,8 +45,8 @@ from pathlib import Path
 MARGIN = 0.02  # a collapse: at most chance + 2 points ...
 LEARNED = 0.10  # ... after an epoch at least chance + 10 points
 DIP = 2.0  # a dip: at most twice chance (and not a collapse) after such an epoch
-EXPERIMENT_KEYS = ("id", "runs", "question", "command", "files", "status", "finding")
-STATUSES = ("planned", "running", "done")
+EXPERIMENT_KEYS = ("run_id", "epoch", "prev_epoch_plan", "lr", "cause", "experiment")
+RUN_KEYS = ("command", "result_files", "outcome")
 IMAGE_PEAK_LR = 0.1  # benchmarks/quality/train.py: SGD peak of the image runs at every revision of the run files
 
 
@@ -152,31 +150,25 @@ def events(traces: list[Trace]) -> tuple[list[Event], list[Event]]:
 
 
 def load_experiments(path: Path) -> list[dict]:
-    """The experiments of ``collapses.json`` ([] when the file does not exist); ValueError on
-    another shape than the module docstring's."""
+    """The entries of ``collapses.json`` ([] when the file does not exist); ValueError on another
+    shape than the module docstring's."""
     if not path.exists():
         return []
     data = json.loads(path.read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("experiments"), list):
-        raise ValueError(f"{path}: expected an object with a list 'experiments'")
-    seen = set()
-    for i, x in enumerate(data["experiments"]):
-        name = x.get("id", f"#{i}") if isinstance(x, dict) else f"#{i}"
-        if not isinstance(x, dict) or set(x) != set(EXPERIMENT_KEYS):
-            keys = sorted(x) if isinstance(x, dict) else type(x).__name__
-            raise ValueError(f"{path}: experiment {name}: keys {keys}, expected {list(EXPERIMENT_KEYS)}")
-        for k in ("runs", "files"):
-            if not isinstance(x[k], list) or not all(isinstance(v, str) for v in x[k]):
-                raise ValueError(f"{path}: experiment {name}: '{k}' must be a list of strings")
-        for k in ("id", "question", "command", "finding"):
-            if not isinstance(x[k], str):
-                raise ValueError(f"{path}: experiment {name}: '{k}' must be a string")
-        if x["status"] not in STATUSES:
-            raise ValueError(f"{path}: experiment {name}: status {x['status']!r}, expected one of {list(STATUSES)}")
-        if x["id"] in seen:
-            raise ValueError(f"{path}: experiment id {x['id']!r} appears twice")
-        seen.add(x["id"])
-    return data["experiments"]
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of collapse entries")
+    for i, x in enumerate(data):
+        name = f"#{i} ({x.get('run_id', '?')}, epoch {x.get('epoch', '?')})" if isinstance(x, dict) else f"#{i}"
+        missing = [k for k in EXPERIMENT_KEYS if not isinstance(x, dict) or k not in x]
+        if missing:
+            raise ValueError(f"{path}: entry {name}: missing {missing}, expected the keys {list(EXPERIMENT_KEYS)}")
+        exp = x["experiment"]
+        lacking = [k for k in RUN_KEYS if not isinstance(exp, dict) or not isinstance(exp.get(k), list)]
+        if lacking:
+            raise ValueError(f"{path}: entry {name}: experiment needs the lists {lacking}")
+        if not isinstance(x["cause"], str):
+            raise ValueError(f"{path}: entry {name}: 'cause' must be a string")
+    return data
 
 
 def _pct(x: float, digits: int = 1) -> str:
@@ -204,7 +196,9 @@ def collapse_rows(col: list[Event], experiments: list[dict], metric: str = "acc 
         loss = " -> ".join(f"{t.train_loss[i]:.2f}" if 0 <= i < len(t.train_loss) else "-" for i in (e - 1, e, e + 1))
         w = largest_weight(t.policy, t.params, e, t.phase[e])
         checked = {None: "not kept", True: "yes, no problem", False: "**problems** (checks.json)"}[t.checked]
-        exps = ", ".join(f"`{x['id']}` ({x['status']})" for x in experiments if t.run in x["runs"]) or "none yet"
+        hits = [x for x in experiments if x["run_id"] == t.run and x["epoch"] == ev.epoch]
+        exps = ("final batch of " + ", ".join(str(x["prev_epoch_plan"].get("final_batch", "?")) for x in hits)
+                + " (see the causes below)") if hits else "none yet"  # fmt: skip
         L.append(
             f"| `{t.run}` | {t.study} | {e} | {before} -> **{_pct(t.metric[e])}** -> {after} | {plan} "
             f"| {window(t.policy, t.params, e, t.phase[e])} | {w:g} | {_lr(t.lr(e))} -> {_lr(t.lr(e + 1))} "
@@ -228,19 +222,25 @@ def dip_line(dips: list[Event]) -> str:
             + "; ".join(items) + ".")  # fmt: skip
 
 
-def experiment_lines(experiments: list[dict], collapsed_ids: set[str], source: str) -> list[str]:
-    """The cause experiments of ``collapses.json``, or the place they go."""
+def experiment_lines(experiments: list[dict], collapsed: set[tuple[str, int]], source: str) -> list[str]:
+    """The causes and the experiments of ``collapses.json``, one row per epoch at chance, or the
+    place they go. ``collapsed``: the (run id, epoch) pairs the rule found."""
     if not experiments:
         return [f"Experiments on the cause: none recorded yet (`{source}`; its schema is in the docstring of "
                 "`benchmarks/quality/collapses.py`).", ""]  # fmt: skip
-    L = [f"Experiments on the cause (`{source}`):", "",
-         "| experiment | runs | question | status | finding | command | result files |",
+    L = [f"Causes and experiments (`{source}`; each experiment's outcome in full there):", "",
+         "| run | epoch | final batch | lr at its step | cause | experiments | result files |",
          "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for x in experiments:
-        runs = ", ".join(f"`{r}`" + ("" if r in collapsed_ids else " (not a collapsed run)") for r in x["runs"])
-        files = ", ".join(f"`{f}`" for f in x["files"]) or "-"
-        L.append(f"| `{x['id']}` | {runs} | {x['question']} | {x['status']} | {x['finding'] or '-'} "
-                 f"| `{x['command']}` | {files} |")  # fmt: skip
+        mark = "" if (x["run_id"], x["epoch"]) in collapsed else " (not a collapse the rule found)"
+        plan, lr, exp = x["prev_epoch_plan"], x["lr"], x["experiment"]
+        batch = plan.get("final_batch", "-") if isinstance(plan, dict) else "-"
+        step = lr.get("final_batch_step") if isinstance(lr, dict) else None
+        cause = x["cause"].split("; ")[0].split(". ")[0]
+        cmds = "<br>".join(f"`{c}`" for c in exp["command"]) or "- (not rerun)"
+        files = ", ".join(f"`{f.rsplit('/', 1)[-1]}`" for f in exp["result_files"]) or "-"
+        L.append(f"| `{x['run_id']}`{mark} | {x['epoch']} | {batch} | {'-' if step is None else f'{step:.4f}'} "
+                 f"| {cause} | {cmds} | {files} |")  # fmt: skip
     return L + [""]
 
 

@@ -133,7 +133,7 @@ def collapse_section(traces: list[Trace], pairs: list[Trace], short_runs: int, e
         "seen; its tables are not marked.",
         "",
     ]
-    L += experiment_lines(experiments, {run for _, run in runs | pruns}, source)
+    L += experiment_lines(experiments, {(ev.trace.run, ev.epoch) for ev in col + pcol}, source)
     return L
 
 

@@ -43,7 +43,8 @@ def _save_resume(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str, device: str = "cpu") -> dict:
+def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str, device: str = "cpu",
+              until: int | None = None, probe: Any = None) -> dict:  # fmt: skip
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
 
     The converged study's runs (``cfg["study"] == "converged"``) also record, after every epoch,
@@ -59,6 +60,11 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
 
     ``device``: where the model trains (``cuda``: forward passes under bf16 autocast, each batch
     copied there); the result names it.
+
+    ``until``, ``probe``: the collapse experiments (``collapse``): stop after epoch ``until`` (the
+    schedule stays that of the whole run); ``probe.train_batch(model, opts, x, y, w)`` before each
+    batch (False: the batch is not trained) and ``probe.after_epoch(model, opts, test_set,
+    device)`` after each epoch's test accuracy, whose dict is the epoch's ``probe``.
     """
     import torch
     import torch.nn.functional as F
@@ -156,6 +162,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                     backprop += len(idx)
                 continue
             _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
+            if probe is not None and not probe.train_batch(model, opts, x, y, w):
+                continue
             with cast:
                 losses = F.cross_entropy(model(x), y, reduction="none").float()
             pruner.record(keys, urls, losses)
@@ -185,6 +193,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
             epochs[-1].update(other_cpu=round(other_cpu(cpu0, machine_cpu()), 3), load1=round(os.getloadavg()[0], 2),
                               samples=samples, train_seconds=round(train_s, 2),
                               test_acc=evaluate(model, test_set, device))  # fmt: skip
+            if probe is not None:
+                epochs[-1]["probe"] = probe.after_epoch(model, opts, test_set, device)
         print(
             f"    epoch {epoch} {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}% "
             f"loss {loss_sum / max(streamed, 1):.3f} {time.perf_counter() - t0:5.1f}s",
@@ -196,6 +206,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                                 "opts": [o.state_dict() for o in opts], "torch_rng": torch.get_rng_state(),
                                 "epochs": epochs, "train_s": train_s, "samples": samples,
                                 "seconds": time.perf_counter() - t_run, "attempts": attempts})  # fmt: skip
+        if until is not None and epoch >= until:
+            break
     pruner.close()
     seconds = time.perf_counter() - t_run
     n_total = sum(e["n"] for e in epochs)

@@ -1,8 +1,10 @@
 """Policies: pure functions from loss-table columns to a keep mask and weights.
 
 One module per policy plus this registry. ``run_policy(name, inp, **params)`` validates the
-parameters, runs the policy and :func:`finalize` s the result (empty-plan guard, common summary
-fields). Adding a policy = one module with a params dataclass, a function and its ``SPECS``
+parameters, runs the policy and :func:`finalize` s the result (the safeguards every policy
+accepts, ``min_keep_fraction`` and ``max_weight``; the empty-plan guard; the common summary
+fields and the plan's ``warnings``: :mod:`.safeguards`). Adding a policy = one module with a
+params dataclass, a function and its ``SPECS``
 (:class:`PolicySpec`: description, the table columns it reads, the run settings it fixes),
 named in the registration loop below. Nothing outside this package names a policy.
 """
@@ -45,10 +47,11 @@ from .random import RandomParams as RandomParams
 from .random import StaticParams as StaticParams
 from .random import random_policy as random_policy
 from .random import static_policy as static_policy
-from .random_draws import STREAM_GUARD, smallest_mask, uniforms
+from .random_draws import STREAM_FLOOR, STREAM_GUARD, smallest_mask, uniforms
+from .safeguards import SAFEGUARD_PARAMS, Safeguards, cap_weights, fill_mask, fillable, plan_warnings, split_params
 from .seta import SetaParams as SetaParams
 from .seta import seta as seta
-from .steps import Cut, PlanContext, run_steps, smallest, uniform_keys
+from .steps import Cut, PlanContext, run_steps, smallest, total, uniform_keys
 
 _COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts
 
@@ -62,12 +65,16 @@ __all__ = [
     "PolicyResult",
     "PolicySpec",
     "RunSetting",
+    "SAFEGUARD_PARAMS",
+    "Safeguards",
     "apply_guard",
     "check_run_settings",
     "describe_policies",
     "es_select",
     "finalize",
     "get_policy",
+    "plan_params",
+    "plan_warnings",
     "policy_params",
     "register",
     "run_policy",
@@ -107,7 +114,8 @@ def get_policy(name: str) -> PolicySpec:
 
 
 def describe_policies() -> list[dict[str, Any]]:
-    """Name, description and parameters (with defaults) of every policy, for the CLI."""
+    """Name, description and parameters (with defaults) of every policy, for the CLI; the
+    safeguards every policy accepts (§0.10) come last, with ``"safeguard": True``."""
     out = []
     for name in sorted(POLICIES):
         spec = POLICIES[name]
@@ -115,6 +123,7 @@ def describe_policies() -> list[dict[str, Any]]:
             {"name": f.name, "default": f.default if f.default is not dataclasses.MISSING else None}
             for f in dataclasses.fields(spec.params_type)
         ]
+        params += [{"name": f, "default": None, "safeguard": True} for f in SAFEGUARD_PARAMS]
         out.append({"name": name, "description": spec.description, "params": params})
     return out
 
@@ -160,34 +169,52 @@ def _reason_counts(reason: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return both
 
 
-def finalize(result: PolicyResult, inp: PolicyInput, name: str, params: Any) -> PolicyResult:
-    """Apply the empty-plan guard (§0.7) and add the common summary fields."""
-    guard = apply_guard(result, inp)
-    summarize(result, inp, name, params, guard)
+def finalize(
+    result: PolicyResult, inp: PolicyInput, name: str, params: Any, safeguards: Safeguards | None = None
+) -> PolicyResult:
+    """Apply the safeguards (§0.10) and the empty-plan guard (§0.7), and add the common summary
+    fields."""
+    guard = apply_guard(result, inp, safeguards)
+    summarize(result, inp, name, params, guard, safeguards)
     return result
 
 
-def apply_guard(result: PolicyResult, inp: PolicyInput) -> bool:
-    """The part of :func:`finalize` that changes the plan's rows: the empty-plan guard (§0.7;
-    returns whether it fired) and weight 0 for every sample not kept."""
-    guard = False
-    if inp.n > 0 and not result.keep.any():
+def apply_guard(result: PolicyResult, inp: PolicyInput, safeguards: Safeguards | None = None) -> bool:
+    """The part of :func:`finalize` that changes the plan's rows: the floor on the kept count
+    and the cap on the weights (``safeguards``, §0.10), the empty-plan guard (§0.7; returns
+    whether it fired) and weight 0 for every sample not kept."""
+    sg = safeguards or Safeguards()
+    fill = None
+    floor = sg.floor(inp.n)
+    if floor:
+        kept = int(np.count_nonzero(result.keep))
+        if kept < floor:
+            fill = fill_mask(result.keep, result.reason, inp.uid, inp.seed, inp.epoch, floor - kept)
+    guard_rows = None
+    if fill is None and inp.n > 0 and not result.keep.any():
         u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
-        _settle(result, smallest_mask(u, 1, inp.uid))  # smallest u, ties by uid
-        guard = True
-    else:
-        _settle(result, None)
-    return guard
+        guard_rows = smallest_mask(u, 1, inp.uid)  # smallest u, ties by uid
+    _settle(result, guard_rows, fill, sg.cap())
+    return guard_rows is not None
 
 
-def _settle(result: PolicyResult, guard_rows: np.ndarray | None) -> None:
-    """Keep the guard's row(s) (weight 1, reason ``empty_plan_guard``), then weight 0 for
-    every row not kept."""
-    if guard_rows is not None:
-        result.keep[guard_rows] = True
-        result.weight[guard_rows] = 1.0
-        result.reason[guard_rows] = reason_code("empty_plan_guard")
+def _settle(
+    result: PolicyResult,
+    guard_rows: np.ndarray | None,
+    fill_rows: np.ndarray | None = None,
+    cap: np.float32 | None = None,
+) -> None:
+    """Keep the floor's rows (weight 1, reason ``floor_fill``) and the guard's row(s) (weight
+    1, reason ``empty_plan_guard``), cap the kept weights at ``cap``, then weight 0 for every
+    row not kept."""
+    for rows, reason in ((fill_rows, "floor_fill"), (guard_rows, "empty_plan_guard")):
+        if rows is not None:
+            result.keep[rows] = True
+            result.weight[rows] = 1.0
+            result.reason[rows] = reason_code(reason)
     weight = np.asarray(result.weight, dtype=np.float32)
+    if cap is not None:
+        weight, result.capped = cap_weights(weight, result.keep, cap)
     result.weight = np.where(result.keep, weight, np.float32(0.0))
 
 
@@ -202,6 +229,7 @@ class SummaryCounts:
     n_seen_finite: int
     weights: dict[float, int]  # float32 weight -> kept rows with it
     reasons: np.ndarray  # int64[2 * len(REASONS)]: rows per reason code, dropped (even) and kept (odd)
+    capped: int = 0  # kept rows whose weight the cap lowered (§0.10)
 
     def __add__(self, other: SummaryCounts) -> SummaryCounts:
         weights = dict(self.weights)
@@ -214,6 +242,7 @@ class SummaryCounts:
             self.n_seen_finite + other.n_seen_finite,
             weights,
             self.reasons + other.reasons,
+            self.capped + other.capped,
         )
 
 
@@ -227,7 +256,9 @@ def summary_counts(result: PolicyResult, inp: PolicyInput) -> SummaryCounts:
     del seen
     values, counts = _weight_histogram(result.weight, result.keep, kept)
     weights = {float(v): int(c) for v, c in zip(values, counts)}
-    return SummaryCounts(inp.n, kept, n_seen, n_seen_finite, weights, _reason_counts(result.reason, result.keep))
+    return SummaryCounts(
+        inp.n, kept, n_seen, n_seen_finite, weights, _reason_counts(result.reason, result.keep), result.capped
+    )
 
 
 def summary_of(
@@ -238,19 +269,25 @@ def summary_of(
     params: Any,
     guard: bool,
     absent_rule: AbsentRule,
+    safeguards: Safeguards | None = None,
 ) -> dict[str, Any]:
     """The plan summary from the counts of all rows and the policy's own fields (``inp`` gives
-    the epoch, epochs and seed)."""
+    the epoch, epochs and seed), with the safeguards' fields and the plan's ``warnings``
+    (§0.10)."""
+    sg = safeguards or Safeguards()
     n, kept = counts.n, counts.kept
     kept_reasons = counts.reasons[1::2]
     reasons = counts.reasons[0::2] + kept_reasons
     summary = {
         "policy": name,
-        "params": (
-            dataclasses.asdict(params)
-            if dataclasses.is_dataclass(params) and not isinstance(params, type)
-            else dict(params)
-        ),
+        "params": {
+            **(
+                dataclasses.asdict(params)
+                if dataclasses.is_dataclass(params) and not isinstance(params, type)
+                else dict(params)
+            ),
+            **sg.to_params(),
+        },
         "epoch": inp.epoch,
         "epochs": inp.epochs,
         "seed": inp.seed,
@@ -265,40 +302,66 @@ def summary_of(
         "rows_by_reason": {REASONS[i]: int(c) for i, c in enumerate(reasons) if c},
         "kept_by_reason": {REASONS[i]: int(c) for i, c in enumerate(kept_reasons) if c},
     }
-    return _jsonable({**summary, **policy_summary})
+    if sg.active:
+        summary["safeguards"] = {
+            "min_keep_fraction": sg.min_keep_fraction,
+            "max_weight": sg.max_weight,
+            "floor": sg.floor(n),
+            "filled": int(kept_reasons[reason_code("floor_fill")]),
+            "capped": counts.capped,
+        }
+    out = {**summary, **policy_summary}
+    out["warnings"] = plan_warnings(_jsonable(out))
+    return _jsonable(out)
 
 
-def summarize(result: PolicyResult, inp: PolicyInput, name: str, params: Any, guard: bool) -> None:
+def summarize(
+    result: PolicyResult, inp: PolicyInput, name: str, params: Any, guard: bool, safeguards: Safeguards | None = None
+) -> None:
     """The part of :func:`finalize` that only reads the rows: the common summary fields, merged
     with the policy's own. Reads ``result`` and ``inp`` without changing them, so it can run
     while the plan is being written."""
     counts = summary_counts(result, inp)
-    result.summary = summary_of(counts, result.summary, inp, name, params, guard, result.absent_rule)
+    result.summary = summary_of(counts, result.summary, inp, name, params, guard, result.absent_rule, safeguards)
 
 
 def policy_params(name: str, **params: Any) -> tuple[PolicySpec, Any]:
     """The policy ``name`` and its validated parameters (InvalidInputError naming what is wrong
-    and how to set it)."""
+    and how to set it). ``params`` may hold the safeguards every policy accepts
+    (:data:`SAFEGUARD_PARAMS`): they are validated and left out; :func:`plan_params` returns
+    them too."""
+    spec, p, _ = plan_params(name, **params)
+    return spec, p
+
+
+def plan_params(name: str, **params: Any) -> tuple[PolicySpec, Any, Safeguards]:
+    """The policy ``name``, its validated parameters and the :class:`Safeguards` among
+    ``params`` (§0.10)."""
     spec = get_policy(name)
     known = {f.name for f in dataclasses.fields(spec.params_type)}
-    unknown = set(params) - known
+    own = {k: v for k, v in params.items() if k not in SAFEGUARD_PARAMS}
+    unknown = set(own) - known
     fix = "set parameters with params={'name': value} (CLI: -p name=value); `seta-stream policies` lists them"
     if unknown:
         raise InvalidInputError(
-            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}; {fix}"
+            f"{name}: unknown parameter(s) {sorted(unknown)}; valid: {sorted(known) or 'none'}, and "
+            f"{', '.join(SAFEGUARD_PARAMS)} for every policy; {fix}"
         )
     try:
-        return spec, spec.make_params(**params)
+        _, safeguards = split_params(params)
+        return spec, spec.make_params(**own), safeguards
     except InvalidInputError as exc:
-        raise InvalidInputError(f"{exc}; {fix}") from None
+        what = str(exc) if str(exc).startswith(f"{name}: ") else f"{name}: {exc}"  # the safeguards name no policy
+        raise InvalidInputError(f"{what}; {fix}") from None
     except TypeError as exc:  # a value of the wrong type compared in validation
         raise InvalidInputError(f"{name}: parameters {params} do not fit ({exc}); {fix}") from None
 
 
 def run_policy(name: str, inp: PolicyInput, **params: Any) -> PolicyResult:
-    """Validate ``params`` for policy ``name``, run it and finalize the result."""
-    spec, p = policy_params(name, **params)
-    return finalize(spec.fn(inp, p), inp, name, p)
+    """Validate ``params`` for policy ``name`` (its own and the safeguards, §0.10), run it and
+    finalize the result."""
+    spec, p, safeguards = plan_params(name, **params)
+    return finalize(spec.fn(inp, p), inp, name, p, safeguards)
 
 
 def check_run_settings(spec: PolicySpec, params: Any, run_settings: dict[str, Any], where: str) -> None:
@@ -336,11 +399,49 @@ def _guard_key(ctx: PlanContext) -> Any:
     return key_of
 
 
-def _bucket_rows(decide: Any, inp: PolicyInput, guard: Cut | None, key_of: Any) -> PolicyResult:
-    """One bucket's rows: the policy's decisions, the guard's row if it is here, weight 0 where
-    not kept (as :func:`apply_guard` does for a whole table)."""
+def _fill_key(ctx: PlanContext, decide: Any) -> Any:
+    """The floor's keys (§0.10): the uniforms of stream 9 of the rows the policy did not keep
+    (``keep``: the policy's keep column of these rows; None: decided again here)."""
+
+    def key_of(inp: PolicyInput, result: PolicyResult | None = None) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
+        if result is None:
+            result = decide.rows(inp)
+        uid = np.asarray(inp.uid, np.uint64)
+        return uniform_keys(uid, ctx.seed, ctx.epoch, STREAM_FLOOR), uid, None, fillable(result.keep, result.reason)
+
+    return key_of
+
+
+def _kept(decide: Any) -> Any:
+    """Steps counting the rows the policy keeps over every bucket."""
+    return (yield total(lambda inp: int(np.count_nonzero(decide.rows(inp).keep))))
+
+
+def _fillable(decide: Any) -> Any:
+    """Steps counting the rows the floor may add (:func:`fillable`) over every bucket."""
+
+    def count(inp: PolicyInput) -> int:
+        result = decide.rows(inp)
+        return int(np.count_nonzero(fillable(result.keep, result.reason)))
+
+    return (yield total(count))
+
+
+def _bucket_rows(
+    decide: Any,
+    inp: PolicyInput,
+    guard: Cut | None,
+    key_of: Any,
+    fill: Cut | None = None,
+    fill_key_of: Any = None,
+    cap: np.float32 | None = None,
+) -> PolicyResult:
+    """One bucket's rows: the policy's decisions, the floor's rows and the guard's row if they
+    are here, weights capped, weight 0 where not kept (as :func:`apply_guard` does for a whole
+    table)."""
     result = decide.rows(inp)
-    _settle(result, None if guard is None else guard.mask(*key_of(inp)))
+    fill_rows = None if fill is None else fill.mask(*fill_key_of(inp, result))
+    _settle(result, None if guard is None else guard.mask(*key_of(inp)), fill_rows, cap)
     return result
 
 
@@ -348,12 +449,23 @@ class _BucketRows:
     """Bucket b's rows, handed to ``emit`` where they are decided, and its summary counts
     (picklable, for a Ray engine: only what ``emit`` returns and the counts travel back)."""
 
-    def __init__(self, decide: Any, inputs: Any, guard: Cut | None, key_of: Any, emit: Any) -> None:
+    def __init__(
+        self,
+        decide: Any,
+        inputs: Any,
+        guard: Cut | None,
+        key_of: Any,
+        emit: Any,
+        fill: Cut | None = None,
+        fill_key_of: Any = None,
+        cap: np.float32 | None = None,
+    ) -> None:
         self.decide, self.inputs, self.guard, self.key_of, self.emit = decide, inputs, guard, key_of, emit
+        self.fill, self.fill_key_of, self.cap = fill, fill_key_of, cap
 
     def __call__(self, b: int) -> tuple[Any, SummaryCounts]:
         inp = self.inputs(b)
-        result = _bucket_rows(self.decide, inp, self.guard, self.key_of)
+        result = _bucket_rows(self.decide, inp, self.guard, self.key_of, self.fill, self.fill_key_of, self.cap)
         return self.emit(b, inp, result), summary_counts(result, inp)
 
 
@@ -368,6 +480,7 @@ def plan_partitioned(
     engine: Any = None,
     received: Any = None,
     row_inputs: Any = None,
+    safeguards: Safeguards | None = None,
 ) -> dict[str, Any]:
     """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput` for the steps;
     ``row_inputs(b)``, default ``inputs``: its input for the pass that decides its rows, with
@@ -378,18 +491,32 @@ def plan_partitioned(
     if given, gets here, in bucket order, what ``emit`` returned. If no row is kept anywhere,
     the empty-plan guard keeps the row of smallest guard uniform (ties by uid) exactly as
     :func:`finalize` would: ``restart()`` is called and every bucket is emitted again. Returns
-    the summary, equal to :func:`finalize`'s on the whole table."""
+    the summary, equal to :func:`finalize`'s on the whole table.
+
+    ``safeguards`` (§0.10): with a floor, the rows the policy keeps are counted first; if they
+    are fewer than the floor, the dropped rows of smallest stream-9 uniform (ties by uid) that
+    fill up to it are found over all buckets (the m smallest keys, as for the guard) before any
+    bucket is emitted. The cap applies row by row."""
     if spec.steps is None:
         raise InvalidInputError(
             f"policy {spec.name!r} has no partitioned form (PolicySpec.steps), so it cannot plan a run "
             "with several buckets; use a run with buckets=1"
         )
+    sg = safeguards or Safeguards()
     decide = run_steps(spec.steps(ctx, params), inputs, buckets, engine)
     key_of = _guard_key(ctx)
     guard: Cut | None = None
+    fill: Cut | None = None
+    fill_key_of = _fill_key(ctx, decide)
+    floor = sg.floor(ctx.n)
+    if floor:
+        kept = run_steps(_kept(decide), inputs, buckets, engine)
+        if kept < floor:
+            candidates = run_steps(_fillable(decide), inputs, buckets, engine)
+            fill = run_steps(smallest(fill_key_of, floor - kept, candidates), inputs, buckets, engine)
     while True:
         counts: SummaryCounts | None = None
-        rows = _BucketRows(decide, row_inputs or inputs, guard, key_of, emit)
+        rows = _BucketRows(decide, row_inputs or inputs, guard, key_of, emit, fill, fill_key_of, sg.cap())
         done = engine.map(rows, range(buckets)) if engine is not None else (rows(b) for b in range(buckets))
         for b, (value, piece) in enumerate(done):
             counts = piece if counts is None else counts + piece
@@ -401,4 +528,4 @@ def plan_partitioned(
         guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets, engine)
         restart()
     first = inputs(0)
-    return summary_of(counts, decide.summary, first, spec.name, params, guard is not None, decide.absent_rule)
+    return summary_of(counts, decide.summary, first, spec.name, params, guard is not None, decide.absent_rule, sg)

@@ -60,6 +60,7 @@ REASONS: tuple[str, ...] = (
     "empty_plan_guard",  # the single sample kept by the empty-plan guard
     "suspected_noise",  # noise rule: left out as suspected noise (§12)
     "noise_recheck",  # noise rule: a suspect kept (weight 0) so that its loss is measured again (§12)
+    "floor_fill",  # kept by the floor on an epoch's kept count (min_keep_fraction, §0.10)
 )
 
 
@@ -230,6 +231,8 @@ class PolicyResult:
     cluster: np.ndarray | None = None  # int16[N], -1 = not clustered
     score: np.ndarray | None = None  # float64[N] (ES/ESWP)
     absent_rule: AbsentRule = field(default_factory=AbsentRule)
+    #: kept rows whose weight the cap (``max_weight``, §0.10) lowered; set by ``finalize``
+    capped: int = 0
 
 
 @dataclass(frozen=True)

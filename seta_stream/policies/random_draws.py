@@ -23,6 +23,7 @@ __all__ = [
     "STREAM_ES_BATCH",
     "STREAM_GUARD",
     "STREAM_NOISE",
+    "STREAM_FLOOR",
     "salt",
     "uniforms",
     "uniform_of",
@@ -39,6 +40,7 @@ __all__ = [
 STREAM_RANDOM, STREAM_ANNEAL, STREAM_INFOBATCH, STREAM_ESWP = 1, 2, 3, 4
 STREAM_STATIC, STREAM_ES_BATCH, STREAM_GUARD = 5, 6, 7
 STREAM_NOISE = 8  # the noise rule's re-check draw (§12)
+STREAM_FLOOR = 9  # the floor's fill (safeguards, §0.10)
 
 _MASK = (1 << 64) - 1
 _DRAW_BLOCK_ROWS = 1 << 20
