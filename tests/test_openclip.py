@@ -190,8 +190,13 @@ def keep_listed(inp, p):
     return PolicyResult(keep, keep.astype(np.float32), np.full(inp.n, reason_code("kept"), np.int8), {})
 
 
-if "test_keep_listed" not in POLICIES:
+@pytest.fixture
+def keep_listed_policy():
+    """The test policy, registered for one test only (the registry is global: other test files
+    iterate over every registered policy)."""
     register(PolicySpec("test_keep_listed", KeepListed, keep_listed, "test policy"))
+    yield "test_keep_listed"
+    POLICIES.pop("test_keep_listed", None)
 
 
 def quota_plans():
@@ -239,7 +244,7 @@ def stage_names(ds):
 
 
 # ---------------------------------------------------------------- tests
-def test_adapted_openclip_epochs_deliver_each_kept_pair_once_in_proportional_steps(tmp_path):
+def test_adapted_openclip_epochs_deliver_each_kept_pair_once_in_proportional_steps(tmp_path, keep_listed_policy):
     urls = pair_shards(tmp_path / "pairs")
     params, kept = quota_plans()
     pruner = seta.Pruner(
@@ -276,7 +281,7 @@ def test_adapted_openclip_epochs_deliver_each_kept_pair_once_in_proportional_ste
     assert lr(positions[2][1]) == pytest.approx(0.0, abs=1e-12)  # it ends with the last epoch
 
 
-def test_without_one_pass_a_pruned_openclip_epoch_rereads_kept_pairs(tmp_path):
+def test_without_one_pass_a_pruned_openclip_epoch_rereads_kept_pairs(tmp_path, keep_listed_policy):
     """What adapt() fixes: attach alone keeps OpenCLIP's with_epoch, so a pruned epoch still
     takes the full-data 8 steps of 8 pairs, re-reading its 18 kept pairs."""
     urls = pair_shards(tmp_path / "pairs")
