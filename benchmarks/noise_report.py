@@ -785,11 +785,12 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
     files = load_files(ctx.results)
     missing = missing_runs(ctx, files)
     docs = (ctx.out / "docs") if ctx.smoke else ROOT / "docs"
+    readme = ROOT / "README.md" if pairs_doc is None and not ctx.smoke else None  # the repo's docs only
     pairs_doc = pairs_doc or docs / "quality-pairs.md"
     labels_doc = labels_doc or docs / "quality.md"
     pairs_doc.parent.mkdir(parents=True, exist_ok=True)
     splice(pairs_doc, pairs_lines(ctx, files, [x for x in missing if x.startswith("pairs-")]))
-    if not ctx.smoke and (readme := ROOT / "README.md").exists() and README_BEGIN in readme.read_text():
+    if readme is not None and readme.exists() and README_BEGIN in readme.read_text():
         splice(readme, readme_lines(files), README_BEGIN, README_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))
