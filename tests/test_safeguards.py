@@ -4,6 +4,7 @@ kept count (``min_keep_fraction``), the cap on weights (``max_weight``), and the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -20,15 +21,17 @@ import seta_stream as seta
 from seta_stream.policies import (
     REASONS,
     PolicyInput,
+    PolicyResult,
     describe_policies,
     finalize,
+    get_policy,
     plan_params,
     plan_partitioned,
     policy_params,
     reason_code,
     run_policy,
 )
-from seta_stream.policies.steps import PlanContext
+from seta_stream.policies.steps import Decide, PlanContext
 
 MASK = (1 << 64) - 1
 
@@ -46,12 +49,16 @@ def u_of(uid: int, seed: int, epoch: int, stream: int) -> float:
     return (mix(int(uid) ^ salt) >> 11) * 2.0**-53
 
 
-def reference_fill(keep: np.ndarray, uid: np.ndarray, seed: int, epoch: int, floor: int) -> set[int]:
-    """Rows the floor adds: the (floor - kept) dropped rows of smallest stream-9 u, ties by uid."""
+def reference_fill(
+    keep: np.ndarray, uid: np.ndarray, seed: int, epoch: int, floor: int, among: np.ndarray | None = None
+) -> set[int]:
+    """Rows the floor adds: the (floor - kept) dropped rows of smallest stream-9 u, ties by uid
+    (``among``: only these rows may be added, the rows not left out as suspected noise)."""
     need = floor - int(keep.sum())
     if need <= 0:
         return set()
-    dropped = sorted((u_of(int(uid[i]), seed, epoch, 9), int(uid[i]), i) for i in np.flatnonzero(~keep))
+    may = ~keep if among is None else ~keep & among
+    dropped = sorted((u_of(int(uid[i]), seed, epoch, 9), int(uid[i]), i) for i in np.flatnonzero(may))
     return {i for _, _, i in dropped[:need]}
 
 
@@ -214,6 +221,10 @@ CASES = [
     ("infobatch", {"r": 0.6, "rescale": "exact", "max_weight": 1.5}),
     ("eswp", {"beta2": 0.9, "r": 0.8, "min_keep_fraction": 0.4}),
     ("full", {"min_keep_fraction": 0.5, "max_weight": 1.0}),
+    ("seta", {"r": 0.3, "k": 10, "alpha": 0.3, "noise": True, "min_keep_fraction": 0.6, "max_weight": 1.0}),
+    ("infobatch", {"r": 0.9, "noise": True, "noise_recheck": 0.5, "max_weight": 2.0, "min_keep_fraction": 0.7}),
+    ("random", {"r": 0.9, "noise": True, "min_keep_fraction": 0.95}),
+    ("full", {"noise": True, "noise_recheck": 0.0, "min_keep_fraction": 1.0}),
 ]
 
 
@@ -256,15 +267,18 @@ def whole_plan(name, params, cols, epoch, epochs, seed):
     epoch=st.integers(0, 9),
     ties=st.booleans(),
     unseen=st.sampled_from([0.0, 0.2, 1.0]),
+    noisy=st.sampled_from([0.0, 0.25]),
 )
-def test_steps_with_safeguards_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, unseen):
+def test_steps_with_safeguards_equal_the_whole_table_plan(case, n, seed, buckets, epoch, ties, unseen, noisy):
     name, params = case
-    cols = table(n, seed, ties, unseen, 0.05)
+    cols = table(n, seed, ties, unseen, 0.05, noisy)
     whole = whole_plan(name, params, cols, epoch, 10, seed)
     rows, summary = split_plan(name, params, cols, epoch, 10, seed, buckets, np.random.default_rng(seed + 1))
     assert_same(whole, rows, summary, n)
     if n and "min_keep_fraction" in params:
-        assert whole.summary["kept"] >= math.floor(params["min_keep_fraction"] * n + 1e-9)
+        # the floor, less the suspects it may not fill with (§0.10)
+        left_out = whole.summary["rows_by_reason"].get("suspected_noise", 0)
+        assert whole.summary["kept"] >= min(math.floor(params["min_keep_fraction"] * n + 1e-9), n - left_out)
 
 
 @pytest.mark.parametrize("buckets", [1, 3])
@@ -415,3 +429,113 @@ def test_the_floor_never_refills_an_epoch_with_suspected_noise(buckets):
     # the re-checked suspects keep their weight 0 under a cap
     capped = whole_plan("random", {**params, "max_weight": 1.0}, cols, 4, 10, 11)
     assert (capped.weight[np.array([REASONS[r] for r in capped.reason]) == "noise_recheck"] == 0).all()
+
+
+def reasons_of(result):
+    return np.array([REASONS[r] for r in result.reason])
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_the_floor_fills_among_the_non_suspects_exactly_counting_the_re_checks_as_kept(buckets):
+    cols = table(3000, 11, ties=False, unseen=0.0, nan=0.0, noisy=0.2)
+    params = {"r": 0.9, "noise": True, "noise_recheck": 0.1, "min_keep_fraction": 0.5}
+    plain = whole_plan("random", {k: v for k, v in params.items() if k != "min_keep_fraction"}, cols, 4, 10, 11)
+    why = reasons_of(plain)
+    suspected = (why == "suspected_noise") | (why == "noise_recheck")
+    rechecked = int((why == "noise_recheck").sum())
+    assert plain.summary["noise_active"] and plain.summary["noise_suspected"] == int(suspected.sum()) > 200
+    assert rechecked == plain.summary["noise_rechecked"] > 0
+    kept = plain.summary["kept"]
+    assert kept == math.floor(0.1 * (3000 - suspected.sum()) + 1e-9) + rechecked  # the plan's count
+    whole = whole_plan("random", params, cols, 4, 10, 11)
+    rows, summary = split_plan("random", params, cols, 4, 10, 11, buckets, np.random.default_rng(5))
+    assert_same(whole, rows, summary, 3000)  # one bucket and three: the whole table's plan, bit for bit
+    added = set(np.flatnonzero(whole.keep & ~plain.keep).tolist())
+    # F = 1500 and the re-checks count as kept: 1500 - kept rows, the smallest stream-9 draws
+    # among the rows the policy dropped that are not suspects
+    assert added == reference_fill(plain.keep, cols["uid"], 11, 4, 1500, among=~suspected)
+    assert len(added) == 1500 - kept == whole.summary["safeguards"]["filled"] and whole.summary["kept"] == 1500
+    # the suspects' own draws would have taken places: the exclusion is what makes the fill
+    assert added != reference_fill(plain.keep, cols["uid"], 11, 4, 1500)
+    assert np.array_equal(reasons_of(whole)[suspected], why[suspected])  # suspects stay as the rule left them
+    assert (whole.weight[why == "noise_recheck"] == 0).all() and (whole.weight[sorted(added)] == 1).all()
+    assert whole.summary["kept_by_reason"]["noise_recheck"] == rechecked
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_the_cap_leaves_the_re_checks_at_weight_0_and_does_not_count_them(buckets):
+    cols = table(3000, 11, ties=False, unseen=0.0, nan=0.0, noisy=0.2)
+    params = {"r": 0.9, "noise": True, "noise_recheck": 0.5}
+    plain = whole_plan("infobatch", params, cols, 4, 10, 11)
+    capped = whole_plan("infobatch", {**params, "max_weight": 2.0}, cols, 4, 10, 11)
+    rows, summary = split_plan(
+        "infobatch", {**params, "max_weight": 2.0}, cols, 4, 10, 11, buckets, np.random.default_rng(8)
+    )
+    assert_same(capped, rows, summary, 3000)
+    recheck = reasons_of(plain) == "noise_recheck"
+    assert recheck.sum() > 100 and (capped.weight[recheck] == 0).all() and capped.keep[recheck].all()
+    over = plain.keep & (plain.weight > 2.0)
+    assert over.sum() > 0 and capped.summary["safeguards"]["capped"] == int(over.sum())
+    assert (capped.weight[over] == np.float32(2.0)).all()
+    assert np.array_equal(capped.weight[~over], plain.weight[~over]) and np.array_equal(capped.keep, plain.keep)
+    assert capped.summary["weight_histogram"]["0.0"] == int(recheck.sum())
+    assert [w["code"] for w in plain.summary["warnings"]] == ["high_weight"] and capped.summary["warnings"] == []
+
+
+def test_low_keep_counts_the_kept_samples_as_the_plan_does_re_checks_included():
+    cols = table(3000, 11, ties=False, unseen=0.0, nan=0.0, noisy=0.2)
+    params = {"r": 0.95, "noise": True, "noise_recheck": 0.1}
+    plain = whole_plan("random", params, cols, 4, 10, 11)
+    s = plain.summary
+    rechecked = s["kept_by_reason"]["noise_recheck"]
+    assert rechecked > 0 and s["kept"] == s["kept_by_reason"]["kept"] + rechecked == int(plain.keep.sum())
+    (warning,) = s["warnings"]
+    assert warning["code"] == "low_keep" and warning["value"] == s["kept"] / 3000 < 0.1
+    assert f"keeps {s['kept']} of 3000 samples" in warning["message"]
+    floored = whole_plan("random", {**params, "min_keep_fraction": 0.1}, cols, 4, 10, 11)
+    assert floored.summary["kept"] == 300 and floored.summary["safeguards"]["filled"] == 300 - s["kept"]
+    assert floored.summary["warnings"] == []
+
+
+def _all_suspects(inp, p):
+    """Every row left out as suspected noise: nothing kept, nothing the floor may fill."""
+    return PolicyResult(
+        keep=np.zeros(inp.n, bool),
+        weight=np.zeros(inp.n, np.float32),
+        reason=np.full(inp.n, reason_code("suspected_noise"), np.int8),
+        summary={"phase": "prune"},
+    )
+
+
+def _all_suspects_steps(ctx, p):
+    return Decide(lambda inp: _all_suspects(inp, p), {"phase": "prune"})
+    yield  # a generator with no step
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_with_nothing_kept_and_nothing_to_fill_the_guard_keeps_one_row_as_over_buckets(buckets):
+    spec = dataclasses.replace(get_policy("full"), fn=_all_suspects, steps=_all_suspects_steps)
+    _, p, sg = plan_params("full", min_keep_fraction=0.5)
+    cols = table(200, 4, ties=False, unseen=0.0, nan=0.0)
+    inp = PolicyInput.from_columns(
+        {c: cols[c] for c in spec.table_columns(p)}, epoch=3, epochs=10, seed=4, n_ref=200
+    )  # fmt: skip
+    whole = finalize(spec.fn(inp, p), inp, "full", p, sg)
+    assert whole.summary["empty_plan_guard"] is True and whole.summary["kept"] == 1
+    assert whole.summary["kept_by_reason"] == {"empty_plan_guard": 1} and whole.summary["safeguards"]["filled"] == 0
+    rng = np.random.default_rng(2)
+    where, order = rng.integers(0, buckets, size=200), rng.permutation(200)
+    parts = [order[where[order] == b] for b in range(buckets)]
+    rows = {}
+
+    def inputs(b):
+        return PolicyInput.from_columns(
+            {c: cols[c][parts[b]] for c in spec.table_columns(p)}, epoch=3, epochs=10, seed=4, n_ref=200
+        )
+
+    def emit(b, inp, result):
+        rows[b] = (parts[b], result)
+
+    ctx = PlanContext(epoch=3, epochs=10, seed=4, n=200, n_ref=200)
+    summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear, safeguards=sg)
+    assert_same(whole, rows, summary, 200)

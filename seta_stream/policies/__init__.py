@@ -191,7 +191,9 @@ def apply_guard(result: PolicyResult, inp: PolicyInput, safeguards: Safeguards |
         if kept < floor:
             fill = fill_mask(result.keep, result.reason, inp.uid, inp.seed, inp.epoch, floor - kept)
     guard_rows = None
-    if fill is None and inp.n > 0 and not result.keep.any():
+    if inp.n > 0 and not result.keep.any() and (fill is None or not fill.any()):
+        # nothing kept and nothing the floor may fill (every row left out as suspected noise):
+        # the guard, as plan_partitioned's loop does when its buckets keep no row
         u = uniforms(inp.uid, inp.seed, inp.epoch, STREAM_GUARD)
         guard_rows = smallest_mask(u, 1, inp.uid)  # smallest u, ties by uid
     _settle(result, guard_rows, fill, sg.cap())
@@ -400,8 +402,9 @@ def _guard_key(ctx: PlanContext) -> Any:
 
 
 def _fill_key(ctx: PlanContext, decide: Any) -> Any:
-    """The floor's keys (§0.10): the uniforms of stream 9 of the rows the policy did not keep
-    (``keep``: the policy's keep column of these rows; None: decided again here)."""
+    """The floor's keys (§0.10): the uniforms of stream 9 of the rows it may fill (:func:`fillable`:
+    not kept by the policy, not suspected noise; ``result``: the policy's rows of this bucket,
+    None: decided again here)."""
 
     def key_of(inp: PolicyInput, result: PolicyResult | None = None) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
         if result is None:
