@@ -1,6 +1,7 @@
 """Train a small CLIP-style model on image-text pairs streamed from tar shards, with pruning.
 
-The loop an OpenCLIP user has, with the three seta_stream calls added: the stage around the
+A loop shaped like an OpenCLIP user's (its own code, not OpenCLIP's; for OpenCLIP itself see
+``seta_stream.openclip`` and docs/openclip.md), with the three seta_stream calls added: the stage around the
 ``wds.WebDataset`` of the training shards, ``pruner.record`` of one loss per pair in the step,
 ``pruner.start_epoch`` before each epoch. The model is a small CNN image tower and a bag of
 hashed words text tower, each with a linear projection into a shared space, and CLIP's
@@ -111,7 +112,8 @@ def has_pair(sample: dict) -> bool:
 
 
 def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, seed: int) -> wds.WebLoader:
-    """OpenCLIP's webdataset training pipeline, with the seta stage after the shard list."""
+    """A webdataset training pipeline shaped like OpenCLIP's (its own wds.WebDataset, not OpenCLIP's code),
+    with the seta stage after the shard list; OpenCLIP itself: seta_stream.openclip, docs/openclip.md."""
     ds = seta.attach(
         wds.WebDataset(
             urls, shardshuffle=len(urls), detshuffle=True, seed=seed, nodesplitter=wds.split_by_node, empty_check=False
