@@ -78,14 +78,33 @@ STATUS_TEXT = {
 }
 
 
-def split_runs(files: dict) -> tuple[str | None, list[dict], list[str]]:
-    """(the study's machine, the runs that enter the tables, a line per run left out)."""
+def comparison_group(r: dict) -> str:
+    """The runs compared with each other, which must come from one machine: the pairs study, and
+    each data set of the noisy-label study."""
+    return r.get("study", "?") + ("/" + r["dataset"] if r.get("dataset") else "")
+
+
+def group_machines(runs: list[dict]) -> dict[str, str | None]:
+    """Each comparison group's machine: the one with the most finished runs of the group."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(comparison_group(r), []).append(r)
+    return {g: study_machine(rs) for g, rs in groups.items()}
+
+
+def on_its_machine(runs: list[dict], machines: dict[str, str | None]) -> list[dict]:
+    return [r for r in runs if machine_name(r.get("machine")) == machines.get(comparison_group(r))]
+
+
+def split_runs(files: dict) -> tuple[dict[str, str | None], list[dict], list[str]]:
+    """(each comparison group's machine, the runs that enter the tables, a line per run left out)."""
     runs = files["runs"]
-    m = study_machine(runs)
+    machines = group_machines(runs)
     used, left_out = [], []
     for r in runs:
-        if machine_name(r.get("machine")) != m:
-            left_out.append(f"`{r['id']}`: ran on another machine ({machine_name(r.get('machine'))}); not compared")
+        if machine_name(r.get("machine")) != machines[comparison_group(r)]:
+            left_out.append(f"`{r['id']}`: ran on another machine ({machine_name(r.get('machine'))}) than the other "
+                            "runs it is compared with; not compared")  # fmt: skip
         elif r.get("status") != "ok":
             left_out.append(f"`{r['id']}`: {STATUS_TEXT.get(r.get('status'), r.get('status'))}; left out")
         else:
@@ -98,7 +117,7 @@ def split_runs(files: dict) -> tuple[str | None, list[dict], list[str]]:
     for c in files["cut"]:
         if c["id"] not in finished:
             left_out.append(f"`{c['id']}`: cut short at the deadline after {_epochs(c)}; no result")
-    return m, used, left_out
+    return machines, used, left_out
 
 
 def _epochs(c: dict) -> str:
@@ -251,11 +270,11 @@ def _setting(k: tuple) -> str:
 
 # ------------------------------------------------------------------------------ the pairs
 def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
-    m, used, left_out = split_runs(files)
+    machines, used, left_out = split_runs(files)
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
     lines = [
         f"{len(pairs)} finished pairs runs enter the tables below"
-        + (f"; all ran on one machine: {m}." if pairs else ".")
+        + (f"; all ran on one machine: {machines.get('noise-pairs')}." if pairs else ".")
     ]
     if pairs:
         E, d, t = pairs[0]["E"], pairs[0]["data"], pairs[0]["train"]
@@ -270,7 +289,7 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         ]
     lines += [
         "",
-        *_loader_lines(files, m, "noise-pairs", "pairs"),
+        *_loader_lines(files, machines, "noise-pairs", "pairs"),
         *_rule_lines(),
         *e_choice_lines(ctx.results, ctx.epochs),
     ]
@@ -284,9 +303,10 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     return lines
 
 
-def _loader_lines(files: dict, m: str | None, study: str, what: str) -> list[str]:
-    """How many run-epochs of the study machine's finished runs delivered exactly the plan's kept samples."""
-    runs = [r for r in files["runs"] if r.get("study") == study and machine_name(r.get("machine")) == m]
+def _loader_lines(files: dict, machines: dict[str, str | None], study: str, what: str) -> list[str]:
+    """How many run-epochs of the finished runs (each on its group's machine) delivered exactly the
+    plan's kept samples."""
+    runs = [r for r in on_its_machine(files["runs"], machines) if r.get("study") == study]
     if not runs:
         return []
     bad = [f"`{r['id']}` e{x['epoch']}" for r in runs for x in r["rows"] if not x.get("delivered_equals_plan")]
@@ -639,13 +659,16 @@ def _left_out_lines(left_out: list[str], missing: list[str]) -> list[str]:
 
 # ------------------------------------------------------------------------------ noisy labels
 def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
-    m, used, left_out = split_runs(files)
+    machines, used, left_out = split_runs(files)
     runs = [r for r in used if r.get("study") == "noise-labels"]
+    where = sorted({(r["dataset"], machines.get(comparison_group(r))) for r in runs})
     lines = [
         f"{len(runs)} finished noisy-label runs enter the tables below"
-        + (f"; all ran on one machine: {m}." if runs else "."),
+        + (("; the runs of each data set ran on one machine (" + "; ".join(f"{d}: {m}" for d, m in where)
+            + "), and only runs of one data set are compared") if runs else "")
+        + ".",
         "",
-        *_loader_lines(files, m, "noise-labels", "samples"),
+        *_loader_lines(files, machines, "noise-labels", "samples"),
         *_rule_lines(),
     ]
     targets: list[list[str]] = []
@@ -749,7 +772,8 @@ README_BEGIN, README_END = "<!-- noise-readme:begin -->", "<!-- noise-readme:end
 def readme_lines(files: dict) -> list[str]:
     """README's summary of the measurement: the targets that every seed of a configuration has
     measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
-    m, used, _ = split_runs(files)
+    machines, used, _ = split_runs(files)
+    m = machines.get("noise-pairs")
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
     rows = [row for row in _pairs_targets(pairs) if row.startswith("| ") and "open" not in row.rsplit("|", 2)[-2]]
     rows = [row for row in rows if not row.startswith("| target") and not row.startswith("| ---")]

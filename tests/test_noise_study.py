@@ -464,7 +464,7 @@ def test_the_report_of_synthetic_runs(tmp_path: Path) -> None:
         # left out, with the rule stated
         "* `pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s0`: diverged (a non-finite training loss); left out",
         "* `pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s1`: ran on another machine (Other CPU, 16 cores, torch 2.13.0 "
-        "(AVX2)); not compared",
+        "(AVX2)) than the other runs it is compared with; not compared",
         "* `pairs-n20-E4-infobatch-p30-r0.6-s0`: crashed after 2 epochs (ValueError: boom); no result",
         "* `pairs-n20-E4-random-p30-r0.3-s2`: cut short at the deadline after 1 epoch; no result",
     ]
@@ -559,13 +559,21 @@ def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: 
             labels_run("cifar10", "full", "nz-rule", rule, s, f + 4 + s, 0.27, noisy_after=0.02, prec=0.97, rec=0.95),
             labels_run("cifar10", "random", "nz-rule-p50", {**rule, "r": 0.3}, s, f + 0.5 - s, 0.5),
             labels_run("cifar10", "random", "nz-p50", {"r": 0.5}, s, f - 3, 0.5),
+            # another data set trained on another machine: compared only within its own data set
+            {**labels_run("sst2", "full", "nz-full", {}, s, f, 0.0), "machine": {**MACHINE, "cpu": "Other CPU"}},
         ):
             (res / f"{r['id']}.json").write_text(json.dumps(r))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
     nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
     lines = (tmp_path / "labels.md").read_text().splitlines()
+    assert lines[3] == (
+        "10 finished noisy-label runs enter the tables below; the runs of each data set ran on one machine "
+        "(cifar10: Test CPU, 16 cores, torch 2.13.0 (AVX2); sst2: Other CPU, 16 cores, torch 2.13.0 (AVX2)), and "
+        "only runs of one data set are compared."
+    )
+    assert "ran on another machine" not in "\n".join(lines)
     for line in [
-        "**Loader vs plan:** in 24 of 24 run-epochs the loader delivered exactly the plan's kept samples.",
+        "**Loader vs plan:** in 30 of 30 run-epochs the loader delivered exactly the plan's kept samples.",
         "| rule alone | noise=True | 2 | 27.0 ± 0.0 | 65.00 ± 1.41 | 65.00 ± 1.41 | +4.50 (+4.00, +5.00) "
         "| +6.12 (+5.62, +6.62) | 14.7 / 2.1 | 0.97 / 0.95 |",
         "| CIFAR-10 with 40% noisy labels: test accuracy above full data | rule alone noise=True "
