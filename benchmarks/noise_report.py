@@ -401,6 +401,19 @@ def _convergence(rs: list[dict], noise: float) -> list[str]:
     return out
 
 
+def _rule_cells(g: list[dict]) -> tuple[bool, float | None, float | None, list, float | None, float | None]:
+    """A group's noise-rule figures: (whether its runs use the rule, the noisy share of what was
+    trained over the runs, the same after the warm-up (rule only), each run's last epoch with the
+    rule active, and their mean precision and recall (rule only))."""
+    rule = is_rule(g[0])
+    share = noisy_share([x for r in g for x in r["rows"]])
+    after = mean_or_none([noisy_share(active_epochs(r)) for r in g]) if rule else None
+    la = [last_active(r) for r in g]
+    prec = mean_or_none([x.get("precision") if x else None for x in la]) if rule else None
+    rec = mean_or_none([x.get("recall") if x else None for x in la]) if rule else None
+    return rule, share, after, la, prec, rec
+
+
 def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     pct = round(100 * noise)
     title = f"{pct}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
@@ -418,12 +431,7 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     keys = _sorted_keys(groups)
     for k in keys:
         g = groups[k]
-        rule = is_rule(g[0])
-        share = noisy_share([x for r in g for x in r["rows"]])
-        after = mean_or_none([noisy_share(active_epochs(r)) for r in g]) if rule else None
-        la = [last_active(r) for r in g]
-        prec = mean_or_none([x.get("precision") if x else None for x in la]) if rule else None
-        rec = mean_or_none([x.get("recall") if x else None for x in la]) if rule else None
+        rule, share, after, la, prec, rec = _rule_cells(g)
         cells = [
             _name(k),
             _setting(k),
@@ -691,12 +699,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         keys = _sorted_keys(groups)
         for k in keys:
             g = groups[k]
-            rule = is_rule(g[0])
-            share = noisy_share([x for r in g for x in r["rows"]])
-            after = mean_or_none([noisy_share(active_epochs(r)) for r in g]) if rule else None
-            la = [last_active(r) for r in g]
-            prec = mean_or_none([x.get("precision") if x else None for x in la]) if rule else None
-            rec = mean_or_none([x.get("recall") if x else None for x in la]) if rule else None
+            rule, share, after, la, prec, rec = _rule_cells(g)
             cells = [
                 _name(k),
                 _setting(k),

@@ -221,6 +221,30 @@ def test_a_study_still_improving_names_its_collapsed_runs_and_leaves_them_out(tm
     )
 
 
+def test_equal_compute_is_compared_only_between_runs_of_one_machine(tmp_path: Path) -> None:
+    """Seed 0's pruned run ran on machine A and its equal-compute run on machine B: only seed 1
+    (both on A) is compared, and seed 0 is named as left out, in the table and the reading."""
+    a, b = {"cpu": "CPU A", "torch": "2.13.0"}, {"cpu": "CPU B", "torch": "2.13.0"}
+    full, ran = (lambda n: conv_full(4, n)), conv_cfg(4, "random", {"r": 0.5}, "p50")
+    runs = [_run(full(4), 0, [0.6, 0.80], 0.0, sw=a), _run(full(4), 1, [0.6, 0.81], 0.0, sw=a),
+            _run(full(8), 0, [0.6, 0.82], 0.0, sw=a),
+            _run(full(2), 0, [0.6, 0.70], 0.0, sw=b), _run(full(2), 1, [0.6, 0.77], 0.0, sw=a),
+            _run(ran, 0, [0.6, 0.79], 0.5, sw=a), _run(ran, 1, [0.6, 0.78], 0.5, sw=a)]  # fmt: skip
+    layout = _layout(tmp_path, runs)
+    reading = readings(layout)[0]
+    study = reading.s
+    rs = study.groups[conv_run_id(ran, 0).rsplit("-s", 1)[0]]
+    n, eq, gaps, other = study.equal_gap(rs)
+    assert (n, len(eq), other) == (2, 2, [0])
+    assert list(gaps) == [1] and gaps[1] == pytest.approx(1.0)
+    assert study.row(rs)[8] == "+1.00 (seed 1; seed 0: other machine)"
+    par = reading.improving_par()[0]
+    assert "Against full data at equal compute (configurations without a collapsed run; paired by seed, runs of " \
+           "one machine only): dynamic random p50 (50.0% pruned) +1.00 against 2 epochs (by seed +1.00)." in par
+    assert par.endswith("Not compared, because the pruned run and its equal-compute full-data run ran on different "
+                        "machines: dynamic random p50 (50.0% pruned) (seed 0, 2 epochs).")  # fmt: skip
+
+
 # ----------------------------------------------------------------------------------- pairs
 def _pair_run(seed: int, r1: list[float], share: list[float], kept_mis: list[float]) -> dict:
     rows = [{"epoch": e, "phase": "prune" if e < 3 else "anneal", "kept": 1000, "n": 1000, "trained": 1000,

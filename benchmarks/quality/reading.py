@@ -134,8 +134,22 @@ class Reading:
         return _acc(rs) - self.full_acc
 
     def gap_equal(self, rs: list[dict]) -> tuple[int, list[dict] | None, float | None]:
-        n, eq = self.s.equal_compute(rs)
-        return n, eq, (_acc(rs) - _acc(eq) if eq else None)
+        """(the equal-compute epochs, their runs, the mean of the gaps paired by seed over the seeds
+        whose two runs ran on one machine, or None without such a seed)."""
+        n, eq, gaps, _ = self.s.equal_gap(rs)
+        return n, eq, (float(np.mean(list(gaps.values()))) if gaps else None)
+
+    def other_machine_note(self) -> str:
+        """The pruned configurations whose equal-compute run of some seed ran on another machine."""
+        left = []
+        for rs in self.pruned:
+            n, _, _, other = self.s.equal_gap(rs)
+            if other:
+                left.append(f"{self.cname(rs)} (seed {'/'.join(map(str, other))}, {n} epochs)")
+        if not left:
+            return ""
+        return (" Not compared, because the pruned run and its equal-compute full-data run ran on different "
+                "machines: " + and_list(left) + ".")  # fmt: skip
 
     def beyond(self, x: float) -> bool:
         return self.noise is not None and abs(x) > self.noise + 1e-9
@@ -348,17 +362,18 @@ class Reading:
             n, eq, g = self.gap_equal(rs)
             if g is None:
                 continue
-            p = paired(rs, eq)
+            p = self.s.equal_gap(rs)[2]
             items.append((rs, g, p))
             each.append(f"{self.cname(rs)} {gap(g)} against {n} epochs (by seed {by_seed(p)})")
         if not items:
             return []
         text = (
-            "**Against full data at equal compute.** "
+            "**Against full data at equal compute** (paired by seed, runs of one machine only). "
             + "; ".join(each)
             + ". Sorted: "
             + "; ".join(self.classify(items))
             + "."
+            + self.other_machine_note()
         )
         best = max(items, key=lambda x: x[1])
         if not self.beyond(best[1]) or best[1] < 0:
@@ -474,12 +489,13 @@ class Reading:
                      f"{self.random_note()}): ") + "; ".join(
                 f"{self.cname(rs)} {gap(v)}" for rs, v in vr) + "."  # fmt: skip
         eq = [rs for rs in self.pruned if self.gap_equal(rs)[1]]
-        eq_ok = [rs for rs in eq if not self.collapsed(rs)]
+        eq_ok = [rs for rs in eq if not self.collapsed(rs) and self.gap_equal(rs)[2] is not None]
         if eq_ok:
             text += (
-                " Against full data at equal compute (configurations without a collapsed run): "
+                " Against full data at equal compute (configurations without a collapsed run; paired by seed, "
+                "runs of one machine only): "
                 + "; ".join(
-                    f"{self.cname(rs)} {gap(g)} against {n} epochs"
+                    f"{self.cname(rs)} {gap(g)} against {n} epochs (by seed {by_seed(self.s.equal_gap(rs)[2])})"
                     for rs in eq_ok
                     for n, _, g in [self.gap_equal(rs)]
                     if g is not None
@@ -487,7 +503,10 @@ class Reading:
                 + "."
             )
         elif eq:
-            text += " Only configurations with a collapsed run have their equal-compute run so far."
+            text += (" Every equal-compute run so far belongs to a configuration with a collapsed run or ran on "
+                     "another machine than its pruned run.")  # fmt: skip
+        if eq:
+            text += self.other_machine_note()
         if not eq:
             text += (" No equal-compute run has finished yet, so this study says nothing yet about pruning against "
                      "training fewer epochs.")  # fmt: skip
@@ -525,7 +544,7 @@ class Reading:
         shares = [other_share(r) for r in self.s.results]
         shared = sum(s > SHARED for s in shares)
         text = (f"**Machine ({self.s.title()}).** Other processes used {100 * min(shares):.0f}-"
-                f"{100 * max(shares):.0f}% of the 2 cores during these runs ({shared} of {len(shares)} above "
+                f"{100 * max(shares):.0f}% of the machine's cores during these runs ({shared} of {len(shares)} above "
                 f"{100 * SHARED:.0f}%), so their wall times compare only roughly. {self.odd_revisions()}"
                 + ("Its files record no machine." if machines == ["not recorded"] else
                    "The machine, as its files record it: " + and_list(machines) + "."))  # fmt: skip

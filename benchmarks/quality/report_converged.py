@@ -28,6 +28,7 @@ from .configs import (
     model_of,
 )
 from .layout import Layout
+from .machine import machine_of
 from .plots import plot_curves, plot_vs_pruned
 from .report import splice
 from .results import ORDER, fmt_params, load_results, mean_sd, scaled_mean
@@ -83,6 +84,22 @@ def other_share(r: dict) -> float:
 
 def _train_min(r: dict) -> float:
     return r["epochs"][-1].get("train_seconds", r["seconds"]) / 60
+
+
+def same_machine_gaps(rs: list[dict], ref: list[dict] | None) -> tuple[dict[int, float], list[int]]:
+    """(seed -> test accuracy of ``rs``'s run minus ``ref``'s run of the same seed, for the seeds
+    whose two runs ran on one machine; the seeds in both whose runs ran on two machines, left out:
+    runs of different machines are never compared)."""
+    by = {r["seed"]: r for r in ref or []}
+    gaps, other = {}, []
+    for r in rs:
+        if (b := by.get(r["seed"])) is None:
+            continue
+        if machine_of(r) == machine_of(b):
+            gaps[r["seed"]] = 100 * (r["test_acc"] - b["test_acc"])
+        else:
+            other.append(r["seed"])
+    return gaps, sorted(other)
 
 
 def _full_pruned(n: int, E: int) -> str:
@@ -187,6 +204,24 @@ class Study:
         n = round(self.E * (1 - p))
         return n, self.full_at(n)
 
+    def equal_gap(self, rs: list[dict]) -> tuple[int, list[dict] | None, dict[int, float], list[int]]:
+        """The equal-compute epochs and runs of ``rs``, the gaps paired by seed on one machine, and
+        the seeds left out because their two runs ran on different machines."""
+        n, eq = self.equal_compute(rs)
+        return (n, eq, *same_machine_gaps(rs, eq))
+
+    @staticmethod
+    def gap_cell(gaps: dict[int, float], other: list[int], seeds: int) -> str:
+        """A table cell: the mean of the same-machine paired gaps, saying which seeds it covers when
+        not all of them."""
+        if not gaps:
+            return f"- (seed {'/'.join(map(str, other))}: other machine)" if other else "-"
+        cell = f"{float(np.mean(list(gaps.values()))):+.2f}"
+        if len(gaps) < seeds:
+            cell += f" (seed {'/'.join(map(str, sorted(gaps)))}" + (
+                f"; seed {'/'.join(map(str, other))}: other machine)" if other else ")")
+        return cell
+
     def status(self) -> list[str]:
         plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment, self.model)
         missing = [conv_run_id(c, s) for c, s in plan if conv_run_id(c, s) not in self.by_id]
@@ -289,9 +324,9 @@ class Study:
         if is_full:
             cells += ["-", "-", "-"]
         else:
-            n, eq = self.equal_compute(rs)
+            n, eq, gaps, other = self.equal_gap(rs)
             cells += [str(n), mean_sd([r["test_acc"] for r in eq]) if eq else "(not run yet)",
-                      f"{_acc(rs) - _acc(eq):+.2f}" if eq else "-"]  # fmt: skip
+                      self.gap_cell(gaps, other, len(rs)) if eq else "-"]  # fmt: skip
         return cells + [
             self.vs_random(rs),
             self.collapse_cell(rs),
@@ -313,10 +348,11 @@ class Study:
             "",
             "*vs equal compute*: test accuracy minus full data trained for round(E x (1 - p)) epochs, p = the "
             "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
-            "same number of samples trained. *collapsed seeds*: the seeds whose test accuracy fell back to "
+            "same number of samples trained; the mean of the differences paired by seed, over the seeds whose "
+            "two runs ran on one machine (the others are named, not compared). *collapsed seeds*: the seeds whose test accuracy fell back to "
             "chance during training ([Runs that collapsed](#runs-that-collapsed)); the other columns include "
             "them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
-            "mean share of the 2 cores "
+            "mean share of the machine's cores "
             f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
             "machine and its wall time is inflated.",
             "",
@@ -338,7 +374,11 @@ class Study:
         def equal(level: int) -> str:
             n = round(self.E * (1 - level / 100))
             g = self.full_at(n)
-            return f"{_acc(g):.2f} ({_acc(g) - full_acc:+.2f}), {n} epochs" if g and full_acc is not None else "-"
+            if not g or full_acc is None:
+                return "-"
+            gaps, other = same_machine_gaps(g, self.full)
+            cell = self.gap_cell(gaps, other, len(g))
+            return f"{_acc(g):.2f} ({cell[3:-1] if cell.startswith('- (') else cell}), {n} epochs"
 
         L = [
             "The paper's figures (SeTa paper, CIFAR-10, ResNet-18, 200 epochs; full data "
@@ -451,7 +491,7 @@ class Study:
         resumed = [f"`{conv_run_id(r, r['seed'])}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
                    for r in self.results if r.get("resumed")]  # fmt: skip
         return L + [f"Runs that shared the machine with other work (other processes used more than "
-                    f"{100 * SHARED:.0f}% of the 2 cores on average): " + (", ".join(shared) if shared else "none")
+                    f"{100 * SHARED:.0f}% of the machine's cores on average): " + (", ".join(shared) if shared else "none")
                     + ".", "",
                     "Runs resumed after an interruption, from the checkpoint of their last finished epoch "
                     "(`benchmarks/quality/train.py`; wall times count the finished epochs of every attempt): "
