@@ -230,7 +230,7 @@ def test_report_renders_partial_results(tmp_path: Path) -> None:
         "| 50% | 95.3 (-0.3) | 95.1 (-0.5) | 94.5 (-1.1) | - | - | 80.00 (-5.00) at 50.0% | 82.00 (-3.00), 2 epochs |"
         in doc
     )
-    assert "more than 10% of the 2 cores on average): `cifar10-E4-full-e8-default-s0` (40%)." in doc
+    assert "more than 10% of the machine's cores on average): `cifar10-E4-full-e8-default-s0` (40%)." in doc
     assert sorted(p.name for p in layout.plots.iterdir()) == ["cifar10-E4-curves.png", "cifar10-E4-pruned.png"]
     checks = json.loads((layout.converged / "checks.json").read_text())
     assert checks == {"studies": {"E4": {"runs_checked": 4, "results_problems": []}}, "run_dirs": {}}
