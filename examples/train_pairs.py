@@ -297,6 +297,8 @@ def policy_params(args: argparse.Namespace) -> dict:
         params = {}
     if args.noise:  # leave out the pairs whose loss history says "mismatched" (README, image-text pairs)
         params["noise"] = True
+        if args.noise_scale != "loss":
+            params["noise_scale"] = args.noise_scale
     return params
 
 
@@ -316,6 +318,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the noise rule (full, random, seta, infobatch): leave out pairs whose loss stays in a high mode "
         "(docs/algorithms.md §12); with --policy full it is the rule alone",
+    )
+    p.add_argument(
+        "--noise-scale",
+        choices=("loss", "log1p"),
+        default="loss",
+        help="with --noise: the scale the rule's mixture is fitted on (noise_scale; log1p fits skewed clean losses "
+        "better, docs/algorithms.md §12.11)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=2e-3)

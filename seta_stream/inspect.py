@@ -357,6 +357,7 @@ def suspect_report(
     }
     for k in ("noise_active", "noise_test", "noise_candidates", "noise_separation", "noise_threshold"):
         report[k] = summary.get(k)
+    report["noise_scale"] = summary.get("noise_scale", "loss")  # plans from before noise_scale: the loss
     if out is not None:
         out = out.replace("{epoch}", str(sel))
         pq.write_table(table, out)
@@ -381,6 +382,14 @@ def suspect_report(
     return report
 
 
+def _threshold_text(r: dict[str, Any]) -> str:
+    """The threshold in loss units, and on the rule's scale where that is not the loss itself."""
+    t = r["noise_threshold"]
+    if r.get("noise_scale", "loss") == "log1p":
+        return f"{math.expm1(t):.6g} (loss; {t:.6g} on the log1p scale the mixture was fitted on)"
+    return f"{t:.6g}"
+
+
 def format_suspects(r: dict[str, Any]) -> str:
     """Human-readable text of :func:`suspect_report`."""
     lines = [
@@ -399,7 +408,7 @@ def format_suspects(r: dict[str, Any]) -> str:
         threshold = r.get("noise_threshold")
         lines.append(
             f"  two-mode test over {r.get('noise_candidates')} candidates: Ashman's D = {r['noise_separation']:.3f} "
-            f"(>= 2 required) {passed}" + ("" if threshold is None else f"; threshold {threshold:.6g}")
+            f"(>= 2 required) {passed}" + ("" if threshold is None else f"; threshold {_threshold_text(r)}")
         )
     if r.get("out"):
         lines.append(f"  wrote {r['out']} ({', '.join(r['columns'])})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import math
+
 import numpy as np
 
 
@@ -73,9 +75,14 @@ def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6):
     return w, mu, [float(np.sqrt(v)) for v in var], float(d), threshold
 
 
-def noise_suspects(cols, warmup, threshold_of=two_gaussians):
+def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
     """The noise rule's suspects (§12.2, 12.4), recomputed row by row from the table columns:
-    (candidate mask, suspect mask, the fit). None fit: fewer than two distinct scores."""
+    (candidate mask, suspect mask, the fit). None fit: fewer than two distinct scores. With
+    ``scale="log1p"`` each score is float32(math.log1p(score)) and each last loss math.log1p of it."""
+
+    def on(v):
+        return v if scale == "loss" else math.log1p(v)
+
     n = len(cols["uid"])
     cand = np.zeros(n, bool)
     x = np.full(n, np.nan)
@@ -83,7 +90,7 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians):
         mean = np.float32(cols["loss_mean"][i]) if np.isfinite(cols["loss_mean"][i]) else np.float32(np.nan)
         if cols["seen"][i] > 0 and np.isfinite(cols["last_loss"][i]) and cols["loss_count"][i] >= warmup:
             if np.isfinite(mean):
-                cand[i], x[i] = True, float(mean)
+                cand[i], x[i] = True, float(np.float32(on(float(mean))))
     fit = None
     if len(np.unique(x[cand])) >= 2:
         fit = threshold_of(x[cand])
@@ -91,5 +98,5 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians):
     if fit is not None and fit[3] >= 2 and fit[4] is not None:
         t = fit[4]
         for i in np.flatnonzero(cand):
-            suspect[i] = x[i] > t and float(cols["last_loss"][i]) > t
+            suspect[i] = x[i] > t and on(float(cols["last_loss"][i])) > t
     return cand, suspect, fit

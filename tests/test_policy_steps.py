@@ -29,11 +29,13 @@ CASES = [
     ("seta", {"r": 0.2, "k": 4, "alpha": 0.5, "target_keep": 0.1, "order": "h2e"}),
     ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "unseen_score": 1.5, "delta": 0.5}),
     ("full", {"noise": True}),
+    ("full", {"noise": True, "noise_scale": "log1p"}),
     ("random", {"r": 0.3, "noise": True, "noise_recheck": 0.5}),
     ("random", {"r": 0.4, "mode": "static", "noise": True, "noise_warmup": 1}),
     ("infobatch", {"noise": True, "noise_recheck": 0.3}),
     ("infobatch", {"r": 0.3, "score": "ema", "rescale": "exact", "noise": True, "delta": 0.5}),
     ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_recheck": 0.2}),
+    ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_scale": "log1p"}),
     ("seta", {"r": 0.3, "k": 8, "alpha": 0.4, "target_keep": 0.5, "noise": True, "noise_warmup": 1}),
 ]
 

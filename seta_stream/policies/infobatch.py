@@ -36,6 +36,7 @@ class InfoBatchParams:
     noise: bool = False
     noise_warmup: int = 2
     noise_recheck: float = 0.1
+    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
         check_noise_params("infobatch", self)

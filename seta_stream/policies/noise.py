@@ -1,12 +1,14 @@
 """The noise rule: leave out the samples whose loss history says "mislabelled or mismatched"
 (docs/algorithms.md §12), before a policy prunes the rest.
 
-``full``, ``random``, ``seta`` and ``infobatch`` accept ``noise=True`` (with ``noise_warmup``
-and ``noise_recheck``). Then, in every epoch:
+``full``, ``random``, ``seta`` and ``infobatch`` accept ``noise=True`` (with ``noise_warmup``,
+``noise_recheck`` and ``noise_scale``). Then, in every epoch:
 
 1. candidates C: samples with ``seen > 0``, a finite ``last_loss`` and at least
    ``noise_warmup`` finite records (``loss_count``); their history score is
-   x_i = float32(``loss_mean``_i), the mean of every finite loss recorded for them;
+   x_i = float32(``loss_mean``_i), the mean of every finite loss recorded for them, or with
+   ``noise_scale="log1p"`` float32(log1p(x_i)) (the mixture is fitted on that scale, and the
+   last loss is compared on it too);
 2. the two-component Gaussian mixture of the scores of C (``_mixture1d``: EM from the exact
    2-means split of kmeans1d's points); the rule is active iff Ashman's D >= 2 and the
    components cross between their means at a threshold t;
@@ -45,6 +47,7 @@ from .steps import Decide, PlanContext, memo, uniform_keys_of
 __all__ = [
     "NOISE_COLUMNS",
     "NOISE_DEFAULTS",
+    "NOISE_SCALES",
     "NoiseFit",
     "check_noise_params",
     "candidate_scores",
@@ -57,7 +60,9 @@ __all__ = [
 #: The table columns the rule reads.
 NOISE_COLUMNS = frozenset({"uid", "seen", "last_loss", "loss_count", "loss_mean"})
 #: Default warm-up (finite records a sample needs before it can be suspected) and re-check share.
-NOISE_DEFAULTS = {"noise": False, "noise_warmup": 2, "noise_recheck": 0.1}
+NOISE_DEFAULTS = {"noise": False, "noise_warmup": 2, "noise_recheck": 0.1, "noise_scale": "loss"}
+#: The scales the mixture can be fitted on (§12.2): the loss itself, or log1p of it.
+NOISE_SCALES = ("loss", "log1p")
 
 
 def check_noise_params(name: str, p: Any) -> None:
@@ -71,17 +76,37 @@ def check_noise_params(name: str, p: Any) -> None:
         raise InvalidInputError(
             f"{name}: noise_recheck={p.noise_recheck} is outside the valid range 0 <= noise_recheck <= 1"
         )
+    if p.noise_scale not in NOISE_SCALES:
+        raise InvalidInputError(
+            f"{name}: noise_scale={p.noise_scale!r}, expected one of {', '.join(map(repr, NOISE_SCALES))}"
+        )
 
 
-def candidate_scores(inp: PolicyInput, warmup: int) -> tuple[np.ndarray, np.ndarray]:
-    """(candidate mask, their history scores x = float32(loss_mean), in row order) (§12.2)."""
+def on_scale(values: np.ndarray, scale: str) -> np.ndarray:
+    """float64 ``values`` on the rule's scale (§12.2): themselves, or log1p of them (NumPy's
+    ``log1p``; a loss below -1 has no log1p and becomes NaN, which is never above a threshold)."""
+    v = np.asarray(values, dtype=np.float64)
+    if scale == "loss":
+        return v
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log1p(v)
+
+
+def candidate_scores(inp: PolicyInput, warmup: int, scale: str = "loss") -> tuple[np.ndarray, np.ndarray]:
+    """(candidate mask, their history scores in row order) (§12.2): x = float32(loss_mean), on
+    the ``log1p`` scale float32(log1p(float64(x)))."""
     with np.errstate(over="ignore"):  # a mean beyond float32's range becomes inf: not a candidate
         x = np.asarray(inp.loss_mean, dtype=np.float32)
     cand = np.asarray(inp.seen) > 0
     cand &= np.isfinite(np.asarray(inp.last_loss))
     cand &= np.asarray(inp.loss_count) >= warmup
     cand &= np.isfinite(x)
-    return cand, x[cand]
+    x = x[cand]
+    if scale != "loss":
+        x = on_scale(x, scale).astype(np.float32)
+        cand[np.flatnonzero(cand)[~np.isfinite(x)]] = False  # a mean below -1: not a candidate
+        x = x[np.isfinite(x)]
+    return cand, x
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,7 @@ class NoiseFit:
 
     candidates: int
     mixture: Mixture | None
+    scale: str = "loss"
 
     @property
     def active(self) -> bool:
@@ -105,10 +131,10 @@ class NoiseFit:
         t = self.threshold
         if t is None:
             return np.zeros(inp.n, dtype=bool)
-        cand, x = candidate_scores(inp, warmup)
+        cand, x = candidate_scores(inp, warmup, self.scale)
         idx = np.flatnonzero(cand)
         above = x.astype(np.float64) > t
-        above &= np.asarray(inp.last_loss)[idx].astype(np.float64) > t
+        above &= on_scale(np.asarray(inp.last_loss)[idx], self.scale) > t
         out = np.zeros(inp.n, dtype=bool)
         out[idx[above]] = True
         return out
@@ -122,6 +148,7 @@ class NoiseFit:
         return {
             "noise_active": self.active,
             "noise_test": test,
+            "noise_scale": self.scale,
             "noise_candidates": self.candidates,
             "noise_suspected": suspected,
             "noise_rechecked": rechecked,
@@ -133,11 +160,11 @@ class NoiseFit:
         }
 
 
-def noise_fit(inp: PolicyInput, warmup: int) -> NoiseFit:
+def noise_fit(inp: PolicyInput, warmup: int, scale: str = "loss") -> NoiseFit:
     """:class:`NoiseFit` of a whole table."""
-    cand, x = candidate_scores(inp, warmup)
+    cand, x = candidate_scores(inp, warmup, scale)
     n = int(np.count_nonzero(cand))
-    return NoiseFit(n, fit_two_gaussians(points1d(x)) if n else None)
+    return NoiseFit(n, fit_two_gaussians(points1d(x)) if n else None, scale)
 
 
 # ---------------------------------------------------------------------------------- rows
@@ -170,7 +197,7 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
     def policy(inp: PolicyInput, p: Any) -> PolicyResult:
         if not p.noise:
             return fn(inp, p)
-        fit = noise_fit(inp, p.noise_warmup)
+        fit = noise_fit(inp, p.noise_warmup, p.noise_scale)
         suspect = fit.suspects(inp, p.noise_warmup)
         n_sus = int(np.count_nonzero(suspect))
         if not n_sus:
@@ -234,7 +261,7 @@ class _Rule:
     recheck: Cut | None = None
 
     def suspect(self, inp: PolicyInput) -> np.ndarray:
-        return memo(inp, f"noise/suspect/{self.warmup}", lambda: self.fit.suspects(inp, self.warmup))
+        return memo(inp, f"noise/suspect/{self.warmup}/{self.fit.scale}", lambda: self.fit.suspects(inp, self.warmup))
 
     def recheck_keys(self, inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
         uid = np.asarray(inp.uid, np.uint64)
@@ -249,16 +276,16 @@ class _Rule:
 def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
     """The rule over buckets: the candidates, the points of their scores, the mixture (here,
     from the points alone), the suspects and the re-check cut."""
-    warmup = p.noise_warmup
+    warmup, scale = p.noise_warmup, p.noise_scale
 
     def scores(inp: PolicyInput) -> np.ndarray:
-        return memo(inp, f"noise/scores/{warmup}", lambda: candidate_scores(inp, warmup)[1])
+        return memo(inp, f"noise/scores/{warmup}/{scale}", lambda: candidate_scores(inp, warmup, scale)[1])
 
     n_cand = yield total(lambda inp: len(scores(inp)))
     mixture = None
     if n_cand:
         mixture = fit_two_gaussians((yield from points1d_steps(scores, n_cand)))
-    rule = _Rule(NoiseFit(n_cand, mixture), warmup, ctx.seed, ctx.epoch)
+    rule = _Rule(NoiseFit(n_cand, mixture, scale), warmup, ctx.seed, ctx.epoch)
     if not rule.fit.active:
         return rule
     n_sus = yield total(lambda inp: int(np.count_nonzero(rule.suspect(inp))))

@@ -30,6 +30,7 @@ class RandomParams:
     noise: bool = False
     noise_warmup: int = 2
     noise_recheck: float = 0.1
+    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
         check_noise_params("random", self)

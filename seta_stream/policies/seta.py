@@ -69,6 +69,7 @@ class SetaParams:
     noise: bool = False
     noise_warmup: int = 2
     noise_recheck: float = 0.1
+    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
         check_noise_params("seta", self)
