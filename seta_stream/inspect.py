@@ -404,7 +404,13 @@ def format_suspects(r: dict[str, Any]) -> str:
             "fewer than two distinct loss means)"
         )
     else:
-        passed = "passed: active" if r.get("noise_active") else "failed: one mode, nothing suspected"
+        passed = (
+            "passed: active"
+            if r.get("noise_active")
+            else "passed, but the upper mode holds half the candidates or more: nothing suspected"
+            if r.get("noise_test") == "upper_majority"
+            else "failed: one mode, nothing suspected"
+        )
         threshold = r.get("noise_threshold")
         lines.append(
             f"  two-mode test over {r.get('noise_candidates')} candidates: Ashman's D = {r['noise_separation']:.3f} "

@@ -95,7 +95,8 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
     if len(np.unique(x[cand])) >= 2:
         fit = threshold_of(x[cand])
     suspect = np.zeros(n, bool)
-    if fit is not None and fit[3] >= 2 and fit[4] is not None:
+    upper_majority = scale == "log1p" and fit is not None and fit[0][1] >= 0.5  # §12.11
+    if fit is not None and fit[3] >= 2 and fit[4] is not None and not upper_majority:
         t = fit[4]
         for i in np.flatnonzero(cand):
             suspect[i] = x[i] > t and on(float(cols["last_loss"][i])) > t

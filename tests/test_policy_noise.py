@@ -155,6 +155,24 @@ def test_on_the_log1p_scale_an_independent_implementation_finds_the_same_suspect
     assert got["log1p"][0] > got["loss"][0] and abs(got["log1p"][1] - noisy.mean()) < abs(got["loss"][1] - noisy.mean())
 
 
+def test_on_the_log1p_scale_an_upper_mode_holding_most_candidates_suspects_nothing():
+    """A small lower component split off (early losses of clean data on the log1p scale): two
+    modes, but the upper one holds 82% of the candidates; nothing is suspected and the plan is
+    the policy's own (`noise_test` "upper_majority"); on the loss scale the same table is judged
+    by the two-mode test alone."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    low = rng.random(n) < 0.18
+    mean = np.expm1(np.where(low, rng.normal(0.67, 0.12, n), rng.normal(1.17, 0.2, n)))
+    cols = columns(mean, mean.astype(np.float32), np.full(n, 2), seen=np.full(n, 2))
+    res = plan("random", cols, noise=True, noise_scale="log1p", r=0.3)
+    plain = plan("random", cols, r=0.3)
+    assert res.summary["noise_test"] == "upper_majority" and not res.summary["noise_active"]
+    assert res.summary["noise_separation"] >= 2 and res.summary["noise_components"]["weight"][1] >= 0.5
+    assert res.summary["noise_suspected"] == 0 and np.array_equal(res.keep, plain.keep)
+    assert not noise_suspects(cols, 2, scale="log1p")[1].any()
+
+
 @pytest.mark.parametrize(
     "draw",
     [

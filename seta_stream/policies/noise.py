@@ -119,7 +119,15 @@ class NoiseFit:
 
     @property
     def active(self) -> bool:
-        return self.mixture is not None and self.mixture.two_modes
+        return self.mixture is not None and self.mixture.two_modes and not self.upper_majority
+
+    @property
+    def upper_majority(self) -> bool:
+        """On the log1p scale, two modes whose upper component holds at least half the
+        candidates (§12.11): the early losses' lower tail split off, not a noisy minority; the
+        rule suspects nothing then. (On the loss scale the test is as measured, without it.)"""
+        m = self.mixture
+        return self.scale == "log1p" and m is not None and m.two_modes and m.weight[1] >= 0.5
 
     @property
     def threshold(self) -> float | None:
@@ -144,7 +152,7 @@ class NoiseFit:
         if m is None:
             test = "too_few"
         else:
-            test = "two_modes" if self.active else "one_mode"
+            test = "two_modes" if self.active else "upper_majority" if self.upper_majority else "one_mode"
         return {
             "noise_active": self.active,
             "noise_test": test,

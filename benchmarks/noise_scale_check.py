@@ -1,0 +1,224 @@
+"""Closed-loop check of the noise rule's scale (docs/algorithms.md §12.11): the rule alone
+(policy ``full``, ``noise=True``) on the noise study's pairs (10,000 pairs, E = 10), with the
+mixture fitted on the loss (``noise_scale="loss"``, the default the noise study measured) or on
+log1p of it (``"log1p"``), beside full data; one process, one torch thread. Also the replay of
+both fits on the per-epoch losses of the full-data run (``--replay``), with the label-free
+criterion the choice rests on: the Kolmogorov-Smirnov distance between the scores and the
+fitted mixture (invariant under the monotone log1p, so the two fits are compared on one footing).
+
+    .venv/bin/python benchmarks/noise_scale_check.py --variant full --seed 0
+    .venv/bin/python benchmarks/noise_scale_check.py --variant log1p --seed 0 [--noise 0.0]
+    .venv/bin/python benchmarks/noise_scale_check.py --replay pairs --seed 0
+
+Run files: docs/quality-runs/noise-scale/ (run directories under bench-out/noise-study/runs/).
+Data: the noise study's generated pairs (``benchmarks/noise_study.py`` prepares them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import benchmarks.noise_study as ns  # noqa: E402
+from seta_stream._kmeans1d import points1d  # noqa: E402
+from seta_stream._mixture1d import fit_two_gaussians  # noqa: E402
+
+RESULTS = ROOT / "docs" / "quality-runs" / "noise-scale"
+
+
+def run_id(variant: str, seed: int, noise: float) -> str:
+    return f"scale-{variant}-n{round(100 * noise)}-s{seed}"
+
+
+def train(variant: str, seed: int, noise: float) -> dict:
+    """One closed-loop run of ``variant`` (full: no rule; loss / log1p: the rule alone)."""
+    import torch
+
+    torch.set_num_threads(1)
+    params = {} if variant == "full" else {"noise": True, "noise_scale": variant}
+    cfg = ns.pairs_cfg("full", params, "full" if variant == "full" else f"rule-{variant}", ns.TRAIN["epochs"])
+    rid = run_id(variant, seed, noise)
+    ctx = ns.Ctx(results=RESULTS, labels=False)
+    job = ns.Job(rid, "pairs", {"noise": noise, "cfg": cfg, "seed": seed}, (), 1.0)
+    ns.prepare_pairs(ctx, noise, 1)
+    t = time.time()
+    res = ns.train_pairs_job(ctx, job, [])
+    res.update(study="noise-scale", seconds=round(time.time() - t, 1))
+    return res
+
+
+def ks_distance(scores: np.ndarray, weight: tuple, mean: tuple, sd: tuple) -> float:
+    """sup |empirical CDF - mixture CDF| over the sorted scores."""
+    s = np.sort(scores.astype(np.float64))
+    n = len(s)
+    erf = np.vectorize(math.erf)
+    cdf = sum(w * 0.5 * (1 + erf((s - m) / (d * math.sqrt(2)))) for w, m, d in zip(weight, mean, sd))
+    return float(max(np.max(np.abs(np.arange(1, n + 1) / n - cdf)), np.max(np.abs(np.arange(n) / n - cdf))))
+
+
+def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict]:
+    """Per plan epoch e (2 .. epochs): both fits on the history means of epochs 0 .. e-1 and the
+    last loss of epoch e-1 (every sample trained every epoch: a full-data run); D, the KS
+    distance, the upper component's weight, and the suspects' precision and recall (reported,
+    not used to choose)."""
+    hist, noisy, order0 = [], None, None
+    for uids, shards, keys, loss in ns._epoch_losses(full_run, epochs):
+        o = np.argsort(uids)
+        if order0 is None:
+            order0 = uids[o]
+            ids = [keys[i] if key_only else (shards[i], keys[i]) for i in o]
+            noisy = np.fromiter((i in truth for i in ids), bool, len(ids))
+        if not np.array_equal(uids[o], order0):
+            raise SystemExit(f"{full_run}: epoch losses do not cover the same samples (not a full-data run)")
+        hist.append(loss[o].astype(np.float64))
+    assert noisy is not None
+    out = []
+    for e in range(2, epochs + 1):
+        H = np.stack(hist[:e])
+        mean, last = H.mean(axis=0).astype(np.float32), H[-1]
+        row: dict = {"plan_epoch": e}
+        for scale in ("loss", "log1p"):
+            x = mean if scale == "loss" else np.log1p(mean.astype(np.float64)).astype(np.float32)
+            g = last if scale == "loss" else np.log1p(last)
+            m = fit_two_gaussians(points1d(x))
+            if m is None:
+                row[scale] = None
+                continue
+            r = {"D": m.separation, "ks": ks_distance(x, m.weight, m.mean, m.sd), "upper_weight": m.weight[1],
+                 "active": m.two_modes}  # fmt: skip
+            if m.two_modes and m.threshold is not None:
+                sus = (x.astype(np.float64) > m.threshold) & (g > m.threshold)
+                tp = int((sus & noisy).sum())
+                r.update(suspected=int(sus.sum()), precision=tp / max(int(sus.sum()), 1), recall=tp / int(noisy.sum()))
+            row[scale] = r
+        out.append(row)
+    return out
+
+
+def _f(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def report_lines() -> list[str]:
+    """The section of docs/quality-pairs.md, every number from the files in RESULTS."""
+    from benchmarks.noise_report import machine_name
+
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
+    L = [
+        "### The rule's scale: loss or log1p (closed loop, this machine)",
+        "",
+        "Generated by `benchmarks/noise_scale_check.py --report` from `docs/quality-runs/noise-scale/`. The rule "
+        "alone (policy `full`, `noise=True`) with the mixture fitted on the loss (`noise_scale=\"loss\"`, what the "
+        "study above measured) or on log1p of it (docs/algorithms.md §12.11), on the same pairs (10,000, E = 10), "
+        "one process with one torch thread. Not compared with the study's tables: another machine.",
+        "",
+    ]
+    if not runs:
+        return L + ["No run has finished yet.", ""]
+    machines = sorted({machine_name(r.get("machine")) for r in runs})
+    L += [f"Machine: {', '.join(machines)}.", ""]
+    L += ["| mismatched | scale | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained pairs after the "
+          "warm-up | suspects, last plan | precision / recall, last plan | precision, plans of epochs 2 .. E-1 |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    key = {"full": 0, "loss": 1, "log1p": 2}
+    for r in sorted(runs, key=lambda r: (r["noise"], r["seed"], key.get(_scale(r), 9))):
+        rows = r["rows"]
+        active = [x for x in rows if x.get("noise_active")]
+        after = [x for x in rows[2:]]
+        share = (sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)) if after else None
+        last = rows[-1]
+        prec = ", ".join(_f(x.get("precision"), ".3f") for x in rows[2:])
+        L.append(
+            "| " + " | ".join([
+                f"{round(100 * r['noise'])}%", _scale(r), str(r["seed"]),
+                f"{50 * (r['i2t_r1'] + r['t2i_r1']):.1f}", f"{100 * r['pruned']:.1f}",
+                "-" if not r["noise"] else _f(None if share is None else 100 * share, ".1f"),
+                str(last.get("suspected", 0)) if _scale(r) != "full" else "-",
+                f"{_f(last.get('precision'), '.3f')} / {_f(last.get('recall'), '.3f')}"
+                if _scale(r) != "full" and r["noise"] and active else "-",
+                prec if _scale(r) != "full" and r["noise"] else "-",
+            ]) + " |"
+        )  # fmt: skip
+    L.append("")
+    for path in sorted(RESULTS.glob("replay-*.json")):
+        rep = json.loads(path.read_text())
+        L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
+              "Ashman's D, the Kolmogorov-Smirnov distance between the scores and the fitted mixture (no labels: "
+              "what the choice of scale rests on), the upper component's weight, and (from the labels, reported "
+              "only) the suspects' precision / recall.", "",
+              "| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall | log1p: D "
+              "| log1p: KS | log1p: upper weight | log1p: precision / recall |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        for row in rep["rows"]:
+            cells = [str(row["plan_epoch"])]
+            for scale in ("loss", "log1p"):
+                x = row.get(scale) or {}
+                pr = f"{_f(x.get('precision'), '.3f')} / {_f(x.get('recall'), '.3f')}" if x.get("active") else \
+                    "inactive"  # fmt: skip
+                cells += [_f(x.get("D"), ".2f"), _f(x.get("ks"), ".4f"), _f(x.get("upper_weight"), ".3f"), pr]
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+    return L
+
+
+def _scale(r: dict) -> str:
+    return (r.get("params") or {}).get("noise_scale", "loss") if (r.get("params") or {}).get("noise") else "full"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variant", choices=("full", "loss", "log1p"))
+    p.add_argument("--replay", choices=("pairs", "cifar10"), help="replay both fits on a full-data run's losses")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", type=float, default=0.2, help="share of mismatched pairs (0.2 or 0.0)")
+    p.add_argument("--report", action="store_true", help="rewrite the section of docs/quality-pairs.md")
+    args = p.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        from benchmarks.quality.report import splice
+
+        splice(ROOT / "docs" / "quality-pairs.md", "<!-- noise-scale:begin -->", "<!-- noise-scale:end -->",
+               report_lines())  # fmt: skip
+        return
+    if args.replay == "pairs":
+        run = ROOT / "bench-out" / "noise-study" / "runs" / run_id("full", args.seed, args.noise)
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(ns.pairs_data(ns.Ctx(), args.noise) / "noise.parquet")
+        truth = set(zip(t.column("shard").to_pylist(), t.column("key").to_pylist()))
+        rows = replay(run, ns.TRAIN["epochs"], truth, key_only=False)
+        out = RESULTS / f"replay-pairs-n{round(100 * args.noise)}-s{args.seed}.json"
+    elif args.replay == "cifar10":
+        from benchmarks.quality.data import noise_offsets
+
+        ctx = ns.Ctx(label_data=ROOT.parent / "shared" / "data")
+        ds, population = ns.label_dataset(ctx, "cifar10")
+        run = ctx.runs / f"cifar10-noisy-full-nz-full-default-s{args.seed}"
+        rows = replay(run, ds.epochs, set(noise_offsets(population, ds.classes)), key_only=True)
+        out = RESULTS / f"replay-cifar10-noisy-s{args.seed}.json"
+    else:
+        if args.variant is None:
+            p.error("--variant or --replay")
+        res = train(args.variant, args.seed, args.noise)
+        out = RESULTS / f"{res['id']}.json"
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        for r in res["rows"]:
+            print(r["epoch"], r.get("suspected"), r.get("precision"), r.get("recall"), r["mismatched_share"],
+                  r["i2t_r1"], r["t2i_r1"])  # fmt: skip
+        return
+    out.write_text(json.dumps({"run": str(run.relative_to(ROOT)), "rows": rows}, indent=1) + "\n")
+    for r in rows:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
