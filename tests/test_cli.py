@@ -171,13 +171,15 @@ def test_suspects_on_a_pairs_data_set_prints_precision_and_recall(tmp_path, caps
     # loss units and on the scale it was fitted on
     plan_epoch(run, 5, policy="full", params={"noise": True, "noise_scale": "log1p"}, epochs=6, seed=0,
                population=samples, force=True)  # fmt: skip
-    assert main(["suspects", str(tmp_path / "run"), "--json", "--no-history"]) == 0
+    assert main(["suspects", str(tmp_path / "run"), "--json", "--no-history", "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     t5 = report["noise_threshold"]
     assert (report["epoch"], report["noise_scale"], report["noise_test"]) == (5, "log1p", "two_modes")
-    assert main(["suspects", str(tmp_path / "run")]) == 0
+    assert main(["suspects", str(tmp_path / "run"), "--out", str(out)]) == 0
     line = capsys.readouterr().out.splitlines()[1]
-    assert line.endswith(f"; threshold {math.expm1(t5):.6g} (loss; {t5:.6g} on the log1p scale the mixture was fitted on)")
+    assert line.endswith(
+        f"; threshold {math.expm1(t5):.6g} (loss; {t5:.6g} on the log1p scale the mixture was fitted on)"
+    )
 
 
 def seta_table(run):

@@ -338,7 +338,12 @@ def record_two_modes(run: RunDir, epochs: int, n: int = 600, shards: int = 7) ->
 @pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
 @pytest.mark.parametrize(
     "name,params",
-    [("seta", dict(r=0.1, k=5, alpha=0.6)), ("infobatch", {}), ("full", {}), ("random", dict(r=0.3, noise_scale="log1p"))],
+    [
+        ("seta", dict(r=0.1, k=5, alpha=0.6)),
+        ("infobatch", {}),
+        ("full", {}),
+        ("random", dict(r=0.3, noise_scale="log1p")),
+    ],
 )
 def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_path, name, params, spilled, monkeypatch):
     """``spilled``: every bucket spilled to .npy files after the first pass, what the steps

@@ -349,9 +349,9 @@ class Study:
             "*vs equal compute*: test accuracy minus full data trained for round(E x (1 - p)) epochs, p = the "
             "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
             "same number of samples trained; the mean of the differences paired by seed, over the seeds whose "
-            "two runs ran on one machine (the others are named, not compared). *collapsed seeds*: the seeds whose test accuracy fell back to "
-            "chance during training ([Runs that collapsed](#runs-that-collapsed)); the other columns include "
-            "them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
+            "two runs ran on one machine (the others are named, not compared). *collapsed seeds*: the seeds "
+            "whose test accuracy fell back to chance during training ([Runs that collapsed]"
+            "(#runs-that-collapsed)); the other columns include them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
             "mean share of the machine's cores "
             f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
             "machine and its wall time is inflated.",
@@ -491,8 +491,8 @@ class Study:
         resumed = [f"`{conv_run_id(r, r['seed'])}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
                    for r in self.results if r.get("resumed")]  # fmt: skip
         return L + [f"Runs that shared the machine with other work (other processes used more than "
-                    f"{100 * SHARED:.0f}% of the machine's cores on average): " + (", ".join(shared) if shared else "none")
-                    + ".", "",
+                    f"{100 * SHARED:.0f}% of the machine's cores on average): "
+                    + (", ".join(shared) if shared else "none") + ".", "",
                     "Runs resumed after an interruption, from the checkpoint of their last finished epoch "
                     "(`benchmarks/quality/train.py`; wall times count the finished epochs of every attempt): "
                     + (", ".join(resumed) if resumed else "none") + ".", ""]  # fmt: skip
