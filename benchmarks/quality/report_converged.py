@@ -351,8 +351,8 @@ class Study:
             "same number of samples trained; the mean of the differences paired by seed, over the seeds whose "
             "two runs ran on one machine (the others are named, not compared). *collapsed seeds*: the seeds "
             "whose test accuracy fell back to chance during training ([Runs that collapsed]"
-            "(#runs-that-collapsed)); the other columns include them, and the cell gives the configuration without them. *other work's CPU share*: per seed, the "
-            "mean share of the machine's cores "
+            "(#runs-that-collapsed)); the other columns include them, and the cell gives the configuration "
+            "without them. *other work's CPU share*: per seed, the mean share of the machine's cores "
             f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
             "machine and its wall time is inflated.",
             "",
