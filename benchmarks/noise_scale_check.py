@@ -22,6 +22,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -160,6 +161,7 @@ def report_lines() -> list[str]:
             ]) + " |"
         )  # fmt: skip
     L.append("")
+    L += _paired_lines(runs)
     for path in sorted(RESULTS.glob("replay-*.json")):
         rep = json.loads(path.read_text())
         L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
@@ -180,6 +182,44 @@ def report_lines() -> list[str]:
             L.append("| " + " | ".join(cells) + " |")
         L.append("")
     return L
+
+
+def _after_share(r: dict) -> float:
+    after = r["rows"][2:]
+    return 100 * sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)
+
+
+def _paired_lines(runs: list[dict]) -> list[str]:
+    """log1p minus loss, paired by seed, for each set of runs that differ only in the scale."""
+    by: dict[tuple, dict] = {}
+    for r in runs:
+        name = _scale(r)
+        if name == "full":
+            continue
+        scale, _, rest = name.partition(" ")
+        by.setdefault((r["noise"], rest), {}).setdefault(scale, {})[r["seed"]] = r
+    out = []
+    for (noise, rest), scales in sorted(by.items()):
+        seeds = sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {})))
+        if not seeds:
+            continue
+        pairs = [(scales["log1p"][s], scales["loss"][s]) for s in seeds]
+
+        def diffs(f: Any, spec: str, pairs: list = pairs) -> str:
+            return ", ".join(format(f(a) - f(b), spec) for a, b in pairs)
+
+        def r1(r: dict) -> float:
+            return 50 * (r["i2t_r1"] + r["t2i_r1"])
+
+        text = (f"{round(100 * noise)}% mismatched, the rule{(' ' + rest) if rest else ' alone'}: log1p minus loss, "
+                f"by seed ({', '.join(map(str, seeds))}): mean R@1 {diffs(r1, '+.1f')}; pruned % "
+                f"{diffs(lambda r: 100 * r['pruned'], '+.1f')}")  # fmt: skip
+        if noise:
+            text += (f"; precision at the last plan {diffs(lambda r: r['rows'][-1].get('precision') or 0, '+.3f')}; "
+                     f"recall {diffs(lambda r: r['rows'][-1].get('recall') or 0, '+.3f')}; mismatched % of the pairs "
+                     f"trained after the warm-up {diffs(_after_share, '+.1f')} points")  # fmt: skip
+        out += [text + ".", ""]
+    return out
 
 
 def _scale(r: dict) -> str:
