@@ -227,6 +227,8 @@ def _pairs_round(ctx: Ctx, noise: float, seed: int, with_2e: bool) -> list[Job]:
             Job(rs, "cal", {**spec, "name": "rule-seta"}, (full_rid, base)),
         ]
     jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", RULE, "rule", E), seed))
+    # the rule alone with its mixture on the log1p scale (docs/algorithms.md §12.11), beside it
+    jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {**RULE, "noise_scale": "log1p"}, "rule-log1p", E), seed))
     if with_2e:
         jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * E), seed))
     cal_base, cal_rr, cal_rs = _load(ctx, base), _load(ctx, rr), _load(ctx, rs)

@@ -161,7 +161,7 @@ CAL_RULE = {
 def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_path: Path) -> None:
     ctx = ns.Ctx(results=tmp_path / "r", out=tmp_path / "o", epochs=4, labels=False)
     ctx.results.mkdir()
-    first = [j.rid for j in ns.plan(ctx)][:14]
+    first = [j.rid for j in ns.plan(ctx)][:15]
     assert first == [  # what others wait for and the longest runs, then 20% mismatched seed 0
         "pairs-n20-E4-full-full-default-s0",
         "pairs-n20-E4-cal-base",
@@ -174,6 +174,7 @@ def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_
         "pairs-n0-E4-cal-rule-seta",
         "pairs-n0-E4-full-full2E-default-s0",
         "pairs-n20-E4-full-rule-noiseTrue-s0",
+        "pairs-n20-E4-full-rule-log1p-noiseTrue-noise_scalelog1p-s0",
         "pairs-n20-E4-random-rule-p30-tbd-s0",
         "pairs-n20-E4-random-p30-r0.3-s0",
         "pairs-n20-E4-seta-p30-tbd-s0",
@@ -181,7 +182,7 @@ def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_
     for stem, cal in (("base", CAL_BASE), ("rule-random", CAL_RULE), ("rule-seta", CAL_RULE)):
         (ctx.results / f"pairs-n20-E4-cal-{stem}.json").write_text(json.dumps(cal))
     jobs = ns.plan(ctx)
-    assert [j.rid for j in jobs][11:17] == [
+    assert [j.rid for j in jobs][12:18] == [
         "pairs-n20-E4-random-rule-p30-noiseTrue-r0.15-s0",
         "pairs-n20-E4-random-p30-r0.3-s0",
         "pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s0",
