@@ -184,6 +184,23 @@ def report_lines() -> list[str]:
     return L
 
 
+def readme_lines() -> list[str]:
+    """README's lines on the scale: the paired differences and what the rule did on clean pairs."""
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
+    L = [line for line in _paired_lines(runs) if line]
+    clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
+    if clean:
+        sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
+        L.append(f"Clean pairs, log1p, {len(clean)} seed{'s' if len(clean) > 1 else ''}: at most "
+                 f"{max(sus)} pairs suspected in any plan.")  # fmt: skip
+    if not L:
+        return ["(no closed-loop run of both scales yet)"]
+    return [
+        "Closed loop on this machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
+        'docs/quality-pairs.md, "The rule\'s scale"): ' + " ".join(L)
+    ]
+
+
 def _after_share(r: dict) -> float:
     after = r["rows"][2:]
     return 100 * sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)
@@ -214,10 +231,15 @@ def _paired_lines(runs: list[dict]) -> list[str]:
         text = (f"{round(100 * noise)}% mismatched, the rule{(' ' + rest) if rest else ' alone'}: log1p minus loss, "
                 f"by seed ({', '.join(map(str, seeds))}): mean R@1 {diffs(r1, '+.1f')}; pruned % "
                 f"{diffs(lambda r: 100 * r['pruned'], '+.1f')}")  # fmt: skip
+
+        def levels(f: Any, spec: str, pairs: list = pairs) -> str:
+            return ", ".join(f"{format(f(b), spec)} -> {format(f(a), spec)}" for a, b in pairs)
+
         if noise:
-            text += (f"; precision at the last plan {diffs(lambda r: r['rows'][-1].get('precision') or 0, '+.3f')}; "
-                     f"recall {diffs(lambda r: r['rows'][-1].get('recall') or 0, '+.3f')}; mismatched % of the pairs "
-                     f"trained after the warm-up {diffs(_after_share, '+.1f')} points")  # fmt: skip
+            text += (f"; loss -> log1p by seed: precision at the last plan "
+                     f"{levels(lambda r: r['rows'][-1].get('precision') or 0, '.3f')}, recall "
+                     f"{levels(lambda r: r['rows'][-1].get('recall') or 0, '.3f')}, mismatched % of the pairs "
+                     f"trained after the warm-up {levels(_after_share, '.1f')}")  # fmt: skip
         out += [text + ".", ""]
     return out
 
@@ -244,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
 
         splice(ROOT / "docs" / "quality-pairs.md", "<!-- noise-scale:begin -->", "<!-- noise-scale:end -->",
                report_lines())  # fmt: skip
+        splice(ROOT / "README.md", "<!-- noise-scale-readme:begin -->", "<!-- noise-scale-readme:end -->",
+               readme_lines())  # fmt: skip
         return
     if args.replay == "pairs":
         run = ROOT / "bench-out" / "noise-study" / "runs" / run_id("full", args.seed, args.noise)
