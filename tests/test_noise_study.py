@@ -136,8 +136,11 @@ def test_the_noisy_label_runs_have_ids_of_their_own() -> None:
     cal = json.loads((ROOT / "docs" / "quality-runs" / "cifar10-calibration.json").read_text())
     ours = {run_id("cifar10", c, s) for c in noise_label_configs(cal, {"noise": True, "r": 0.2}) for s in (0, 1)}
     theirs = {run_id("cifar10", c, s) for c in configs(cal) for s in (0, 1)}
-    assert len(ours) == 12 and not ours & theirs
-    assert "cifar10-noisy-full-nz-rule-noiseTrue-s0" in ours
+    assert len(ours) == 14 and not ours & theirs
+    assert {
+        "cifar10-noisy-full-nz-rule-noiseTrue-s0",
+        "cifar10-noisy-full-nz-rule-log1p-noiseTrue-noise_scalelog1p-s1",
+    } <= ours
 
 
 # ------------------------------------------------------------------------------ plan and claims

@@ -51,12 +51,14 @@ NOISE_LABEL_FULL = {"policy": "full", "params": {}, "label": "nz-full", "noisy":
 
 def noise_label_configs(calibration: dict | None, rule_random: dict | None) -> list[dict]:
     """The noise study's runs on 40% noisy labels (``benchmarks/noise_study.py``), labelled
-    ``nz-...`` so that their ids and files are their own: full data, the rule alone, the rule with
+    ``nz-...`` so that their ids and files are their own: full data, the rule alone (on the loss
+    and on the log1p scale, docs/algorithms.md §12.11), the rule with
     dynamic random near 50% (``rule_random``: its parameters, chosen on training losses; left out
     until known), dynamic random at 50%, SeTa and InfoBatch at their 50% settings of the short
     study's ``calibration`` (the settings its noisy-label runs use; left out without one)."""
     nz = dict(NOISE_LABEL_FULL)
-    out = [nz, {**nz, "params": dict(NOISE_RULE), "label": "nz-rule"}]
+    out = [nz, {**nz, "params": dict(NOISE_RULE), "label": "nz-rule"},
+           {**nz, "params": {**NOISE_RULE, "noise_scale": "log1p"}, "label": "nz-rule-log1p"}]  # fmt: skip
     if rule_random is not None:
         out.append({**nz, "policy": "random", "params": dict(rule_random), "label": "nz-rule-p50"})
     out.append({**nz, "policy": "random", "params": {"r": 0.5}, "label": "nz-p50"})
