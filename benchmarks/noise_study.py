@@ -731,7 +731,10 @@ def _busy(path: Path) -> bool:
 def _failed_here(ctx: Ctx, rid: str) -> bool:
     """A crash of this invocation (any process): not tried again until the next invocation."""
     p = ctx.results / f"{rid}.crashed.json"
-    return p.exists() and p.stat().st_mtime >= ctx.started
+    # file times come from the kernel's coarse clock, which can lag time.time() by a few ms: a file
+    # written just after ``started`` may carry an earlier time, hence the margin (an invocation
+    # takes far longer than a second to start, so no earlier crash falls inside it)
+    return p.exists() and p.stat().st_mtime >= ctx.started - 1.0
 
 
 _RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
