@@ -731,10 +731,12 @@ def _busy(path: Path) -> bool:
 def _failed_here(ctx: Ctx, rid: str) -> bool:
     """A crash of this invocation (any process): not tried again until the next invocation."""
     p = ctx.results / f"{rid}.crashed.json"
-    # file times come from the kernel's coarse clock, which can lag time.time() by a few ms: a file
-    # written just after ``started`` may carry an earlier time, hence the margin (an invocation
-    # takes far longer than a second to start, so no earlier crash falls inside it)
-    return p.exists() and p.stat().st_mtime >= ctx.started - 1.0
+    if not p.exists():
+        return False
+    # the file names the invocation (its start time, shared by its worker processes); not its
+    # file time, which comes from the kernel's coarse clock and can lag time.time() by a few ms
+    invocation = json.loads(p.read_text()).get("invocation")
+    return invocation == ctx.started if invocation is not None else p.stat().st_mtime >= ctx.started
 
 
 _RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
@@ -831,6 +833,7 @@ def execute(ctx: Ctx, job: Job) -> None:
             {
                 "id": job.rid,
                 "status": "crashed",
+                "invocation": ctx.started,
                 "spec": job.spec,
                 "epochs_done": len(progress),
                 "error": tb[-3000:],
