@@ -37,23 +37,25 @@ from seta_stream.policies.noise import NoiseFit  # noqa: E402
 RESULTS = ROOT / "docs" / "quality-runs" / "noise-scale"
 
 
-def run_id(variant: str, seed: int, noise: float, r: float | None = None) -> str:
-    return f"scale-{variant}" + ("" if r is None else f"-random{r:g}") + f"-n{round(100 * noise)}-s{seed}"
+def run_id(variant: str, seed: int, noise: float, r: float | None = None, epochs: int | None = None) -> str:
+    return (f"scale-{variant}" + ("" if r is None else f"-random{r:g}") + ("" if epochs is None else f"-e{epochs}")
+            + f"-n{round(100 * noise)}-s{seed}")  # fmt: skip
 
 
-def train(variant: str, seed: int, noise: float, r: float | None = None) -> dict:
+def train(variant: str, seed: int, noise: float, r: float | None = None, epochs: int | None = None) -> dict:
     """One closed-loop run of ``variant`` (full: no rule; loss / log1p: the rule alone, or with
-    dynamic random pruning at ``r`` on top)."""
+    dynamic random pruning at ``r`` on top), for the study's E epochs or ``epochs``."""
     import torch
 
     torch.set_num_threads(1)
     params = {} if variant == "full" else {"noise": True, "noise_scale": variant}
     label = "full" if variant == "full" else f"rule-{variant}"
+    E = epochs or ns.TRAIN["epochs"]
     if r is None:
-        cfg = ns.pairs_cfg("full", params, label, ns.TRAIN["epochs"])
+        cfg = ns.pairs_cfg("full", params, label, E)
     else:
-        cfg = ns.pairs_cfg("random", {"r": r, **params}, f"{label}-random", ns.TRAIN["epochs"])
-    rid = run_id(variant, seed, noise, r)
+        cfg = ns.pairs_cfg("random", {"r": r, **params}, f"{label}-random", E)
+    rid = run_id(variant, seed, noise, r, epochs)
     ctx = ns.Ctx(results=RESULTS, labels=False)
     job = ns.Job(rid, "pairs", {"noise": noise, "cfg": cfg, "seed": seed}, (), 1.0)
     ns.prepare_pairs(ctx, noise, 1)
@@ -134,12 +136,12 @@ def report_lines() -> list[str]:
         return L + ["No run has finished yet.", ""]
     machines = sorted({machine_name(r.get("machine")) for r in runs})
     L += [f"Machine: {', '.join(machines)}.", ""]
-    L += ["| mismatched | rule (scale) | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained pairs "
+    L += ["| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained pairs "
           "after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of epochs 2 .. "
           "E-1 |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     key = {"full": 0, "loss": 1, "log1p": 2}
-    for r in sorted(runs, key=lambda r: (r["noise"], r.get("policy") == "random", r["seed"],
+    for r in sorted(runs, key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
                                          key.get(_scale(r).split(" ")[0], 9))):  # fmt: skip
         rows = r["rows"]
         active = [x for x in rows if x.get("noise_active")]
@@ -151,7 +153,7 @@ def report_lines() -> list[str]:
         prec = ", ".join(_f(x.get("precision"), ".3f") for x in rows[2:])
         L.append(
             "| " + " | ".join([
-                f"{round(100 * r['noise'])}%", _scale(r), str(r["seed"]),
+                f"{round(100 * r['noise'])}%", _scale(r), str(len(rows)), str(r["seed"]),
                 f"{50 * (r['i2t_r1'] + r['t2i_r1']):.1f}", f"{100 * r['pruned']:.1f}",
                 "-" if not r["noise"] else _f(None if share is None else 100 * share, ".1f"),
                 str(last.get("suspected", 0)) if _scale(r) != "full" else "-",
@@ -170,7 +172,7 @@ def report_lines() -> list[str]:
               "only) the suspects' precision / recall.", "",
               "| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall | log1p: D "
               "| log1p: KS | log1p: upper weight | log1p: precision / recall |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for row in rep["rows"]:
             cells = [str(row["plan_epoch"])]
             for scale in ("loss", "log1p"):
@@ -214,9 +216,9 @@ def _paired_lines(runs: list[dict]) -> list[str]:
         if name == "full":
             continue
         scale, _, rest = name.partition(" ")
-        by.setdefault((r["noise"], rest), {}).setdefault(scale, {})[r["seed"]] = r
+        by.setdefault((r["noise"], rest, len(r["rows"])), {}).setdefault(scale, {})[r["seed"]] = r
     out = []
-    for (noise, rest), scales in sorted(by.items()):
+    for (noise, rest, epochs), scales in sorted(by.items()):
         seeds = sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {})))
         if not seeds:
             continue
@@ -228,7 +230,8 @@ def _paired_lines(runs: list[dict]) -> list[str]:
         def r1(r: dict) -> float:
             return 50 * (r["i2t_r1"] + r["t2i_r1"])
 
-        text = (f"{round(100 * noise)}% mismatched, the rule{(' ' + rest) if rest else ' alone'}: log1p minus loss, "
+        text = (f"{round(100 * noise)}% mismatched, {epochs} epochs, the rule{(' ' + rest) if rest else ' alone'}: "
+                "log1p minus loss, "
                 f"by seed ({', '.join(map(str, seeds))}): mean R@1 {diffs(r1, '+.1f')}; pruned % "
                 f"{diffs(lambda r: 100 * r['pruned'], '+.1f')}")  # fmt: skip
 
@@ -258,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.2, help="share of mismatched pairs (0.2 or 0.0)")
     p.add_argument("--random", type=float, help="dynamic random pruning at this r on top of the rule")
+    p.add_argument("--epochs", type=int, help="train this many epochs instead of the study's E (the 2E check)")
     p.add_argument("--report", action="store_true", help="rewrite the section of docs/quality-pairs.md")
     args = p.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if args.variant is None:
             p.error("--variant or --replay")
-        res = train(args.variant, args.seed, args.noise, args.random)
+        res = train(args.variant, args.seed, args.noise, args.random, args.epochs)
         out = RESULTS / f"{res['id']}.json"
         out.write_text(json.dumps(res, indent=1) + "\n")
         for r in res["rows"]:
