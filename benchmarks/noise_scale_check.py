@@ -137,8 +137,8 @@ def report_lines() -> list[str]:
     machines = sorted({machine_name(r.get("machine")) for r in runs})
     L += [f"Machine: {', '.join(machines)}.", ""]
     L += ["| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained "
-          "pairs after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of epochs 2 .. "
-          "E-1 |",
+          "pairs after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of "
+          "epochs 2 .. E-1 |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     key = {"full": 0, "loss": 1, "log1p": 2}
     for r in sorted(runs, key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
