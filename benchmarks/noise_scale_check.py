@@ -163,7 +163,7 @@ def report_lines() -> list[str]:
             ]) + " |"
         )  # fmt: skip
     L.append("")
-    L += _paired_lines(runs)
+    L += _paired_lines(runs) + _length_lines(runs)
     for path in sorted(RESULTS.glob("replay-*.json")):
         rep = json.loads(path.read_text())
         L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
@@ -189,7 +189,7 @@ def report_lines() -> list[str]:
 def readme_lines() -> list[str]:
     """README's lines on the scale: the paired differences and what the rule did on clean pairs."""
     runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
-    L = [line for line in _paired_lines(runs) if line]
+    L = [line for line in _paired_lines(runs) + _length_lines(runs) if line]
     clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
     if clean:
         sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
@@ -201,6 +201,30 @@ def readme_lines() -> list[str]:
         "Closed loop on this machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
         'docs/quality-pairs.md, "The rule\'s scale"): ' + " ".join(L)
     ]
+
+
+def _length_lines(runs: list[dict]) -> list[str]:
+    """For each rule (and full data) run at the study's E and at a longer schedule, seed by seed:
+    mean R@1 after each, and the longer run's best epoch (is full data still rising at E?)."""
+    by: dict[tuple, dict[int, dict]] = {}
+    for r in runs:
+        by.setdefault((r["noise"], _scale(r), r["seed"]), {})[len(r["rows"])] = r
+    parts = []
+    for (noise, name, seed), lengths in sorted(by.items()):
+        if len(lengths) < 2:
+            continue
+        E, L2 = min(lengths), max(lengths)
+
+        def r1(x: dict) -> float:
+            return 50 * (x["i2t_r1"] + x["t2i_r1"])
+
+        curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in lengths[L2]["rows"]]
+        best = int(np.argmax(curve))
+        who = "full data" if name == "full" else f"the rule ({name})"
+        parts.append(f"{who}, {round(100 * noise)}% mismatched, "
+                     f"seed {seed}: {r1(lengths[E]):.1f} after {E} epochs, {r1(lengths[L2]):.1f} after {L2} "
+                     f"(its {L2}-epoch run peaked at {curve[best]:.1f} after {best + 1} epochs)")  # fmt: skip
+    return ["Schedule length: " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def _after_share(r: dict) -> float:
