@@ -401,6 +401,11 @@ def _convergence(rs: list[dict], noise: float) -> list[str]:
     return out
 
 
+def _lead_cells(k: tuple, g: list[dict]) -> list[str]:
+    """A table row's first cells: the policy, its setting, the seeds, the pruned %."""
+    return [_name(k), _setting(k), str(len(g)), ms([100 * r["pruned"] for r in g])]
+
+
 def _rule_cells(g: list[dict]) -> tuple[bool, float | None, float | None, list, float | None, float | None]:
     """A group's noise-rule figures: (whether its runs use the rule, the noisy share of what was
     trained over the runs, the same after the warm-up (rule only), each run's last epoch with the
@@ -433,10 +438,7 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
         g = groups[k]
         rule, share, after, la, prec, rec = _rule_cells(g)
         cells = [
-            _name(k),
-            _setting(k),
-            str(len(g)),
-            ms([100 * r["pruned"] for r in g]),
+            *_lead_cells(k, g),
             *(ms([100 * r[c] for r in g]) for c in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")),
             "-" if k[0] == "full" and not rule else paired(g, full, r1).text(),
             "-"
@@ -701,10 +703,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             g = groups[k]
             rule, share, after, la, prec, rec = _rule_cells(g)
             cells = [
-                _name(k),
-                _setting(k),
-                str(len(g)),
-                ms([100 * r["pruned"] for r in g]),
+                *_lead_cells(k, g),
                 ms([100 * r["test_acc"] for r in g], 2),
                 ms([100 * r["val_acc"] for r in g], 2),
                 "-" if k == ("full", "nz-full", "{}") else paired(g, full, acc).text(2),
