@@ -163,7 +163,7 @@ def report_lines() -> list[str]:
             ]) + " |"
         )  # fmt: skip
     L.append("")
-    L += _paired_lines(runs) + _length_lines(runs)
+    L += _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
     for path in sorted(RESULTS.glob("replay-*.json")):
         rep = json.loads(path.read_text())
         L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
@@ -189,7 +189,7 @@ def report_lines() -> list[str]:
 def readme_lines() -> list[str]:
     """README's lines on the scale: the paired differences and what the rule did on clean pairs."""
     runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
-    L = [line for line in _paired_lines(runs) + _length_lines(runs) if line]
+    L = [line for line in _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs) if line]
     clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
     if clean:
         sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
@@ -201,6 +201,22 @@ def readme_lines() -> list[str]:
         "Closed loop on this machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
         'docs/quality-pairs.md, "The rule\'s scale"): ' + " ".join(L)
     ]
+
+
+def _vs_full_lines(runs: list[dict]) -> list[str]:
+    """Each rule's mean R@1 minus full data's of the same seed and length (this machine)."""
+    full = {(r["noise"], len(r["rows"]), r["seed"]): r for r in runs if _scale(r) == "full"}
+    by: dict[tuple, dict[int, float]] = {}
+    for r in runs:
+        f = full.get((r["noise"], len(r["rows"]), r["seed"]))
+        if _scale(r) == "full" or f is None:
+            continue
+        d = 50 * (r["i2t_r1"] + r["t2i_r1"]) - 50 * (f["i2t_r1"] + f["t2i_r1"])
+        by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = d
+    parts = [f"{name}, {round(100 * noise)}% mismatched, {epochs} epochs: "
+             + ", ".join(f"{v:+.1f} (seed {k})" for k, v in sorted(d.items()))
+             for (noise, epochs, name), d in sorted(by.items())]  # fmt: skip
+    return ["Mean R@1 minus full data's, same seed and length: " + "; ".join(parts) + ".", ""] if parts else []
 
 
 def _length_lines(runs: list[dict]) -> list[str]:
