@@ -169,8 +169,14 @@ def _converged_loop(args: argparse.Namespace, layout: Layout, ds: Dataset, E: in
             todo = _converged_todo(args, layout, E, population, failed)
             held = None
             for cfg, seed in todo:
-                if (held := _claim(claims / f"{conv_run_id(cfg, seed)}.lock", wait=False)) is not None:
-                    break
+                if (held := _claim(claims / f"{conv_run_id(cfg, seed)}.lock", wait=False)) is None:
+                    continue
+                # the run may have been finished (and its claim dropped) since ``todo`` was read
+                if (layout.converged / f"{conv_run_id(cfg, seed)}.json").exists():
+                    held.close()
+                    held = None
+                    continue
+                break
         if held is None:
             if todo:
                 print(f"== the {len(todo)} runs left are being trained by other processes", flush=True)
