@@ -30,9 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.noise_study as ns  # noqa: E402
+from benchmarks.noise_report import machine_name, r1  # noqa: E402
 from seta_stream._kmeans1d import points1d  # noqa: E402
 from seta_stream._mixture1d import fit_two_gaussians  # noqa: E402
-from seta_stream.policies.noise import NoiseFit  # noqa: E402
+from seta_stream.policies.noise import NoiseFit, on_scale  # noqa: E402
 
 RESULTS = ROOT / "docs" / "quality-runs" / "noise-scale"
 
@@ -96,8 +97,9 @@ def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict
         mean, last = H.mean(axis=0).astype(np.float32), H[-1]
         row: dict = {"plan_epoch": e}
         for scale in ("loss", "log1p"):
-            x = mean if scale == "loss" else np.log1p(mean.astype(np.float64)).astype(np.float32)
-            g = last if scale == "loss" else np.log1p(last)
+            # the library's scores (float32 of the scale applied to float32 means) and last losses
+            x = on_scale(mean, scale).astype(np.float32)
+            g = on_scale(last, scale)
             m = fit_two_gaussians(points1d(x))
             if m is None:
                 row[scale] = None
@@ -120,8 +122,6 @@ def _f(x: float | None, spec: str) -> str:
 
 def report_lines() -> list[str]:
     """The section of docs/quality-pairs.md, every number from the files in RESULTS."""
-    from benchmarks.noise_report import machine_name
-
     runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
     L = [
         "### The rule's scale: loss or log1p (closed loop, this machine)",
@@ -145,17 +145,14 @@ def report_lines() -> list[str]:
                                          key.get(_scale(r).split(" ")[0], 9))):  # fmt: skip
         rows = r["rows"]
         active = [x for x in rows if x.get("noise_active")]
-        after = [x for x in rows[2:]]
-        share = (
-            (sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)) if after else None
-        )
+        share = _after_share(r) if rows[2:] else None
         last = rows[-1]
         prec = ", ".join(_f(x.get("precision"), ".3f") for x in rows[2:])
         L.append(
             "| " + " | ".join([
                 f"{round(100 * r['noise'])}%", _scale(r), str(len(rows)), str(r["seed"]),
-                f"{50 * (r['i2t_r1'] + r['t2i_r1']):.1f}", f"{100 * r['pruned']:.1f}",
-                "-" if not r["noise"] else _f(None if share is None else 100 * share, ".1f"),
+                f"{r1(r):.1f}", f"{100 * r['pruned']:.1f}",
+                "-" if not r["noise"] else _f(share, ".1f"),
                 str(last.get("suspected", 0)) if _scale(r) != "full" else "-",
                 f"{_f(last.get('precision'), '.3f')} / {_f(last.get('recall'), '.3f')}"
                 if _scale(r) != "full" and r["noise"] and active else "-",
@@ -211,7 +208,7 @@ def _vs_full_lines(runs: list[dict]) -> list[str]:
         f = full.get((r["noise"], len(r["rows"]), r["seed"]))
         if _scale(r) == "full" or f is None:
             continue
-        d = 50 * (r["i2t_r1"] + r["t2i_r1"]) - 50 * (f["i2t_r1"] + f["t2i_r1"])
+        d = r1(r) - r1(f)
         by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = d
     parts = [f"{name}, {round(100 * noise)}% mismatched, {epochs} epochs: "
              + ", ".join(f"{v:+.1f} (seed {k})" for k, v in sorted(d.items()))
@@ -230,11 +227,7 @@ def _length_lines(runs: list[dict]) -> list[str]:
         if len(lengths) < 2:
             continue
         E, L2 = min(lengths), max(lengths)
-
-        def r1(x: dict) -> float:
-            return 50 * (x["i2t_r1"] + x["t2i_r1"])
-
-        curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in lengths[L2]["rows"]]
+        curve = [r1(x) for x in lengths[L2]["rows"]]
         best = int(np.argmax(curve))
         who = "full data" if name == "full" else f"the rule ({name})"
         parts.append(f"{who}, {round(100 * noise)}% mismatched, "
@@ -266,9 +259,6 @@ def _paired_lines(runs: list[dict]) -> list[str]:
 
         def diffs(f: Any, spec: str, pairs: list = pairs) -> str:
             return ", ".join(format(f(a) - f(b), spec) for a, b in pairs)
-
-        def r1(r: dict) -> float:
-            return 50 * (r["i2t_r1"] + r["t2i_r1"])
 
         text = (f"{round(100 * noise)}% mismatched, {epochs} epochs, the rule{(' ' + rest) if rest else ' alone'}: "
                 "log1p minus loss, "

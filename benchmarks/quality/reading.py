@@ -61,6 +61,11 @@ def paired(rs: list[dict], ref: list[dict] | None) -> dict[int, float]:
     return {r["seed"]: acc(r) - acc(by[r["seed"]]) for r in rs if r["seed"] in by}
 
 
+def mean_gap(gaps: dict[int, float]) -> float | None:
+    """The mean of gaps paired by seed (None without any)."""
+    return float(np.mean(list(gaps.values()))) if gaps else None
+
+
 def by_seed(p: dict[int, float]) -> str:
     return ", ".join(gap(v) for _, v in sorted(p.items()))
 
@@ -137,7 +142,7 @@ class Reading:
         """(the equal-compute epochs, their runs, the mean of the gaps paired by seed over the seeds
         whose two runs ran on one machine, or None without such a seed)."""
         n, eq, gaps, _ = self.s.equal_gap(rs)
-        return n, eq, (float(np.mean(list(gaps.values()))) if gaps else None)
+        return n, eq, mean_gap(gaps)
 
     def equal_without_collapses(self, rs: list[dict]) -> dict[int, float]:
         """seed -> gap to full data at equal compute, runs of one machine only, without the seeds
@@ -365,10 +370,9 @@ class Reading:
     def equal_par(self) -> list[str]:
         items, each = [], []
         for rs in self.pruned:
-            n, eq, g = self.gap_equal(rs)
-            if g is None:
+            n, _, p, _ = self.s.equal_gap(rs)
+            if (g := mean_gap(p)) is None:
                 continue
-            p = self.s.equal_gap(rs)[2]
             items.append((rs, g, p))
             each.append(f"{self.cname(rs)} {gap(g)} against {n} epochs (by seed {by_seed(p)})")
         if not items:
@@ -501,7 +505,7 @@ class Reading:
                 " Against full data at equal compute (paired by seed, runs of one machine only, seeds whose "
                 "test accuracy fell to chance left out): "
                 + "; ".join(
-                    f"{self.cname(rs)} {gap(float(np.mean(list(g.values()))))} against {self.gap_equal(rs)[0]} epochs "
+                    f"{self.cname(rs)} {gap(mean_gap(g))} against {self.s.equal_compute(rs)[0]} epochs "
                     f"(" + ", ".join(f"seed {k}: {gap(v)}" for k, v in sorted(g.items())) + ")"
                     for rs, g in eq_ok
                 )
@@ -614,7 +618,7 @@ def summary(layout: Layout) -> list[str]:
                          "accuracy fell to chance during training, not read as a policy result")  # fmt: skip
             eq = [g for rs in r.pruned if (g := r.equal_without_collapses(rs))]
             if eq:
-                means = [float(np.mean(list(g.values()))) for g in eq]
+                means = [m for g in eq if (m := mean_gap(g)) is not None]
                 one = all(len(g) == 1 for g in eq)
                 text += (f". Against full data trained for fewer epochs at the same compute (runs of one machine, "
                          f"seeds without a collapse), the {len(eq)} pruned configurations landed {gap(min(means))} to "

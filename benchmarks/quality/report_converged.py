@@ -211,16 +211,21 @@ class Study:
         return (n, eq, *same_machine_gaps(rs, eq))
 
     @staticmethod
-    def gap_cell(gaps: dict[int, float], other: list[int], seeds: int) -> str:
-        """A table cell: the mean of the same-machine paired gaps, saying which seeds it covers when
-        not all of them."""
+    def gap_text(gaps: dict[int, float], other: list[int], seeds: int) -> str:
+        """The mean of the same-machine paired gaps, saying which seeds it covers when not all of
+        them; without such a gap, the seeds left out for their other machine ("" if none)."""
+        left = f"seed {'/'.join(map(str, other))}: other machine" if other else ""
         if not gaps:
-            return f"- (seed {'/'.join(map(str, other))}: other machine)" if other else "-"
-        cell = f"{float(np.mean(list(gaps.values()))):+.2f}"
+            return left
+        text = f"{float(np.mean(list(gaps.values()))):+.2f}"
         if len(gaps) < seeds:
-            cell += f" (seed {'/'.join(map(str, sorted(gaps)))}" + (
-                f"; seed {'/'.join(map(str, other))}: other machine)" if other else ")")
-        return cell
+            text += f" (seed {'/'.join(map(str, sorted(gaps)))}" + (f"; {left})" if left else ")")
+        return text
+
+    def gap_cell(self, gaps: dict[int, float], other: list[int], seeds: int) -> str:
+        """A table cell: :meth:`gap_text`, "- (...)" when only other-machine seeds exist, "-" when none."""
+        text = self.gap_text(gaps, other, seeds)
+        return text if gaps else f"- ({text})" if text else "-"
 
     def status(self) -> list[str]:
         plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment, self.model)
@@ -377,8 +382,7 @@ class Study:
             if not g or full_acc is None:
                 return "-"
             gaps, other = same_machine_gaps(g, self.full)
-            cell = self.gap_cell(gaps, other, len(g))
-            return f"{_acc(g):.2f} ({cell[3:-1] if cell.startswith('- (') else cell}), {n} epochs"
+            return f"{_acc(g):.2f} ({self.gap_text(gaps, other, len(g)) or '-'}), {n} epochs"
 
         L = [
             "The paper's figures (SeTa paper, CIFAR-10, ResNet-18, 200 epochs; full data "

@@ -52,6 +52,7 @@ __all__ = [
     "check_noise_params",
     "candidate_scores",
     "noise_fit",
+    "on_scale",
     "with_noise",
     "with_noise_steps",
     "with_noise_columns",
