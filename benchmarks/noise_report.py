@@ -674,24 +674,30 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     where = sorted({(r["dataset"], machines.get(comparison_group(r))) for r in runs})
     lines = [
         f"{len(runs)} finished noisy-label runs enter the tables below"
-        + (("; the runs of each data set ran on one machine (" + "; ".join(f"{d}: {m}" for d, m in where)
-            + "), and only runs of one data set are compared") if runs else "")
+        + (
+            (
+                "; the runs of each data set ran on one machine ("
+                + "; ".join(f"{d}: {m}" for d, m in where)
+                + "), and only runs of one data set and schedule are compared"
+            )
+            if runs
+            else ""
+        )
         + ".",
         "",
         *_loader_lines(files, machines, "noise-labels", "samples"),
         *_rule_lines(),
     ]
     targets: list[list[str]] = []
-    for dataset in ("cifar10", "sst2"):
-        rs = [r for r in runs if r["dataset"] == dataset]
-        if not rs:
-            continue
+    sections = sorted({(r["dataset"], schedule(r)) for r in runs}, key=lambda x: (x[0] != "cifar10", x[1]))
+    for dataset, (E, augmented) in sections:
+        rs = [r for r in runs if r["dataset"] == dataset and schedule(r) == (E, augmented)]
         groups = group(rs)
-        full = groups.get(("full", "nz-full", "{}"), [])
+        full_key = next((k for k in groups if k[0] == "full" and k[2] == "{}"), None)
+        full = groups.get(full_key, []) if full_key else []
         randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
-        E = len(rs[0]["rows"])
         lines += [
-            f"#### {dataset}, 40% noisy labels ({E} epochs)",
+            f"#### {dataset}, 40% noisy labels ({E} epochs{'' if augmented else ', no augmentation'})",
             "",
             "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
             "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
@@ -706,10 +712,8 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 *_lead_cells(k, g),
                 ms([100 * r["test_acc"] for r in g], 2),
                 ms([100 * r["val_acc"] for r in g], 2),
-                "-" if k == ("full", "nz-full", "{}") else paired(g, full, acc).text(2),
-                "-"
-                if (k[0] == "random" and not rule) or k == ("full", "nz-full", "{}")
-                else vs_random(g, full, randoms, acc).text(2),
+                "-" if k == full_key else paired(g, full, acc).text(2),
+                "-" if (k[0] == "random" and not rule) or k == full_key else vs_random(g, full, randoms, acc).text(2),
                 f"{_f(None if share is None else 100 * share, '.1f')}"
                 + (f" / {_f(None if after is None else 100 * after, '.1f')}" if rule else ""),
                 f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule else "-",
@@ -717,7 +721,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             lines.append("| " + " | ".join(cells) + " |")
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
-                what = "CIFAR-10 with 40% noisy labels: test accuracy above full data"
+                what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
                 verdict = (
                     "open (1 seed)"
                     if gap.n < 2
@@ -741,6 +745,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             ]
             lines.append(f"| {_name(k)} | {_setting(k)} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += _curve_lines(groups, keys, E)
     if targets:
         lines += [
             "#### Target (issue 26)",
@@ -755,6 +760,34 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         [x for x in left_out if not x.startswith("`pairs-")], [x for x in missing if not x.startswith("pairs-")]
     )
     return lines
+
+
+def schedule(r: dict) -> tuple[int, bool]:
+    """(epochs, augmented) of a noisy-label run: the short study's schedule, or the long one."""
+    return len(r["rows"]), bool(r.get("augment", True))
+
+
+def _curve_lines(groups: dict, keys: list[tuple], E: int) -> list[str]:
+    """Test accuracy after every epoch (runs that record it), and full data's best epoch: whether
+    full data has stopped rising, and by how much it fell from its best by the end."""
+    keys = [k for k in keys if all(r["rows"][0].get("test_acc") is not None for r in groups[k])]
+    if not keys:
+        return []
+    lines = [
+        "Test accuracy after every epoch (%, mean over seeds):",
+        "",
+        "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " | best epoch (best) | end - best |",
+        "| --- | --- |" + " --- |" * (E + 2),
+    ]
+    for k in keys:
+        curve = [float(np.mean([100 * r["rows"][e]["test_acc"] for r in groups[k]])) for e in range(E)]
+        best = int(np.argmax(curve))
+        lines.append(
+            f"| {_name(k)} | {_setting(k)} | "
+            + " | ".join(f"{x:.1f}" for x in curve)
+            + f" | e{best} ({curve[best]:.1f}) | {curve[-1] - curve[best]:+.1f} |"
+        )
+    return [*lines, ""]
 
 
 # ------------------------------------------------------------------------------ writing

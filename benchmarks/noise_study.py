@@ -293,6 +293,25 @@ def _labels_round(ctx: Ctx, dataset: str, seed: int) -> list[Job]:
     return jobs
 
 
+def _labels_long_round(ctx: Ctx, seed: int) -> list[Job]:
+    """CIFAR-10's long schedule (``noise_label_long_configs``): full data, the rule alone on both scales."""
+    from benchmarks.quality.configs import noise_label_long_configs, run_id
+
+    cfgs = noise_label_long_configs()
+    if ctx.smoke:
+        cfgs = [{**c, "n_epochs": 4} for c in cfgs]
+    return [
+        Job(
+            run_id("cifar10", c, seed),
+            "labels",
+            {"dataset": "cifar10", "cfg": c, "seed": seed},
+            (),
+            45000 * c["n_epochs"] * (0.9 if c["params"] else 1.0),
+        )  # fmt: skip
+        for c in cfgs
+    ]
+
+
 def _quality_calibration(dataset: str) -> dict | None:
     """The short study's calibration of ``dataset`` (SeTa's and InfoBatch's 50% settings, chosen
     on the training losses of its clean full run): the noisy-label runs use those settings."""
@@ -318,6 +337,9 @@ def plan(ctx: Ctx) -> list[Job]:
         for dataset in ("cifar10", "sst2"):
             for seed in range(min(LABEL_FIRST_SEEDS, _label_seeds(ctx, dataset))):
                 jobs += _labels_round(ctx, dataset, seed)
+    if ctx.labels:  # CIFAR-10's long schedule: both seeds, after the short schedule's first seeds
+        for seed in range(_label_seeds(ctx, "cifar10")):
+            jobs += _labels_long_round(ctx, seed)
     for seed in range(ctx.seeds):
         for noise in NOISE_LEVELS:
             if seed > 0:
@@ -518,7 +540,7 @@ def train_labels_job(ctx: Ctx, job: Job, progress: list[str]) -> dict:
     out = {
         "study": "noise-labels",
         "id": job.rid,
-        "status": run_status(rows, ds.epochs, "train_loss", "delivered_equals_plan"),
+        "status": run_status(rows, cfg.get("n_epochs", ds.epochs), "train_loss", "delivered_equals_plan"),
         **result,
         "rows": rows,
         "noisy_in_data": len(truth) / max(rows[0]["n"], 1),

@@ -573,16 +573,16 @@ def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: 
     assert lines[3] == (
         "10 finished noisy-label runs enter the tables below; the runs of each data set ran on one machine "
         "(cifar10: Test CPU, 16 cores, torch 2.13.0 (AVX2); sst2: Other CPU, 16 cores, torch 2.13.0 (AVX2)), and "
-        "only runs of one data set are compared."
+        "only runs of one data set and schedule are compared."
     )
     assert "ran on another machine" not in "\n".join(lines)
     for line in [
         "**Loader vs plan:** in 30 of 30 run-epochs the loader delivered exactly the plan's kept samples.",
         "| rule alone | noise=True | 2 | 27.0 ± 0.0 | 65.00 ± 1.41 | 65.00 ± 1.41 | +4.50 (+4.00, +5.00) "
         "| +6.12 (+5.62, +6.62) | 14.7 / 2.1 | 0.97 / 0.95 |",
-        "| CIFAR-10 with 40% noisy labels: test accuracy above full data | rule alone noise=True "
+        "| CIFAR-10 with 40% noisy labels, 3 epochs: test accuracy above full data | rule alone noise=True "
         "| +4.50 (+4.00, +5.00) points (2 SE = 1.00) | met |",
-        "| CIFAR-10 with 40% noisy labels: test accuracy above full data | rule + random noise=True, r=0.3 "
+        "| CIFAR-10 with 40% noisy labels, 3 epochs: test accuracy above full data | rule + random noise=True, r=0.3 "
         "| +0.00 (+0.50, -0.50) points (2 SE = 1.00) | missed: +0.00 points, not above full data beyond the noise |",
     ]:
         assert line in lines, line
@@ -626,3 +626,66 @@ def test_the_readme_block_holds_the_targets_every_seed_measured(tmp_path: Path) 
     )
     assert not [row for row in rows if "open" in row.rsplit("|", 2)[-2]]  # rows waiting for seeds stay in the doc
     assert "99.0" not in "\n".join(lines)
+
+
+def test_the_long_noisy_label_schedule_is_its_own_comparison_with_its_curve(tmp_path: Path) -> None:
+    """Runs of the long schedule (more epochs, no augmentation) are compared only with each other;
+    their test accuracy after every epoch shows whether full data stopped rising and by how much it
+    fell from its best."""
+    res = tmp_path / "results"
+    res.mkdir()
+    rule = {"noise": True}
+    full_curve = [50.0, 60.0, 62.0, 58.0, 55.0]
+    rule_curve = [50.0, 60.0, 63.0, 64.0, 65.0]
+    for s in (0, 1):
+        short = [
+            labels_run("cifar10", "full", "nz-full", {}, s, 60.0, 0.0),
+            labels_run("cifar10", "full", "nz-rule", rule, s, 59.0 - s, 0.1, noisy_after=0.2, prec=0.7, rec=0.9),
+        ]
+        long = []
+        for label, params, curve, pruned in (("nz-noaug-E5", {}, full_curve, 0.0),
+                                             ("nz-rule-noaug-E5", rule, rule_curve, 0.3)):  # fmt: skip
+            r = labels_run("cifar10", "full", label, params, s, curve[-1] + s, pruned, noisy_after=0.05, prec=0.8,
+                           rec=0.95)  # fmt: skip
+            r["rows"] = [{**r["rows"][min(e, 2)], "epoch": e, "test_acc": (x + s) / 100} for e, x in enumerate(curve)]
+            r.update(augment=False, n_epochs=5, curve=True)
+            long.append(r)
+        for r in short + long:
+            (res / f"{r['id']}.json").write_text(json.dumps(r))
+    ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
+    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    lines = (tmp_path / "labels.md").read_text().splitlines()
+    heads = [x for x in lines if x.startswith("#### ")]
+    assert heads == [
+        "#### cifar10, 40% noisy labels (3 epochs)",
+        "#### cifar10, 40% noisy labels (5 epochs, no augmentation)",
+        "#### Target (issue 26)",
+    ]
+    for line in [
+        "| full | - | 2 | 0.0 ± 0.0 | 55.50 ± 0.71 | 55.50 ± 0.71 | - | - | 40.0 | - |",
+        "| rule alone | noise=True | 2 | 30.0 ± 0.0 | 65.50 ± 0.71 | 65.50 ± 0.71 | +10.00 (+10.00, +10.00) | - "
+        "| 12.0 / 5.0 | 0.80 / 0.95 |",
+        "| full | - | 50.5 | 60.5 | 62.5 | 58.5 | 55.5 | e2 (62.5) | -7.0 |",
+        "| rule alone | noise=True | 50.5 | 60.5 | 63.5 | 64.5 | 65.5 | e4 (65.5) | +0.0 |",
+        "| CIFAR-10 with 40% noisy labels, 3 epochs: test accuracy above full data | rule alone noise=True "
+        "| -1.50 (-1.00, -2.00) points (2 SE = 1.00) | missed: -1.50 points, not above full data beyond the noise |",
+        "| CIFAR-10 with 40% noisy labels, 5 epochs: test accuracy above full data | rule alone noise=True "
+        "| +10.00 (+10.00, +10.00) points (2 SE = 0.00) | met |",
+    ]:
+        assert line in lines, line
+    # the short schedule has no curve; the long one's table follows its own section
+    assert lines.index("Test accuracy after every epoch (%, mean over seeds):") > lines.index(heads[1])
+    assert lines.count("Test accuracy after every epoch (%, mean over seeds):") == 1
+
+
+def test_the_long_noisy_label_runs_have_ids_of_their_own() -> None:
+    from benchmarks.quality.configs import noise_label_configs, noise_label_long_configs, run_id
+
+    long = [run_id("cifar10", c, 0) for c in noise_label_long_configs()]
+    assert long == [
+        "cifar10-noisy-full-nz-noaug-E20-default-s0",
+        "cifar10-noisy-full-nz-rule-noaug-E20-noiseTrue-s0",
+        "cifar10-noisy-full-nz-rule-log1p-noaug-E20-noiseTrue-noise_scalelog1p-s0",
+    ]
+    assert not set(long) & {run_id("cifar10", c, 0) for c in noise_label_configs(None, None)}
+    assert {(c["n_epochs"], c["augment"], c["curve"]) for c in noise_label_long_configs()} == {(20, False, True)}

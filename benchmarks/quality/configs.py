@@ -69,6 +69,21 @@ def noise_label_configs(calibration: dict | None, rule_random: dict | None) -> l
     return out
 
 
+NOISE_LONG_E = 20  # the long noisy-label schedule: the converged study's noaug-E20 (docs/quality.md)
+
+
+def noise_label_long_configs() -> list[dict]:
+    """The noise study's long schedule on CIFAR-10 with 40% noisy labels: 20 epochs without
+    augmentation (the converged study's ``noaug-E20`` schedule on clean labels), long enough for
+    full data to fit the noisy labels, with the test accuracy after every epoch (``curve``): full
+    data and the rule alone on both scales. The short schedule's 6 epochs end one epoch after the
+    rule's first suspects, before full data has begun to fit the noisy labels."""
+    nz = {**NOISE_LABEL_FULL, "n_epochs": NOISE_LONG_E, "augment": False, "curve": True}
+    tag = f"noaug-E{NOISE_LONG_E}"
+    return [{**nz, "label": f"nz-{tag}"}, {**nz, "params": dict(NOISE_RULE), "label": f"nz-rule-{tag}"},
+            {**nz, "params": {**NOISE_RULE, "noise_scale": "log1p"}, "label": f"nz-rule-log1p-{tag}"}]  # fmt: skip
+
+
 def parse_order(spec: str, datasets: list[str]) -> list[tuple[str, list[int]]]:
     """'cifar10:0,sst2:0-1' -> [('cifar10', [0]), ('sst2', [0, 1])], keeping only ``datasets``."""
     out = []

@@ -47,7 +47,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
               until: int | None = None, probe: Any = None) -> dict:  # fmt: skip
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
 
-    The converged study's runs (``cfg["study"] == "converged"``) also record, after every epoch,
+    The converged study's runs (``cfg["study"] == "converged"``, or ``cfg["curve"]``) also record, after every epoch,
     the test accuracy, the samples trained so far, the training wall time so far (evaluation
     excluded) and the share of the machine other processes used meanwhile; and they resume: after
     every epoch the model, optimiser and per-epoch records go to :func:`resume_path` (after
@@ -75,7 +75,8 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
 
     policy, params, noisy = cfg["policy"], dict(cfg["params"]), cfg["noisy"]
     run_dir = str(runs / rid)
-    curve = cfg.get("study") == "converged"  # test accuracy after every epoch (split read once)
+    # test accuracy after every epoch (split read once): the converged study, and runs that ask
+    curve = cfg.get("study") == "converged" or bool(cfg.get("curve"))
     ckpt = resume_path(runs, rid)
     state = torch.load(ckpt, weights_only=False) if curve and ckpt.exists() else None
     if state is not None and (state["cfg"], state["seed"]) != (cfg, seed):
