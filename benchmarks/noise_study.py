@@ -337,9 +337,9 @@ def plan(ctx: Ctx) -> list[Job]:
         for dataset in ("cifar10", "sst2"):
             for seed in range(min(LABEL_FIRST_SEEDS, _label_seeds(ctx, dataset))):
                 jobs += _labels_round(ctx, dataset, seed)
-    if ctx.labels:  # CIFAR-10's long schedule: both seeds, after the short schedule's first seeds
-        for seed in range(_label_seeds(ctx, "cifar10")):
-            jobs += _labels_long_round(ctx, seed)
+    if ctx.labels:  # CIFAR-10's long schedule after the short one's first seeds: the loss scale's seeds first
+        long = [j for seed in range(_label_seeds(ctx, "cifar10")) for j in _labels_long_round(ctx, seed)]
+        jobs += sorted(long, key=lambda j: "log1p" in j.rid)
     for seed in range(ctx.seeds):
         for noise in NOISE_LEVELS:
             if seed > 0:
