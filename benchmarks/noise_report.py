@@ -2,7 +2,9 @@
 docs/quality-pairs.md and docs/quality.md between ``<!-- noise:begin -->`` and ``<!-- noise:end -->``.
 
 Every number comes from the run files under the results folder. Only runs of one machine are
-compared: the machine with the most finished runs; the others are listed, not used. A run enters
+compared: the machine with the most finished runs; the others are listed, not used. The pairs study
+run again on another machine lives in a folder of its own beside the study's
+(``noise-study-<machine>``, :func:`pairs_folders`) and gets a section of its own. A run enters
 the tables only if it finished its schedule with finite losses and its loader delivered exactly
 each plan's kept samples (status ``ok``); crashed runs, runs cut short at a deadline, diverged
 runs and runs whose loader disagreed with the plan are listed with what happened.
@@ -16,6 +18,7 @@ sqrt(seeds)).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -804,9 +807,9 @@ def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> N
 README_BEGIN, README_END = "<!-- noise-readme:begin -->", "<!-- noise-readme:end -->"
 
 
-def readme_lines(files: dict) -> list[str]:
-    """README's summary of the measurement: the targets that every seed of a configuration has
-    measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
+def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") -> list[str]:
+    """README's summary of the measurement in ``folder``: the targets that every seed of a
+    configuration has measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
     machines, used, _ = split_runs(files)
     m = machines.get("noise-pairs")
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
@@ -816,7 +819,7 @@ def readme_lines(files: dict) -> list[str]:
     size = f"{pairs[0]['data']['train']:,} pairs, E = {pairs[0]['E']}" if pairs else "no run yet"
     return [
         f"Measured by `benchmarks/noise_study.py` ({len(pairs)} finished pairs runs of {size}, seeds "
-        f"{', '.join(map(str, seeds))}, on one machine: {m}; generated from `docs/quality-runs/noise-study/`, "
+        f"{', '.join(map(str, seeds))}, on one machine: {m}; generated from `{folder}`, "
         "the whole comparison and the runs still missing in docs/quality-pairs.md), the targets measured on "
         "every seed so far:",
         "",
@@ -838,6 +841,26 @@ def missing_runs(ctx: Any, files: dict) -> list[str]:
     ]
 
 
+REPLICA = "noise-study-"  # a folder named so beside the study's folder: the pairs study on another machine
+
+
+def pairs_folders(results: Path) -> list[Path]:
+    """The results folders whose pairs study the report writes: ``results``, and where it is the
+    study's own folder (``noise-study``), each replica beside it (``noise-study-<machine>``: the
+    same plan and settings run on another machine, compared only within itself, in a section of its
+    own). A replica given as ``results`` is written alone."""
+    if results.name + "-" != REPLICA:
+        return [results]
+    return [results, *sorted(d for d in results.parent.glob(REPLICA + "*") if d.is_dir())]
+
+
+def pairs_markers(results: Path) -> tuple[str, str]:
+    """The section of docs/quality-pairs.md that ``results``' pairs study fills."""
+    if not results.name.startswith(REPLICA):
+        return BEGIN, END
+    return f"<!-- noise:{results.name}:begin -->", f"<!-- noise:{results.name}:end -->"
+
+
 def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = None) -> None:
     from benchmarks.noise_study import ROOT
 
@@ -848,8 +871,16 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
     pairs_doc = pairs_doc or docs / "quality-pairs.md"
     labels_doc = labels_doc or docs / "quality.md"
     pairs_doc.parent.mkdir(parents=True, exist_ok=True)
-    splice(pairs_doc, pairs_lines(ctx, files, [x for x in missing if x.startswith("pairs-")]))
-    if readme is not None and readme.exists() and README_BEGIN in readme.read_text():
-        splice(readme, readme_lines(files), README_BEGIN, README_END)
+    summary: list[str] = []
+    for folder in pairs_folders(ctx.results):
+        sub = dataclasses.replace(ctx, results=folder, labels=ctx.labels and folder == ctx.results)
+        f = files if folder == ctx.results else load_files(folder)
+        m = missing if folder == ctx.results else missing_runs(sub, f)
+        splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
+        where = f"{folder.relative_to(ROOT)}/" if folder.is_relative_to(ROOT) else f"{folder}/"
+        summary += [*([""] if summary else []), *readme_lines(f, where)]
+    main = ctx.results.name + "-" == REPLICA  # README sums up every folder: written from the study's own only
+    if readme is not None and main and readme.exists() and README_BEGIN in readme.read_text():
+        splice(readme, summary, README_BEGIN, README_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))

@@ -689,3 +689,38 @@ def test_the_long_noisy_label_runs_have_ids_of_their_own() -> None:
     ]
     assert not set(long) & {run_id("cifar10", c, 0) for c in noise_label_configs(None, None)}
     assert {(c["n_epochs"], c["augment"], c["curve"]) for c in noise_label_long_configs()} == {(20, False, True)}
+
+
+def test_a_replica_on_another_machine_gets_a_section_of_its_own(tmp_path: Path) -> None:
+    """The pairs study run again on another machine (a folder ``noise-study-<machine>`` beside the
+    study's) is reported in its own section and never compared with the study's runs."""
+    main, rep = tmp_path / "noise-study", tmp_path / "noise-study-2core"
+    other = {**MACHINE, "cpu": "Other CPU", "cores": 2}
+    for folder, machine, f in ((main, MACHINE, 40.0), (rep, other, 30.0)):
+        folder.mkdir()
+        for r in (
+            pairs_run(0.2, "full", "full", {}, 0, f, 0.0, machine=machine),
+            pairs_run(
+                0.2, "full", "rule", {"noise": True}, 0, f + 5, 0.2, after=0.01, prec=0.95, rec=0.9, machine=machine
+            ),  # fmt: skip
+        ):
+            (folder / f"{r['id']}.json").write_text(json.dumps(r))
+    assert nr.pairs_folders(main) == [main, rep]
+    assert nr.pairs_folders(rep) == [rep]
+    assert nr.pairs_markers(rep) == ("<!-- noise:noise-study-2core:begin -->", "<!-- noise:noise-study-2core:end -->")
+    doc = tmp_path / "pairs.md"
+    nr.report(ns.Ctx(results=main, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
+    text = doc.read_text()
+    head, _, tail = text.partition("<!-- noise:noise-study-2core:begin -->")
+    assert "2 finished pairs runs enter the tables below; all ran on one machine: Test CPU, 16 cores" in head
+    assert "2 finished pairs runs enter the tables below; all ran on one machine: Other CPU, 2 cores" in tail
+    assert "Other CPU" not in head and "Test CPU" not in tail
+    assert "| rule alone | noise=True | 1 | 20.0 | 45.0 | 45.0 | 90.0 | 90.0 | +5.0 (+5.0) |" in head
+    assert "| rule alone | noise=True | 1 | 20.0 | 35.0 | 35.0 | 90.0 | 90.0 | +5.0 (+5.0) |" in tail
+    # the replica's report alone rewrites its own section, nothing else
+    r = pairs_run(0.2, "random", "p30", {"r": 0.3}, 0, 20.0, 0.3, machine=other)
+    (rep / f"{r['id']}.json").write_text(json.dumps(r))
+    nr.report(ns.Ctx(results=rep, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
+    head2, _, tail2 = doc.read_text().partition("<!-- noise:noise-study-2core:begin -->")
+    assert head2 == head
+    assert "3 finished pairs runs enter the tables below; all ran on one machine: Other CPU, 2 cores" in tail2
