@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench-out"
 
 
+def write_json(path: Path, obj: dict) -> None:
+    """Write a result file whole (a temp file, then a rename): a study process reading the results
+    meanwhile sees either no file or the complete one, never a half-written file."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
 def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array]:
     """(shard, key) arrays shaped like ST+MJ: 5,000 samples per shard, MJSynth-like keys."""
     idx = np.arange(n)

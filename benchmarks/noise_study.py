@@ -71,6 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* and examples/ importable
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import write_json  # noqa: E402  (after the path set-up above)
+
 RESULTS = ROOT / "docs" / "quality-runs" / "noise-study"
 OUT = ROOT / "bench-out" / "noise-study"
 LABEL_DATA = ROOT.parent / "shared" / "data"
@@ -442,12 +444,6 @@ def _torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-def _write(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -833,7 +829,7 @@ def execute(ctx: Ctx, job: Job) -> None:
         else:
             result = train_labels_job(ctx, job, progress)
     except CutShort:
-        _write(
+        write_json(
             ctx.results / f"{job.rid}.cut.json",
             {
                 "id": job.rid,
@@ -850,7 +846,7 @@ def execute(ctx: Ctx, job: Job) -> None:
     except Exception:
         tb = traceback.format_exc()
         print(tb, flush=True)
-        _write(
+        write_json(
             ctx.results / f"{job.rid}.crashed.json",
             {
                 "id": job.rid,
@@ -867,7 +863,7 @@ def execute(ctx: Ctx, job: Job) -> None:
         return
     finally:
         signal.alarm(0)
-    _write(ctx.results / f"{job.rid}.json", result)
+    write_json(ctx.results / f"{job.rid}.json", result)
     print(f"   -> {job.rid} done in {time.perf_counter() - t0:.0f}s", flush=True)
 
 

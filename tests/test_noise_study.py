@@ -246,7 +246,7 @@ def fake_execute(ctx, job):
         f.write(f"{os.getpid()} {job.rid} {' '.join(n for n in job.needs if not ns.done(ctx, n))}\n")
     time.sleep(0.05)
     out = CAL_BASE if job.rid.endswith("cal-base") else CAL_RULE if "-cal-" in job.rid else {"id": job.rid}
-    ns._write(ctx.results / f"{job.rid}.json", out)
+    ns.write_json(ctx.results / f"{job.rid}.json", out)
 
 ns.execute = fake_execute
 ns.worker(ns.Ctx(results=root / "results", out=root / "out", epochs=4, labels=False, procs=2))

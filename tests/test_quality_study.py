@@ -322,7 +322,7 @@ def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
         f.write(f"{os.getpid()} {rid}\n")
     time.sleep(0.3)  # long enough that the other process looks for work meanwhile
     result = {"pruned": 0.3}
-    study.write_result(results / f"{rid}.json", result)
+    study.write_json(results / f"{rid}.json", result)
     return result
 
 study.run_one = fake_run_one

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import IO, Any
+
+from benchmarks.common import write_json
 
 from .calibrate import calibrate
 from .configs import (
@@ -31,14 +32,6 @@ from .layout import Layout
 from .train import resume_path, train_run
 
 
-def write_result(path: Path, obj: dict) -> None:
-    """Write a result or calibration file whole: another study process reading the results meanwhile
-    sees either no file or the complete one, never a half-written file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: Layout, population: Any,
             args: argparse.Namespace) -> dict | None:  # fmt: skip
     """Train one configuration unless its result file exists; the result, or None if it failed."""
@@ -54,7 +47,7 @@ def run_one(ds: Dataset, cfg: dict, seed: int, rid: str, results: Path, layout: 
         traceback.print_exc()
         print(f"   -> FAILED: {rid} (no result written)", flush=True)
         return None
-    write_result(path, result)
+    write_json(path, result)
     resume_path(layout.runs, rid).unlink(missing_ok=True)
     print(
         f"   -> pruned {100 * result['pruned']:.1f}% (backprop {100 * result['pruned_backprop']:.1f}%), "
@@ -101,7 +94,7 @@ def short_study(args: argparse.Namespace, layout: Layout) -> None:
         ):
             if not cal_path.exists():
                 cal = calibrate(layout.runs / run_id(name, FULL, 0), population, ds.epochs)
-                write_result(cal_path, cal)
+                write_json(cal_path, cal)
             cfgs = configs(json.loads(cal_path.read_text()))
             if args.only:
                 cfgs = [c for c in cfgs if re.search(args.only, run_id(name, c, 0))]
@@ -197,7 +190,7 @@ def _converged_todo(args: argparse.Namespace, layout: Layout, E: int, population
     if not cal_path.exists() and (res / f"{full_dir.name}.json").exists():
         if not (full_dir / "state.json").exists():
             raise SystemExit(f"{full_dir}: the calibration needs the run directory of full data at E, seed 0")
-        write_result(cal_path, calibrate(full_dir, population, E))
+        write_json(cal_path, calibrate(full_dir, population, E))
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
     measured = [json.loads(p.read_text())["pruned"] for c in (conv_pruned(E, cal, augment, model) if cal else [])
                 if (p := res / f"{conv_run_id(c, 0)}.json").exists()]  # fmt: skip
