@@ -15,7 +15,9 @@ real pipeline beside full data, dynamic random, SeTa and InfoBatch.
 * **Noisy labels** (``benchmarks/quality``'s CIFAR-10 and SST-2 with 40% of the training labels
   replaced, the short schedule): full data, the rule alone, the rule with dynamic random near
   50%, dynamic random at 50%, SeTa and InfoBatch at their 50% settings
-  (``benchmarks.quality.configs.noise_label_configs``), with the same per-epoch noise measures.
+  (``benchmarks.quality.configs.noise_label_configs``), with the same per-epoch noise measures;
+  and CIFAR-10 on a long schedule (20 epochs without augmentation: full data and the rule alone on
+  both scales, the test accuracy after every epoch; ``noise_label_long_configs``).
 
 Settings are chosen on training signals only. SeTa's and InfoBatch's levels: ``pairs_study``'s
 ``calibrate`` (the policy replayed over the per-pair losses of the full run of seed 0). The
