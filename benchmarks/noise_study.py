@@ -348,6 +348,12 @@ def plan(ctx: Ctx) -> list[Job]:
         for noise in NOISE_LEVELS:
             if seed > 0:
                 jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * ctx.epochs), seed))
+    # the rule alone at 2E, beside full data at 2E: does it stay silent on clean pairs trained longer
+    # (their losses spread as the model fits them), and what does it do to mismatched ones
+    for noise in sorted(NOISE_LEVELS):
+        for seed in range(ctx.seeds):
+            for params, label in ((RULE, "rule2E"), ({**RULE, "noise_scale": "log1p"}, "rule-log1p2E")):
+                jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", params, label, 2 * ctx.epochs), seed))
     if ctx.labels:
         for seed in range(LABEL_FIRST_SEEDS, _label_seeds(ctx, "sst2")):
             jobs += _labels_round(ctx, "sst2", seed)

@@ -724,3 +724,18 @@ def test_a_replica_on_another_machine_gets_a_section_of_its_own(tmp_path: Path) 
     head2, _, tail2 = doc.read_text().partition("<!-- noise:noise-study-2core:begin -->")
     assert head2 == head
     assert "3 finished pairs runs enter the tables below; all ran on one machine: Other CPU, 2 cores" in tail2
+
+
+def test_the_rule_at_2e_is_shown_beside_full_data_at_2e_and_kept_out_of_the_e_tables(tmp_path: Path) -> None:
+    rs = []
+    for s in (0, 1):
+        rs += [
+            pairs_run(0.0, "full", "full", {}, s, 50.0 + s, 0.0),
+            pairs_run(0.0, "full", "full2E", {}, s, 60.0 + s, 0.0, epochs=8),
+            pairs_run(0.0, "full", "rule2E", {"noise": True}, s, 59.0 + 2 * s, 0.05, epochs=8),
+        ]
+    lines = nr._pairs_level(rs, 0.0)
+    assert "The rule alone at 2E = 8 epochs, beside full data at 2E (same seeds):" in lines
+    assert "| rule alone | noise=True | 2 | 5.0 ± 0.0 | 60.0 ± 1.4 | -0.5 (-1.0, +0.0) | 20, 20 | - | - |" in lines
+    main = lines[lines.index("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |") + 1 :]
+    assert [x.split(" | ")[0] for x in main[: main.index("")]] == ["| full"]  # the 2E runs stay out of E's table
