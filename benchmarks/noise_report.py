@@ -866,6 +866,23 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
     ]
 
 
+def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[str]:
+    """README's block: the targets of the study with the most finished pairs runs (one machine), and
+    a line naming each other machine's study, whose section is in docs/quality-pairs.md."""
+
+    def where(folder: Path) -> str:
+        return f"{folder.relative_to(root)}/" if folder.is_relative_to(root) else f"{folder}/"
+
+    ranked = sorted(studies, key=lambda x: -x[0])  # stable: the study's own folder wins a tie
+    n, folder, files = ranked[0]
+    out = readme_lines(files, where(folder))
+    for n2, f2, files2 in ranked[1:]:
+        if n2:
+            out += ["", f"The same study on another machine ({study_machine(split_runs(files2)[1])}, {n2} finished "
+                        f"pairs run{'' if n2 == 1 else 's'}, `{where(f2)}`) has its own section in docs/quality-pairs.md."]  # fmt: skip
+    return out
+
+
 def missing_runs(ctx: Any, files: dict) -> list[str]:
     """The plan's runs with no finished result (pending ones named by what they wait for)."""
     from benchmarks.noise_study import plan
@@ -908,16 +925,15 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
     pairs_doc = pairs_doc or docs / "quality-pairs.md"
     labels_doc = labels_doc or docs / "quality.md"
     pairs_doc.parent.mkdir(parents=True, exist_ok=True)
-    summary: list[str] = []
+    studies = []  # (finished pairs runs, folder, its files)
     for folder in pairs_folders(ctx.results):
         sub = dataclasses.replace(ctx, results=folder, labels=ctx.labels and folder == ctx.results)
         f = files if folder == ctx.results else load_files(folder)
         m = missing if folder == ctx.results else missing_runs(sub, f)
         splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
-        where = f"{folder.relative_to(ROOT)}/" if folder.is_relative_to(ROOT) else f"{folder}/"
-        summary += [*([""] if summary else []), *readme_lines(f, where)]
+        studies.append((sum(r.get("study") == "noise-pairs" for r in split_runs(f)[1]), folder, f))
     main = ctx.results.name + "-" == REPLICA  # README sums up every folder: written from the study's own only
     if readme is not None and main and readme.exists() and README_BEGIN in readme.read_text():
-        splice(readme, summary, README_BEGIN, README_END)
+        splice(readme, readme_summary(studies, ROOT), README_BEGIN, README_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))

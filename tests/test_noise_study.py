@@ -739,3 +739,23 @@ def test_the_rule_at_2e_is_shown_beside_full_data_at_2e_and_kept_out_of_the_e_ta
     assert "| rule alone | noise=True | 2 | 5.0 ± 0.0 | 60.0 ± 1.4 | -0.5 (-1.0, +0.0) | 20, 20 | - | - |" in lines
     main = lines[lines.index("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |") + 1 :]
     assert [x.split(" | ")[0] for x in main[: main.index("")]] == ["| full"]  # the 2E runs stay out of E's table
+
+
+def test_readme_sums_up_the_study_with_the_most_runs_and_names_the_other(tmp_path: Path) -> None:
+    main, rep = tmp_path / "noise-study", tmp_path / "noise-study-2core"
+    other = {**MACHINE, "cpu": "Other CPU", "cores": 2}
+    for folder, machine, n in ((main, MACHINE, 1), (rep, other, 2)):
+        folder.mkdir()
+        for s in range(n):
+            r = pairs_run(0.2, "full", "full", {}, s, 40.0, 0.0, machine=machine)
+            (folder / f"{r['id']}.json").write_text(json.dumps(r))
+    studies = [(n, f, nr.load_files(f)) for n, f in ((1, main), (2, rep))]
+    lines = nr.readme_summary(studies, tmp_path)
+    assert lines[0].startswith(
+        "Measured by `benchmarks/noise_study.py` (2 finished pairs runs of 100 pairs, E = 4, seeds 0, 1, on one "
+        "machine: Other CPU, 2 cores, torch 2.13.0 (AVX2); generated from `noise-study-2core/`"
+    )
+    assert lines[-1] == (
+        "The same study on another machine (Test CPU, 16 cores, torch 2.13.0 (AVX2), 1 finished pairs run, "
+        "`noise-study/`) has its own section in docs/quality-pairs.md."
+    )
