@@ -878,8 +878,10 @@ def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[st
     out = readme_lines(files, where(folder))
     for n2, f2, files2 in ranked[1:]:
         if n2:
-            out += ["", f"The same study on another machine ({study_machine(split_runs(files2)[1])}, {n2} finished "
-                        f"pairs run{'' if n2 == 1 else 's'}, `{where(f2)}`) has its own section in docs/quality-pairs.md."]  # fmt: skip
+            runs = f"{n2} finished pairs run" + ("" if n2 == 1 else "s")
+            m = study_machine(split_runs(files2)[1])
+            out += ["", f"The same study on another machine ({m}, {runs}, `{where(f2)}`) has its own section in "
+                        "docs/quality-pairs.md."]  # fmt: skip
     return out
 
 
