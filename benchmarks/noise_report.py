@@ -593,12 +593,13 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
             )
         else:
             m = float(np.mean(share))
+            verdict = _verdict(-m, -TARGET_MISMATCHED, len(v), "points", scale=100)
             rows.append(
                 [
                     "mismatched < 5% of trained pairs after the warm-up",
                     name,
                     f"{100 * m:.1f}% ({', '.join(f'{100 * s:.1f}' for s in share)})",
-                    _verdict(-m, -TARGET_MISMATCHED, len(v), "points", scale=100),
+                    verdict + (_under_from(v) if verdict.startswith("missed") else ""),
                 ]
             )
         for what in ("precision", "recall"):
@@ -649,6 +650,20 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         "| --- | --- | --- | --- |",
     ]
     return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+
+
+def _under_from(v: list[dict]) -> str:
+    """Why the mean after the warm-up missed: from which epoch on every later epoch trained under 5%
+    mismatched pairs (mean over the seeds), and the epochs of the warm-up's wake before it."""
+    rows = [active_epochs(r) for r in v]
+    n = min(len(x) for x in rows)
+    per_epoch = [float(np.mean([noisy_share([x[i]]) or 0.0 for x in rows])) for i in range(n)]
+    first = next((i for i in range(n) if all(p < TARGET_MISMATCHED for p in per_epoch[i:])), None)
+    if first is None or first == 0:
+        return ""
+    e0 = rows[0][first]["epoch"]
+    before = ", ".join(f"e{rows[0][i]['epoch']} {100 * per_epoch[i]:.1f}%" for i in range(first))
+    return f"; under 5% in every epoch from e{e0} on, above it in the rule's first active epochs ({before})"
 
 
 def _verdict(value: float, target: float, seeds: int, unit: str, scale: float = 1.0) -> str:

@@ -759,3 +759,18 @@ def test_readme_sums_up_the_study_with_the_most_runs_and_names_the_other(tmp_pat
         "The same study on another machine (Test CPU, 16 cores, torch 2.13.0 (AVX2), 1 finished pairs run, "
         "`noise-study/`) has its own section in docs/quality-pairs.md."
     )
+
+
+def test_a_missed_mismatched_share_says_from_which_epoch_it_is_under_5_percent() -> None:
+    runs = []
+    for s in (0, 1):
+        r = pairs_run(0.2, "random", "rule-p30", {"noise": True, "r": 0.2}, s, 40.0, 0.3, epochs=6)
+        for row, share in zip(r["rows"][1:], (0.12, 0.06, 0.04, 0.03, 0.03)):
+            row["mismatched_trained"] = round(row["trained"] * share)
+        runs.append(r)
+    assert nr._under_from(runs) == (
+        "; under 5% in every epoch from e3 on, above it in the rule's first active epochs (e1 11.4%, e2 5.7%)"
+    )
+    row = next(x for x in nr._pairs_targets(runs) if x.startswith("| mismatched < 5%"))
+    assert row.endswith("| missed by 0.4 points; under 5% in every epoch from e3 on, above it in the rule's first "
+                        "active epochs (e1 11.4%, e2 5.7%) |")  # fmt: skip
