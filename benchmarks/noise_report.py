@@ -254,7 +254,8 @@ def _sorted_keys(groups: dict) -> list[tuple]:
         policy, label, _ = k
         rule = label.startswith("rule") or label.startswith("nz-rule")
         level = re.search(r"p(\d+)", label)
-        return (int(level.group(1)) if level else 0, rule, ORDER.get(policy, 9), label)
+        scale = "noise_scale" in json.loads(k[2])  # the rule on another scale after the default's
+        return (int(level.group(1)) if level else 0, rule, ORDER.get(policy, 9), scale, label)
 
     return sorted(groups, key=key)
 

@@ -399,10 +399,16 @@ def suspect_stats(ids: list, reasons: list[str], truth: set) -> dict:
 
 
 def _summary_noise(run_dir: str, epoch: int) -> dict:
+    """The plan summary's noise fields: counts, whether the rule acted, and why not (its test:
+    ``one_mode``, ``upper_majority``...), the separation D and the upper component's weight."""
     import seta_stream as seta
 
     s = seta.load_summary(run_dir, epoch)
-    return {k: s.get(k) for k in ("noise_suspected", "noise_rechecked", "noise_active")}
+    out = {k: s.get(k) for k in ("noise_suspected", "noise_rechecked", "noise_active", "noise_test")}
+    comp = s.get("noise_components") or {}
+    out["noise_separation"] = s.get("noise_separation")
+    out["noise_upper_weight"] = comp["weight"][int(np.argmax(comp["mean"]))] if comp.get("weight") else None
+    return out
 
 
 def plan_noise(run_dir: str, epochs: int, truth: set, key_only: bool = False) -> list[dict]:
