@@ -10,7 +10,6 @@ import random
 import re
 import shutil
 import tarfile
-import time
 
 import pytest
 import test_stage  # noqa: F401  (registers the policy "test_drop_listed")
@@ -81,11 +80,9 @@ def test_kept_only_reader_equals_streaming_plus_stage(tmp_path, case):
         assert len(ranged) == expected
 
 
-def test_index_format_and_speed(tmp_path):
+def test_index_format(tmp_path):
     (url,) = awkward_shards(tmp_path / "s", [25])
-    t0 = time.perf_counter()
     path = index_shard(url)
-    assert time.perf_counter() - t0 < 1.0
     idx = json.loads(open(path).read())
     assert idx["format"] == "seta-stream-tar-index" and idx["version"] == 1 and idx["shard"] == "shard-000.tar"
     assert idx["size"] == os.path.getsize(url) and len(idx["samples"]) == 25

@@ -190,13 +190,10 @@ def test_assign_paths_agree():
     assert assign(np.zeros(3, np.float32), np.array([1.0])).tolist() == [0, 0, 0]
 
 
-def test_large_input_is_fast():
-    import time
-
+def test_large_input_takes_the_binned_path():
+    # its time is measured by benchmarks (docs/benchmarks.md), not asserted here
     x = np.random.default_rng(11).lognormal(size=3_000_000).astype(np.float32)
-    t = time.perf_counter()
-    r = kmeans1d(x, 10)
-    assert r.binned and time.perf_counter() - t < 2.0  # ~0.1 s here; 15M takes ~0.5 s
+    assert kmeans1d(x, 10).binned
 
 
 @pytest.mark.parametrize(
