@@ -639,7 +639,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                     what,
                     name,
                     f"{gap.text()} points ({gap.noise_text()})",
-                    f"missed: {-gap.mean:.1f} points below, beyond the noise",
+                    f"missed: {-gap.mean:.1f} points below, beyond the noise" + _silent(v, k),
                 ]
             )
         else:
@@ -651,6 +651,15 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         "| --- | --- | --- | --- |",
     ]
     return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+
+
+def _silent(v: list[dict], k: tuple) -> str:
+    """Why a rule configuration on clean pairs missed, where the rule suspected nothing in any plan:
+    its plans are the policy's own at that setting, so the gap is the policy's, not the rule's."""
+    if any(x.get("suspected") for r in v for x in r["rows"]):
+        return ""
+    p = {a: b for a, b in json.loads(k[2]).items() if not a.startswith("noise")}
+    return f"; the rule suspected nothing in any plan: these are {k[0]}'s own plans at {fmt_params(p)}"
 
 
 def _under_from(v: list[dict]) -> str:

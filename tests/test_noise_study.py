@@ -488,12 +488,23 @@ def test_a_clean_pairs_run_worse_than_random_beyond_the_noise_misses_by_how_much
             pairs_run(0.0, "random", "rule-p30", {"noise": True, "r": 0.3}, s, 44.0 - 0.2 * s, 0.3),
         ):
             (res / f"{r['id']}.json").write_text(json.dumps(r))
+        # a rule configuration whose rule suspected nothing: the gap is the policy's own
+        silent = pairs_run(0.0, "seta", "rule-p30", {"noise": True, "alpha": 0.4, "k": 10, "r": 0.0}, s, 43.0, 0.3)
+        for row in silent["rows"]:
+            row["suspected"] = 0
+        (res / f"{silent['id']}.json").write_text(json.dumps(silent))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=False)
     nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    lines = (tmp_path / "pairs.md").read_text().splitlines()
     assert (
         "| clean pairs: mean R@1 no worse than dynamic random at the same pruned % | rule + random noise=True, r=0.3 "
         "| -3.1 (-3.0, -3.2) points (2 SE = 0.2) | missed: 3.1 points below, beyond the noise |"
-    ) in (tmp_path / "pairs.md").read_text().splitlines()
+    ) in lines
+    assert (
+        "| clean pairs: mean R@1 no worse than dynamic random at the same pruned % | rule + seta alpha=0.4, k=10, "
+        "noise=True, r=0.0 | -4.0 (-4.0, -4.0) points (2 SE = 0.0) | missed: 4.0 points below, beyond the noise; the "
+        "rule suspected nothing in any plan: these are seta's own plans at alpha=0.4, k=10, r=0.0 |"
+    ) in lines
 
 
 def test_the_report_replaces_only_its_own_section(tmp_path: Path) -> None:
