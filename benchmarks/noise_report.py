@@ -754,7 +754,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         *_rule_lines(),
     ]
     targets: list[list[str]] = []
-    sections = sorted({(r["dataset"], schedule(r)) for r in runs}, key=lambda x: (x[0] != "cifar10", x[1]))
+    sections = sorted({(r["dataset"], schedule(r)) for r in runs})  # cifar10 before sst2, short before long
     for dataset, (E, augmented) in sections:
         rs = [r for r in runs if r["dataset"] == dataset and schedule(r) == (E, augmented)]
         groups = group(rs)
@@ -925,12 +925,17 @@ def missing_runs(ctx: Any, files: dict) -> list[str]:
 REPLICA = "noise-study-"  # a folder named so beside the study's folder: the pairs study on another machine
 
 
+def is_study_folder(results: Path) -> bool:
+    """Whether ``results`` is the study's own folder (``noise-study``), beside which replicas live."""
+    return results.name + "-" == REPLICA
+
+
 def pairs_folders(results: Path) -> list[Path]:
     """The results folders whose pairs study the report writes: ``results``, and where it is the
     study's own folder (``noise-study``), each replica beside it (``noise-study-<machine>``: the
     same plan and settings run on another machine, compared only within itself, in a section of its
     own). A replica given as ``results`` is written alone."""
-    if results.name + "-" != REPLICA:
+    if not is_study_folder(results):
         return [results]
     return [results, *sorted(d for d in results.parent.glob(REPLICA + "*") if d.is_dir())]
 
@@ -959,8 +964,8 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
         m = missing if folder == ctx.results else missing_runs(sub, f)
         splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
         studies.append((sum(r.get("study") == "noise-pairs" for r in split_runs(f)[1]), folder, f))
-    main = ctx.results.name + "-" == REPLICA  # README sums up every folder: written from the study's own only
-    if readme is not None and main and readme.exists() and README_BEGIN in readme.read_text():
+    # README sums up every folder: written from the study's own folder only
+    if readme is not None and is_study_folder(ctx.results) and readme.exists() and README_BEGIN in readme.read_text():
         splice(readme, readme_summary(studies, ROOT), README_BEGIN, README_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))

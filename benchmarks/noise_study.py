@@ -311,7 +311,7 @@ def _labels_long_round(ctx: Ctx, seed: int) -> list[Job]:
             {"dataset": "cifar10", "cfg": c, "seed": seed},
             (),
             45000 * c["n_epochs"] * (0.9 if c["params"] else 1.0),
-        )  # fmt: skip
+        )
         for c in cfgs
     ]
 
