@@ -1,10 +1,17 @@
-"""Shared helpers for the benchmarks: synthetic ST+MJ-sized run directories, and timing of a
-code snippet in a fresh subprocess (wall time and peak RSS from the kernel's ru_maxrss)."""
+"""Shared helpers for the benchmarks: synthetic ST+MJ-sized run directories (built by the
+library's own part writer and compaction), timing of a code snippet in a fresh subprocess (wall
+time and peak RSS from the kernel's VmHWM), and the result file every benchmark writes
+(:class:`Result`: the machine, the commit, the load, peak RSS, the baseline measured in the same
+run and the command line; docs/benchmarks.md's tables are generated from these files)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,6 +23,8 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench-out"
+#: Records per loss part of the synthetic runs (what one flush of a LossRecorder holds at most).
+PART_ROWS = 1 << 20
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -37,73 +46,79 @@ def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array
     return shards.dictionary_decode(), keys
 
 
-def make_table_run(path: Path, n: int, seed: int = 0) -> Path:
-    """A run directory whose loss table has n rows (log-normal losses), built directly."""
-    from seta_stream._runfs import RunDir
-    from seta_stream._table import TABLE_SCHEMA
-    from seta_stream.ids import sample_uids
+def st_mj_range(lo: int, hi: int, shard_size: int = 5000) -> tuple[pa.DictionaryArray, pa.Array]:
+    """(shard, key) of samples lo..hi-1 as :func:`st_mj_identities` names them, the shard column
+    dictionary-encoded (the shards these samples fall in)."""
+    idx = np.arange(lo, hi)
+    first, last = lo // shard_size, (hi - 1) // shard_size
+    names = pa.array([f"stmj-train-{s:06d}.tar" for s in range(first, last + 1)])
+    shards = pa.DictionaryArray.from_arrays(pa.array((idx // shard_size - first).astype(np.int32)), names)
+    keys = pa.array([f"mj/{i // 1000 % 3000:04d}/{i % 7}/{i:08d}_Word" for i in range(lo, hi)], pa.string())
+    return shards, keys
 
-    if (path / "table/manifest.json").exists():
-        _add_keys_file(path)  # a run made before tables had keys files
+
+def write_epoch_parts(path: Path, n: int, epoch: int, *, seed: int = 0, part_rows: int = PART_ROWS) -> float:
+    """Loss parts of one epoch of the ST+MJ-shaped run at ``path``: every sample once, in sample
+    order, ``part_rows`` records a part (rank = part parity), written by the library's own part
+    writer (``make_part`` + ``write_part``: what ``LossRecorder`` writes). Log-normal losses
+    (``seed`` + ``epoch``). Returns seconds."""
+    from seta_stream._parts import make_part, write_part
+    from seta_stream._runfs import RunDir
+    from seta_stream.ids import shard_location
+
+    t0 = time.perf_counter()
+    run = RunDir(path)
+    rng = np.random.default_rng(seed + epoch)
+    seq0 = 10**18 + epoch * 10**12
+    for p, lo in enumerate(range(0, n, part_rows)):
+        hi = min(n, lo + part_rows)
+        shards, keys = st_mj_range(lo, hi)
+        names = shards.dictionary.to_pylist()
+        table = make_part(
+            shards,
+            keys,
+            rng.lognormal(size=hi - lo).astype(np.float32),
+            epoch=epoch,
+            rank=p % 2,
+            seq0=seq0 + lo,
+            locations={s: shard_location(f"/bench/stmj/{s}") for s in names},
+        )
+        write_part(run, p % 2, epoch, table)
+    return time.perf_counter() - t0
+
+
+def make_table_run(path: Path, n: int, seed: int = 0, settings: dict | None = None) -> Path:
+    """A run directory whose loss table has n rows (one log-normal loss per sample, epoch 0).
+
+    Built by the library itself: the parts of one epoch written as ``LossRecorder`` writes them,
+    then ``compact()``, so the table (schema, columns, write options, keys file, manifest) is
+    whatever this version's compaction writes and cannot drift from it. A run made by another
+    version whose table lacks a column of this version's schema is made again."""
+    from seta_stream import RunDir, compact
+
+    if (path / "table/manifest.json").exists() and _current_table(path):
         return path
-    run = RunDir(path, create=True)
-    shards, keys = st_mj_identities(n)
-    rng = np.random.default_rng(seed)
-    loss = rng.lognormal(size=n).astype(np.float32)
-    table = pa.Table.from_pydict(
-        {
-            "shard": shards.dictionary_encode(),
-            "key": keys,
-            "uid": sample_uids(shards, keys),
-            "last_loss": loss,
-            "last_epoch": np.zeros(n, np.int32),
-            "seen": np.ones(n, np.int32),
-            "nonfinite": np.zeros(n, np.int32),
-            "ema": loss.astype(np.float64),
-            "last_rank": np.zeros(n, np.int32),
-            "last_seq": np.arange(n, dtype=np.int64),
-        },
-        schema=TABLE_SCHEMA,
-    )
-    table = sort_by_shard(table)
-    rel = "table/table-000001-bench.parquet"
-    run.publish_parquet(rel, table)
-    run.publish_json(
-        "table/manifest.json",
-        {"generation": 1, "table": rel, "rows": n, "folded": [], "quarantined": [], "n_ref": n, "format_version": 1},
-    )
-    _add_keys_file(path)
+    shutil.rmtree(path, ignore_errors=True)
+    RunDir(path, create=True, settings=settings)
+    write_epoch_parts(path, n, 0, seed=seed)
+    compact(path)
+    for rel in RunDir(path).glob("losses/rank=*/epoch=*/*.parquet"):  # folded: only the table is needed
+        (path / rel).unlink()
     return path
 
 
-def sort_by_shard(table: pa.Table) -> pa.Table:
-    """Rows ordered by (shard, uid), shard names in code-point order: the order of a loss table
-    (docs/format.md), for tables built directly instead of by compaction."""
-    shard = table.column("shard")
-    if not pa.types.is_dictionary(shard.type):
-        shard = shard.dictionary_encode()
-    shard = shard.combine_chunks()
-    names = shard.dictionary.to_pylist()
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
-    codes = rank[shard.indices.to_numpy(zero_copy_only=False)]
-    perm = np.lexsort((table.column("uid").to_numpy(), codes))
-    return table.take(pa.array(perm)).combine_chunks()
+def _current_table(path: Path) -> bool:
+    """Whether the run's table files have every column of this version's TABLE_SCHEMA."""
+    import pyarrow.parquet as pq
 
-
-def _add_keys_file(path: Path) -> None:
-    """Give the run's table the keys file compact() writes beside every table file."""
     from seta_stream._runfs import RunDir
-    from seta_stream._table import KEYS_SCHEMA, load_table_keys
+    from seta_stream._table import TABLE_SCHEMA, read_manifest, table_buckets
 
     run = RunDir(path)
-    m = run.read_json("table/manifest.json")
-    if load_table_keys(run, m) is not None:
-        return
-    rel = "table/keys-000001-bench.arrow"
-    keys = run.read_parquet(m["table"], columns=["key"])
-    run.publish_arrow(rel, keys.cast(KEYS_SCHEMA))
-    run.publish_json("table/manifest.json", {**m, "keys": rel})
+    buckets = table_buckets(read_manifest(run))
+    if not buckets or any(not b.keys for b in buckets):
+        return False
+    return all(pq.read_schema(path / b.table).names == TABLE_SCHEMA.names for b in buckets)
 
 
 def measure(code: str, setup: str = "") -> dict:
@@ -149,3 +164,181 @@ def machine() -> str:
     import platform
 
     return f"{platform.python_version()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}"
+
+
+# ---------------------------------------------------------------------------------- result files
+#: Where result files go: docs/benchmarks/ (committed; docs/benchmarks.md's tables are generated
+#: from them by report.py), or the folder SETA_BENCH_RESULTS names (the smoke tests use a
+#: temporary one, so that a run at a tiny N never replaces a committed result).
+RESULTS = ROOT / "docs" / "benchmarks"
+RESULTS_ENV = "SETA_BENCH_RESULTS"
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get(RESULTS_ENV) or RESULTS)
+
+
+def machine_info() -> dict:
+    """The machine a result was measured on: CPU model, cores, RAM, Python and the libraries
+    whose speed the figures depend on."""
+    import platform
+
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram_gb = None
+    with contextlib.suppress(OSError):
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                ram_gb = round(int(line.split()[1]) / 2**20, 1)
+    versions = {}
+    for name in ("numpy", "pyarrow", "polars", "torch", "webdataset"):
+        with contextlib.suppress(Exception):
+            versions[name] = importlib.metadata.version(name)
+    return {
+        "cpu": cpu or platform.processor(),
+        "cores": os.cpu_count(),
+        "ram_gb": ram_gb,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        **versions,
+    }
+
+
+def commit_info() -> dict:
+    """The commit of the measured code, and the files of the package and benchmarks/ that differed
+    from it (a result of uncommitted code says so)."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+        return proc.stdout if proc.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", "seta_stream", "benchmarks")  # lines "XY path"
+    return {
+        "commit": git("rev-parse", "HEAD").strip() or None,
+        "subject": git("log", "-1", "--format=%s").strip()[:100] or None,
+        "uncommitted": sorted(line[3:] for line in changed.splitlines() if line[3:].endswith(".py")),
+    }
+
+
+def load_info() -> dict:
+    """The machine's load (1, 5, 15-minute averages, as ``uptime`` prints them) and its CPUs."""
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)], "cpus": os.cpu_count()}
+
+
+def own_peak_rss_mb() -> dict:
+    """Peak RSS of this process (VmHWM) and the largest of its waited-for children (ru_maxrss)."""
+    import resource
+
+    own = 0.0
+    with contextlib.suppress(OSError):
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                own = int(line.split()[1]) / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"process_mb": round(own, 1), "children_max_mb": round(children, 1)}
+
+
+class Result:
+    """The result file of one benchmark run (``docs/benchmarks/<name>.json``): what
+    docs/benchmarks.md's tables are generated from (``benchmarks/report.py``).
+
+    Made when the script starts (the command line, machine, commit and load then), filled, and
+    written once at the end with :meth:`write`::
+
+        res = Result("plan-15000000")                  # at the start of main()
+        ...                                            # measure
+        res.write(
+            baseline={"what": "sklearn KMeans fit, 1M samples", "wall_s": 0.74, "peak_rss_mb": 178},
+            rows=[{"what": "plan_epoch", "wall_s": 2.1, "peak_rss_mb": 1260, "ratio": 0.35}, ...],
+            peak_rss_mb=1260,                          # the measured code's peak (VmHWM)
+            figures={"median_s": 2.1},                 # named numbers a prose sentence may quote
+            notes=["Speed-up vs the baseline: 5.1x"],  # generated sentences, shown under the table
+        )
+
+    Every result names its baseline, measured in the same run (a figure compared with nothing
+    measured beside it says little on a machine whose speed drifts 30%): ``baseline`` is required;
+    pass a dict saying why there is none only where no baseline can exist. ``rows`` is the table
+    report.py renders (one dict per row, the first row's keys are the columns). The file also
+    holds ``process_rss``: the peak RSS of the script and of its largest child.
+    """
+
+    def __init__(self, name: str, *, title: str | None = None, argv: list[str] | None = None) -> None:
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"result name {name!r}: expected a file name without folders")
+        self.name = name
+        self.title = title
+        argv = list(sys.argv if argv is None else argv)
+        script = Path(argv[0]).resolve() if argv else None
+        if script is not None and script.is_relative_to(ROOT):
+            argv[0] = str(script.relative_to(ROOT))
+        self.started = {
+            "command": " ".join(shlex.quote(a) for a in ["python", *argv]),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine_info(),
+            **commit_info(),
+            "load_start": load_info(),
+        }
+        self._t0 = time.perf_counter()
+
+    def path(self) -> Path:
+        return results_dir() / f"{self.name}.json"
+
+    def write(
+        self,
+        *,
+        baseline: dict,
+        rows: list[dict],
+        peak_rss_mb: float | None,
+        figures: dict | None = None,
+        notes: list[str] | None = None,
+        params: dict | None = None,
+    ) -> Path:
+        """Write the result file (whole: a temp file, then a rename); returns its path."""
+        if not isinstance(baseline, dict) or not baseline:
+            raise ValueError("a result names its baseline measured in the same run (a dict), or why it has none")
+        obj = {
+            "name": self.name,
+            "title": self.title,
+            **self.started,
+            "load_end": load_info(),
+            "elapsed_s": round(time.perf_counter() - self._t0, 2),
+            "params": params or {},
+            "peak_rss_mb": None if peak_rss_mb is None else round(float(peak_rss_mb), 1),
+            "process_rss": own_peak_rss_mb(),
+            "baseline": baseline,
+            "rows": rows,
+            "figures": figures or {},
+            "notes": list(notes or []),
+        }
+        out = self.path()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_json(out, _rounded(obj))
+        print(f"result: {out}", flush=True)
+        return out
+
+
+def _rounded(value, digits: int = 6):
+    """Floats to ``digits`` significant digits (result files stay small and diff cleanly)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, np.generic):
+        return _rounded(value.item(), digits)
+    return value
+
+
+def probe_sort(n: int = 15_000_000) -> dict:
+    """The machine's speed now: ``np.sort`` of n log-normal float32 values in a fresh process
+    (planning's floor at 15M is about this sort and one read of the table's columns)."""
+    return measure(
+        "np.sort(loss)",
+        f"import numpy as np\nloss = np.random.default_rng(0).lognormal(size={n}).astype(np.float32)",
+    )
