@@ -140,8 +140,8 @@ def _cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_suspects(args: argparse.Namespace) -> dict[str, Any]:
     from .inspect import format_suspects, suspect_report
 
-    out = args.out or "suspects-epoch={epoch}.parquet"
-    report = suspect_report(args.run_dir, args.epoch, out=out, truth=args.truth, history=not args.no_history)
+    # without --out nothing is written: the report is printed (the run directory is only read)
+    report = suspect_report(args.run_dir, args.epoch, out=args.out, truth=args.truth, history=not args.no_history)
     if not args.json:
         print(format_suspects(report))
     return report
@@ -224,15 +224,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "suspects",
-        help="write the samples a plan holds as suspected noise, with their loss history (Parquet)",
-        description="Write the samples the plan of an epoch left out as suspected noise or kept to re-check "
-        "them (policies with noise=True), with their loss statistics and per-epoch losses, as Parquet: join "
-        "them on (shard, key) with your captions or URLs to clean the data set. Prints the rule's test "
-        "and, with --truth, precision and recall against a list of known-noisy samples.",
+        help="report the samples the plans held as suspected noise over the whole run",
+        description="Report, over every plan of the run (policies with noise=True), where the noise rule was "
+        "active (epoch, Ashman's D, upper weight, threshold, counts) and every sample a plan left out as "
+        "suspected noise or kept to re-check it, in which epochs; with --truth, precision and recall per plan "
+        "and over the run against a list of known-noisy samples. With --out, write the suspects with their "
+        "epochs, loss statistics and per-epoch losses as Parquet: join them on (shard, key) with your "
+        "captions or URLs to clean the data set. Without --out nothing is written.",
     )
     p.add_argument("run_dir")
-    p.add_argument("--epoch", type=int, help="the plan whose suspects to write (default: the last planned)")
-    p.add_argument("--out", metavar="FILE.parquet", help="where to write them (default: ./suspects-epoch=E.parquet)")
+    p.add_argument("--epoch", type=int, help="report the plan of this epoch alone (default: every planned epoch)")
+    p.add_argument("--out", metavar="FILE.parquet", help="write the suspects here (default: print only, write nothing)")
     p.add_argument(
         "--truth",
         metavar="FILE.parquet",

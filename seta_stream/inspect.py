@@ -1,10 +1,10 @@
 """Read-only views of a run: per-epoch kept/pruned, the plans' warnings, the clusters and window of
 a plan, the shards that lost most and least, a PNG plot of the loss histogram with the cluster
-boundaries, and the samples a plan holds as suspected noise with their loss history
-(docs/algorithms.md §12.6).
+boundaries, and the samples the run's plans held as suspected noise, in which epochs, with
+their loss history (docs/algorithms.md §12.6).
 
 Nothing here writes to the run directory (the plot and the suspects' file go where the caller
-says).
+says, and nowhere when the caller names no file).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._layout import MANIFEST, plan_file, stats_glob
@@ -233,14 +234,21 @@ def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------- suspects
-def _selected_epoch(run: RunDir, epoch: int | None) -> int:
+#: What the report says of each plan made with the rule (docs/algorithms.md §12.5, §12.6).
+_PLAN_FIELDS = ("noise_test", "noise_active", "noise_candidates", "noise_separation", "noise_threshold")
+#: The most-suspected samples the report names (all of them are in the file ``out``).
+_NAMED = 10
+
+
+def _read_epochs(run: RunDir, epoch: int | None) -> list[int]:
+    """The planned epochs the report reads: every one (``epoch`` None) or ``epoch`` alone."""
+    if epoch is not None:
+        _summary(run, epoch)  # PlanMissingError with a hint
+        return [epoch]
     planned = planned_epochs(run)
-    if epoch is None:
-        if not planned:
-            raise PlanMissingError(f"{run.display('plans')}: no plan yet; suspects are those of a plan")
-        return planned[-1]
-    _summary(run, epoch)  # PlanMissingError with a hint
-    return epoch
+    if not planned:
+        raise PlanMissingError(f"{run.display('plans')}: no plan yet; suspects are those of the plans")
+    return planned
 
 
 def _history(run: RunDir, uids: np.ndarray) -> pl.DataFrame:
@@ -268,55 +276,96 @@ def _history(run: RunDir, uids: np.ndarray) -> pl.DataFrame:
     return wide.with_columns(pl.col(list(names.values())).cast(pl.Float32).fill_null(float("nan")))
 
 
-def suspects(run: str | RunDir, epoch: int | None = None, *, history: bool = True) -> pa.Table:
-    """The samples the plan of ``epoch`` (default: the last planned one) holds as suspected
-    noise: left out (reason ``suspected_noise``) or kept with weight 0 to re-check them
-    (``noise_recheck``), one row each, sorted by (shard, key).
+def _ids(table: pa.Table) -> pl.DataFrame:
+    """``table`` as polars with ``shard`` and ``reason`` as plain strings."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df.with_columns([pl.col(c).cast(pl.String) for c in ("shard", "reason") if c in df.columns])
 
-    Columns: ``shard``, ``key``, ``uid``, ``reason``, ``kept``; from the current loss table
-    ``loss_count``, ``loss_mean``, ``loss_std`` (population standard deviation of the finite
-    losses: sqrt(loss_m2 / loss_count)), ``last_loss``, ``last_epoch``, ``seen``,
-    ``nonfinite``; with ``history``, ``loss_e0``, ``loss_e1``, ...: each epoch's loss from the
-    folded loss parts (NaN where none; reading them costs a pass over every part). Join it with
-    your captions or URLs on (shard, key)."""
-    run = run if isinstance(run, RunDir) else RunDir(run)
-    sel = _selected_epoch(run, epoch)
-    plan = pl.from_arrow(load_plan(run, sel, columns=["shard", "key", "uid", "keep", "reason"]))
-    assert isinstance(plan, pl.DataFrame)
-    rows = (
-        plan.with_columns(pl.col("shard").cast(pl.String), pl.col("reason").cast(pl.String))
-        .filter(pl.col("reason").is_in(list(SUSPECT_REASONS)))
-        .rename({"keep": "kept"})
-        .select(["shard", "key", "uid", "reason", "kept"])
+
+def _plan_suspects(run: RunDir, epoch: int) -> pl.DataFrame:
+    """(epoch, shard, key, uid, reason) of the rows the plan of ``epoch`` holds as suspects."""
+    plan = load_plan(run, epoch, columns=["shard", "key", "uid", "reason"])
+    plan = plan.filter(pc.is_in(plan.column("reason").cast(pa.string()), pa.array(SUSPECT_REASONS)))
+    return _ids(plan).select(pl.lit(epoch, pl.Int32).alias("epoch"), "shard", "key", "uid", "reason")
+
+
+_EMPTY_ROWS = {"epoch": pl.Int32, "shard": pl.String, "key": pl.String, "uid": pl.UInt64, "reason": pl.String}
+
+
+def _rule_epochs(run: RunDir, epochs: list[int]) -> list[int]:
+    """Those of ``epochs`` whose plan was made with the noise rule (its summary has ``noise_test``)."""
+    return [e for e in epochs if "noise_test" in _summary(run, e)]
+
+
+def _suspect_rows(run: RunDir, epochs: list[int]) -> pl.DataFrame:
+    pieces = [_plan_suspects(run, e) for e in _rule_epochs(run, epochs)]
+    return pl.concat(pieces) if pieces else pl.DataFrame(schema=_EMPTY_ROWS)
+
+
+def _by_sample(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per sample of the suspect ``rows``: the epochs whose plan held it as a suspect,
+    left it out, kept it with weight 0 to re-check it."""
+    epochs = pl.col("epoch").sort()
+    return rows.group_by(["shard", "key", "uid"]).agg(
+        epochs.alias("suspected_epochs"),
+        epochs.filter(pl.col("reason") == "suspected_noise").alias("left_out_epochs"),
+        epochs.filter(pl.col("reason") == "noise_recheck").alias("rechecked_epochs"),
     )
+
+
+def suspects(run: str | RunDir, epoch: int | None = None, *, history: bool = True) -> pa.Table:
+    """Every sample a plan of the run held as suspected noise (docs/algorithms.md §12.6): left
+    out (reason ``suspected_noise``) or kept with weight 0 to re-check it (``noise_recheck``)
+    in at least one planned epoch; with ``epoch``, the suspects of that plan alone. One row
+    per sample, sorted by (shard, key).
+
+    Columns: ``shard``, ``key``, ``uid``; ``suspected_epochs``, ``left_out_epochs``,
+    ``rechecked_epochs`` (ascending lists of the epochs whose plan held it as a suspect, left it
+    out, re-checked it); ``last_plan_reason``: its reason in the last plan read (the last
+    planned epoch, or ``epoch``): a noise reason while it is still suspected, the policy's own
+    reason once released; from the current loss table ``loss_count``, ``loss_mean``,
+    ``loss_std`` (population standard deviation of the finite losses: sqrt(loss_m2 /
+    loss_count)), ``last_loss``, ``last_epoch``, ``seen``, ``nonfinite``; with ``history``,
+    ``loss_e0``, ``loss_e1``, ...: each epoch's loss from the folded loss parts (NaN where none;
+    reading them costs a pass over every part). Join it with your captions or URLs on (shard,
+    key)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    epochs = _read_epochs(run, epoch)
+    return _suspect_table(run, epochs, _suspect_rows(run, epochs), history)
+
+
+def _suspect_table(run: RunDir, epochs: list[int], rows: pl.DataFrame, history: bool) -> pa.Table:
+    per_sample = _by_sample(rows)
+    last = _ids(load_plan(run, epochs[-1], columns=["shard", "uid", "reason"]))
+    last = last.filter(pl.col("uid").is_in(per_sample["uid"].implode())).rename({"reason": "last_plan_reason"})
+    per_sample = per_sample.join(last, on=["shard", "uid"], how="left")
     table = pl.from_arrow(load_table(run, ["shard", "uid", *_TABLE_STATS], shard_as_dictionary=False))
     assert isinstance(table, pl.DataFrame)
-    table = table.filter(pl.col("uid").is_in(rows["uid"].implode()))
-    out = rows.join(table, on=["shard", "uid"], how="left").with_columns(
+    table = table.filter(pl.col("uid").is_in(per_sample["uid"].implode()))
+    out = per_sample.join(table, on=["shard", "uid"], how="left").with_columns(
         (pl.col("loss_m2") / pl.col("loss_count")).sqrt().alias("loss_std")
     )
     out = out.select(
-        [
-            "shard",
-            "key",
-            "uid",
-            "reason",
-            "kept",
-            "loss_count",
-            "loss_mean",
-            "loss_std",
-            "last_loss",
-            "last_epoch",
-            "seen",
-            "nonfinite",
-        ]
+        "shard",
+        "key",
+        "uid",
+        pl.col("suspected_epochs", "left_out_epochs", "rechecked_epochs").cast(pl.List(pl.Int32)),
+        "last_plan_reason",
+        "loss_count",
+        "loss_mean",
+        "loss_std",
+        "last_loss",
+        "last_epoch",
+        "seen",
+        "nonfinite",
     )
     if history and out.height:
         out = out.join(_history(run, out["uid"].to_numpy()), on=["shard", "uid"], how="left")
     return out.sort(["shard", "key"]).to_arrow()
 
 
-def _truth_pairs(path: str) -> set[tuple[str, str]]:
+def _truth_ids(path: str) -> pl.DataFrame:
     t = pq.read_table(path)
     missing = {"shard", "key"} - set(t.column_names)
     if missing:
@@ -324,9 +373,26 @@ def _truth_pairs(path: str) -> set[tuple[str, str]]:
             f"{path}: no column(s) {sorted(missing)}; expected a Parquet file with the shard and key of "
             "every known-noisy sample (as tools/make_pair_shards.py's noise.parquet has)"
         )
-    shard = t.column("shard").cast(pa.string()).to_pylist()
-    key = t.column("key").cast(pa.string()).to_pylist()
-    return set(zip(shard, key))
+    return pl.DataFrame(
+        {"shard": t.column("shard").cast(pa.string()).to_pylist(), "key": t.column("key").cast(pa.string()).to_pylist()}
+    ).unique()
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def _plan_row(summary: dict[str, Any], epoch: int) -> dict[str, Any]:
+    components = summary.get("noise_components") or {}
+    return {
+        "epoch": epoch,
+        **{k: summary.get(k) for k in _PLAN_FIELDS},
+        "noise_scale": summary.get("noise_scale", "loss"),  # plans from before noise_scale: the loss
+        "noise_upper_weight": (components.get("weight") or [None, None])[1],
+        "planned": summary.get("n"),
+        "suspected": summary.get("noise_suspected"),
+        "rechecked": summary.get("noise_rechecked"),
+    }
 
 
 def suspect_report(
@@ -337,98 +403,157 @@ def suspect_report(
     truth: str | None = None,
     history: bool = True,
 ) -> dict[str, Any]:
-    """What `seta-stream suspects` prints, as a dict: the plan's rule statistics and counts, and
-    with ``truth`` (a Parquet file with ``shard`` and ``key`` columns of the samples known to be
-    noisy) precision (listed suspects / suspects) and recall (listed suspects / listed samples
-    the plan holds). ``out``: where :func:`suspects`' table is written as Parquet (a local
-    path; ``{epoch}`` in it is replaced by the epoch)."""
+    """What `seta-stream suspects` prints, as a dict (docs/algorithms.md §12.6): over every
+    planned epoch (with ``epoch``, that plan alone), each plan made with the rule (``plans``:
+    epoch, the two-mode test, Ashman's D, the upper component's weight, the threshold, the
+    counts), the epochs where it was active, and the samples any of them held as suspects (how
+    many, how many were ever left out, how many the last plan still holds; the most often
+    suspected by name).
+
+    ``out``: where :func:`suspects`' table is written as Parquet (a local path); without it
+    nothing is written. ``truth``: a Parquet file with ``shard`` and ``key`` columns of the
+    samples known to be noisy; each plan then gets precision (listed suspects / its suspects)
+    and recall (listed suspects / listed samples the plan holds), and the run the same over the
+    union of the plans' suspects and of the listed samples the plans hold."""
     run = run if isinstance(run, RunDir) else RunDir(run)
-    sel = _selected_epoch(run, epoch)
-    summary = _summary(run, sel)
-    table = suspects(run, sel, history=history)
+    epochs = _read_epochs(run, epoch)
+    rule = _rule_epochs(run, epochs)
+    rows = _suspect_rows(run, epochs)
+    table = _suspect_table(run, epochs, rows, history and out is not None)
+    last = table.column("last_plan_reason").to_pylist()
+    named = sorted(table.select(["shard", "key", "suspected_epochs", "left_out_epochs"]).to_pylist(),
+                   key=lambda r: (-len(r["suspected_epochs"]), r["shard"], r["key"]))  # fmt: skip
+    plans = [_plan_row(_summary(run, e), e) for e in rule]
     report: dict[str, Any] = {
         "run": run.url,
-        "epoch": sel,
-        "policy": summary.get("policy"),
-        "noise": bool((summary.get("params") or {}).get("noise")),
-        "planned": summary.get("n"),
+        "policy": _summary(run, epochs[-1]).get("policy"),
+        "epochs": epochs,
+        "noise": bool(rule),
+        "plans": plans,
+        "active_epochs": [p["epoch"] for p in plans if p["noise_active"]],
         "suspected": table.num_rows,
-        "rechecked": int(sum(r == "noise_recheck" for r in table.column("reason").to_pylist())),
+        "left_out": sum(1 for x in table.column("left_out_epochs").to_pylist() if x),
+        "last_epoch": epochs[-1],
+        "suspected_in_last_plan": sum(1 for r in last if r in SUSPECT_REASONS),
+        "most_suspected": named[:_NAMED],
     }
-    for k in ("noise_active", "noise_test", "noise_candidates", "noise_separation", "noise_threshold"):
-        report[k] = summary.get(k)
-    report["noise_scale"] = summary.get("noise_scale", "loss")  # plans from before noise_scale: the loss
     if out is not None:
-        out = out.replace("{epoch}", str(sel))
         pq.write_table(table, out)
         report["out"] = out
         report["columns"] = table.column_names
     if truth is not None:
-        listed = _truth_pairs(truth)
-        planned = load_plan(run, sel, columns=["shard", "key"])
-        in_plan = listed & set(
-            zip(planned.column("shard").cast(pa.string()).to_pylist(), planned.column("key").to_pylist())
-        )
-        found = set(zip(table.column("shard").to_pylist(), table.column("key").to_pylist()))
-        tp = len(found & listed)
-        report.update(
-            truth=truth,
-            truth_listed=len(listed),
-            truth_in_plan=len(in_plan),
-            true_positives=tp,
-            precision=tp / len(found) if found else None,
-            recall=tp / len(in_plan) if in_plan else None,
-        )
+        report.update(_truth_report(run, rule, rows, truth, plans))
     return report
 
 
-def _threshold_text(r: dict[str, Any]) -> str:
-    """The threshold in loss units, and on the rule's scale where that is not the loss itself."""
-    t = r["noise_threshold"]
-    if r.get("noise_scale", "loss") == "log1p":
-        return f"{math.expm1(t):.6g} (loss; {t:.6g} on the log1p scale the mixture was fitted on)"
-    return f"{t:.6g}"
+def _truth_report(
+    run: RunDir, rule: list[int], rows: pl.DataFrame, truth: str, plans: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Precision and recall of each plan's suspects and of their union against the listed
+    samples (``plans`` get theirs in place)."""
+    listed = _truth_ids(truth)
+    held = pl.DataFrame(schema={"shard": pl.String, "key": pl.String})
+    for plan in plans:
+        e = plan["epoch"]
+        in_plan = _ids(load_plan(run, e, columns=["shard", "key"])).join(listed, on=["shard", "key"], how="semi")
+        held = pl.concat([held, in_plan]).unique()
+        found = rows.filter(pl.col("epoch") == e)
+        tp = found.join(listed, on=["shard", "key"], how="semi").height
+        plan.update(
+            true_positives=tp,
+            truth_in_plan=in_plan.height,
+            precision=_ratio(tp, found.height),
+            recall=_ratio(tp, in_plan.height),
+        )
+    union = rows.select("shard", "key").unique()
+    tp = union.join(listed, on=["shard", "key"], how="semi").height
+    return {
+        "truth": truth,
+        "truth_listed": listed.height,
+        "truth_in_plans": held.height,
+        "true_positives": tp,
+        "precision": _ratio(tp, union.height),
+        "recall": _ratio(tp, held.height),
+    }
+
+
+def _threshold_text(t: float | None, scale: str) -> str:
+    """A threshold in loss units (expm1 of it where the mixture was fitted on the log1p scale)."""
+    if t is None:
+        return "-"
+    return f"{math.expm1(t) if scale == 'log1p' else t:.6g}"
+
+
+def _epochs_text(epochs: list[int]) -> str:
+    """Ascending epochs, runs of consecutive ones as a range: [2, 3, 4, 7] -> '2-4, 7'."""
+    runs: list[list[int]] = []
+    for e in epochs:
+        if runs and e == runs[-1][-1] + 1:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def format_suspects(r: dict[str, Any]) -> str:
     """Human-readable text of :func:`suspect_report`."""
+    plans = r["plans"]
+    read = f"epoch {r['epochs'][0]}" if len(r["epochs"]) == 1 else f"{len(r['epochs'])} plans"
+    active = r["active_epochs"]
     lines = [
-        f"run {r['run']}, epoch {r['epoch']} ({r.get('policy')}): {r['suspected']} of {r.get('planned')} planned "
-        f"samples suspected as noise ({r['rechecked']} of them kept with weight 0 to re-check them)"
+        f"run {r['run']} ({r.get('policy')}), {read}: the noise rule in {len(plans)}, active in {len(active)}"
+        + (f" (epochs {_epochs_text(active)})" if active else "")
     ]
-    if not r["noise"]:
-        lines.append("  this plan was made without the noise rule (noise=False): nothing is suspected")
-    elif r.get("noise_separation") is None:
+    if not plans:
+        lines.append("  made without the noise rule (noise=False): nothing is suspected")
+        return "\n".join(lines)
+    log1p = any(p["noise_scale"] == "log1p" for p in plans)
+    truth = "precision" in plans[0]
+    head = f"  {'epoch':>5}  {'test':<14} {'D':>7} {'upper w':>8} {'threshold':>10}"
+    head += f" {'(log1p)':>9}" if log1p else ""
+    head += f" {'candidates':>10} {'suspected':>9} {'rechecked':>9}"
+    head += f" {'precision':>9} {'recall':>7}" if truth else ""
+    lines.append(head)
+    for p in plans:
+        d, w, t = p["noise_separation"], p["noise_upper_weight"], p["noise_threshold"]
+        line = (
+            f"  {p['epoch']:>5}  {p['noise_test']:<14} {'-' if d is None else f'{d:.3f}':>7} "
+            f"{'-' if w is None else f'{w:.3f}':>8} {_threshold_text(t, p['noise_scale']):>10}"
+        )
+        if log1p:
+            line += f" {'-' if t is None or p['noise_scale'] != 'log1p' else f'{t:.4g}':>9}"
+        line += f" {p['noise_candidates']:>10} {p['suspected']:>9} {p['rechecked']:>9}"
+        if truth:
+            line += f" {_ratio_text(p['precision']):>9} {_ratio_text(p['recall']):>7}"
+        lines.append(line)
+    lines.append(
+        "  (the rule acts where the test is two_modes: Ashman's D >= 2 and a threshold, in loss units"
+        + (", and on the log1p scale the mixture was fitted on" if log1p else "")
+        + "; docs/algorithms.md §12.3)"
+    )
+    lines.append(
+        f"  {r['suspected']} samples suspected in some plan, {r['left_out']} of them left out in at least one "
+        f"epoch; {r['suspected_in_last_plan']} still suspected in the last plan (epoch {r['last_epoch']})"
+    )
+    if r.get("truth"):
         lines.append(
-            f"  two-mode test: not run ({r.get('noise_candidates')} candidates with enough history: "
-            "fewer than two distinct loss means)"
+            f"  over the run: precision {_ratio_text(r['precision'])} ({r['true_positives']} of the {r['suspected']} "
+            f"samples ever suspected are listed in {r['truth']}), recall {_ratio_text(r['recall'])} "
+            f"({r['true_positives']} of the {r['truth_in_plans']} listed samples the plans hold)"
         )
-    else:
-        passed = (
-            "passed: active"
-            if r.get("noise_active")
-            else "passed, but the upper mode holds half the candidates or more: nothing suspected"
-            if r.get("noise_test") == "upper_majority"
-            else "failed: one mode, nothing suspected"
-        )
-        threshold = r.get("noise_threshold")
-        lines.append(
-            f"  two-mode test over {r.get('noise_candidates')} candidates: Ashman's D = {r['noise_separation']:.3f} "
-            f"(>= 2 required) {passed}" + ("" if threshold is None else f"; threshold {_threshold_text(r)}")
-        )
+    if r["most_suspected"]:
+        lines.append(f"  most often suspected ({len(r['most_suspected'])} of {r['suspected']}):")
+        for s in r["most_suspected"]:
+            lines.append(
+                f"    {s['shard']} {s['key']}: epochs {_epochs_text(s['suspected_epochs'])}"
+                + (f" (left out {_epochs_text(s['left_out_epochs'])})" if s["left_out_epochs"] else " (re-checked)")
+            )
     if r.get("out"):
         lines.append(f"  wrote {r['out']} ({', '.join(r['columns'])})")
-    if r.get("truth"):
-
-        def ratio(x: float | None) -> str:
-            return "n/a" if x is None else f"{x:.3f}"
-
-        lines.append(
-            f"  precision {ratio(r['precision'])} ({r['true_positives']} of {r['suspected']} suspects are listed in "
-            f"{r['truth']})"
-        )
-        lines.append(
-            f"  recall {ratio(r['recall'])} ({r['true_positives']} of the {r['truth_in_plan']} listed samples "
-            "the plan holds)"
-        )
+    elif r["suspected"]:
+        lines.append("  nothing written: --out FILE.parquet writes every suspect with its epochs, losses and history")
     return "\n".join(lines)
+
+
+def _ratio_text(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
