@@ -21,12 +21,17 @@ from typing import Any
 
 from .errors import InvalidInputError, UnsupportedPipelineError
 
-__all__ = ["one_pass_per_epoch", "epoch_steps", "EpochClock"]
+__all__ = ["one_pass_per_epoch", "resampled_stage", "epoch_steps", "EpochClock"]
 
 
-def _is_resampled(st: Any) -> bool:
-    # webdataset's ResampledShards and OpenCLIP's ResampledShards2 draw shards with replacement
-    return "Resampled" in type(st).__name__
+def resampled_stage(ds: Any) -> str | None:
+    """The type name of ``ds``'s shard source if it draws shards with replacement
+    (webdataset's ``ResampledShards``, OpenCLIP's ``ResampledShards2``), else None: such a
+    pipeline never runs out of shards, so its epochs cannot be one pass. Checks only."""
+    pipeline = getattr(ds, "pipeline", None)
+    if isinstance(pipeline, list) and pipeline and "Resampled" in type(pipeline[0]).__name__:
+        return type(pipeline[0]).__name__
+    return None
 
 
 def one_pass_per_epoch(ds: Any) -> Any:
@@ -36,7 +41,7 @@ def one_pass_per_epoch(ds: Any) -> Any:
     Its ``with_epoch``/``repeat`` is undone (one pass, no sample limit) and every
     ``batched(..., partial=False)`` stage delivers its last, short batch. Call it, like
     :func:`attach`, before the DataLoader's workers start. Shards drawn with replacement
-    (``ResampledShards``) never run out, so such a pipeline is refused.
+    (``ResampledShards``) never run out, so such a pipeline is refused, unchanged.
     """
     import webdataset as wds
 
@@ -46,11 +51,12 @@ def one_pass_per_epoch(ds: Any) -> Any:
         raise UnsupportedPipelineError(
             f"one_pass_per_epoch() needs a wds.DataPipeline or wds.WebDataset, got {type(ds).__name__}"
         )
-    if pipeline and _is_resampled(pipeline[0]):
+    resampled = resampled_stage(ds)
+    if resampled is not None:
         raise UnsupportedPipelineError(
-            f"one_pass_per_epoch(): the pipeline draws shards with replacement ({type(pipeline[0]).__name__}), "
-            "which never run out; expected a shard list read once per epoch (wds.SimpleShardList, OpenCLIP "
-            "without --dataset-resampled). With resampled shards keep with_epoch(n) and its fixed epoch size"
+            f"one_pass_per_epoch(): the pipeline draws shards with replacement ({resampled}), which never run "
+            "out, so an epoch cannot end after one pass over the kept samples; expected a shard list read once "
+            "per epoch: wds.SimpleShardList(urls) or wds.WebDataset(urls) without resampled=True"
         )
     ds.repetitions, ds.nsamples = 1, -1
     for st in pipeline:
@@ -65,17 +71,19 @@ def one_pass_per_epoch(ds: Any) -> Any:
 def epoch_steps(kept: int, batch_size: int, *, workers: int = 1, world_size: int = 1) -> tuple[int, int]:
     """(fewest, most) steps a rank takes in a :func:`one_pass_per_epoch` epoch of ``kept``
     samples (the plan summary's ``kept``): each of its ``workers`` DataLoader workers ends on a
-    short batch, so ``ceil(kept / batch_size)`` to that plus ``workers - 1`` on one rank. With
-    several ranks the bounds are for an even share, ``ceil(kept / world_size)``; ranks whose
-    shards keep more samples take more steps."""
-    if batch_size < 1 or workers < 1 or world_size < 1 or kept < 0:
+    short batch, so ``ceil(kept / batch_size)`` to that plus ``workers - 1`` on one rank.
+    ``workers=0`` (the DataLoader reads in the main process) is one reader, as ``workers=1``.
+    With several ranks the bounds are for an even share, ``ceil(kept / world_size)``; ranks
+    whose shards keep more samples take more steps."""
+    if batch_size < 1 or workers < 0 or world_size < 1 or kept < 0:
         raise InvalidInputError(
             f"epoch_steps(kept={kept}, batch_size={batch_size}, workers={workers}, world_size={world_size}): "
-            "expected kept >= 0 and batch_size, workers, world_size >= 1"
+            "expected kept >= 0, batch_size >= 1, workers >= 0 (0: the main process reads) and world_size >= 1"
         )
+    readers = max(workers, 1)
     share = math.ceil(kept / world_size)
     fewest = math.ceil(share / batch_size)
-    return fewest, min(fewest + workers - 1, share)
+    return fewest, min(fewest + readers - 1, share)
 
 
 class EpochClock:
@@ -104,7 +112,10 @@ class EpochClock:
         if not kept > 0:
             raise InvalidInputError(
                 f"EpochClock.start_epoch({epoch}, kept={kept}): expected the epoch's kept samples (> 0) for this "
-                "process, summary['kept'] / world_size, from the summary pruner.start_epoch returns"
+                "process, summary['kept'] / world_size, from the summary pruner.start_epoch returns. A plan that "
+                "keeps 0 samples knows none: plans count only the samples of the population or of the loss "
+                "table, so a run's first epoch needs the population, Pruner(..., "
+                "population=seta_stream.list_samples(urls))"
             )
         self.epoch, self.kept, self.done = epoch, float(kept), 0
 

@@ -16,7 +16,7 @@ webdataset's own ``expand_urls``. ``pipe:`` URLs run their command through webda
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import fsspec
@@ -32,7 +32,7 @@ __all__ = ["list_samples"]
 _COMPRESSED = (".gz", ".tgz", ".bz2", ".xz")
 
 
-def list_samples(urls: str | Iterable[str], *, shard_depth: int = 1) -> pa.Table:
+def list_samples(urls: str | Iterable[str], *, shard_depth: int = 1, members: Sequence[str] | None = None) -> pa.Table:
     """Table (shard, key, url) of every sample in the given shards.
 
     ``url`` is the shard's URL as given (what webdataset puts in ``__url__``). Raises
@@ -40,18 +40,28 @@ def list_samples(urls: str | Iterable[str], *, shard_depth: int = 1) -> pa.Table
     different shards (``train/shard-000.tar`` and ``val/shard-000.tar``) would get the same
     shard name at ``shard_depth``, and :class:`~seta_stream.errors.ShardNameError` for a
     ``pipe:`` URL whose shard cannot be told from its command.
+
+    ``members``: the members a sample needs, so that samples the training pipeline drops for
+    lack of one are left out of the listing (and of the plans it seeds): each entry is an
+    extension as webdataset names a sample's fields (lower case, ``"txt"``), or alternatives
+    separated by ``;`` as in ``to_tuple``/``rename`` (``"jpg;png;jpeg;webp"``: any one of them).
+    ``seta_stream.openclip.MEMBERS`` is what OpenCLIP's ``filter_no_caption_or_no_image`` keeps.
     """
     url_list = expand_urls(urls) if isinstance(urls, str) else [u for spec in urls for u in expand_urls(spec)]
     names = _names(url_list, shard_depth)
+    if isinstance(members, str):  # one member, not its characters
+        members = [members]
+    needs = None if members is None else [frozenset(m.lower().split(";")) for m in members]
     shards: list[str] = []
     keys: list[str] = []
     url_of_row: list[str] = []
     for url, name in zip(url_list, names):
-        seen: set[str] = set()
-        for prefix in _member_prefixes(url):
-            if prefix in seen:
+        found: dict[str, set[str]] = {}  # key -> its members' extensions, keys in file order
+        for prefix, suffix in _member_names(url):
+            found.setdefault(prefix, set()).add(suffix.lower())
+        for prefix, suffixes in found.items():
+            if needs is not None and not all(need & suffixes for need in needs):
                 continue
-            seen.add(prefix)
             shards.append(name)
             keys.append(prefix)
             url_of_row.append(url)
@@ -81,8 +91,8 @@ def _names(urls: list[str], depth: int) -> list[str]:
     return names
 
 
-def _member_prefixes(url: str) -> Iterable[str]:
-    """webdataset's key of every file member, in file order (headers only where seekable)."""
+def _member_names(url: str) -> Iterable[tuple[str, str]]:
+    """webdataset's (key, extension) of every file member, in file order (headers only where seekable)."""
     with _open(url) as fh:
         compressed = shard_location(url).endswith(_COMPRESSED)
         # a pipe is not seekable, and a compressed stream is read as one
@@ -90,9 +100,9 @@ def _member_prefixes(url: str) -> Iterable[str]:
         with tarfile.open(fileobj=fh, mode=mode) as tar:
             for member in tar:
                 if member.isfile():
-                    prefix, _ = base_plus_ext(member.name)
+                    prefix, suffix = base_plus_ext(member.name)
                     if prefix is not None:
-                        yield prefix
+                        yield prefix, suffix
 
 
 def _open(url: str) -> Any:

@@ -36,17 +36,19 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow.compute as pc
+
 from ._compaction import compact
-from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file
-from ._plan import load_summary, plan_epoch, population_locations, set_current_epoch
+from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
+from ._plan import load_plan, load_summary, plan_epoch, population_locations, set_current_epoch
 from ._record import LossRecorder
 from ._runfs import BUCKET_ROWS, RunDir, bucket_count
-from ._table import folded_parts
+from ._table import folded_parts, load_table
 from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
 from .policies.safeguards import check_batch_size
 
-__all__ = ["Pruner", "supersede_parts"]
+__all__ = ["Pruner", "supersede_parts", "undelivered_warning"]
 
 
 def supersede_parts(run: RunDir, from_epoch: int) -> list[str]:
@@ -95,6 +97,12 @@ class Pruner:
             batch of fewer than 8 (``small_final_batch``). With several ranks or DataLoader
             workers each ends its share with a partial batch of its own, which no plan can tell:
             drop partial batches, or use ``weighted_mean(..., batch_size=...)``.
+        check_delivered: the loader delivers every kept sample once per epoch
+            (``one_pass_per_epoch``, ``seta_stream.openclip.adapt``): at the next
+            :meth:`start_epoch` and at :meth:`close`, rank 0 compares the samples recorded in the
+            epoch (all ranks) with the plan's kept ones and, if some were never recorded, emits a
+            :class:`~seta_stream.errors.PlanWarning` (code ``undelivered``) naming how many, their
+            shards and the fix: the pipeline drops samples the plan counts as kept.
 
     :meth:`start_epoch` emits a :class:`~seta_stream.errors.PlanWarning` (rank 0) for every
     entry of the plan summary's ``warnings``: an epoch keeping less than 10% of the data, a
@@ -122,8 +130,10 @@ class Pruner:
         engine: str | None = None,
         ray_address: str | None = None,
         batch_size: int | None = None,
+        check_delivered: bool = False,
     ) -> None:
         self.batch_size = check_batch_size(batch_size, "Pruner")
+        self.check_delivered = check_delivered
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
         # a new run gets the run settings its policy declares (such as the loss table's EMA factor)
@@ -157,10 +167,12 @@ class Pruner:
         :class:`~seta_stream.errors.PlanWarning`.
         """
         first_call = self.epoch is None
+        trained = self.epoch  # the epoch this object trained last, checked after its records are folded
         self.flush()
         self._recorded = self._trained = 0
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
+        undelivered: list[PlanWarning] = []
 
         def work() -> None:
             if first_call:
@@ -168,6 +180,8 @@ class Pruner:
             t = time.perf_counter()
             compact(self.run, engine=self.engine, ray_address=self.ray_address)
             timings["compact_s"] = time.perf_counter() - t
+            if self.check_delivered and trained is not None:
+                undelivered.extend(undelivered_warning(self.run, trained))
             t = time.perf_counter()
             plan_epoch(
                 self.run,
@@ -193,6 +207,8 @@ class Pruner:
             "plan_s": timings.get("plan_s", 0.0),
             "wait_s": time.perf_counter() - t0,
         }
+        for w in undelivered:
+            warnings.warn(w, stacklevel=2)
         if self.rank == 0:
             where = self.run.display(plan_file(epoch, "summary.json"))
             for w in summary.get("warnings") or []:
@@ -246,8 +262,17 @@ class Pruner:
     def close(self) -> None:
         """Flush every rank and fold the last epoch's losses into the table (rank 0)."""
         self.flush()
-        self._on_rank0(lambda: compact(self.run, engine=self.engine, ray_address=self.ray_address))
+        undelivered: list[PlanWarning] = []
+
+        def work() -> None:
+            compact(self.run, engine=self.engine, ray_address=self.ray_address)
+            if self.check_delivered and self.epoch is not None:
+                undelivered.extend(undelivered_warning(self.run, self.epoch))
+
+        self._on_rank0(work)
         self.recorder.close()
+        for w in undelivered:
+            warnings.warn(w, stacklevel=2)
 
     def __enter__(self) -> Pruner:
         return self
@@ -277,6 +302,36 @@ class Pruner:
         dist.broadcast_object_list(status, src=0)
         if status[0] is not None:
             raise SetaStreamError(f"rank 0 failed at the epoch boundary: {status[0]}")
+
+
+def undelivered_warning(run: RunDir, epoch: int, shown: int = 5) -> list[PlanWarning]:
+    """A PlanWarning (code ``undelivered``) if the losses recorded in ``epoch`` (every rank's
+    stats) are fewer than its plan kept, naming the kept samples never recorded by shard; [] if
+    not. Call after the epoch's parts are folded."""
+    recorded = sum(int((run.read_json(rel) or {}).get("recorded", 0)) for rel in run.glob(stats_glob(epoch)))
+    kept = int(load_summary(run, epoch)["kept"])
+    if recorded >= kept:
+        return []
+    plan = load_plan(run, epoch, columns=["shard", "key", "uid", "keep"])
+    plan = plan.filter(plan["keep"])
+    table = load_table(run, columns=["uid", "last_epoch"])
+    seen = table.filter(pc.equal(table["last_epoch"], epoch))["uid"].combine_chunks()
+    missing = plan.filter(pc.invert(pc.is_in(plan["uid"], value_set=seen)))
+    by_shard: dict[str, list[str]] = {}
+    for shard, key in zip(missing["shard"].to_pylist(), missing["key"].to_pylist()):
+        by_shard.setdefault(shard, []).append(key)
+    worst = sorted(by_shard.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    listed = ", ".join(f"{s}: {len(k)} (first {min(k)!r})" for s, k in worst[:shown])
+    more = f" and {len(worst) - shown} more shards" if len(worst) > shown else ""
+    message = (
+        f"{run.display(plan_file(epoch, 'summary.json'))}: epoch {epoch} recorded {recorded} losses, its plan kept "
+        f"{kept} samples: {missing.num_rows} kept samples never reached the loss, in {len(worst)} shards ({listed}"
+        f"{more}). The training pipeline drops samples the plan counts as kept (OpenCLIP drops a pair without a "
+        ".txt caption or an image), so the epoch ran short of its plan and a schedule that follows it "
+        "(EpochClock) ended the epoch early. Fix: list the population with only the samples the pipeline uses, "
+        "list_samples(urls, members=...) (seta_stream.openclip.MEMBERS for OpenCLIP), or fix those shards"
+    )
+    return [PlanWarning(message, "undelivered", float(recorded), float(kept), epoch)]
 
 
 def _population_size(population: Any) -> int | None:

@@ -22,7 +22,8 @@ Warnings derive from :class:`SetaStreamWarning` (a ``UserWarning``), so a script
 them with one category::
 
     SetaStreamWarning
-    └── PlanWarning             a plan has a property training may not survive (Pruner.start_epoch)
+    └── PlanWarning             a plan has a property training may not survive, or an epoch
+                                delivered fewer samples than its plan kept (Pruner.start_epoch)
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class PlanWarning(SetaStreamWarning):
     the data (``low_keep``), large weights (``high_weight``), a last batch of a few samples
     (``small_final_batch``). ``Pruner.start_epoch`` emits one per entry of the plan summary's
     ``warnings`` (docs/algorithms.md §0.10); ``code``, ``value``, ``limit`` and ``epoch`` are
-    that entry's."""
+    that entry's. With ``Pruner(check_delivered=True)`` also an epoch that recorded fewer losses
+    than its plan kept (``undelivered``: ``value`` the losses recorded, ``limit`` the kept count),
+    at the next ``start_epoch`` or ``close``."""
 
     def __init__(self, message: str, code: str = "", value: float | None = None, limit: float | None = None,
                  epoch: int | None = None) -> None:  # fmt: skip

@@ -17,24 +17,35 @@ the workers start:
 * :func:`seta_stream.one_pass_per_epoch`: each worker's epoch is one pass over its kept
   samples, the last batch short, so every kept sample is trained once per epoch.
 
+Everything is checked before anything changes: a refused pipeline (``--dataset-resampled``, a
+second ``adapt``, started workers) is left exactly as it was.
+
 The training loop then records :func:`pair_losses` and steps the schedule with
-:class:`seta_stream.EpochClock` (docs/openclip.md has the whole change). Nothing here imports
+:class:`seta_stream.EpochClock` (docs/openclip.md has the whole change). The population is
+listed with :data:`MEMBERS`, so pairs OpenCLIP drops (no ``.txt`` caption, no image) are not
+planned as kept. Nothing here imports
 open_clip; torch is imported by :func:`pair_losses` only.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from ._epochs import one_pass_per_epoch
+from ._epochs import one_pass_per_epoch, resampled_stage
 from ._runfs import RunDir
 from ._stage import attach
 from .errors import UnsupportedPipelineError
 
-__all__ = ["adapt", "pair_losses", "training_pipeline", "IDS"]
+__all__ = ["adapt", "pair_losses", "training_pipeline", "IDS", "MEMBERS"]
 
 #: the fields adapt() adds to the batch tuple, in this order
 IDS = ("__key__", "__url__", "__weight__")
+
+#: the members a pair needs to pass OpenCLIP's ``filter_no_caption_or_no_image`` (a ``.txt``
+#: caption and an image): ``seta_stream.list_samples(urls, members=MEMBERS)`` leaves the pairs
+#: OpenCLIP drops out of the population, so the plans count only pairs training receives
+MEMBERS = ("txt", "png;jpg;jpeg;webp")
 
 
 def training_pipeline(train_data: Any) -> Any:
@@ -64,28 +75,48 @@ def adapt(train_data: Any, run: str | RunDir, *, epoch: int | None = None) -> An
 
     ``train_data`` is ``data["train"]`` as ``get_data``/``get_wds_dataset`` return it (or its
     dataloader). Returns the adapted ``wds.DataPipeline``. Call it once, before the first epoch.
+    Everything is checked before anything changes: a refused pipeline is left exactly as it was.
     """
+    ds = training_pipeline(train_data)
+    to_tuple = _check(ds, run, epoch)
+    _edit(ds, run, epoch, to_tuple)
+    return ds
+
+
+def _check(ds: Any, run: str | RunDir, epoch: int | None) -> Any:
+    """Every refusal of :func:`adapt`, before any change; returns the ``to_tuple`` stage."""
     import webdataset as wds
 
-    ds = training_pipeline(train_data)
-    pipeline = ds.pipeline
-    to_tuple = wds.to_tuple.f
-    tuples = [st for st in pipeline if getattr(st, "f", None) is to_tuple]
+    resampled = resampled_stage(ds)
+    if resampled is not None:
+        raise UnsupportedPipelineError(
+            f"seta_stream.openclip.adapt: this training data draws shards with replacement ({resampled}, "
+            "OpenCLIP's --dataset-resampled), so an epoch never runs out of shards and cannot be one pass over "
+            "the plan's kept pairs; expected shards read once per epoch. Fix: drop --dataset-resampled "
+            "(OpenCLIP then reads each shard once per epoch). The pipeline was left unchanged"
+        )
+    tuples = [st for st in ds.pipeline if getattr(st, "f", None) is wds.to_tuple.f]
     if len(tuples) != 1:
         raise UnsupportedPipelineError(
-            f"seta_stream.openclip.adapt(): expected one to_tuple(...) stage (OpenCLIP's to_tuple('image', 'text')), "
+            f"seta_stream.openclip.adapt: expected one to_tuple(...) stage (OpenCLIP's to_tuple('image', 'text')), "
             f"found {len(tuples)}; add {', '.join(IDS)} to your batch yourself and call seta_stream.attach and "
-            "seta_stream.one_pass_per_epoch"
+            "seta_stream.one_pass_per_epoch. The pipeline was left unchanged"
         )
     if any(name in tuples[0].args for name in IDS):
         raise UnsupportedPipelineError(
-            f"seta_stream.openclip.adapt(): to_tuple{tuples[0].args} already carries {', '.join(IDS)}: this "
+            f"seta_stream.openclip.adapt: to_tuple{tuples[0].args} already carries {', '.join(IDS)}: this "
             "pipeline was adapted before; adapt it once"
         )
+    # attach's own refusals (no run directory, no tar reader), tried on a copy of the stage list
+    attach(SimpleNamespace(pipeline=list(ds.pipeline)), run, epoch=epoch)
+    return tuples[0]
+
+
+def _edit(ds: Any, run: str | RunDir, epoch: int | None, to_tuple: Any) -> None:
+    """The changes of :func:`adapt`, in order, on a pipeline :func:`_check` accepted."""
     attach(ds, run, epoch=epoch)
-    tuples[0].args = (*tuples[0].args, *IDS)
+    to_tuple.args = (*to_tuple.args, *IDS)
     one_pass_per_epoch(ds)
-    return ds
 
 
 def pair_losses(image_features: Any, text_features: Any, logit_scale: Any) -> Any:

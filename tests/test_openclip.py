@@ -165,15 +165,18 @@ SHARDS, PAIRS, B, WORKERS = 6, 10, 8, 2
 QUOTA = (10, 6, 3)  # pairs kept of every shard in epochs 0, 1, 2
 
 
-def pair_shards(root):
+def pair_shards(root, shards=SHARDS, pairs=PAIRS, caption_member=None):
+    """img2dataset-shaped shards; ``caption_member`` (i -> member) stores some captions under
+    another member than .txt (OpenCLIP's filter_no_caption_or_no_image drops those pairs)."""
     root.mkdir(parents=True)
     urls = []
-    for s in range(SHARDS):
+    for s in range(shards):
         path = root / f"{s:05d}.tar"  # img2dataset's names and keys
         with wds.TarWriter(str(path)) as w:
-            for i in range(PAIRS):
+            for i in range(pairs):
                 key = f"{s:05d}{i:04d}"
-                w.write({"__key__": key, "jpg": bytes(s * PAIRS + i + 1), "txt": f"caption {key}", "json": b"{}"})
+                caption = (caption_member or {}).get(i, "txt")
+                w.write({"__key__": key, "jpg": bytes(s * pairs + i + 1), caption: f"caption {key}", "json": b"{}"})
         urls.append(str(path))
     return urls
 
@@ -298,20 +301,151 @@ def test_without_one_pass_a_pruned_openclip_epoch_rereads_kept_pairs(tmp_path, k
     assert len(delivered[2]) == 64 and set(delivered[2]) == kept[2]  # 18 pairs, 46 re-reads
 
 
-def test_resampled_shards_and_started_workers_are_refused(tmp_path):
+def snapshot(data):
+    """Everything adapt() may change, deep-copied: the stage list (each stage's identity, type,
+    args and kw) and the epoch limits."""
+    ds = openclip.training_pipeline(data)
+    stages = [(id(st), type(st), getattr(st, "args", None), dict(getattr(st, "kw", {}) or {})) for st in ds.pipeline]
+    return stages, ds.repetitions, ds.nsamples
+
+
+def test_a_refused_adapt_leaves_the_pipeline_exactly_as_it_was(tmp_path):
+    urls = pair_shards(tmp_path / "pairs")
+    run = str(tmp_path / "run")
+    seta.plan_epoch(seta.RunDir(run, create=True), 0, policy="full", epochs=1)
+    data = get_wds_dataset(urls, B, 0, num_samples=60, resampled=True)
+    before = snapshot(data)
+    for _ in range(2):  # refused again for the same reason, not as "adapted before"
+        with pytest.raises(UnsupportedPipelineError) as refused:
+            openclip.adapt(data, run)
+        message = str(refused.value)
+        assert message.startswith("seta_stream.openclip.adapt: this training data draws shards with replacement")
+        assert "(ResampledShards2, OpenCLIP's --dataset-resampled)" in message
+        assert "Fix: drop --dataset-resampled (OpenCLIP then reads each shard once per epoch)" in message
+        assert "one_pass_per_epoch" not in message and "with_epoch" not in message and "adapted before" not in message
+        assert snapshot(data) == before
+    # the user trains without pruning: OpenCLIP's own pairs, not seta_stream's 5-tuples
+    images, texts = next(iter(data.dataloader))
+    assert len(images) == B and all(t.startswith("caption ") for t in texts)
+
+    # any other refusal: no run directory (attach's own check), tried before any change
+    data = get_wds_dataset(urls, B, WORKERS, num_samples=60)
+    before = snapshot(data)
+    with pytest.raises(seta.RunFormatError):
+        openclip.adapt(data, str(tmp_path / "no-run"))
+    assert snapshot(data) == before
+    ds = openclip.adapt(data, run)  # the same data, adapted once the run exists
+    assert snapshot(data) != before and ds.pipeline[-2].args == ("image", "text", *openclip.IDS)
+
+
+def test_started_workers_and_a_second_adapt_are_refused(tmp_path):
     urls = pair_shards(tmp_path / "pairs")
     seta.plan_epoch(seta.RunDir(tmp_path / "run", create=True), 0, policy="full", epochs=1)
-    data = get_wds_dataset(urls, B, WORKERS, num_samples=60, resampled=True)
-    with pytest.raises(UnsupportedPipelineError, match=r"draws shards with replacement \(ResampledShards2\)"):
-        openclip.adapt(data, str(tmp_path / "run"))
     data = get_wds_dataset(urls, B, WORKERS, num_samples=60)
     next(iter(data.dataloader))
     with pytest.raises(UnsupportedPipelineError, match="persistent workers have started"):
         openclip.adapt(data, str(tmp_path / "run"))
     data = get_wds_dataset(urls, B, 0, num_samples=60)
     openclip.adapt(data, str(tmp_path / "run"))
+    adapted = snapshot(data)
     with pytest.raises(UnsupportedPipelineError, match="adapted before; adapt it once"):
         openclip.adapt(data, str(tmp_path / "run"))
+    assert snapshot(data) == adapted
+
+
+def test_workers_0_reads_each_kept_pair_once_in_the_main_process(tmp_path, keep_listed_policy):
+    """OpenCLIP's --workers 0: the main process is the one reader (epoch_steps as workers=1)."""
+    urls = pair_shards(tmp_path / "pairs")
+    params, kept = quota_plans()
+    pruner = seta.Pruner(
+        str(tmp_path / "run"), policy="test_keep_listed", params=params, epochs=3, population=seta.list_samples(urls)
+    )
+    data = get_wds_dataset(urls, B, 0, num_samples=SHARDS * PAIRS)
+    assert data.dataloader.num_batches == 8
+    openclip.adapt(data, str(tmp_path / "run"))
+    clock = seta.EpochClock(steps_per_epoch=data.dataloader.num_batches)
+    delivered, steps, positions = train(data, pruner, 3, clock)
+    assert [sorted(d) for d in delivered] == [sorted(k) for k in kept]
+    assert steps == [math.ceil(6 * q / B) for q in QUOTA] == [8, 5, 3]
+    assert [seta.epoch_steps(len(k), B, workers=0) for k in kept] == [(8, 8), (5, 5), (3, 3)]
+    assert [end for _, end in positions] == [8, 16, 24]
+
+
+def test_epoch_steps_counts_workers_0_as_one_reader():
+    assert seta.epoch_steps(18, 8, workers=0) == seta.epoch_steps(18, 8, workers=1) == (3, 3)
+    assert seta.epoch_steps(0, 8, workers=0) == (0, 0)
+    with pytest.raises(InvalidInputError, match=r"workers=-1, .*workers >= 0 \(0: the main process reads\)"):
+        seta.epoch_steps(18, 8, workers=-1)
+
+
+CAPTIONED = {2: "caption", 9: "caption", 15: "caption"}  # 3 of 20 pairs: caption in .caption, not .txt
+
+
+def test_list_samples_members_leaves_out_the_pairs_openclip_drops(tmp_path):
+    urls = pair_shards(tmp_path / "pairs", shards=2, pairs=20, caption_member=CAPTIONED)
+    everything = seta.list_samples(urls)
+    usable = seta.list_samples(urls, members=openclip.MEMBERS)
+    dropped = {(f"{s:05d}.tar", f"{s:05d}{i:04d}") for s in range(2) for i in CAPTIONED}
+    assert everything.num_rows == 40
+    pairs = set(zip(usable["shard"].to_pylist(), usable["key"].to_pylist()))
+    assert pairs == set(zip(everything["shard"].to_pylist(), everything["key"].to_pylist())) - dropped
+    assert usable["key"].to_pylist() == [k for k in everything["key"].to_pylist() if int(k[-4:]) not in CAPTIONED]
+    assert seta.list_samples(urls, members=["caption"])["key"].to_pylist() == [
+        f"{s:05d}{i:04d}" for s in range(2) for i in sorted(CAPTIONED)
+    ]
+    assert seta.list_samples(urls, members="JSON").num_rows == 40  # one member, case as webdataset lowers it
+    assert seta.list_samples(urls, members=["webp;png"]).num_rows == 0
+
+
+def test_pairs_openclip_drops_are_named_at_the_next_epoch_or_left_out_of_the_plan(tmp_path):
+    urls = pair_shards(tmp_path / "pairs", shards=2, pairs=20, caption_member=CAPTIONED)
+    # the population lists every sample: OpenCLIP's filter drops 6 of the 40 planned pairs
+    run = str(tmp_path / "run-all")
+    pruner = seta.Pruner(run, policy="full", epochs=2, population=seta.list_samples(urls), check_delivered=True)
+    data = get_wds_dataset(urls, B, WORKERS, num_samples=40)
+    openclip.adapt(data, run)
+    clock = seta.EpochClock(steps_per_epoch=data.dataloader.num_batches)
+    summary = pruner.start_epoch(0)
+    clock.start_epoch(0, summary["kept"])
+    data.set_epoch(0)
+    for _images, texts, keys, urls_, _weights in data.dataloader:
+        pruner.record(keys, urls_, torch.ones(len(keys)))
+        clock.step(len(texts))
+    assert summary["kept"] == 40 and clock.done == 34
+    assert clock.position == pytest.approx(6 * 34 / 40)  # the schedule ended epoch 0 early: 5.1 of 6
+    with pytest.warns(seta.PlanWarning) as caught:
+        pruner.start_epoch(1)
+    (w,) = [w.message for w in caught]
+    assert (w.code, w.value, w.limit, w.epoch) == ("undelivered", 34.0, 40.0, 0)
+    assert str(w).startswith(f"{run}/plans/epoch=0/summary.json: epoch 0 recorded 34 losses, its plan kept 40")
+    assert "6 kept samples never reached the loss, in 2 shards (00000.tar: 3 (first '000000002'), " in str(w)
+    assert "00001.tar: 3 (first '000010002'))" in str(w)
+    assert "list_samples(urls, members=...) (seta_stream.openclip.MEMBERS for OpenCLIP), or fix those shards" in str(w)
+    data.set_epoch(1)
+    for _images, _texts, keys, urls_, _weights in data.dataloader:
+        pruner.record(keys, urls_, torch.ones(len(keys)))
+    with pytest.warns(seta.PlanWarning, match="epoch 1 recorded 34 losses, its plan kept 40"):
+        pruner.close()
+
+    # the population lists only the pairs OpenCLIP keeps: plans, epochs and the schedule agree
+    run = str(tmp_path / "run-members")
+    pruner = seta.Pruner(
+        run, policy="full", epochs=2, population=seta.list_samples(urls, members=openclip.MEMBERS), check_delivered=True
+    )
+    data = get_wds_dataset(urls, B, WORKERS, num_samples=40)
+    openclip.adapt(data, run)
+    clock = seta.EpochClock(steps_per_epoch=data.dataloader.num_batches)
+    delivered, _steps, positions = train(data, pruner, 2, clock)  # warnings are errors here: none
+    assert [len(d) for d in delivered] == [34, 34] and [end for _, end in positions] == [6, 12]
+
+
+def test_epoch_clock_names_the_population_when_the_first_plan_keeps_nothing(tmp_path):
+    pruner = seta.Pruner(str(tmp_path / "run"), policy="full", epochs=1)  # no population
+    summary = pruner.start_epoch(0)
+    assert summary["kept"] == 0
+    with pytest.raises(InvalidInputError, match=r"population=seta_stream.list_samples\(urls\)\)$"):
+        seta.EpochClock(steps_per_epoch=4).start_epoch(0, summary["kept"])
+    pruner.close()
 
 
 def test_attach_takes_a_named_reader_and_refuses_a_missing_one(tmp_path):
@@ -344,7 +478,7 @@ def test_epoch_clock_and_epoch_steps():
     assert seta.epoch_steps(18, 8, workers=2) == (3, 4)
     assert seta.epoch_steps(100, 8, workers=4, world_size=2) == (7, 10)
     assert seta.epoch_steps(2, 8, workers=4) == (1, 2)
-    with pytest.raises(InvalidInputError, match="expected kept >= 0 and batch_size"):
+    with pytest.raises(InvalidInputError, match="expected kept >= 0, batch_size >= 1"):
         seta.epoch_steps(10, 0)
 
 
