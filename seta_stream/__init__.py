@@ -13,6 +13,7 @@ docs/architecture.md maps them.
 """
 
 from . import errors, ids, index, inspect, openclip, policies
+from ._balance import BalancedEpoch, balanced_epoch, split_balanced
 from ._compaction import CompactionReport, compact
 from ._epochs import EpochClock, epoch_steps, one_pass_per_epoch
 from ._listing import list_samples
@@ -24,6 +25,7 @@ from ._session import Pruner
 from ._stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
 from ._table import load_table
 from .errors import (
+    BalanceError,
     CorruptPartError,
     EpochOrderError,
     InvalidInputError,
@@ -52,6 +54,8 @@ __all__ = [
     "openclip",
     "policies",
     "POLICIES",
+    "BalanceError",
+    "BalancedEpoch",
     "CompactionReport",
     "EpochClock",
     "CorruptPartError",
@@ -75,6 +79,7 @@ __all__ = [
     "UnsupportedPipelineError",
     "__version__",
     "attach",
+    "balanced_epoch",
     "compact",
     "describe_policies",
     "epoch_steps",
@@ -95,6 +100,7 @@ __all__ = [
     "shard_location",
     "shard_name",
     "skip_shards",
+    "split_balanced",
     "stage_counters",
     "weighted_mean",
 ]

@@ -397,7 +397,10 @@ class _BucketShards:
         self.files: dict[int, _StageFile] = {}
 
     def file(self, shard: str) -> _StageFile:
-        b = shard_bucket(shard, self.buckets)
+        return self.bucket(shard_bucket(shard, self.buckets))
+
+    def bucket(self, b: int) -> _StageFile:
+        """Bucket ``b``'s stage file and index (the index read on first use)."""
         f = self.files.get(b)
         if f is None:
             index_rel = plan_stage_file(self.epoch, b, "shards")
@@ -446,6 +449,14 @@ class StageLookup:
             self.identity = "key"
             self._whole = _read_earlier_lookup(run, epoch)
             self.has_score = "score" in self._whole.column_names
+
+    def kept_counts(self) -> dict[str, int]:
+        """shard -> kept samples, for every shard the plan lists (a partitioned plan's bucket
+        indexes are all read: one small file per bucket)."""
+        if self._buckets is None:  # shards.arrow, read when the lookup was made
+            return {s: int(k) for s, (_, _, k) in self.shards.items()}
+        files = [self._buckets.bucket(b) for b in range(self._buckets.buckets)]
+        return {s: int(k) for f in files for s, (_, _, k) in f.shards.items()}
 
     def shard_rows(self, shard: str) -> pa.RecordBatch | pa.Table | None:
         """The plan's rows of ``shard``: columns ``identity``, keep, weight[, score]; None if

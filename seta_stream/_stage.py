@@ -43,6 +43,7 @@ from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys as wds_group_by_keys
 from webdataset.tariterators import tar_file_expander, tarfile_samples, url_opener
 
+from ._balance import BalancedView, ranks_here, replace_splitters, split_balanced_shared
 from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
 from ._runfs import RunDir
 from ._tario import tar_members
@@ -68,18 +69,28 @@ class _Views:
     sample stage first pulls, takes that view instead of opening another. So a worker reads
     the summary and the shard index of each bucket it meets once an epoch, not once per stage
     (on an object store: one GET each), and both stages decide with the same epoch's plan
-    even if the current epoch changed between their starts."""
+    even if the current epoch changed between their starts.
 
-    def __init__(self, run: str | RunDir, epoch: int | None, shared: bool = False) -> None:
-        self.run, self.epoch, self.shared = run, epoch, shared
+    ``balance`` (a dict, possibly empty: rank and world_size when known): the views are
+    :class:`~seta_stream._balance.BalancedView` of the worker's slot (docs/ranks.md)."""
+
+    def __init__(
+        self, run: str | RunDir, epoch: int | None, shared: bool = False, balance: dict[str, int] | None = None
+    ) -> None:
+        self.run, self.epoch, self.shared, self.balance = run, epoch, shared, balance
         self._handed: PlanView | None = None
+
+    def _new(self) -> PlanView:
+        if self.balance is None:
+            return PlanView(self.run, self.epoch)
+        return BalancedView(self.run, self.epoch, **self.balance)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_handed": None}  # a worker opens its own
 
     def open(self) -> PlanView:
         """A new view (the sample stage, at its iterator's start)."""
-        view = PlanView(self.run, self.epoch)
+        view = self._new()
         if self.shared:
             self._handed = view
         return view
@@ -87,13 +98,13 @@ class _Views:
     def take(self) -> PlanView:
         """The view the sample stage just opened, or a new one (the shard stage)."""
         view, self._handed = self._handed, None
-        return view if view is not None else PlanView(self.run, self.epoch)
+        return view if view is not None else self._new()
 
 
 def _keep_filter(
-    src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None
+    src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None, balance: bool = False
 ) -> Iterator[dict[str, Any]]:
-    yield from _keep_filter_of(src, _Views(run, epoch))
+    yield from _keep_filter_of(src, _Views(run, epoch, balance={} if balance else None))
 
 
 def _keep_filter_of(src: Iterable[dict[str, Any]], views: _Views) -> Iterator[dict[str, Any]]:
@@ -219,8 +230,10 @@ def _kept_tar_samples(
     handler: Callable[[Exception], bool] = reraise_exception,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
+    balance: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    yield from _kept_tar_samples_of(src, _Views(run, epoch), handler, select_files, rename_files)
+    views = _Views(run, epoch, balance={} if balance else None)
+    yield from _kept_tar_samples_of(src, views, handler, select_files, rename_files)
 
 
 def _kept_tar_samples_of(
@@ -243,6 +256,9 @@ def _skip_shards(
 def _skip_shards_of(
     src: Iterable[dict[str, Any]], views: _Views, empty_check: bool = False
 ) -> Iterator[dict[str, Any]]:
+    if views.balance is not None:  # split_balanced, upstream, passes only the slot's shards (and takes the view)
+        yield from src
+        return
     view = views.take()
     counts = StageCounts()
     shards = 0
@@ -265,15 +281,18 @@ def _skip_shards_of(
 
 
 keep_filter = pipelinefilter(_keep_filter)
-keep_filter.__doc__ = """Sample stage: ``keep_filter(run, epoch=None)``; put it after the tar
-reader (``wds.tarfile_to_samples()``) and before decode. Drops samples the current plan does
-not keep; attaches ``__weight__`` (float) and, for ES/ESWP plans, ``__score__``."""
+keep_filter.__doc__ = """Sample stage: ``keep_filter(run, epoch=None, balance=False)``; put it after
+the tar reader (``wds.tarfile_to_samples()``) and before decode. Drops samples the current plan
+does not keep; attaches ``__weight__`` (float) and, for ES/ESWP plans, ``__score__``.
+``balance=True``: keeps only this (rank, worker) slot's share of a balanced epoch, behind
+``split_balanced(run)`` (docs/ranks.md)."""
 kept_tar_samples = pipelinefilter(_kept_tar_samples)
 kept_tar_samples.__doc__ = """URL stage: ``kept_tar_samples(run, epoch=None, handler=reraise_exception,
-select_files=None, rename_files=None)``; replaces ``wds.tarfile_to_samples() +
+select_files=None, rename_files=None, balance=False)``; replaces ``wds.tarfile_to_samples() +
 keep_filter(run)`` and yields exactly their samples (same order, fields, ``__weight__`` and
 ``__score__``, same counters), but the data of members of dropped samples is skipped, not read
-into memory. ``select_files``/``rename_files`` are webdataset's, applied before the plan."""
+into memory. ``select_files``/``rename_files`` are webdataset's, applied before the plan.
+``balance=True``: this slot's share of a balanced epoch, behind ``split_balanced(run)``."""
 _kept_streams = pipelinefilter(_kept_samples_of_streams)
 _kept_tar_samples_shared = pipelinefilter(_kept_tar_samples_of)
 _keep_filter_shared = pipelinefilter(_keep_filter_of)
@@ -299,7 +318,7 @@ def _reader_name(st: Any) -> str | None:
     return getattr(getattr(st, "f", st), "__name__", None)
 
 
-def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any = None) -> Any:
+def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any = None, balance: bool = False) -> Any:
     """Make a ``wds.WebDataset`` or a ``wds.DataPipeline`` read only what the plan keeps.
 
     ``skip_shards`` goes right before the tar reader (after the shard list and the node,
@@ -312,6 +331,13 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
     ``tarfile_to_samples_nothrow`` (recognised by name, ``READER_NAMES``), or the stage passed as
     ``reader``. Returns ``ds`` (modified in place) for chaining. Call it before the DataLoader's
     workers start (they take a copy of the pipeline).
+
+    ``balance=True``: every (rank, DataLoader worker) slot gets exactly the same number of the
+    epoch's kept samples, so every rank takes the same number of steps (docs/ranks.md).
+    ``split_balanced`` replaces the pipeline's ``split_by_node``/``single_node_only`` and
+    ``split_by_worker`` (or goes right after the shard source), and the keep stage keeps only
+    the slot's share. The rank and world size of the calling process, when it is one of
+    several, are handed to the workers. Needs plans made with the population listing.
     """
     import webdataset as wds
     from webdataset import cache as wds_cache
@@ -327,7 +353,14 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
         )
     openers = tuple(c for c in (getattr(wds_cache, name, None) for name in ("StreamingOpen", "FileCache")) if c)
     cached = getattr(wds_cache, "cached_tarfile_samples", None)  # webdataset 0.2's WebDataset(cache_dir=...)
-    views = _Views(run_url, epoch, shared=True)
+    views = _Views(run_url, epoch, shared=True, balance=ranks_here() if balance else None)
+    if balance:
+        replace_splitters(list(pipeline), None)  # its refusals, before any change
+
+    def done() -> Any:
+        if balance:  # in place of the shard splitters (upstream of every stage inserted above)
+            replace_splitters(pipeline, split_balanced_shared(views))
+        return ds
 
     def plain(st: Any, allowed: set[str]) -> bool:
         return not getattr(st, "args", ()) and set(getattr(st, "kw", {})) <= allowed
@@ -345,7 +378,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
             )
         pipeline.insert(at + 1, _keep_filter_shared(views))
         pipeline.insert(at, _skip_shards_shared(views))
-        return ds
+        return done()
     opener = find(lambda st: bool(openers) and isinstance(st, openers))
     grouper = find(lambda st: _runs(st, wds_group_by_keys) or st is wds.tarfile_to_samples)
     tar_reader = find(lambda st: getattr(st, "f", None) is tarfile_samples)
@@ -356,11 +389,11 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
         else:
             pipeline.insert(tar_reader + 1, _keep_filter_shared(views))
         pipeline.insert(tar_reader, _skip_shards_shared(views))
-        return ds
+        return done()
     if opener is None and named is not None:
         pipeline.insert(named + 1, _keep_filter_shared(views))
         pipeline.insert(named, _skip_shards_shared(views))
-        return ds
+        return done()
     if (
         grouper is not None
         and grouper > 0
@@ -380,7 +413,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
         )
     if opener is None:  # a grouper without an opener this function knows: the sample stage alone
         views.shared = False
-        return ds
+        return done()
     # webdataset's check_empty fails a worker whose samples the plan dropped; the shard stage
     # checks instead that the worker was given shards at all
     check_empty = getattr(wds_compat, "check_empty", None)
@@ -388,7 +421,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
     if empty_check:
         pipeline[:] = [st for st in pipeline if st is not check_empty]
     pipeline.insert(opener, _skip_shards_shared(views, empty_check=empty_check))
-    return ds
+    return done()
 
 
 def weighted_mean(losses: Any, weights: Any, batch_size: int | None = None) -> Any:

@@ -13,6 +13,7 @@ shard, key), what was found, what was expected, how to fix it.
     ├── EpochOrderError         planning an epoch below the last planned one
     ├── UnsupportedPipelineError attach() found no tar reader to filter (also a TypeError)
     └── InvalidInputError       bad arguments, parameters or shard specs (also a ValueError)
+        ├── BalanceError            an epoch cannot be dealt evenly to ranks x workers (docs/ranks.md)
         ├── ShardNameError          a shard cannot be named from its URL (a pipe: command)
         │   └── ShardNameConflictError  two shard locations with one shard name
         │       └── PopulationLocationError  the population lists a shard elsewhere than training reads it
@@ -63,6 +64,12 @@ class EpochOrderError(SetaStreamError):
 
 class InvalidInputError(SetaStreamError, ValueError):
     """Arguments that cannot be used as given (lengths, shapes, dtypes, ranges)."""
+
+
+class BalanceError(InvalidInputError):
+    """An epoch cannot be dealt evenly to the (rank, worker) slots of a job: its plan has no
+    population listing (kept counts per shard not exact), it keeps fewer samples than there are
+    slots, or the pipeline's shard list and the plan name different shards."""
 
 
 class ShardNameError(InvalidInputError):
