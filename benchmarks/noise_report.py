@@ -866,7 +866,8 @@ def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> N
     doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
 
 
-README_BEGIN, README_END = "<!-- noise-readme:begin -->", "<!-- noise-readme:end -->"
+# docs/results.md's summary of the targets (README's results table: TABLE_BEGIN)
+README_BEGIN, README_END = "<!-- noise-summary:begin -->", "<!-- noise-summary:end -->"
 
 
 def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") -> list[str]:
@@ -908,6 +909,103 @@ def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[st
             out += ["", f"The same study on another machine ({m}, {runs}, `{where(f2)}`) has its own section in "
                         "docs/quality-pairs.md."]  # fmt: skip
     return out
+
+
+TABLE_BEGIN, TABLE_END = "<!-- results-readme:begin -->", "<!-- results-readme:end -->"
+
+
+def _table_row(data: str, k: tuple, g: list[dict], base: list[dict], value: Callable[[dict], float],
+               curve: Callable[[dict, int], float | None], digits: int) -> str:  # fmt: skip
+    """One row of README's results table: a configuration against full data of the same seeds (the
+    best epoch of the mean curve over seeds where every epoch of every run recorded it)."""
+    E = len(g[0]["rows"])
+    points = [[curve(r, e) for r in g] for e in range(E)]
+    mean_curve = [float(np.mean(p)) if None not in p else None for p in points]
+    name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_name(k)} ({_setting(k)})"
+    if g is base:
+        gap_cells = ["-", "-", "-"]
+    else:
+        gap = paired(g, base, value)
+        gap_cells = [gap.text(digits), f"{2 * gap.se:.{digits}f}" if gap.n > 1 else "-",
+                     "yes" if gap.beyond_noise() else "no"]  # fmt: skip
+    final = float(np.mean([value(r) for r in g]))
+    best = "-"
+    if mean_curve and None not in mean_curve:
+        e = int(np.argmax(mean_curve))
+        best = f"{mean_curve[e]:.{digits}f} (e{e})"
+    cells = [data, name, f"{100 * np.mean([r['pruned'] for r in g]):.1f}", f"{final:.{digits}f}",
+             best, *gap_cells, ", ".join(str(r["seed"]) for r in g)]  # fmt: skip
+    return "| " + " | ".join(cells) + " |"
+
+
+def _row_acc(r: dict, e: int) -> float | None:
+    """Test accuracy after epoch e in % (None where the run did not record it)."""
+    x = r["rows"][e].get("test_acc")
+    return None if x is None else 100.0 * x
+
+
+def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Path, root: Path) -> list[str]:
+    """README's results table: on pairs with 20% mismatched captions (the study with the most finished
+    pairs runs) full data, the rule alone, pruning alone and the rule with pruning on top at the 30%
+    level, the rule with pruning at 50%; the rule alone on clean pairs; CIFAR-10 with 40% noisy labels
+    on the long schedule (``files``, the run files of the folder ``labels``). Each against full data
+    trained as long from the same seed."""
+
+    def where(folder: Path) -> str:
+        return f"{folder.relative_to(root)}/" if folder.is_relative_to(root) else f"{folder}/"
+
+    n, folder, pfiles = sorted(studies, key=lambda x: -x[0])[0]
+    machines, used, _ = split_runs(pfiles)
+    pairs = [r for r in used if r.get("study") == "noise-pairs" and not r["label"].endswith("2E")]
+    lines = []
+    pair_curve = lambda r, e: 50.0 * (r["rows"][e]["i2t_r1"] + r["rows"][e]["t2i_r1"])  # noqa: E731
+    for noise in (0.2, 0.0):
+        groups = group([r for r in pairs if r["noise"] == noise])
+        base = groups.get(("full", "full", "{}"))
+        if not base:
+            continue
+        data = f"pairs, {round(100 * noise)}% mismatched" if noise else "pairs, clean"
+        for k in _sorted_keys(groups):
+            rule, label = is_rule(groups[k][0]), k[1]
+            if noise and k[0] != "infobatch" and (label in ("full", "p30") or (rule and "2E" not in label)):
+                lines.append(_table_row(data, k, groups[k], base, r1, pair_curve, 1))
+            elif not noise and k[0] == "full" and label == "rule":
+                lines.append(_table_row(data, k, groups[k], base, r1, pair_curve, 1))
+    lmachines, lused, _ = split_runs(files)
+    cifar = [r for r in lused if r.get("study") == "noise-labels" and r["dataset"] == "cifar10"]
+    long = max((schedule(r) for r in cifar), default=None)
+    lab = [r for r in cifar if schedule(r) == long]
+    lgroups = group(lab)
+    lbase = next((g for k, g in lgroups.items() if k[0] == "full" and not is_rule(g[0])), None)
+    if lbase and long:
+        data = f"CIFAR-10, 40% noisy labels, {long[0]} epochs"
+        for k in (k for k in _sorted_keys(lgroups) if k[0] == "full"):
+            lines.append(_table_row(data, k, lgroups[k], lbase, acc, _row_acc, 2))
+    if not lines:
+        return ["(no finished run of the noise study yet)"]
+    L: list[str] = [
+        "Generated by `benchmarks/noise_study.py --report-only` from the result files. The baseline is full data "
+        "trained for the same epochs from the same seed; *minus full data* is the mean over seeds of (run - full "
+        "data of that seed), each seed's in brackets; *beyond the noise*: every seed the same sign and |mean| > 2 SE.",
+        "",
+        "| data | configuration | pruned % | final R@1 or accuracy % | best epoch | minus full data (per seed) "
+        "| 2 SE | beyond the noise | seeds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *lines,
+        "",
+    ]
+    if pairs:
+        d = pairs[0]["data"]
+        L.append(f"* Pairs: {d['train']:,} generated image-text pairs, E = {len(pairs[0]['rows'])}, {n} finished "
+                 f"runs on one machine ({machines.get('noise-pairs')}), `{where(folder)}`; mean R@1 of image-to-text "
+                 f"and text-to-image on {d['test']:,} clean held-out pairs. Every configuration and target: "
+                 "[docs/quality-pairs.md](docs/quality-pairs.md), summed up in "
+                 "[docs/results.md](docs/results.md).")  # fmt: skip
+    if lbase and long:
+        L.append(f"* CIFAR-10: {len(lab)} runs on one machine ({lmachines.get('noise-labels/cifar10')}), "
+                 f"`{where(labels)}`, test accuracy; the 6-epoch schedule and SST-2: "
+                 "[docs/quality.md](docs/quality.md#the-noise-rule-on-noisy-labels).")  # fmt: skip
+    return L
 
 
 def missing_runs(ctx: Any, files: dict) -> list[str]:
@@ -964,8 +1062,12 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
         m = missing if folder == ctx.results else missing_runs(sub, f)
         splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
         studies.append((sum(r.get("study") == "noise-pairs" for r in split_runs(f)[1]), folder, f))
-    # README sums up every folder: written from the study's own folder only
-    if readme is not None and is_study_folder(ctx.results) and readme.exists() and README_BEGIN in readme.read_text():
-        splice(readme, readme_summary(studies, ROOT), README_BEGIN, README_END)
+    # docs/results.md and README sum up every folder: written from the study's own folder only
+    if readme is not None and is_study_folder(ctx.results):
+        results = docs / "results.md"
+        if results.exists() and README_BEGIN in results.read_text():
+            splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END)
+        if readme.exists() and TABLE_BEGIN in readme.read_text():
+            splice(readme, results_table(studies, files, ctx.results, ROOT), TABLE_BEGIN, TABLE_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))

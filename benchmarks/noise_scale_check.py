@@ -169,7 +169,7 @@ def report_lines() -> list[str]:
               "only) the suspects' precision / recall.", "",
               "| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall | log1p: D "
               "| log1p: KS | log1p: upper weight | log1p: precision / recall |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for row in rep["rows"]:
             cells = [str(row["plan_epoch"])]
             for scale in ("loss", "log1p"):
@@ -183,25 +183,30 @@ def report_lines() -> list[str]:
     return L
 
 
-def readme_lines() -> list[str]:
-    """README's lines on the scale: the paired differences and what the rule did on clean pairs."""
+def summary_lines() -> list[str]:
+    """docs/results.md's section on the scale: the paired differences, each rule against full data,
+    the schedule length (tables) and what the rule did on clean pairs."""
     runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
-    L = [line for line in _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs) if line]
+    L = _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
     clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
     if clean:
         sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
-        L.append(f"Clean pairs, log1p, {len(clean)} seed{'s' if len(clean) > 1 else ''}: at most "
-                 f"{max(sus)} pairs suspected in any plan.")  # fmt: skip
+        L += [f"Clean pairs, log1p, {len(clean)} seed{'s' if len(clean) > 1 else ''}: at most "
+              f"{max(sus)} pairs suspected in any plan.", ""]  # fmt: skip
     if not L:
         return ["(no closed-loop run of both scales yet)"]
+    machines = sorted({machine_name(r.get("machine")) for r in runs})
     return [
-        "Closed loop on this machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
-        'docs/quality-pairs.md, "The rule\'s scale"): ' + " ".join(L)
+        "Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
+        f"{', '.join(machines)}; the whole section: "
+        "[docs/quality-pairs.md](quality-pairs.md#the-rules-scale-loss-or-log1p-closed-loop-this-machine)).",
+        "",
+        *L[:-1],
     ]
 
 
 def _vs_full_lines(runs: list[dict]) -> list[str]:
-    """Each rule's mean R@1 minus full data's of the same seed and length (this machine)."""
+    """Each rule's mean R@1 minus full data's of the same seed and length (this machine): a table."""
     full = {(r["noise"], len(r["rows"]), r["seed"]): r for r in runs if _scale(r) == "full"}
     by: dict[tuple, dict[int, float]] = {}
     for r in runs:
@@ -210,19 +215,25 @@ def _vs_full_lines(runs: list[dict]) -> list[str]:
             continue
         d = r1(r) - r1(f)
         by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = d
-    parts = [f"{name}, {round(100 * noise)}% mismatched, {epochs} epochs: "
-             + ", ".join(f"{v:+.1f} (seed {k})" for k, v in sorted(d.items()))
-             for (noise, epochs, name), d in sorted(by.items())]  # fmt: skip
-    return ["Mean R@1 minus full data's, same seed and length: " + "; ".join(parts) + ".", ""] if parts else []
+    if not by:
+        return []
+    seeds = sorted({s for d in by.values() for s in d})
+    L = ["Mean R@1 minus full data's, same seed and length:", "",
+         "| rule (scale) | mismatched | epochs | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+         "| --- | --- | --- |" + " --- |" * len(seeds)]  # fmt: skip
+    for (noise, epochs, name), d in sorted(by.items()):
+        cells = [f"{d[s]:+.1f}" if s in d else "-" for s in seeds]
+        L.append(f"| {name} | {round(100 * noise)}% | {epochs} | " + " | ".join(cells) + " |")
+    return [*L, ""]
 
 
 def _length_lines(runs: list[dict]) -> list[str]:
     """For each rule (and full data) run at the study's E and at a longer schedule, seed by seed:
-    mean R@1 after each, and the longer run's best epoch (is full data still rising at E?)."""
+    mean R@1 after each, and the longer run's best epoch (is full data still rising at E?): a table."""
     by: dict[tuple, dict[int, dict]] = {}
     for r in runs:
         by.setdefault((r["noise"], _scale(r), r["seed"]), {})[len(r["rows"])] = r
-    parts = []
+    rows = []
     for (noise, name, seed), lengths in sorted(by.items()):
         if len(lengths) < 2:
             continue
@@ -230,10 +241,13 @@ def _length_lines(runs: list[dict]) -> list[str]:
         curve = [r1(x) for x in lengths[L2]["rows"]]
         best = int(np.argmax(curve))
         who = "full data" if name == "full" else f"the rule ({name})"
-        parts.append(f"{who}, {round(100 * noise)}% mismatched, "
-                     f"seed {seed}: {r1(lengths[E]):.1f} after {E} epochs, {r1(lengths[L2]):.1f} after {L2} "
-                     f"(its {L2}-epoch run peaked at {curve[best]:.1f} after {best + 1} epochs)")  # fmt: skip
-    return ["Schedule length: " + "; ".join(parts) + ".", ""] if parts else []
+        rows.append(f"| {who} | {round(100 * noise)}% | {seed} | {r1(lengths[E]):.1f} after {E} epochs "
+                    f"| {r1(lengths[L2]):.1f} after {L2} | {curve[best]:.1f} after {best + 1} epochs |")  # fmt: skip
+    if not rows:
+        return []
+    return ["Schedule length: mean R@1 at the study's E and at the end of a longer run, and the longer run's best:",
+            "", "| run | mismatched | seed | at E | longer run | longer run's best |",
+            "| --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
 
 
 def _after_share(r: dict) -> float:
@@ -242,7 +256,7 @@ def _after_share(r: dict) -> float:
 
 
 def _paired_lines(runs: list[dict]) -> list[str]:
-    """log1p minus loss, paired by seed, for each set of runs that differ only in the scale."""
+    """log1p minus loss, paired by seed, for each set of runs that differ only in the scale: a table."""
     by: dict[tuple, dict] = {}
     for r in runs:
         name = _scale(r)
@@ -250,31 +264,28 @@ def _paired_lines(runs: list[dict]) -> list[str]:
             continue
         scale, _, rest = name.partition(" ")
         by.setdefault((r["noise"], rest, len(r["rows"])), {}).setdefault(scale, {})[r["seed"]] = r
-    out = []
+    rows = []
     for (noise, rest, epochs), scales in sorted(by.items()):
-        seeds = sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {})))
-        if not seeds:
-            continue
-        pairs = [(scales["log1p"][s], scales["loss"][s]) for s in seeds]
+        for s in sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {}))):
+            a, b = scales["log1p"][s], scales["loss"][s]
 
-        def diffs(f: Any, spec: str, pairs: list = pairs) -> str:
-            return ", ".join(format(f(a) - f(b), spec) for a, b in pairs)
+            def level(f: Any, spec: str, a: dict = a, b: dict = b, noisy: bool = bool(noise)) -> str:
+                return f"{format(f(b), spec)} -> {format(f(a), spec)}" if noisy else "-"
 
-        text = (f"{round(100 * noise)}% mismatched, {epochs} epochs, the rule{(' ' + rest) if rest else ' alone'}: "
-                "log1p minus loss, "
-                f"by seed ({', '.join(map(str, seeds))}): mean R@1 {diffs(r1, '+.1f')}; pruned % "
-                f"{diffs(lambda r: 100 * r['pruned'], '+.1f')}")  # fmt: skip
-
-        def levels(f: Any, spec: str, pairs: list = pairs) -> str:
-            return ", ".join(f"{format(f(b), spec)} -> {format(f(a), spec)}" for a, b in pairs)
-
-        if noise:
-            text += (f"; loss -> log1p by seed: precision at the last plan "
-                     f"{levels(lambda r: r['rows'][-1].get('precision') or 0, '.3f')}, recall "
-                     f"{levels(lambda r: r['rows'][-1].get('recall') or 0, '.3f')}, mismatched % of the pairs "
-                     f"trained after the warm-up {levels(_after_share, '.1f')}")  # fmt: skip
-        out += [text + ".", ""]
-    return out
+            rows.append(
+                "| " + " | ".join([
+                    f"{round(100 * noise)}%", str(epochs), f"the rule{(' ' + rest) if rest else ' alone'}", str(s),
+                    format(r1(a) - r1(b), "+.1f"), format(100 * (a["pruned"] - b["pruned"]), "+.1f"),
+                    level(lambda r: r["rows"][-1].get("precision") or 0, ".3f"),
+                    level(lambda r: r["rows"][-1].get("recall") or 0, ".3f"), level(_after_share, ".1f"),
+                ]) + " |"
+            )  # fmt: skip
+    if not rows:
+        return []
+    return ["log1p minus loss, paired by seed (precision, recall and the mismatched share as loss -> log1p):", "",
+            "| mismatched | epochs | rule | seed | mean R@1, log1p minus loss | pruned %, log1p minus loss "
+            "| precision at the last plan | recall at the last plan | mismatched % of the pairs trained after the "
+            "warm-up |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
 
 
 def _scale(r: dict) -> str:
@@ -292,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--noise", type=float, default=0.2, help="share of mismatched pairs (0.2 or 0.0)")
     p.add_argument("--random", type=float, help="dynamic random pruning at this r on top of the rule")
     p.add_argument("--epochs", type=int, help="train this many epochs instead of the study's E (the 2E check)")
-    p.add_argument("--report", action="store_true", help="rewrite the section of docs/quality-pairs.md")
+    p.add_argument("--report", action="store_true", help="rewrite the sections in docs/ (quality-pairs, results)")
     args = p.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report:
@@ -300,8 +311,8 @@ def main(argv: list[str] | None = None) -> None:
 
         splice(ROOT / "docs" / "quality-pairs.md", "<!-- noise-scale:begin -->", "<!-- noise-scale:end -->",
                report_lines())  # fmt: skip
-        splice(ROOT / "README.md", "<!-- noise-scale-readme:begin -->", "<!-- noise-scale-readme:end -->",
-               readme_lines())  # fmt: skip
+        splice(ROOT / "docs" / "results.md", "<!-- noise-scale-summary:begin -->", "<!-- noise-scale-summary:end -->",
+               summary_lines())  # fmt: skip
         return
     if args.replay == "pairs":
         run = ROOT / "bench-out" / "noise-study" / "runs" / run_id("full", args.seed, args.noise)

@@ -17,8 +17,8 @@ column of its plans) for a grid of settings, and the setting whose simulated pru
 the level is taken (``calibrate``). No held-out data is used.
 
 Each finished run is one JSON file ``docs/quality-runs/pairs-*.json`` (a rerun skips finished
-runs, so an interrupted study resumes); ``docs/quality-pairs.md`` and ``docs/quality/pairs-*.png``
-are rewritten from those files after every run and by ``--report-only``.
+runs, so an interrupted study resumes); ``docs/quality-pairs.md``, its summary in ``docs/results.md``
+and ``docs/quality/pairs-*.png`` are rewritten from those files after every run and by ``--report-only``.
 
     python benchmarks/pairs_study.py --snapshot        # everything, from a frozen copy of HEAD (~1 h)
     python benchmarks/pairs_study.py --report-only
@@ -426,8 +426,8 @@ def report() -> None:
               f"{'; '.join(machines)}.", ""]  # fmt: skip
     _splice(DOC, BEGIN, END, lines, create=True)
     _splice(DOC, "<!-- reading:begin -->", "<!-- reading:end -->", reading(groups))
-    _splice(DOC.parent.parent / "README.md", "<!-- pairs-summary:begin -->", "<!-- pairs-summary:end -->",
-            readme_summary(groups))  # fmt: skip
+    _splice(DOC.parent / "results.md", "<!-- pairs-summary:begin -->", "<!-- pairs-summary:end -->",
+            summary_lines(groups))  # fmt: skip
 
 
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
@@ -657,8 +657,8 @@ def reading(groups: dict) -> list[str]:
     return L + [""]
 
 
-def readme_summary(groups: dict) -> list[str]:
-    """README's paragraph on the pairs study, numbers from the run files."""
+def summary_lines(groups: dict) -> list[str]:
+    """docs/results.md's section on the pairs study: a sentence and two tables, numbers from the run files."""
     noisy = max(NOISE_LEVELS)
     full = groups.get((noisy, "full", "full", "{}"))
     if not full:
@@ -666,46 +666,38 @@ def readme_summary(groups: dict) -> list[str]:
     E = len(full[0]["rows"])
     mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in range(1, E)]
     cln = [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in range(1, E)]
-    text = (f"**Mismatched pairs** have the highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against "
-            f"{cln[-1]:.1f}-{cln[0]:.1f} for clean pairs once training has begun), so the per-pair loss finds them, "
-            "but the policies treat high loss as informative: `benchmarks/pairs_study.py` "
-            f"({full[0]['data']['train']:,} pairs, {100 * noisy:.0f}% mismatched, {E} epochs, {len(full)} seeds) "
-            "measured: ")  # fmt: skip
-    ib = _guided(groups, noisy, "infobatch")
-    bits = []
-    if ib:
-        last = max(e for e in range(E) if ib[0][0]["rows"][e]["phase"] == "prune")
-        bits.append("InfoBatch, which prunes only below-mean pairs, trained on up to " + and_list(
-            [f"{_shares(rs, last)[0]:.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib]) + " mismatched pairs in its "
-            "pruning epochs")  # fmt: skip
+    L = [f"`benchmarks/pairs_study.py` ({full[0]['data']['train']:,} pairs, {E} epochs, {len(full)} seeds; tables, "
+         "plots and the per-epoch shares: [docs/quality-pairs.md](quality-pairs.md)). **Mismatched pairs** have the "
+         f"highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against {cln[-1]:.1f}-{cln[0]:.1f} for "
+         "clean pairs once training has begun), so the per-pair loss finds them, but the policies treat high loss as "
+         f"informative. With {100 * noisy:.0f}% mismatched pairs, what the loss-guided policies trained in their "
+         "pruning epochs:", "",
+         "| policy (setting) | mismatched % of the pairs trained in its pruning epochs | mean R@1 |",
+         "| --- | --- | --- |"]  # fmt: skip
+    for rs in _guided(groups, noisy, "infobatch"):
+        last = max(e for e in range(E) if rs[0]["rows"][e]["phase"] == "prune")
+        L.append(f"| {_name(rs)} | up to {_shares(rs, last)[0]:.1f} (it prunes only below-mean pairs) | - |")
     for rs in _guided(groups, noisy, "seta"):
         prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
         sh = [_shares(rs, e)[0] for e in prune]
         bad = _collapsed(rs)
-        b = (f"SeTa ({_fmt_params(rs[0]['params']).replace('=', ' = ')}) on {min(sh):.1f}% to {max(sh):.1f}% "
-             "mismatched pairs, depending on the epoch's window")  # fmt: skip
+        fell = "-"
         if bad:
             by = {r["seed"]: r for r in rs}
-            b += (
-                ", and its mean R@1 fell to chance after its "
-                f"{max(sh):.1f}% epoch (seed by seed: "
-                + ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
-                + ")"
-            )
-        bits.append(b)
-    text += "; ".join(bits) + ". "
-    parts = []
+            at = ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
+            fell = f"fell to chance after its {max(sh):.1f}% epoch (seed by seed: {at})"
+        L.append(f"| {_name(rs)} | {min(sh):.1f} to {max(sh):.1f}, depending on the epoch's window | {fell} |")
+    rows = []
     for noise in NOISE_LEVELS:
-        keys = [k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")]
-        items = [f"{_name(groups[k])} {v} at {_pruned(groups[k]):.1f}%" for k in keys
-                 if (v := _vs_random(groups, noise, groups[k])) != "-"]  # fmt: skip
-        if items:
-            where = "On clean pairs" if not noise else f"with {100 * noise:.0f}% mismatched pairs"
-            parts.append(
-                where + ", against dynamic random at the same pruned % (mean R@1, points): " + "; ".join(items)
-            )
-    text += "; ".join(parts) + ". Tables, plots and the per-epoch shares: `docs/quality-pairs.md`."
-    return [text]
+        for k in (k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")):
+            if (v := _vs_random(groups, noise, groups[k])) != "-":
+                data = "clean pairs" if not noise else f"{100 * noise:.0f}% mismatched"
+                rows.append(f"| {data} | {_name(groups[k])} | {_pruned(groups[k]):.1f} | {v} |")
+    if rows:
+        L += ["", "Against dynamic random at the same pruned % (mean R@1, points):", "",
+              "| data | policy (setting) | pruned % | mean R@1 minus dynamic random's |", "| --- | --- | --- | --- |",
+              *rows]  # fmt: skip
+    return L
 
 
 def and_list(items: list[str]) -> str:

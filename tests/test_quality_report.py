@@ -184,7 +184,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     layout = _layout(tmp_path, _study(seta_s1=[0.6, 0.1, 0.75, 0.775]))
     layout.doc.write_text("<!-- converged:begin -->\n<!-- converged:end -->\n<!-- converged-reading:begin -->\n"
                           "<!-- converged-reading:end -->\n<!-- summary:begin -->\n<!-- summary:end -->\n")  # fmt: skip
-    layout.readme.write_text("# r\n<!-- quality-summary:begin -->\nold\n<!-- quality-summary:end -->\ntail\n")
+    layout.results_doc.write_text("# r\n<!-- quality-summary:begin -->\nold\n<!-- quality-summary:end -->\ntail\n")
     report_converged(layout)
     report_readings(layout)
     doc = layout.doc.read_text()
@@ -195,11 +195,21 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     assert "SeTa p50 (50.0% pruned) [collapsed: seed 1] -2.25 (by seed -3.00, -1.50)" in doc
     s = summary(layout)[0]
     assert "; SeTa p50 (seed 1) includes a run whose test accuracy fell to chance during training, counted in " in s
-    readme = layout.readme.read_text()
-    assert readme == "# r\n<!-- quality-summary:begin -->\n" + s + "\n<!-- quality-summary:end -->\ntail\n"
+    results = layout.results_doc.read_text()  # docs/results.md's table: the same numbers, a row per configuration
+    assert results.startswith("# r\n<!-- quality-summary:begin -->\n| study | configuration | pruned % |")
+    assert results.endswith("<!-- quality-summary:end -->\ntail\n")
+    assert (
+        "| CIFAR-10, E = 4, no augmentation | SeTa p50 | 50.0 | -2.25 (-3.00, -1.50) | below on every seed, beyond "
+        "the spread | -2.50 (-2.50) against 2 epochs | -1.25 | test accuracy fell to chance: seed 1; without it -3.00 |"
+    ) in results
+    assert (
+        "* CIFAR-10, E = 4, no augmentation (seeds 0, 1): full data has converged (E to 2E); full data at E 79.50%; "
+        "seed spread 1.00 point. Full data trained for 2 of the 4 epochs scored 79.75% (+0.25 against E). SeTa p50: "
+        "a run fell to chance, counted in its gap at E.\n"
+    ) in results
     report_converged(layout)
     report_readings(layout)
-    assert layout.doc.read_text() == doc and layout.readme.read_text() == readme  # byte for byte
+    assert layout.doc.read_text() == doc and layout.results_doc.read_text() == results  # byte for byte
 
 
 def test_a_study_still_improving_names_its_collapsed_runs_and_leaves_them_out(tmp_path: Path) -> None:

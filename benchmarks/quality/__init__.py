@@ -16,7 +16,7 @@ study); a rerun skips finished runs, so a study resumes (a converged-study run a
 from the checkpoint of its last finished epoch). The converged study may run as several processes
 into the same results, one per core: each trains the plan's next run no other process has
 claimed. ``--report-only`` rewrites
-docs/quality.md, its plots and README's accuracy summary from those files; every number in their
+docs/quality.md, its plots and docs/results.md's table from those files; every number in their
 generated prose comes from the run files (``reading``, ``reading_short``, ``report_collapses``).
 
 Modules, one job each (an arrow = may import):
@@ -39,8 +39,9 @@ Modules, one job each (an arrow = may import):
     collapses   the rule for a run whose accuracy fell to chance, the plan before it (policy rules, lr
                 schedule), the schema of docs/quality-runs/collapses.json            (train)
     report_collapses  the section listing every collapse      (collapses, report, results, configs)
-    reading     the converged study's prose, the summary at the top of docs/quality.md and README's
-                accuracy summary, numbers from the run files  (report_converged, machine, report)
+    reading     the converged study's prose, the summary at the top of docs/quality.md, numbers from
+                the run files  (report_converged, machine, report)
+    results_table  docs/results.md's table of the converged study           (reading, results)
     reading_short  the short study's prose ("The regime", "Findings")      (report, results)
     collapse    the collapse experiments: a run forked at its epochs' final batches (train, configs, data, pipeline)
     collapse_list  docs/quality-runs/collapses.json: the epochs at chance, their plans and experiments (train, layout)

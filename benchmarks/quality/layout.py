@@ -21,9 +21,9 @@ class Layout:
         return self.results.parent / "quality.md"
 
     @property
-    def readme(self) -> Path:
-        """README.md, whose accuracy summary is generated (``reading.report_readings``)."""
-        return self.results.parent.parent / "README.md"
+    def results_doc(self) -> Path:
+        """docs/results.md, whose table of the converged study is generated (``reading.report_readings``)."""
+        return self.results.parent / "results.md"
 
     @property
     def plots(self) -> Path:

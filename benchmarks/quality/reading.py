@@ -1,5 +1,5 @@
 """The prose of the converged study that states measured numbers ("Reading the converged
-study", the summary at the top of docs/quality.md, README's accuracy summary), generated from
+study", the summary at the top of docs/quality.md), generated from
 the run files, so that prose and tables cannot drift apart.
 
 Rules the text follows (each sentence is built from them, none is written by hand):
@@ -426,7 +426,7 @@ class Reading:
         return [text, ""]
 
     def one_line(self) -> str:
-        """The summary of a converged study (top of docs/quality.md, README)."""
+        """The summary of a converged study (top of docs/quality.md)."""
         items = [(rs, self.gap_full(rs), paired(rs, self.s.full)) for rs in self.pruned]
         below = [(rs, g, p) for rs, g, p in items if self.deficit(g, p)]
         seeds = max(len(rs) for rs in self.s.groups.values())
@@ -588,7 +588,7 @@ def converged_reading(layout: Layout) -> list[str]:
 
 
 def summary(layout: Layout) -> list[str]:
-    """The measured part of the summary at the top of docs/quality.md and in README."""
+    """The measured part of the summary at the top of docs/quality.md."""
     rd = readings(layout)
     L = [r.one_line() for r in rd if r.converged() and r.pruned]
     for r in rd:
@@ -662,11 +662,13 @@ def same_order_note(layout: Layout) -> list[str]:
 
 
 def report_readings(layout: Layout) -> None:
-    """Rewrite the generated prose of the converged study in docs/quality.md and README."""
+    """Rewrite the generated prose of the converged study in docs/quality.md and its table in docs/results.md."""
     splice(layout.doc, "<!-- converged-reading:begin -->", "<!-- converged-reading:end -->", converged_reading(layout))
     splice(layout.doc, "<!-- same-order-note:begin -->", "<!-- same-order-note:end -->", same_order_note(layout))
     s = summary(layout)
     splice(layout.doc, "<!-- summary:begin -->", "<!-- summary:end -->", s)
-    readme = layout.readme
-    if readme.exists() and "<!-- quality-summary:begin -->" in readme.read_text():
-        splice(readme, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", s)
+    from .results_table import results_lines  # it builds on this module
+
+    results = layout.results_doc
+    if results.exists() and "<!-- quality-summary:begin -->" in results.read_text():
+        splice(results, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", results_lines(layout))
