@@ -1,131 +1,168 @@
-"""Planning one SeTa epoch for N samples from an existing loss table (issue target at 15M:
-<= 3 s wall, <= 2 GB peak RSS), beside the reference approach to the same step.
+"""Planning one SeTa epoch of N samples from a loss table, in fresh processes, beside the
+machine's speed measured in the same run (issue 35 targets at 15M: median <= 1.2 s and peak RSS
+<= 1.0 GB; with ``noise=True`` at most 25% more time and memory).
 
-The reference implementation clusters the losses with scikit-learn ``KMeans(n_clusters=k,
-random_state=0)`` and then walks the clusters in a Python loop (measured on this machine at
-15M: 285 s and 16.2 GB, algorithms.md §11). The baseline here runs only its k-means call on the
-same 1-D losses (the cheapest part of the reference step), at a subsample when N is large, and
-extrapolates linearly to N; ratios are against that lower bound of the reference's time.
+The run is the one ``common.make_table_run`` builds with the library itself: two epochs of
+ST+MJ-shaped parts (5,000 samples per shard, MJSynth-like keys; 20% of the samples with a high,
+persistent loss, which the noise rule finds) written as ``LossRecorder`` writes them and
+compacted by ``compact()``, so the table, its keys file and manifest are those of a training run.
 
-The table is written the way ``compact()`` writes tables (``TABLE_WRITE_OPTIONS``: LZ4, shard
-dictionary-encoded); ``--table-compression zstd`` keeps the zstd file ``make_table_run`` writes
-(``RunDir.publish_parquet``'s default), which reads about 2x slower.
+Each repetition plans the next epoch of the run in a fresh process (a new plan directory, as in
+training): SeTa (r=0, k, alpha=0.5), then the same with ``noise=True``, then the baseline. The
+baseline is the floor the issue names, in its own fresh process: a ``np.sort`` of the N float32
+losses after reading the columns a SeTa plan reads (``pq.read_table`` of uid, last_loss and seen,
+memory-mapped). Ratios are medians against medians of the same run. Peak RSS is the child's
+VmHWM (the interpreter with seta_stream and its imports included; ``rss before`` is that part).
 
-Each repetition plans the next epoch of one run in a fresh process (a new plan directory, as in
-training), beside one baseline run; the table reports medians and ranges.
+Also, with ``--sklearn``, the reference's clustering call (scikit-learn ``KMeans(n_clusters=k,
+random_state=0)`` on ``--baseline-n`` losses, extrapolated linearly to N; the reference's whole
+step measured 285 s and 16.2 GB at 15M, algorithms.md §11).
 
-    python benchmarks/bench_plan.py --n 15000000 [--repeat 5] [--baseline-n 1000000] [--table-compression zstd]
+    python benchmarks/bench_plan.py --n 15000000 --repeat 7 [--sklearn]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import time
-from pathlib import Path
 
-import pyarrow.parquet as pq
-from common import OUT, machine, make_table_run, measure
+from common import OUT, Result, machine, make_table_run, measure
+
+SETA = "dict(r=0.0, k={k}, alpha=0.5{extra})"
 
 
-def as_compacted(path: Path) -> Path:
-    """Rewrite the run's table file with compact()'s write options (once; LZ4)."""
-    from seta_stream._runfs import RunDir
-    from seta_stream._table import TABLE_WRITE_OPTIONS
+def prepared(n: int) -> object:
+    """The run (made once, kept in bench-out/), its plans of earlier invocations removed and the
+    table's files read once (in the page cache, as after the compaction that wrote them)."""
+    run = make_table_run(OUT / f"plan-{n}", n, epochs=2, noisy=0.2)
+    shutil.rmtree(run / "plans", ignore_errors=True)
+    (run / "state.json").unlink(missing_ok=True)
+    for path in sorted((run / "table").iterdir()):
+        with open(path, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    return run
 
-    rel = json.loads((path / "table/manifest.json").read_text())["table"]
-    meta = pq.ParquetFile(path / rel).metadata
-    codec = TABLE_WRITE_OPTIONS["compression"].upper()
-    if meta.num_row_groups and meta.row_group(0).column(0).compression.startswith(codec):
-        return path
-    table = pq.read_table(path / rel)
-    RunDir(path).publish_parquet(rel, table, **TABLE_WRITE_OPTIONS)
-    return path
+
+def floor_code(run) -> tuple[str, str]:
+    """(code, setup) of the baseline: read the columns a SeTa plan reads, sort the losses."""
+    setup = f"""
+        import glob, numpy as np, pyarrow.dataset, pyarrow.parquet as pq  # the dataset module: imported, not timed
+        files = sorted(glob.glob({str(run)!r} + '/table/table-*.parquet'))
+    """
+    code = """
+        t = pq.read_table(files[-1], columns=['uid', 'last_loss', 'seen'], memory_map=True)
+        loss = t.column('last_loss').to_numpy()
+        np.sort(loss)
+    """
+    return code, setup
+
+
+def summarize(name: str, runs: list[dict]) -> dict:
+    walls = [r["wall_s"] for r in runs]
+    return {
+        "what": name,
+        "median_s": statistics.median(walls),
+        "min_s": min(walls),
+        "max_s": max(walls),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "rss_before_mb": max(r["rss_before_mb"] for r in runs),
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=15_000_000)
-    p.add_argument("--baseline-n", type=int, default=1_000_000)
     p.add_argument("--k", type=int, default=10)
-    p.add_argument("--repeat", type=int, default=5, help="epochs planned (each in a fresh process)")
-    p.add_argument("--table-compression", choices=["lz4", "zstd"], default="lz4")
+    p.add_argument("--repeat", type=int, default=7, help="epochs planned (each in a fresh process)")
+    p.add_argument("--idle", type=float, default=2.0, help="seconds idle before each measured process")
+    p.add_argument("--sklearn", action="store_true", help="also time scikit-learn's KMeans (the reference's call)")
+    p.add_argument("--baseline-n", type=int, default=1_000_000, help="samples for the scikit-learn call")
+    p.add_argument("--result", default=None, help="result file name (default plan-N)")
     args = p.parse_args()
-    if args.table_compression == "lz4":
-        run = as_compacted(make_table_run(OUT / f"plan-{args.n}", args.n))
-    else:
-        run = make_table_run(OUT / f"plan-zstd-{args.n}", args.n)
-    # plans of earlier invocations go first, then the disk settles: no timed run writes into
-    # pages just freed by a deletion (a training run never deletes plans while planning)
-    shutil.rmtree(run / "plans", ignore_errors=True)
-    (run / "state.json").unlink(missing_ok=True)
-    os.sync()
-    # the table was just written by compact() in a training run, so its files are in the page
-    # cache; after other work on this machine they may not be (one first run read them from
-    # disk for 17 s): read them once, untimed
-    manifest = json.loads((run / "table/manifest.json").read_text())
-    for rel in (manifest["table"], manifest.get("keys")):
-        if rel:
-            with open(run / rel, "rb") as fh:
-                while fh.read(1 << 24):
-                    pass
-    time.sleep(5)
+    res = Result(args.result or f"plan-{args.n}", title=f"Planning one SeTa epoch of {args.n:,} samples")
+    run = prepared(args.n)
     setup = f"""
-        import seta_stream
         from seta_stream import plan_epoch, RunDir
         run = RunDir({str(run)!r})
     """
-    base_n = min(args.n, args.baseline_n)
-    ours, base = [], []
-    for e in range(1, args.repeat + 1):  # epoch e of one run: a new plan directory each
-        ours.append(
-            measure(
-                f"s = plan_epoch(run, {e}, policy='seta', params=dict(r=0.0, k={args.k}, alpha=0.5), "
-                f"epochs={args.repeat + 1}, seed=0)",
-                setup,
+    floor = floor_code(run)
+    epochs = 4 * args.repeat + 4  # every planned epoch stays a pruning epoch (delta = 0.875)
+    samples: dict[str, list[dict]] = {"seta": [], "seta_noise": [], "floor": [], "sklearn": []}
+    for i in range(args.repeat):
+        for name, extra in (("seta", ""), ("seta_noise", ", noise=True")):
+            e = 1 + 2 * i + (name == "seta_noise")  # epoch e of one run: a new plan directory each
+            params = SETA.format(k=args.k, extra=extra)
+            # force: the run's settings are fixed by its first plan; the two variants alternate
+            code = f"s = plan_epoch(run, {e}, policy='seta', params={params}, epochs={epochs}, seed=0, force=True)"
+            time.sleep(args.idle)
+            samples[name].append(measure(code, setup))
+        time.sleep(args.idle)
+        samples["floor"].append(measure(*floor))
+        if args.sklearn:
+            base_n = min(args.n, args.baseline_n)
+            samples["sklearn"].append(
+                measure(
+                    f"KMeans(n_clusters={args.k}, random_state=0).fit(loss.reshape(-1, 1))",
+                    f"""
+                    import numpy as np
+                    from sklearn.cluster import KMeans
+                    loss = np.random.default_rng(0).lognormal(size={base_n}).astype(np.float32)
+                    """,
+                )
             )
+        print(f"repetition {i + 1}: " + ", ".join(f"{k} {v[-1]['wall_s']:.2f} s" for k, v in samples.items() if v))
+    seta, noisy, base = (summarize(k, samples[k]) for k in ("seta", "seta_noise", "floor"))
+    seta["what"] = f"plan_epoch SeTa (r=0, k={args.k}, alpha=0.5): read table, policy, write plan + stage files"
+    noisy["what"] = "the same with noise=True (the noise rule in front of SeTa)"
+    base["what"] = "floor: read uid, last_loss, seen (pyarrow, memory-mapped) + np.sort of the losses"
+    for row in (seta, noisy, base):
+        row["median_over_floor"] = row["median_s"] / base["median_s"]
+    figures = {
+        "n": args.n,
+        "seta_median_s": seta["median_s"],
+        "seta_peak_rss_mb": seta["peak_rss_mb"],
+        "noise_median_s": noisy["median_s"],
+        "noise_peak_rss_mb": noisy["peak_rss_mb"],
+        "floor_median_s": base["median_s"],
+        "noise_time_ratio": noisy["median_s"] / seta["median_s"],
+        "noise_rss_ratio": noisy["peak_rss_mb"] / seta["peak_rss_mb"],
+        "seta_runs_s": [r["wall_s"] for r in samples["seta"]],
+        "noise_runs_s": [r["wall_s"] for r in samples["seta_noise"]],
+        "floor_runs_s": [r["wall_s"] for r in samples["floor"]],
+    }
+    notes = [
+        f"{args.repeat} fresh-process runs of each, alternating. SeTa: median {seta['median_s']:.2f} s "
+        f"({seta['median_over_floor']:.2f}x the floor measured beside it), peak RSS {seta['peak_rss_mb']:,.0f} MB. "
+        f"noise=True: {figures['noise_time_ratio']:.2f}x SeTa's median time, {figures['noise_rss_ratio']:.2f}x "
+        "its peak RSS.",
+    ]
+    if samples["sklearn"]:
+        sk = summarize("sklearn", samples["sklearn"])
+        est = sk["median_s"] * args.n / min(args.n, args.baseline_n)
+        figures["sklearn_median_s"], figures["sklearn_extrapolated_s"] = sk["median_s"], est
+        notes.append(
+            f"scikit-learn KMeans(k={args.k}) on {min(args.n, args.baseline_n):,} losses: median "
+            f"{sk['median_s']:.2f} s, {est:.1f} s extrapolated to {args.n:,} ({est / seta['median_s']:.1f}x "
+            "SeTa's whole plan)."
         )
-        base.append(
-            measure(
-                f"""
-                KMeans(n_clusters={args.k}, random_state=0).fit(loss.reshape(-1, 1))
-                """,
-                f"""
-                import numpy as np
-                from sklearn.cluster import KMeans
-                loss = np.random.default_rng(0).lognormal(size={base_n}).astype(np.float32)
-                """,
-            )
+    print(f"## Planning one SeTa epoch of {args.n:,} samples ({machine()})\n")
+    rows = [seta, noisy, base]
+    for row in rows:
+        print(
+            f"{row['what']}: median {row['median_s']:.2f} s ({row['min_s']:.2f} - {row['max_s']:.2f}), "
+            f"{row['median_over_floor']:.2f}x floor, peak RSS {row['peak_rss_mb']:.0f} MB"
         )
-    walls = [r["wall_s"] for r in ours]
-    base_walls = [r["wall_s"] for r in base]
-    med, base_med = statistics.median(walls), statistics.median(base_walls)
-    rss = max(r["peak_rss_mb"] for r in ours)
-    scale = args.n / base_n
-    print(f"## Planning one SeTa epoch ({machine()}; {args.repeat} fresh-process runs)\n")
-    print("| what | N | wall s: median (min - max) | peak RSS MB |")
-    print("| --- | --- | --- | --- |")
-    print(
-        f"| seta_stream plan_epoch (SeTa, k={args.k}; {args.table_compression} table): read table, policy, "
-        f"write plan + stage lookup | {args.n:,} | {med:.2f} ({min(walls):.2f} - {max(walls):.2f}) | {rss:.0f} |"
-    )
-    print(
-        f"| baseline: sklearn KMeans fit only (reference's clustering call) | {base_n:,} | "
-        f"{base_med:.2f} ({min(base_walls):.2f} - {max(base_walls):.2f}) | "
-        f"{max(r['peak_rss_mb'] for r in base):.0f} |"
-    )
-    print(f"\nruns, in order: {', '.join(f'{w:.2f}' for w in walls)} s")
-    est = base_med * scale
-    print(
-        f"\nBaseline extrapolated to N={args.n:,}: {est:.1f} s for the k-means call alone "
-        f"(reference's whole step, measured in algorithms.md §11: 285 s, 16.2 GB at 15M)."
-    )
-    print(
-        f"Speed-up (medians) vs the extrapolated k-means call: {est / med:.1f}x; "
-        f"vs the reference's whole step: {285 / med:.0f}x."
+    print("\n".join(notes))
+    res.write(
+        baseline=base,
+        rows=rows,
+        peak_rss_mb=max(seta["peak_rss_mb"], noisy["peak_rss_mb"]),
+        figures=figures,
+        notes=notes,
+        params=vars(args),
     )
 
 
