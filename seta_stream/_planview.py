@@ -22,9 +22,18 @@ with weight 1 (default), or, for score-free policies, kept iff their per-sample 
 below the keep fraction (the same draw the planner makes, docs/algorithms.md §0.2).
 
 A sample is found in the plan by its uid (``ids.sample_uid(shard, key)``, computed per sample:
-1.8 - 2.6 us in pure Python, against 0.1 us for the key dict of plans written by earlier
+1.4 - 4 us in pure Python, against 0.1 us for the key dict of plans written by earlier
 versions, which are read by key; a shard's decisions load in about 4 ms against 25 ms by key;
-docs/benchmarks.md, "Stage on an object store").
+docs/benchmarks.md, "Stage on an object store"). Two cases skip it:
+
+* a shard whose every sample, listed or not, gets the same decision (kept, weight 1, no score:
+  a full-data epoch, a shard a policy keeps whole) is decided once (:attr:`ShardDecisions.uniform`);
+  which of its samples the plan lists, for the counts, is worked out afterwards from the keys
+  seen, hashed all at once (:meth:`ShardDecisions.count_unlisted`);
+* a reader that knows a shard's keys before reading it (``read_kept``, from the shard's index)
+  decides them all at once (:meth:`ShardDecisions.decide_all`, uids hashed with NumPy).
+
+Either way every sample gets exactly the decision :meth:`ShardDecisions.decide` gives it.
 """
 
 from __future__ import annotations
@@ -35,10 +44,14 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ._plans import read_stage_lookup
 from ._runfs import RunDir
 from ._state import current_epoch
-from .ids import sample_uid, shard_name
+from .ids import sample_uid, sample_uids, shard_name
 from .policies.random_draws import uniform_of
 
 __all__ = [
@@ -49,6 +62,7 @@ __all__ = [
     "StageCounts",
     "stage_counters",
     "tally",
+    "tally_all",
     "kept_samples",
 ]
 
@@ -88,6 +102,17 @@ def tally(counts: Counter[str], decision: Decision) -> None:
     counts["kept" if decision.keep else "dropped"] += 1
 
 
+def tally_all(counts: Counter[str], decisions: Iterable[Decision]) -> None:
+    """:func:`tally` of many decisions at once."""
+    pairs = Counter((d.keep, d.known) for d in decisions)
+    kept = pairs[True, True] + pairs[True, False]
+    dropped = pairs[False, True] + pairs[False, False]
+    counts.update(kept=kept, dropped=dropped, absent_kept=pairs[True, False], absent_dropped=pairs[False, False])
+
+
+#: keys held at most before the keys of a uniformly decided shard are counted (bounds memory)
+_PENDING_KEYS = 1 << 16
+
 _LOCK = threading.Lock()
 _ITERATORS: list[StageCounts] = []
 
@@ -105,13 +130,42 @@ def stage_counters() -> dict[str, int]:
 def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Counter[str]) -> Iterator[dict[str, Any]]:
     """The samples (with ``__url__`` and ``__key__``) that ``view`` keeps, with ``__weight__``
     (and ``__score__``) attached, each counted into ``counts``: what ``keep_filter`` does, and
-    ``read_kept`` on a shard it streams."""
+    ``read_kept`` on a shard it streams.
+
+    The shard's decisions are looked up once per run of samples from one URL. A shard whose
+    every sample gets the same decision (:attr:`ShardDecisions.uniform`) is not looked up per
+    sample: its keys are kept aside and counted as listed or absent when the shard's run ends."""
     has_score = view.has_score
     # hot loop: the counts are local integers, added to ``counts`` at the end
     kept = dropped = absent_kept = absent_dropped = 0
+    url: Any = None
+    plan: ShardDecisions | None = None
+    uniform: Decision | None = None
+    pending: list[str] = []  # keys of the current run of a uniformly decided shard
+
+    def settle() -> int:  # absent samples among the pending keys; clears them
+        assert plan is not None
+        absent = plan.count_unlisted(pending)
+        pending.clear()
+        return absent
+
     try:
         for sample in samples:
-            decision = view.shard_of(sample["__url__"]).decide(sample["__key__"])
+            if sample["__url__"] != url:
+                if pending:
+                    absent_kept += settle()
+                url = sample["__url__"]
+                plan = view.shard_of(url)
+                uniform = plan.uniform
+            if uniform is not None:  # kept, weight 1.0, no score, whatever the key
+                pending.append(sample["__key__"])
+                if len(pending) >= _PENDING_KEYS:
+                    absent_kept += settle()
+                kept += 1
+                sample["__weight__"] = uniform.weight
+                yield sample
+                continue
+            decision = plan.decide(sample["__key__"])  # type: ignore[union-attr]
             if not decision.known:  # absent from the plan: decided by the plan's absent rule
                 if decision.keep:
                     absent_kept += 1
@@ -124,6 +178,8 @@ def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Coun
             decision.attach(sample, has_score)
             yield sample
     finally:
+        if pending:
+            absent_kept += settle()
         counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
 
 
@@ -136,10 +192,15 @@ class ShardDecisions:
         self.keeps_all = view.shard_keeps_all(shard)  # every sample of it is kept: nothing to skip
 
     @cached_property
+    def rows(self) -> pa.RecordBatch | pa.Table | None:
+        """The plan's rows of the shard (None if it lists none), read on first use."""
+        return self.view.stage.shard_rows(self.shard)
+
+    @cached_property
     def listed(self) -> dict[Any, Decision]:
         """uid (or key, for plans written by earlier versions) -> Decision of the samples the
         plan lists (read on first use)."""
-        return self.view.known_decisions(self.shard)
+        return self.view.decisions_of(self.rows)
 
     @cached_property
     def known(self) -> KnownByKey | dict[str, Decision]:
@@ -148,6 +209,44 @@ class ShardDecisions:
             return self.listed
         return KnownByKey(self.shard, self.listed)
 
+    @cached_property
+    def uniform(self) -> Decision | None:
+        """The decision of every sample of the shard when all get the same one: kept with
+        weight 1.0 and no score, listed or not (``known`` is that of a listed sample); None
+        otherwise. The plan's rows are checked once (all kept, every weight 1.0)."""
+        view = self.view
+        if not self.keeps_all or view.has_score or view.identity != "uid":
+            return None
+        rows = self.rows
+        if rows is not None and rows.num_rows:
+            low, high = pc.min_max(rows.column("weight")).values()
+            if not (low.as_py() == high.as_py() == 1.0 and pc.all(rows.column("keep")).as_py()):
+                return None
+        return _KEPT_WHOLE
+
+    @cached_property
+    def listed_uids(self) -> np.ndarray:
+        """uids of the samples the plan lists (uint64)."""
+        rows = self.rows
+        if rows is None:
+            return np.zeros(0, np.uint64)
+        return rows.column("uid").to_numpy(zero_copy_only=False)
+
+    def count_unlisted(self, keys: list[str]) -> int:
+        """How many of ``keys`` (samples of this shard, repeats counted) the plan does not list
+        (uids hashed all at once; plans of earlier versions: looked up by key)."""
+        if not keys:
+            return 0
+        if self.view.identity == "key":
+            listed = self.listed
+            return sum(1 for k in keys if k not in listed)
+        return int(np.count_nonzero(~np.isin(self._uids(keys), self.listed_uids)))
+
+    def _uids(self, keys: list[str]) -> np.ndarray:
+        names = pa.array([self.shard], pa.string())
+        shards = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(keys), np.int32)), names)
+        return sample_uids(shards, pa.array(keys, pa.string()))
+
     def decide(self, key: str) -> Decision:
         if self.view.identity == "key":
             hit = self.listed.get(key)
@@ -155,6 +254,21 @@ class ShardDecisions:
         uid = sample_uid(self.shard, key)
         hit = self.listed.get(uid)
         return hit if hit is not None else self.view.absent_uid(uid)
+
+    def decide_all(self, keys: list[str]) -> list[Decision]:
+        """``[decide(k) for k in keys]``, the uids hashed all at once (for a reader that knows
+        the shard's keys before reading it)."""
+        if self.view.identity == "key" or len(keys) < 16:
+            return [self.decide(k) for k in keys]
+        uids = self._uids(keys).tolist()
+        out = list(map(self.listed.get, uids))
+        if None in out:
+            absent = self.view.absent_uid
+            out = [d if d is not None else absent(u) for d, u in zip(out, uids)]
+        return out
+
+
+_KEPT_WHOLE = Decision(True, 1.0, None, True)
 
 
 class KnownByKey:
@@ -253,7 +367,10 @@ class PlanView:
     def known_decisions(self, shard: str) -> dict[Any, Decision]:
         """uid (or key, for plans of earlier versions: see ``identity``) -> Decision of every
         sample of ``shard`` the plan lists."""
-        rows = self.stage.shard_rows(shard)
+        return self.decisions_of(self.stage.shard_rows(shard))
+
+    def decisions_of(self, rows: pa.RecordBatch | pa.Table | None) -> dict[Any, Decision]:
+        """identity -> Decision of the plan's rows of one shard (:meth:`known_decisions`)."""
         if rows is None:
             return {}
         idents = rows.column(self.identity).to_pylist()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import LossRecorder, RunDir, RunFormatError, compact, load_plan, plan_epoch
-from seta_stream._planview import KnownByKey, PlanView
+from seta_stream import _planview as planview
+from seta_stream._planview import Decision, KnownByKey, PlanView, kept_samples, tally
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code
 
@@ -258,3 +260,81 @@ def test_a_stage_file_that_does_not_match_shards_arrow_is_refused(tmp_path):
     (d / "stage.arrow").write_bytes(data[: rows["shard-003.tar"]["offset"] + 16])
     with pytest.raises(RunFormatError, match=r"cannot read the rows of shard 'shard-003.tar' at bytes \[\d+, \d+\)"):
         PlanView(run, 1).decide("shard-003.tar", "img/3/00000_word_0")
+
+
+def one_by_one(view, samples):
+    """What kept_samples yields and counts, decided sample by sample with ``view.decide``."""
+    out, counts = [], Counter()
+    for s in samples:
+        d = view.decide(s["__url__"].rsplit("/", 1)[1], s["__key__"])
+        tally(counts, d)
+        if d.keep:
+            s = dict(s)
+            d.attach(s, view.has_score)
+            out.append(s)
+    return [no_nan(s) for s in out], +counts
+
+
+def no_nan(sample):
+    return {k: "NaN" if v != v else v for k, v in sample.items()}
+
+
+def streamed(run, epoch, samples):
+    counts = Counter()
+    out = list(kept_samples(iter([dict(s) for s in samples]), PlanView(run, epoch), counts))
+    return [no_nan(s) for s in out], +counts
+
+
+def samples_of(shards):
+    """Samples as a tar reader yields them (no data): listed keys, unknown ones, a key that comes
+    back later in its shard (another sample of the same identity), shards in runs."""
+    out = []
+    for s, n in shards:
+        keys = [f"img/{s}/{i:05d}_word_{i % 7}" for i in range(n)] + [f"new/{s}/{i}" for i in range(5)]
+        keys.append(keys[0])
+        out += [{"__key__": k, "__url__": f"/data/shard-{s:03d}.tar"} for k in keys]
+    return out
+
+
+@pytest.mark.parametrize("policy", ["full", "test_many_weights", "random", "test_varied"])
+def test_kept_samples_decides_each_sample_as_decide_does(tmp_path, policy, monkeypatch):
+    run = recorded_run(tmp_path / "r")
+    plan_epoch(run, 1, policy=policy, params={"r": 0.4} if policy == "random" else {}, epochs=3, seed=1)
+    view = PlanView(run, 1)
+    uniform = {s: view.shard(f"shard-{s:03d}.tar").uniform for s in range(5)}
+    # full: every sample of every shard kept with weight 1, listed or not: one decision a shard. The
+    # others keep with other weights than 1 (many_weights keeps everything) or drop; shard 4, which the
+    # plan does not list, is kept whole where the absent rule keeps (not random's, which draws);
+    # test_varied's plans have scores, one a sample
+    whole = Decision(True, 1.0, None, True)
+    expected_uniform = {"full": [whole] * 5, "test_many_weights": [None] * 4 + [whole]}
+    assert list(uniform.values()) == expected_uniform.get(policy, [None] * 5)
+    # shard 4 is unknown to the plan; shard 1 comes back after shard 2
+    samples = samples_of([(0, 100), (1, 70), (2, 130), (1, 70), (4, 3), (3, 90)])
+    expected = one_by_one(PlanView(run, 1), samples)
+    assert streamed(run, 1, samples) == expected
+    if policy == "full":
+        # 6 runs of a shard with 5 new keys each; shard 4's 3 keys and its repeated first key
+        assert expected[1] == {"kept": 499, "absent_kept": 6 * 5 + 4}
+    monkeypatch.setattr(planview, "_PENDING_KEYS", 7)  # the keys of a shard counted in several parts
+    assert streamed(run, 1, samples) == expected
+
+
+@pytest.mark.parametrize("policy", ["random", "test_varied", "seta"])
+def test_decide_all_equals_decide(tmp_path, policy):
+    run = recorded_run(tmp_path / "r")
+    if policy == "seta":  # a bernoulli absent rule: unknown samples are drawn
+        plan_epoch(RunDir(tmp_path / "e", create=True), 0, policy="seta", params={"r": 0.3, "k": 3}, epochs=5, seed=2)
+        run, epoch = RunDir(tmp_path / "e"), 0
+    else:
+        plan_epoch(run, 1, policy=policy, params={"r": 0.4} if policy == "random" else {}, epochs=3, seed=1)
+        epoch = 1
+    decided = []
+    for s, n in [(0, 100), (2, 130), (7, 20)]:
+        keys = [f"img/{s}/{i:05d}_word_{i % 7}" for i in range(n)] + [f"new/{i}" for i in range(40)] + ["", "é/ü"]
+        decisions = PlanView(run, epoch).shard(f"shard-{s:03d}.tar").decide_all(keys)
+        assert decisions == [PlanView(run, epoch).decide(f"shard-{s:03d}.tar", k) for k in keys]
+        decided += decisions
+    assert {(d.keep, d.known) for d in decided} == {(True, True), (False, True), (True, False), (False, False)} - (
+        {(False, False)} if policy == "test_varied" else set()  # its absent rule keeps
+    ) - ({(True, True), (False, True)} if policy == "seta" else set())  # an empty run: nothing listed
