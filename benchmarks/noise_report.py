@@ -871,7 +871,7 @@ README_BEGIN, README_END = "<!-- noise-summary:begin -->", "<!-- noise-summary:e
 
 
 def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") -> list[str]:
-    """README's summary of the measurement in ``folder``: the targets that every seed of a
+    """docs/results.md's summary of the measurement in ``folder``: the targets that every seed of a
     configuration has measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
     machines, used, _ = split_runs(files)
     m = machines.get("noise-pairs")
@@ -893,7 +893,7 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
 
 
 def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[str]:
-    """README's block: the targets of the study with the most finished pairs runs (one machine), and
+    """docs/results.md's block: the targets of the study with the most finished pairs runs (one machine), and
     a line naming each other machine's study, whose section is in docs/quality-pairs.md."""
 
     def where(folder: Path) -> str:
