@@ -13,7 +13,10 @@ Gaps are paired by seed: the gap of a configuration to a reference is the mean o
 both have of (its value - the reference's value on the same seed), the per-seed gaps in
 brackets. A gap is *beyond the noise* when it has at least 2 seeds, every seed's gap has the
 same sign, and its magnitude exceeds 2 SE (SE = standard deviation of the per-seed gaps /
-sqrt(seeds)).
+sqrt(seeds); with 2 seeds half their difference, so 2 SE is the difference between the seeds).
+A target is *met* only where the mean clears its bar by 2 SE (mean - 2 SE at or above it; for a
+bar to stay under, mean + 2 SE under it); where only the mean clears it the verdict is *mean
+above (under), not resolved*; with one seed, *open (1 seed)*.
 """
 
 from __future__ import annotations
@@ -362,7 +365,9 @@ def _rule_lines() -> list[str]:
         "delivered exactly each plan's kept samples; crashed runs, runs cut short at a deadline, diverged "
         "runs and runs from another machine are listed at the end, not averaged in. Gaps are paired by seed: "
         "mean over the seeds of (run - reference on the same seed), per-seed gaps in brackets; *beyond the "
-        "noise* = every seed the same sign and |mean| > 2 SE (SE = SD of the per-seed gaps / sqrt(seeds)).",
+        "noise* = every seed the same sign and |mean| > 2 SE (SE = SD of the per-seed gaps / sqrt(seeds)). A "
+        "target is *met* only where mean - 2 SE clears its bar (mean + 2 SE for a bar to stay under); where only "
+        "the mean clears it: *mean above (under), not resolved*; one seed: *open (1 seed)*.",
         "",
     ]
 
@@ -579,7 +584,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                     "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
                     f"{_name(k)} {_setting(k)}",
                     f"{gap.text()} points at {pruned:.1f}% pruned ({gap.noise_text()})",
-                    _verdict(gap.mean, TARGET_R1_GAIN, gap.n, "points"),
+                    _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points"),
                 ]
             )
     # 2-4. per rule configuration: mismatched share after warm-up, precision, recall
@@ -594,7 +599,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
             )
         else:
             m = float(np.mean(share))
-            verdict = _verdict(-m, -TARGET_MISMATCHED, len(v), "points", scale=100)
+            verdict = _verdict(share, TARGET_MISMATCHED, "points", scale=100, under=True)
             rows.append(
                 [
                     "mismatched < 5% of trained pairs after the warm-up",
@@ -614,7 +619,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                     f"{what} of the suspected set >= 0.9",
                     name,
                     f"{m:.3f} ({', '.join(f'{x:.3f}' for x in vals)})",
-                    _verdict(m, TARGET_PR, len(v), ""),
+                    _verdict(vals, TARGET_PR, ""),
                 ]
             )
     # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
@@ -643,7 +648,10 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                 ]
             )
         else:
-            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", "met"])
+            verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
+            if verdict.startswith("missed"):  # below, within the noise
+                verdict = "mean below, not resolved" + _silent(v, k)
+            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict])
     out = [
         "#### Targets (issue 26)",
         "",
@@ -676,14 +684,30 @@ def _under_from(v: list[dict]) -> str:
     return f"; under 5% in every epoch from e{e0} on, above it in the rule's first active epochs ({before})"
 
 
-def _verdict(value: float, target: float, seeds: int, unit: str, scale: float = 1.0) -> str:
-    """met / missed by how much (``value >= target`` is met); open with fewer than 2 seeds."""
-    if seeds < 2:
+def _verdict(values: list[float], target: float, unit: str, scale: float = 1.0, under: bool = False,
+             strict: bool = False, digits: int | None = None) -> str:  # fmt: skip
+    """The verdict on a target from the per-seed values (or per-seed gaps): *met* only where the mean
+    clears ``target`` by 2 SE (mean - 2 SE >= target; ``under``: mean + 2 SE < target; ``strict``:
+    mean - 2 SE > target), *mean above (under), not resolved* where only the mean clears it, *missed by*
+    how much where the mean does not; open with fewer than 2 seeds. SE = SD (ddof 1) / sqrt(seeds): with
+    2 seeds, half their difference, so 2 SE is the difference between the seeds."""
+    if len(values) < 2:
         return "open (1 seed)"
-    if value >= target:
+    a = np.asarray(values, dtype=np.float64)
+    m, two_se = float(a.mean()), 2 * float(a.std(ddof=1)) / math.sqrt(len(a))
+    u = f" {unit}" if unit else ""
+    digits = digits if digits is not None else 1 if unit else 3
+    if under:
+        if m + two_se < target:
+            return "met"
+        if m < target:
+            return f"mean under, not resolved (mean + 2 SE = {(m + two_se) * scale:.{digits}f}{u})"
+        return f"missed by {(m - target) * scale:.{digits}f}{u}"
+    if m - two_se > target or (m - two_se == target and not strict):
         return "met"
-    short = (target - value) * scale
-    return f"missed by {short:.1f} {unit}".rstrip() if unit else f"missed by {short:.3f}"
+    if m > target or (m == target and not strict):
+        return f"mean above, not resolved (mean - 2 SE = {(m - two_se) * scale:.{digits}f}{u})"
+    return f"missed by {(target - m) * scale:.{digits}f}{u}"
 
 
 def _cal_lines(cals: dict, study: str) -> list[str]:
@@ -788,13 +812,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
                 verdict = (
-                    "open (1 seed)"
-                    if gap.n < 2
-                    else "met"
-                    if gap.mean > 0 and gap.beyond_noise()
-                    else f"missed: {gap.mean:+.2f} points, not above full data beyond the noise"
-                    if gap.n
-                    else "open"
+                    _verdict(list(gap.per_seed.values()), 0.0, "points", strict=True, digits=2) if gap.n else "open"
                 )
                 targets.append(
                     [what, f"{_name(k)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", verdict]
