@@ -16,7 +16,19 @@ cross-entropy of column i, unweighted. Their batch mean is exactly CLIP's loss, 
 other policies). Why a loss that depends on the rest of the batch still ranks pairs: see
 README.md, "Image-text pairs (contrastive training)".
 
-    python examples/train_pairs.py --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 6
+The last batch of an epoch holds ``kept % batch_size`` pairs, a different count every epoch
+when a policy keeps a different number of pairs. Its loss is divided by the nominal batch size
+(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 pairs makes a step 3/B the size of a
+full one instead of a full-size step on 3 pairs' gradient, which threw models off
+(docs/algorithms.md §0.10); every kept pair is still trained once per epoch.
+
+Each configuration trains in a run directory of its own under ``--run-dir``, named after the
+policy and its parameters (``random-r0.19-noise``, ``random-r0.19-noise-log1p``, ``full``), with
+its result file ``<name>.json`` beside it.
+
+    python tools/make_pair_shards.py --out demo-out/pairs --train 10000 --test 1000 --shard-size 1000
+    python examples/train_pairs.py --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 10 \
+        --policy random --params '{"r": 0.19}' --noise
 """
 
 from __future__ import annotations
@@ -26,8 +38,11 @@ import glob
 import json
 import math
 import os
+import shlex
 import shutil
+import sys
 import time
+import warnings
 import zlib
 
 import numpy as np
@@ -190,8 +205,21 @@ def lr_at(t: float, epochs: int, peak: float) -> float:
     return peak * (t / w if t < w else 0.5 * (1 + math.cos(math.pi * min(1.0, (t - w) / (epochs - w)))))
 
 
+def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
+    """``pruner.start_epoch(epoch)``, less its ``small_final_batch`` warning: this loop divides every
+    batch's loss by the nominal batch size, the remedy that warning names. Other warnings pass."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = pruner.start_epoch(epoch)
+    for w in caught:
+        if getattr(w.message, "code", None) != "small_final_batch":
+            warnings.warn(w.message, stacklevel=2)
+    return summary
+
+
 def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=print) -> dict:
-    """Train one model with ``policy``; per epoch: kept, trained, loss, mismatched share, recall.
+    """Train one model with ``policy``; per epoch: kept, trained, loss, mismatched share, recall,
+    the number of steps and the length of the last batch.
 
     ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch.
     """
@@ -203,16 +231,22 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
     model = Clip()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
     pruner = seta.Pruner(
-        run_dir, policy=policy, params=params, epochs=args.epochs, seed=args.seed, population=list_samples(train)
+        run_dir,
+        policy=policy,
+        params=params,
+        epochs=args.epochs,
+        seed=args.seed,
+        population=list_samples(train),
+        batch_size=args.batch_size,  # the plan summary records it (seta-stream inspect shows it)
     )
     loader = train_loader(train, run_dir, args.batch_size, args.workers, args.seed)
     rows, delivered = [], []
     t_run = time.perf_counter()
     for epoch in range(args.epochs):
         t0 = time.perf_counter()
-        summary = pruner.start_epoch(epoch)  # (3) compact + plan, before iter(loader)
+        summary = start_epoch(pruner, epoch)  # (3) compact + plan, before iter(loader)
         steps = max(1, math.ceil(summary["kept"] / args.batch_size))
-        step = seen = noisy_seen = learnt = noisy_learnt = 0
+        step = seen = noisy_seen = learnt = noisy_learnt = last_batch = 0
         loss_sum = 0.0
         keys_this_epoch: list[tuple[str, str]] = []
         bar = tqdm(total=summary["kept"], desc=f"{policy} epoch {epoch}", unit="pair", leave=False, disable=args.quiet)
@@ -222,7 +256,9 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
             losses = pair_losses(model(x, text))
             pruner.record(keys, urls, losses)  # (2) unweighted per-pair losses
             opt.zero_grad(set_to_none=True)
-            seta.weighted_mean(losses, w).backward()  # CLIP loss; InfoBatch's 1/(1-r) on rescaled pairs
+            # CLIP loss with InfoBatch's 1/(1-r) on rescaled pairs, summed and divided by the nominal
+            # batch size: a short last batch makes a step in proportion to its pairs
+            seta.weighted_mean(losses, w, batch_size=args.batch_size).backward()
             opt.step()
             pairs = [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
             noisy_seen += sum(p in noise for p in pairs)
@@ -233,6 +269,7 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
                 keys_this_epoch += pairs
             step += 1
             seen += len(keys)
+            last_batch = len(keys)
             loss_sum += float(losses.detach().sum())
             bar.update(len(keys))
         bar.close()
@@ -249,6 +286,8 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
                 "mismatched_share": noisy_seen / max(seen, 1),
                 "learnt": learnt,
                 "mismatched_learnt": noisy_learnt,
+                "steps": step,
+                "last_batch": last_batch,
                 "noise_suspected": summary.get("noise_suspected"),
                 "loss": loss_sum / max(seen, 1),
                 "logit_scale": float(model.logit_scale.detach().exp()),
@@ -336,32 +375,81 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def run_name(policy: str, params: dict) -> str:
+    """The run directory's name: the policy, then every parameter, the noise rule's last (``True``: the
+    name alone, a string: the value alone): ``random`` with ``{"r": 0.19, "noise": True, "noise_scale":
+    "log1p"}`` -> ``random-r0.19-noise-log1p``. Two configurations never share a run directory."""
+    parts = [policy]
+    for k in sorted(params, key=lambda k: (k.startswith("noise"), k)):
+        v = params[k]
+        parts.append(k if v is True else f"no-{k}" if v is False else str(v) if isinstance(v, str) else f"{k}{v}")
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
+
+
+def seta_stream_cli() -> str:
+    """The ``seta-stream`` command installed beside this Python, as an absolute path (runs from any folder)."""
+    exe = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "seta-stream")
+    return exe if os.path.exists(exe) else shutil.which("seta-stream") or "seta-stream"
+
+
+def r1(result_or_row: dict) -> float:
+    """Recall@1 in %: the mean of image->text and text->image on the clean held-out pairs."""
+    return 50.0 * (result_or_row["i2t_r1"] + result_or_row["t2i_r1"])
+
+
+def report(results: list[dict]) -> list[str]:
+    """The comparison table of ``main``: one line per run, then what each trained."""
+    lines = [
+        "  run                                pruned %   pairs trained   R@1 final   R@1 best (epoch)   wall s",
+    ]
+    for r in results:
+        best = max(r["rows"], key=r1)
+        trained = sum(row["trained"] for row in r["rows"])
+        lines.append(
+            f"  {os.path.basename(r['run_dir']):<34} {100 * r['pruned']:8.1f}   {trained:13,}   {r1(r):9.1f}"
+            f"   {r1(best):8.1f} ({best['epoch']:>2})     {r['seconds']:6.0f}"
+        )
+    lines.append(
+        "  R@1: mean of image->text and text->image recall@1 on the clean held-out pairs, in %; "
+        "same data, epochs, seed and initialisation"
+    )
+    full = [r for r in results if r["policy"] == "full" and not r["params"]]
+    if full:
+        base = sum(row["trained"] for row in full[0]["rows"])
+        for r in results:
+            if r is not full[0]:
+                trained = sum(row["trained"] for row in r["rows"])
+                lines.append(
+                    f"  {os.path.basename(r['run_dir'])} trained {100 * trained / base:.1f}% of the pairs full data "
+                    f"trained ({trained:,} of {base:,}); R@1 {r1(r) - r1(full[0]):+.1f} points at the end"
+                )
+    return lines
+
+
+def main(argv: list[str] | None = None, keep_keys: bool = False) -> list[dict]:
+    """Train the chosen policy, then full data; print the comparison and the follow-up commands.
+    ``keep_keys``: the results also hold the (shard, key) pairs delivered in every epoch."""
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
     params = policy_params(args)
-    name = args.policy + ("-noise" if params.get("noise") else "")
-    results = [run(args, args.policy, params, os.path.join(args.run_dir, name))]
-    if not args.no_compare and (args.policy != "full" or params):
-        results.append(run(args, "full", {}, os.path.join(args.run_dir, "full")))
-
-    print("\n  policy      pruned %   R@1 i2t   R@1 t2i   R@5 i2t   R@5 t2i   wall s   (same epochs, seed, init)")
+    run_root = os.path.abspath(args.run_dir)
+    name = run_name(args.policy, params)
+    results = [run(args, args.policy, params, os.path.join(run_root, name), keep_keys)]
+    if not args.no_compare and name != "full":
+        results.append(run(args, "full", {}, os.path.join(run_root, "full"), keep_keys))
     for r in results:
-        label = r["policy"] + ("+noise" if r["params"].get("noise") else "")
-        print(
-            f"  {label:<10} {100 * r['pruned']:8.1f}  {100 * r['i2t_r1']:8.1f}  {100 * r['t2i_r1']:8.1f}"
-            f"  {100 * r['i2t_r5']:8.1f}  {100 * r['t2i_r5']:8.1f}  {r['seconds']:7.0f}"
-        )
-    print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{name}.png")
+        with open(r["run_dir"] + ".json", "w") as fh:  # beside its run directory
+            json.dump({k: v for k, v in r.items() if k != "delivered"}, fh, indent=1)
+
+    print("\n" + "\n".join(report(results)))
+    cli, run_dir = shlex.quote(seta_stream_cli()), results[0]["run_dir"]
+    print(f"\n  inspect:  {cli} inspect {shlex.quote(run_dir)} --plot {shlex.quote(run_dir + '.png')}")
     if params.get("noise"):
-        truth = os.path.join(args.data, "noise.parquet")
+        truth = os.path.abspath(os.path.join(args.data, "noise.parquet"))
         print(
-            f"  suspects: .venv/bin/seta-stream suspects {results[0]['run_dir']} --out {args.run_dir}/suspects.parquet"
-            + (f" --truth {truth}" if os.path.exists(truth) else "")
+            f"  suspects: {cli} suspects {shlex.quote(run_dir)} --out {shlex.quote(run_dir + '-suspects.parquet')}"
+            + (f" --truth {shlex.quote(truth)}" if os.path.exists(truth) else "")
         )
-    os.makedirs(args.run_dir, exist_ok=True)
-    with open(os.path.join(args.run_dir, "results.json"), "w") as fh:
-        json.dump(results, fh, indent=1)
     return results
 
 

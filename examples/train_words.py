@@ -5,6 +5,17 @@ The complete loop a user adopts (three seta_stream calls: the stage in the pipel
 the chosen policy and once with ``full`` (same seed, same model init, same code path), then a
 side-by-side comparison. CPU only; data from ``tools/make_word_shards.py``.
 
+The last batch of an epoch holds ``kept % batch_size`` samples, a different count every epoch
+when a policy keeps a different number of samples. Its loss is divided by the nominal batch size
+(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 samples makes a step 3/B the size of
+a full one instead of a full-size step on 3 samples' gradient, which threw models off
+(docs/algorithms.md §0.10); every kept sample is still trained once per epoch.
+
+Each configuration trains in a run directory of its own under ``--run-dir``, named after the
+policy and its parameters (``seta-r0.1-k5-alpha0.6-delta0.875``, ``full``), with its result file
+``<name>.json`` beside it.
+
+    python tools/make_word_shards.py --out demo-out/data --train 24000 --test 2400
     python examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6
 """
 
@@ -14,8 +25,11 @@ import argparse
 import glob
 import json
 import os
+import shlex
 import shutil
+import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -60,6 +74,8 @@ def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, s
         .decode("l8")
         .to_tuple("png", "cls", "__key__", "__url__", "__weight__")
         .map_tuple(to_tensor, int)
+        # partial: every kept sample is trained once per epoch; its loss is divided by the nominal
+        # batch size in the step (the remedy for a short last batch)
         .batched(batch_size, partial=True)
     )
     return wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
@@ -84,7 +100,24 @@ def evaluate(model: nn.Module, urls: list[str], batch_size: int) -> float:
     return correct / max(total, 1)
 
 
-def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str) -> dict:
+def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
+    """``pruner.start_epoch(epoch)``, less its ``small_final_batch`` warning: this loop divides every
+    batch's loss by the nominal batch size, the remedy that warning names. Other warnings pass."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = pruner.start_epoch(epoch)
+    for w in caught:
+        if getattr(w.message, "code", None) != "small_final_batch":
+            warnings.warn(w.message, stacklevel=2)
+    return summary
+
+
+def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=print) -> dict:
+    """Train one model with ``policy``; per epoch: kept, trained, loss, test accuracy, the number of
+    steps and the length of the last batch.
+
+    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch.
+    """
     info = json.load(open(os.path.join(args.data, "info.json")))
     train = sorted(glob.glob(os.path.join(args.data, "stmj-train-*.tar")))
     test = sorted(glob.glob(os.path.join(args.data, "stmj-test-*.tar")))
@@ -96,23 +129,36 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str) -> di
     # epoch-based schedule: the number of steps per epoch varies with pruning
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
     pruner = seta.Pruner(
-        run_dir, policy=policy, params=params, epochs=args.epochs, seed=args.seed, population=list_samples(train)
+        run_dir,
+        policy=policy,
+        params=params,
+        epochs=args.epochs,
+        seed=args.seed,
+        population=list_samples(train),
+        batch_size=args.batch_size,  # the plan summary records it (seta-stream inspect shows it)
     )
     loader = train_loader(train, run_dir, args.batch_size, args.workers, args.seed)
-    rows = []
+    rows, delivered = [], []
     t_run = time.perf_counter()
     for epoch in range(args.epochs):
         t0 = time.perf_counter()
-        summary = pruner.start_epoch(epoch)  # (3) compact + plan, before iter(loader)
-        seen = loss_sum = 0.0
+        summary = start_epoch(pruner, epoch)  # (3) compact + plan, before iter(loader)
+        seen = steps = last_batch = 0
+        loss_sum = 0.0
+        keys_this_epoch: list[tuple[str, str]] = []
         bar = tqdm(total=summary["kept"], desc=f"{policy} epoch {epoch}", unit="img", leave=False, disable=args.quiet)
         for x, y, keys, urls, w in loader:
             losses = F.cross_entropy(model(x), torch.as_tensor(y), reduction="none")
             pruner.record(keys, urls, losses)  # (2) unweighted per-sample losses
             opt.zero_grad(set_to_none=True)
-            seta.weighted_mean(losses, w).backward()
+            # weighted sum over the nominal batch size: a short last batch makes a step in proportion to its samples
+            seta.weighted_mean(losses, w, batch_size=args.batch_size).backward()
             opt.step()
+            if keep_keys:
+                keys_this_epoch += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+            steps += 1
             seen += len(keys)
+            last_batch = len(keys)
             loss_sum += float(losses.detach().sum())
             bar.update(len(keys))
         bar.close()
@@ -125,73 +171,153 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str) -> di
                 "phase": summary["phase"],
                 "kept": summary["kept"],
                 "n": summary["n"],
-                "trained": int(seen),
+                "trained": seen,
+                "steps": steps,
+                "last_batch": last_batch,
+                "noise_suspected": summary.get("noise_suspected"),
                 "loss": loss_sum / max(seen, 1),
                 "acc": acc,
-                "train_s": train_s,
+                "train_s": round(train_s, 2),
             }
         )
-        print(
+        delivered.append(keys_this_epoch)
+        log(
             f"  [{policy:>5}] epoch {epoch}  {summary['phase']:<6} kept {100 * summary['kept'] / summary['n']:5.1f}%"
-            f"  train loss {loss_sum / max(seen, 1):.3f}  test acc {100 * acc:5.1f}%  {train_s:5.1f}s",
-            flush=True,
+            f"  train loss {loss_sum / max(seen, 1):.3f}"
+            + (f"  suspected {summary['noise_suspected']}" if "noise_suspected" in summary else "")
+            + f"  test acc {100 * acc:5.1f}%  {train_s:5.1f}s"
         )
     pruner.close()
     total = time.perf_counter() - t_run
     trained = sum(r["trained"] for r in rows)
     full = sum(r["n"] for r in rows)
-    return {
+    result = {
         "policy": policy,
         "params": params,
+        "seed": args.seed,
         "rows": rows,
         "acc": rows[-1]["acc"],
         "pruned": 1 - trained / full,
-        "seconds": total,
+        "seconds": round(total, 1),
         "run_dir": run_dir,
     }
+    if keep_keys:
+        result["delivered"] = delivered
+    return result
 
 
-def main(argv: list[str] | None = None) -> None:
+def policy_params(args: argparse.Namespace) -> dict:
+    if args.params:
+        params = json.loads(args.params)
+    elif args.policy == "seta":
+        params = dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
+    elif args.policy in ("random", "static", "infobatch"):
+        params = dict(r=args.r)
+    else:
+        params = {}
+    if args.noise:  # leave out the samples whose loss history says "noisy label" (docs/algorithms.md §12)
+        params["noise"] = True
+        if args.noise_scale != "loss":
+            params["noise_scale"] = args.noise_scale
+    return params
+
+
+def run_name(policy: str, params: dict) -> str:
+    """The run directory's name: the policy, then every parameter, the noise rule's last (``True``: the
+    name alone, a string: the value alone): ``random`` with ``{"r": 0.19, "noise": True, "noise_scale":
+    "log1p"}`` -> ``random-r0.19-noise-log1p``. Two configurations never share a run directory."""
+    parts = [policy]
+    for k in sorted(params, key=lambda k: (k.startswith("noise"), k)):
+        v = params[k]
+        parts.append(k if v is True else f"no-{k}" if v is False else str(v) if isinstance(v, str) else f"{k}{v}")
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
+
+
+def seta_stream_cli() -> str:
+    """The ``seta-stream`` command installed beside this Python, as an absolute path (runs from any folder)."""
+    exe = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "seta-stream")
+    return exe if os.path.exists(exe) else shutil.which("seta-stream") or "seta-stream"
+
+
+def report(results: list[dict]) -> list[str]:
+    """The comparison table of ``main``: one line per run, then what each trained."""
+    lines = ["  run                                pruned %   samples trained   acc final   acc best (epoch)   wall s"]
+    for r in results:
+        best = max(r["rows"], key=lambda row: row["acc"])
+        trained = sum(row["trained"] for row in r["rows"])
+        lines.append(
+            f"  {os.path.basename(r['run_dir']):<34} {100 * r['pruned']:8.1f}   {trained:15,}   {100 * r['acc']:9.1f}"
+            f"   {100 * best['acc']:8.1f} ({best['epoch']:>2})     {r['seconds']:6.0f}"
+        )
+    lines.append("  acc: test accuracy in %; same data, epochs, seed and initialisation")
+    full = [r for r in results if r["policy"] == "full" and not r["params"]]
+    if full:
+        base = sum(row["trained"] for row in full[0]["rows"])
+        for r in results:
+            if r is not full[0]:
+                trained = sum(row["trained"] for row in r["rows"])
+                lines.append(
+                    f"  {os.path.basename(r['run_dir'])} trained {100 * trained / base:.1f}% of the samples full data "
+                    f"trained ({trained:,} of {base:,}); accuracy {100 * (r['acc'] - full[0]['acc']):+.1f} points "
+                    "at the end"
+                )
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="demo-out/data", help="folder written by tools/make_word_shards.py")
     p.add_argument("--run-dir", default="demo-out/runs", help="parent folder of the run directories")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--policy", default="seta", help="policy to compare against full data")
-    p.add_argument("--r", type=float, default=0.1, help="SeTa/random: fraction removed by down-sampling")
+    p.add_argument("--r", type=float, default=0.1, help="SeTa/random/InfoBatch: r")
     p.add_argument("--k", type=int, default=5, help="SeTa: number of loss clusters")
     p.add_argument("--alpha", type=float, default=0.6, help="SeTa: window scale")
     p.add_argument("--delta", type=float, default=0.875, help="SeTa: share of pruning epochs")
+    p.add_argument("--params", help="policy parameters as JSON (overrides --r/--k/...), e.g. '{\"r\": 0.5}'")
+    p.add_argument(
+        "--noise",
+        action="store_true",
+        help="the noise rule (full, random, seta, infobatch): leave out samples whose loss stays in a high mode "
+        "(docs/algorithms.md §12); with --policy full it is the rule alone",
+    )
+    p.add_argument(
+        "--noise-scale",
+        choices=("loss", "log1p"),
+        default="loss",
+        help="with --noise: the scale the rule's mixture is fitted on (noise_scale, docs/algorithms.md §12.11)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU)")
     p.add_argument("--no-compare", action="store_true", help="skip the full-data run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return p
 
-    if args.policy == "seta":
-        params = dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
-    elif args.policy in ("random", "static"):
-        params = dict(r=args.r)
-    else:
-        params = {}
-    results = [run(args, args.policy, params, os.path.join(args.run_dir, args.policy))]
-    if not args.no_compare and args.policy != "full":
-        results.append(run(args, "full", {}, os.path.join(args.run_dir, "full")))
 
-    print("\n  policy   pruned %   test acc %   wall s   (same epochs, seed and model init)")
+def main(argv: list[str] | None = None, keep_keys: bool = False) -> list[dict]:
+    """Train the chosen policy, then full data; print the comparison and the follow-up commands.
+    ``keep_keys``: the results also hold the (shard, key) pairs delivered in every epoch."""
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
+    params = policy_params(args)
+    run_root = os.path.abspath(args.run_dir)
+    name = run_name(args.policy, params)
+    results = [run(args, args.policy, params, os.path.join(run_root, name), keep_keys)]
+    if not args.no_compare and name != "full":
+        results.append(run(args, "full", {}, os.path.join(run_root, "full"), keep_keys))
     for r in results:
-        print(f"  {r['policy']:<7} {100 * r['pruned']:8.1f}   {100 * r['acc']:10.1f}   {r['seconds']:6.0f}")
-    if len(results) == 2:
-        a, b = results
-        print(
-            f"\n  {a['policy']} trained {100 * (1 - a['pruned']):.1f}% of the samples of the full run "
-            f"in {a['seconds'] / b['seconds']:.2f}x its time; accuracy {100 * (a['acc'] - b['acc']):+.1f} points."
-        )
-    print(f"\n  inspect: .venv/bin/seta-stream inspect {results[0]['run_dir']} --plot {args.run_dir}/{args.policy}.png")
-    with open(os.path.join(args.run_dir, "results.json"), "w") as fh:
-        json.dump(results, fh, indent=1)
+        with open(r["run_dir"] + ".json", "w") as fh:  # beside its run directory
+            json.dump({k: v for k, v in r.items() if k != "delivered"}, fh, indent=1)
+
+    print("\n" + "\n".join(report(results)))
+    cli, run_dir = shlex.quote(seta_stream_cli()), results[0]["run_dir"]
+    print(f"\n  inspect:  {cli} inspect {shlex.quote(run_dir)} --plot {shlex.quote(run_dir + '.png')}")
+    if params.get("noise"):
+        print(f"  suspects: {cli} suspects {shlex.quote(run_dir)} --out {shlex.quote(run_dir + '-suspects.parquet')}")
+    return results
 
 
 if __name__ == "__main__":
