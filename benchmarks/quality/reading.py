@@ -8,6 +8,10 @@ Rules the text follows (each sentence is built from them, none is written by han
   study; a gap is *beyond the seed spread* when its absolute value is larger;
 * *paired by seed*: a pruned run minus the reference run of the same seed; a configuration is
   *below on every seed* when every paired difference is negative;
+* *resolved*: a configuration is read as below (above) its reference only when it is below
+  (above) on every seed, its gap is beyond the seed spread, and the mean of its paired gaps
+  exceeds 2 SE of them (SE = their SD (ddof 1) / sqrt(seeds); with 2 seeds, half their
+  difference): the project's bar, "mean - 2 SE clears it";
 * runs of different machines (``machine.machine_of``: the recorded CPU and packages, or not
   recorded) or different run sets (``converged-reruns``) are never compared with each other:
   a rerun is compared with the rerun of full data of its own set;
@@ -18,6 +22,7 @@ Rules the text follows (each sentence is built from them, none is written by han
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -59,6 +64,15 @@ def paired(rs: list[dict], ref: list[dict] | None) -> dict[int, float]:
     """seed -> test accuracy minus the reference run's of the same seed (seeds in both)."""
     by = {r["seed"]: r for r in ref or []}
     return {r["seed"]: acc(r) - acc(by[r["seed"]]) for r in rs if r["seed"] in by}
+
+
+def beyond_2se(p: dict[int, float]) -> bool:
+    """The mean of the paired gaps ``p`` exceeds 2 SE of them (at least 2 seeds; SE = SD (ddof 1) /
+    sqrt(seeds), with 2 seeds half their difference)."""
+    if len(p) < 2:
+        return False
+    v = np.array(list(p.values()), dtype=np.float64)
+    return abs(float(v.mean())) > 2 * float(v.std(ddof=1)) / math.sqrt(len(v))
 
 
 def mean_gap(gaps: dict[int, float]) -> float | None:
@@ -174,7 +188,8 @@ class Reading:
             f"({name(self.noise_rs[0])}; the standard deviation of a configuration is {pct(min(self.sds))}-"
             f"{pct(max(self.sds))}). Below, a gap is *beyond the seed spread* when it is larger than "
             f"{pct(self.noise)}, and *by seed* lists a configuration's runs minus the reference run of the same "
-            "seed.",
+            "seed; a configuration below (above) on every seed by more than the spread is read as such only where the "
+            "mean of its paired gaps also exceeds 2 SE of them (SE = their SD / sqrt(seeds)).",
             "",
         ]
 
@@ -323,18 +338,25 @@ class Reading:
         return [text, ""]
 
     def deficit(self, g: float, p: dict[int, float]) -> bool:
-        """Below the reference on every seed and by more than the seed spread."""
-        return side(p) == "below on every seed" and self.beyond(g)
+        """Below the reference on every seed, by more than the seed spread and beyond 2 SE of the paired
+        gaps (resolved)."""
+        return side(p) == "below on every seed" and self.beyond(g) and beyond_2se(p)
 
     def classify(self, items: list[tuple[list[dict], float, dict[int, float]]]) -> list[str]:
         """Sentences sorting configurations by side and size against the seed spread."""
         groups: dict[str, list[str]] = {}
         for rs, g, p in items:
             size = "by more than the seed spread" if self.beyond(g) else "within the seed spread"
+            if self.beyond(g) and len(p) > 1 and not beyond_2se(p):
+                size = "by more than the seed spread, within 2 SE of its paired gaps"
             groups.setdefault(f"{side(p)}, {size}", []).append(name(rs[0]))
-        order = ["below on every seed, by more than the seed spread", "below on every seed, within the seed spread",
+        order = ["below on every seed, by more than the seed spread",
+                 "below on every seed, by more than the seed spread, within 2 SE of its paired gaps",
+                 "below on every seed, within the seed spread",
                  "seeds on both sides, within the seed spread", "seeds on both sides, by more than the seed spread",
-                 "above on every seed, within the seed spread", "above on every seed, by more than the seed spread",
+                 "above on every seed, within the seed spread",
+                 "above on every seed, by more than the seed spread, within 2 SE of its paired gaps",
+                 "above on every seed, by more than the seed spread",
                  "one seed, within the seed spread", "one seed, by more than the seed spread"]  # fmt: skip
         return [f"{k}: {and_list(groups[k])}" for k in order if k in groups]
 
@@ -437,11 +459,12 @@ class Reading:
             return (f"Full data has converged ({self.s.title()}); no configuration has two seeds yet, so no gap of "
                     f"its {len(items)} pruned configurations ({span}% pruned) is resolved.")  # fmt: skip
         text = (f"Once full data has converged ({self.s.title()}, {seeds} seeds), {len(items) - len(below)} of "
-                f"{len(items)} pruned configurations ({span}% pruned) stayed within the seed spread "
-                f"({pct(self.noise)} point) of full data's accuracy at E")  # fmt: skip
+                f"{len(items)} pruned configurations ({span}% pruned) stayed within the noise of full data's "
+                f"accuracy at E (the seed spread, {pct(self.noise)} point, or 2 SE of their paired gaps)")  # fmt: skip
         if below:
             text += "; " + and_list([f"{name(rs[0])} ({gap(g)}; by seed {by_seed(p)})" for rs, g, p in below])
-            text += f" {'was' if len(below) == 1 else 'were'} below it on every seed, by more than the spread"
+            text += (f" {'was' if len(below) == 1 else 'were'} below it on every seed, by more than the spread and "
+                     "2 SE")  # fmt: skip
         bad = [(rs, self.collapsed(rs)) for rs in self.pruned if self.collapsed(rs)]
         if bad:
             text += ("; " + and_list([f"{name(rs[0])} (seed {'/'.join(str(r['seed']) for r in b)})" for rs, b in bad])
