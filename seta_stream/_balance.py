@@ -320,8 +320,8 @@ class BalancedView(PlanView):
     def __init__(
         self, run: str | RunDir, epoch: int | None = None, *, rank: int | None = None, world_size: int | None = None
     ) -> None:
-        super().__init__(run, epoch)
         self.rank, self.world_size, self.worker, self.workers = slot_info(rank, world_size)
+        super().__init__(run, epoch)
         self.slots = self.world_size * self.workers
         self.slot = self.rank * self.workers + self.worker
 
