@@ -26,6 +26,11 @@ state before the epoch's final batch and measures the test accuracy
 remedy in a training loop: ``batched(..., partial=False)`` / ``drop_last=True``, or a minimum
 size for the last batch).
 
+The experiments reproduce the collapsed runs, so they train with the loop those runs had: each
+batch's loss averaged over its own length (``train_run(..., nominal_batch=False)``), not the
+remedy every training loop of the repository now applies (the loss divided by the nominal batch
+size, ``one_nominal`` here).
+
 python -m benchmarks.quality.collapse --run infobatch --until 10     # one experiment
 """
 
@@ -236,7 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     probe = Probe(ds.batch, drop_below=args.drop_below, forks=not args.no_forks, fork_epochs=fork_epochs)
     runs = layout.out / "collapse-runs"
     resume_path(runs, rid).unlink(missing_ok=True)  # every experiment starts afresh
-    result = train_run(ds, cfg, args.seed, runs, population, rid, until=args.until, probe=probe)
+    result = train_run(
+        ds, cfg, args.seed, runs, population, rid, until=args.until, probe=probe, nominal_batch=False
+    )  # the collapsed runs' loop (module docstring)
     result["experiment"] = {
         "run": args.run,
         "until": args.until,

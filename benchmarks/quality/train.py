@@ -44,8 +44,16 @@ def _save_resume(path: Path, state: dict) -> None:
 
 
 def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str, device: str = "cpu",
-              until: int | None = None, probe: Any = None) -> dict:  # fmt: skip
+              until: int | None = None, probe: Any = None, nominal_batch: bool = True) -> dict:  # fmt: skip
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
+
+    ``nominal_batch``: every step's (weighted) loss is summed and divided by the nominal batch size
+    ``ds.batch`` (``seta.weighted_mean(..., batch_size=ds.batch)``; Evolved Sampling's selected
+    mini-batches alike), so the short last batch of an epoch makes a step in proportion to its
+    samples (the small-final-batch remedy, docs/algorithms.md §0.10; the plan summaries record the
+    batch size). False: each batch's loss is averaged over its own length, the loop of the result
+    files written before the remedy (result ``nominal_batch``; the collapse experiments reproduce
+    those runs' collapses with it).
 
     The converged study's runs (``cfg["study"] == "converged"``, or ``cfg["curve"]``) also record, after every epoch,
     the test accuracy, the samples trained so far, the training wall time so far (evaluation
@@ -102,9 +110,12 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     mini = 0.25
     n_epochs = cfg.get("n_epochs", ds.epochs)  # the converged study's runs set their own length
     test_set = list(eval_batches(ds, ds.test)) if curve else None
-    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population)
-    noise = noise_offsets(population, ds.classes) if noisy else None
     meta = int(ds.batch / mini) if es_like else ds.batch
+    # the loader's batch size: the plan summaries record it (and warn of a short last batch)
+    pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population,
+                         batch_size=meta)  # fmt: skip
+    noise = noise_offsets(population, ds.classes) if noisy else None
+    divisor = ds.batch if nominal_batch else None  # None: the batch's own length
     start = len(state["epochs"]) if state is not None else 0
     loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True), start_epoch=start)
     epochs: list[dict] = []
@@ -153,7 +164,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                     _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
                     xs = x[idx] if image else select_text(x, idx)
                     with cast:
-                        loss = F.cross_entropy(model(xs), y[idx])
+                        loss = F.cross_entropy(model(xs), y[idx], reduction="sum") / (divisor or len(idx))
                     for o in opts:
                         o.zero_grad(set_to_none=True)
                     loss.backward()
@@ -170,7 +181,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
             pruner.record(keys, urls, losses)
             for o in opts:
                 o.zero_grad(set_to_none=True)
-            seta.weighted_mean(losses, w).backward()
+            seta.weighted_mean(losses, w, batch_size=divisor).backward()
             for o in opts:
                 o.step()
             step += 1
@@ -222,6 +233,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
         "val_acc": evaluate(model, eval_batches(ds, ds.val), device),
         "test_acc": evaluate(model, test_set or eval_batches(ds, ds.test), device),
         "device": device,
+        "nominal_batch": nominal_batch,
         "seconds": round(seconds, 1),
         "torch_threads": torch.get_num_threads(),
         "order": ORDER,
