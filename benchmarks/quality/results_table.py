@@ -1,8 +1,8 @@
 """docs/results.md's table of the converged study (between ``<!-- quality-summary:begin -->`` and
 ``<!-- quality-summary:end -->``), from the same run files and by the same rules as the summary at the
 top of docs/quality.md (``reading.summary``): one row per study and pruned configuration with its gap
-to full data at E paired by seed, where that gap sits against the seed spread (studies whose full data
-has converged), its gap at equal compute
+to full data at E paired by seed, where that gap sits against the noise as the reading sorts it (the
+seed spread and 2 SE of the paired gaps; studies whose full data has converged), its gap at equal compute
 and against dynamic random, and the seeds whose test accuracy fell to chance; each study's facts (seed
 spread, full data at E, the second set, shorter full data) in a list below the table.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import Layout
-from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings, side
+from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings
 from .results import scaled_mean
 
 
@@ -23,8 +23,8 @@ def _row(rd: Reading, rs: list[dict]) -> str:
         spread = "-"  # judged against the spread once full data has converged (as the summary does)
     elif rd.noise is None:
         spread = "no seed spread yet"
-    else:
-        spread = f"{side(p)}, {'beyond' if rd.beyond(g) else 'within'} the spread"
+    else:  # the reading's own sorting of this configuration (seed spread, 2 SE of the paired gaps)
+        spread = rd.classify([(rs, g, p)])[0].split(": ")[0]
     eq = rd.equal_without_collapses(rs)
     n = rd.s.equal_compute(rs)[0]
     m = mean_gap(eq)
@@ -70,7 +70,7 @@ def results_lines(layout: Layout) -> list[str]:
     if not rd:
         return ["(no converged-study run with full data at E and at 2E yet)"]
     L = [
-        "| study | configuration | pruned % | minus full data at E (by seed) | against the seed spread "
+        "| study | configuration | pruned % | minus full data at E (by seed) | against the noise (seed spread, 2 SE) "
         "| minus full data at equal compute (by seed; seeds without a collapse) | minus dynamic random at the same "
         "pruned % | runs that collapsed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
