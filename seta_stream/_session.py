@@ -322,7 +322,8 @@ def undelivered_warning(run: RunDir, epoch: int, shown: int = 5) -> list[PlanWar
         by_shard.setdefault(shard, []).append(key)
     worst = sorted(by_shard.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     listed = ", ".join(f"{s}: {len(k)} (first {min(k)!r})" for s, k in worst[:shown])
-    more = f" and {len(worst) - shown} more shards" if len(worst) > shown else ""
+    more = len(worst) - shown
+    more = f" and {more} more shard{'s' if more > 1 else ''}" if more > 0 else ""
     message = (
         f"{run.display(plan_file(epoch, 'summary.json'))}: epoch {epoch} recorded {recorded} losses, its plan kept "
         f"{kept} samples: {missing.num_rows} kept samples never reached the loss, in {len(worst)} shards ({listed}"

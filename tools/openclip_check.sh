@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # OpenCLIP end to end: OpenCLIP's own get_wds_dataset, create_model_and_transforms (a tiny model,
 # no pretrained weights) and cosine_lr, trained through seta_stream's plans on img2dataset-shaped
-# pair shards; prints per epoch the pairs delivered, the steps and the learning rate
-# (docs/openclip.md). Builds its own venv, bench-out/openclip-venv, in ONE pip command that
-# resolves seta-stream with open-clip-torch[training]==3.3.0 (which pins webdataset<=0.2.86).
+# pair shards (tools/openclip_check.py lists the checks). Writes the result file
+# docs/openclip-check.json (machine, commit, versions, every number) and regenerates
+# docs/openclip.md's tables from it (tools/openclip_report.py). Builds its own venv,
+# bench-out/openclip-venv, in ONE pip command that resolves seta_stream (this checkout) with
+# open-clip-torch[training]==3.3.0 (which pins webdataset<=0.2.86).
 # Not part of the test suite. Usage: bash tools/openclip_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=bench-out/openclip-venv
 OUT=bench-out/openclip-check
+RESULT=${RESULT:-docs/openclip-check.json}
 mkdir -p bench-out
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
@@ -23,4 +26,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 "$VENV/bin/python" tools/make_pair_shards.py --out "$OUT/pairs" --train 1200 --test 100 --shard-size 200 \
     --noise 0.2 --workers 2
-exec "$VENV/bin/python" tools/openclip_check.py --data "$OUT/pairs" --out "$OUT" "$@"
+status=0
+"$VENV/bin/python" tools/openclip_check.py --data "$OUT/pairs" --out "$OUT" --result "$RESULT" "$@" || status=$?
+"$VENV/bin/python" tools/openclip_report.py --result "$RESULT" --doc docs/openclip.md
+exit $status
