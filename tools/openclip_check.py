@@ -352,7 +352,7 @@ def main() -> int:
     result["run"] = dict(
         machine=machine(),
         commit=git("rev-parse", "HEAD"),
-        library_changes_uncommitted=bool(git("status", "--porcelain", "--", "seta_stream", "tools/openclip_check.py")),
+        uncommitted=[line[3:] for line in git("status", "--porcelain", "--", "seta_stream", "tools").splitlines()],
         versions={
             "open_clip": open_clip.__version__,
             "torch": torch.__version__,

@@ -40,7 +40,8 @@ def render(r: dict) -> str:
     """The generated section (without the markers)."""
     run, main = r["run"], r["main"]
     v, s, m = run["versions"], run["settings"], run["machine"]
-    commit = run["commit"][:10] + (" with uncommitted library changes" if run["library_changes_uncommitted"] else "")
+    changed = run["uncommitted"]
+    commit = run["commit"][:10] + (f" (uncommitted: {', '.join(changed)})" if changed else "")
     seta = ", ".join(f"{k}={val}" for k, val in s["seta"].items())
     out = [
         f"Result of `bash tools/openclip_check.sh`, in [openclip-check.json](openclip-check.json): open_clip "
