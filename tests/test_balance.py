@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+import torch
 import webdataset as wds
 from conftest import web_dataset, write_shards
 
@@ -362,3 +363,19 @@ def test_counts_of_the_split_stage(planned, monkeypatch):
 
 def kept_counts(run, epoch) -> dict[str, int]:
     return {s: len(ks) for s, ks in plan_kept(run, epoch).items()}
+
+
+def test_a_spawned_worker_gets_its_rank_from_attach(planned, monkeypatch):
+    """In a spawned DataLoader worker torch.distributed is not initialised, and scripts started
+    by mp.spawn have no RANK/WORLD_SIZE in the environment: attach() hands the worker the rank
+    and world size of the process that calls it."""
+    urls, run = planned
+    expected = read_slots(monkeypatch, webdataset_attached, urls, run, 2, 2, 1)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ds = webdataset_attached(urls, run, 2)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    got = [(shard_name(s["__url__"]), s["__key__"]) for s in loader]
+    assert got == expected[1, 0] and len(got) == 49 // 2

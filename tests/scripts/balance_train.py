@@ -74,9 +74,18 @@ def main() -> None:
     p.add_argument("--context", default="fork")
     p.add_argument("--batch-size", type=int, default=3)
     p.add_argument("--pipeline", choices=["webdataset", "datapipeline"], default="webdataset")
+    p.add_argument("--init-method", default=None, help="tcp://...: join with --rank/--world-size, not the env")
+    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--world-size", type=int, default=None)
     args = p.parse_args()
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    timeout = datetime.timedelta(seconds=60)
+    if args.init_method is None:  # as torchrun starts a rank: RANK, WORLD_SIZE, MASTER_ADDR/PORT
+        dist.init_process_group("gloo", timeout=timeout)
+    else:  # as mp.spawn scripts do: no RANK in the environment, so workers cannot read it there
+        dist.init_process_group(
+            "gloo", init_method=args.init_method, rank=args.rank, world_size=args.world_size, timeout=timeout
+        )
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     B = args.batch_size
