@@ -19,8 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_compact import as_written_by_compact, make_parts
-from common import OUT, make_table_run, measure, tree_setup
+from bench_compact import make_parts
+from common import OUT, Result, make_table_run, measure, tree_setup
 
 
 def prepared(n: int, parts: int) -> Path:
@@ -30,16 +30,15 @@ def prepared(n: int, parts: int) -> Path:
         base = make_table_run(OUT / f"compact-base-{n}", n)
         shutil.rmtree(run, ignore_errors=True)
         shutil.copytree(base, run)
-        as_written_by_compact(run)
         make_parts(run, n, parts)
     return run
 
 
-def compact_once(tree: Path, source: Path) -> dict:
+def compact_once(tree: Path, source: Path, idle: float = 5.0) -> dict:
     run = OUT / "ab-compact-scratch"
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(source, run)
-    time.sleep(5)
+    time.sleep(idle)
     result = measure(f"P.compact({str(run)!r})", tree_setup(tree))
     shutil.rmtree(run, ignore_errors=True)
     return result
@@ -52,14 +51,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--n", type=int, default=15_000_000)
     p.add_argument("--parts", type=int, default=40)
+    p.add_argument("--idle", type=float, default=5.0, help="seconds idle before each compaction")
     args = p.parse_args()
+    res = Result(f"ab-compact-{args.n}", title=f"Compaction at {args.n:,}: tree A against tree B, alternating")
     source = prepared(args.n, args.parts)
     results: dict[str, list[dict]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for name, tree in (("A", args.a), ("B", args.b)):
-            m = compact_once(tree, source)
+            m = compact_once(tree, source, args.idle)
             results[name].append(m)
             print(f"round {r + 1} {name}: {m['wall_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB", flush=True)
+    rows = []
     for name, tree in (("A", args.a), ("B", args.b)):
         walls = [m["wall_s"] for m in results[name]]
         rss = [m["peak_rss_mb"] for m in results[name]]
@@ -67,8 +69,25 @@ def main() -> None:
             f"{name} ({tree}): median {statistics.median(walls):.2f} s ({min(walls):.2f} - {max(walls):.2f}), "
             f"peak RSS {max(rss):.0f} MB"
         )
-    ratio = statistics.median(m["wall_s"] for m in results["B"]) / statistics.median(m["wall_s"] for m in results["A"])
+        rows.append(
+            {
+                "tree": f"{name}: {tree}",
+                "median_s": statistics.median(walls),
+                "min_s": min(walls),
+                "max_s": max(walls),
+                "peak_rss_mb": max(rss),
+            }
+        )
+    ratio = rows[1]["median_s"] / rows[0]["median_s"]
     print(f"B / A (medians): {ratio:.2f}x")
+    res.write(
+        baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
+        rows=rows,
+        peak_rss_mb=max(r["peak_rss_mb"] for r in rows),
+        figures={"b_over_a": ratio},
+        notes=[f"B / A (medians of {args.rounds} alternating rounds): {ratio:.2f}x"],
+        params={k: str(v) for k, v in vars(args).items()},
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ checkout and, say, a `git worktree` of an earlier commit): timings on this VM dr
 over minutes, so two versions are only compared in the same period, interleaved.
 
 Each round plans epochs 1 and 2 of the run ``bench_plan.py`` made (``OUT/plan-N``), each in a
-fresh process after 5 s idle, with tree A and then tree B; prints every plan and the medians.
+fresh process after --idle seconds idle (5), with tree A and then tree B; prints every plan and the medians.
 
     git worktree add /tmp/prev <commit>
     python benchmarks/ab_plan.py /tmp/prev . [--rounds 5] [--n 15000000]
@@ -19,25 +19,25 @@ import statistics
 import time
 from pathlib import Path
 
-from common import OUT, measure, tree_setup
+from bench_plan import prepared
+from common import Result, measure, tree_setup
 
 
-def plan_twice(tree: Path, run: Path) -> list[float]:
+def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:
     """Epochs 1 and 2 of a new run over ``run``'s table, each in a fresh process importing
     seta_stream from ``tree``, after 5 s idle."""
     shutil.rmtree(run / "plans", ignore_errors=True)
     (run / "state.json").unlink(missing_ok=True)
     os.sync()
     setup = tree_setup(tree)
-    walls = []
+    out = []
     for code in (
-        f"P.plan_epoch(P.RunDir({str(run)!r}), 1, policy='seta', params=dict(r=0.0, k=10, alpha=0.5), "
-        "epochs=10, seed=0)",
+        f"P.plan_epoch(P.RunDir({str(run)!r}), 1, policy='seta', params={params}, epochs=10, seed=0)",
         f"P.plan_epoch(P.RunDir({str(run)!r}), 2)",
     ):
-        time.sleep(5)
-        walls.append(measure(code, setup)["wall_s"])
-    return walls
+        time.sleep(idle)
+        out.append(measure(code, setup))
+    return out
 
 
 def main() -> None:
@@ -47,16 +47,23 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--n", type=int, default=15_000_000)
     p.add_argument("--run", type=Path, help="plan this run instead (e.g. one bench_scale.py --keep made)")
+    p.add_argument("--idle", type=float, default=5.0, help="seconds idle before each plan")
+    p.add_argument("--params", default="dict(r=0.0, k=10, alpha=0.5)", help="SeTa's params (e.g. add noise=True)")
     args = p.parse_args()
-    run = args.run.resolve() if args.run else OUT / f"plan-{args.n}"
+    res = Result(f"ab-plan-{args.n}" if not args.run else f"ab-plan-{args.run.name}", title="Planning: A against B")
+    run = args.run.resolve() if args.run else prepared(args.n)
     if not (run / "table/manifest.json").exists():
-        raise SystemExit(f"{run}: no loss table; run bench_plan.py --n {args.n} first")
+        raise SystemExit(f"{run}: no loss table")
     walls: dict[str, list[list[float]]] = {"A": [], "B": []}
+    rss: dict[str, list[float]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for name, tree in (("A", args.a), ("B", args.b)):
-            w = plan_twice(tree, run)
+            m = plan_twice(tree, run, args.idle, args.params)
+            w = [x["wall_s"] for x in m]
             walls[name].append(w)
+            rss[name].extend(x["peak_rss_mb"] for x in m)
             print(f"round {r + 1} {name}: epoch 1 {w[0]:.2f} s, epoch 2 {w[1]:.2f} s", flush=True)
+    rows = []
     for name, tree in (("A", args.a), ("B", args.b)):
         e1 = statistics.median(w[0] for w in walls[name])
         e2 = statistics.median(w[1] for w in walls[name])
@@ -65,6 +72,27 @@ def main() -> None:
             f"{name} ({tree}): medians {e1:.2f} / {e2:.2f} s (epochs 1 / 2); "
             f"all {min(every):.2f} - {max(every):.2f} s, median {statistics.median(every):.2f} s"
         )
+        rows.append(
+            {
+                "tree": f"{name}: {tree}",
+                "epoch1_median_s": e1,
+                "epoch2_median_s": e2,
+                "median_s": statistics.median(every),
+                "min_s": min(every),
+                "max_s": max(every),
+                "peak_rss_mb": max(rss[name]),
+            }
+        )
+    ratio = rows[1]["median_s"] / rows[0]["median_s"]
+    print(f"B / A (medians): {ratio:.2f}x")
+    res.write(
+        baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
+        rows=rows,
+        peak_rss_mb=max(r["peak_rss_mb"] for r in rows),
+        figures={"b_over_a": ratio, "a_runs_s": walls["A"], "b_runs_s": walls["B"]},
+        notes=[f"B / A (medians of {args.rounds} rounds of two fresh-process plans each): {ratio:.2f}x"],
+        params={k: str(v) for k, v in vars(args).items()},
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import shutil
 import statistics
 import time
 
-from common import OUT, Result, machine, make_table_run, measure
+from common import OUT, Result, machine, make_table_run, measure, table_files_code
 
 SETA = "dict(r=0.0, k={k}, alpha=0.5{extra})"
 
@@ -48,12 +48,11 @@ def prepared(n: int) -> object:
 
 def floor_code(run) -> tuple[str, str]:
     """(code, setup) of the baseline: read the columns a SeTa plan reads, sort the losses."""
-    setup = f"""
-        import glob, numpy as np, pyarrow.dataset, pyarrow.parquet as pq  # the dataset module: imported, not timed
-        files = sorted(glob.glob({str(run)!r} + '/table/table-*.parquet'))
-    """
+    # the same imports as the plan's process (seta_stream: its RSS before is comparable); the
+    # dataset module pq.read_table uses is imported untimed
+    setup = "import numpy as np, pyarrow.dataset, pyarrow.parquet as pq\n" + table_files_code(run)
     code = """
-        t = pq.read_table(files[-1], columns=['uid', 'last_loss', 'seen'], memory_map=True)
+        t = pq.read_table(files[0], columns=['uid', 'last_loss', 'seen'], memory_map=True)
         loss = t.column('last_loss').to_numpy()
         np.sort(loss)
     """

@@ -20,14 +20,11 @@ Targets at 15M: every policy <= 3 s and <= 2 GB.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import textwrap
 import timeit
 
 import numpy as np
-from common import ROOT, machine
+from common import Result, machine
+from common import measure as common_measure
 
 CASES: list[tuple[str, str, dict]] = [
     ("full", "full", {}),
@@ -60,29 +57,7 @@ def setup_code(n: int, extra_import: str = "") -> str:
 def measure(code: str, setup: str) -> dict:
     """Wall time of ``code`` in a fresh interpreter after ``setup``; peak RSS during ``code``
     (VmHWM reset after setup) and the RSS before it, in MB."""
-    prog = "\n".join(
-        [
-            "import gc, json, sys, time",
-            f"sys.path.insert(0, {str(ROOT)!r})",
-            "def status(key):",
-            "    for line in open('/proc/self/status'):",
-            "        if line.startswith(key):",
-            "            return int(line.split()[1]) / 1024",
-            textwrap.dedent(setup).strip(),
-            "gc.collect()",
-            "open('/proc/self/clear_refs', 'w').write('5')  # reset VmHWM to the current RSS",
-            "before = status('VmRSS:')",
-            "t0 = time.perf_counter()",
-            textwrap.dedent(code).strip(),
-            "wall = time.perf_counter() - t0",
-            "print('RESULT' + json.dumps({'wall_s': wall, 'rss_before_mb': before, 'peak_rss_mb': status('VmHWM:')}))",
-        ]
-    )
-    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark subprocess failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return common_measure(code, setup, reset_peak=True)
 
 
 def es_select_us(reps: int = 2000) -> float:
@@ -106,6 +81,7 @@ def main() -> None:
     p.add_argument("--baseline-n", type=int, default=1_000_000, help="samples for the scikit-learn baseline")
     p.add_argument("--k", type=int, default=10)
     args = p.parse_args()
+    res = Result(f"policies-{args.n}", title=f"Policies' planning functions at N = {args.n:,}")
     setup = setup_code(args.n)
 
     rows = []
@@ -145,7 +121,33 @@ def main() -> None:
         print(f"| (ratio) | | | | {base['wall_s'] / km['wall_s']:.0f}x |")
     print(f"\nWhole SeTa planning step (ours, class defaults) vs the baseline's k-means call alone "
           f"(extrapolated to N): {base_extrap / seta_wall:.0f}x faster.")  # fmt: skip
-    print(f"\nes_select per meta-batch of 512 (b = 128): {es_select_us():.1f} us (target <= 50 us)")
+    es_us = es_select_us()
+    print(f"\nes_select per meta-batch of 512 (b = 128): {es_us:.1f} us (target <= 50 us)")
+    table = [{"what": label, "wall_s": wall, "peak_rss_over_inputs_mb": mem} for label, wall, mem in rows]
+    table.append(
+        {
+            "what": f"kmeans1d alone (k={args.k})",
+            "wall_s": km["wall_s"],
+            "peak_rss_over_inputs_mb": km["peak_rss_mb"] - km["rss_before_mb"],
+        }
+    )
+    res.write(
+        baseline={
+            "what": f"scikit-learn KMeans(n_clusters={args.k}, random_state=0) on {base_n:,} of the losses",
+            "wall_s": base["wall_s"],
+            "peak_rss_over_inputs_mb": base_mem,
+            "extrapolated_to_n_s": base_extrap,
+        },
+        rows=table,
+        peak_rss_mb=max(r["peak_rss_over_inputs_mb"] for r in table),
+        figures={"es_select_us": es_us, "seta_wall_s": seta_wall, "kmeans1d_s": km["wall_s"]},
+        notes=[
+            f"Whole SeTa planning function (class defaults) against the baseline's k-means call extrapolated to "
+            f"N: {base_extrap / seta_wall:.0f}x faster. es_select per meta-batch of 512 (b = 128): {es_us:.1f} us "
+            "(target <= 50 us). Peak RSS is over the inputs (VmHWM reset after building them)."
+        ],
+        params=vars(args),
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 
-from common import OUT, ROOT, machine
+from common import OUT, ROOT, Result, machine
 
 WORKER = r"""
 import json, os, sys, time, torch, webdataset as wds
@@ -97,19 +97,33 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=4000, help="samples per shard")
     p.add_argument("--epochs", type=int, default=3)
     args = p.parse_args()
+    res = Result("ranks", title="1 rank against 2 ranks (gloo)")
     urls = shards(OUT / "rank-shards", 2 * args.shards_per_rank, args.samples)
     one = run_ranks(1, urls[: args.shards_per_rank], args.epochs)
     two = run_ranks(2, urls, args.epochs)
     print(f"## 1 rank vs 2 ranks, {args.shards_per_rank} shards of {args.samples:,} samples per rank ({machine()})\n")
     print("| ranks | rank | epoch | samples | CPU us/sample (read, filter, record) | compact s | plan s | wait s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for world, res in ((1, one), (2, two)):
-        for rank, stats in enumerate(res):
+    rows = []
+    for world, ranks in ((1, one), (2, two)):
+        for rank, stats in enumerate(ranks):
             for st in stats[1:]:  # epoch 0 includes imports warming up
                 us = 1e6 * st["cpu_s"] / st["samples"]
                 print(
                     f"| {world} | {rank} | {st['epoch']} | {st['samples']:,} | {us:.1f} | "
                     f"{st['compact_s']:.3f} | {st['plan_s']:.3f} | {st['wait_s']:.3f} |"
+                )
+                rows.append(
+                    {
+                        "ranks": world,
+                        "rank": rank,
+                        "epoch": st["epoch"],
+                        "samples": st["samples"],
+                        "cpu_us_per_sample": us,
+                        "compact_s": st["compact_s"],
+                        "plan_s": st["plan_s"],
+                        "wait_s": st["wait_s"],
+                    }
                 )
     cost = lambda res: sum(s["cpu_s"] for r in res for s in r[1:]) / sum(s["samples"] for r in res for s in r[1:])  # noqa: E731
     print(
@@ -120,6 +134,18 @@ def main() -> None:
     work = [s["compact_s"] + s["plan_s"] for s in two[0][1:]]
     print(
         f"Rank 1 waited {sum(waits):.2f} s at the boundaries while rank 0 compacted and planned for {sum(work):.2f} s."
+    )
+    res.write(
+        baseline={"what": "1 rank, same shards per rank, same run", "cpu_us_per_sample": 1e6 * cost(one)},
+        rows=rows,
+        peak_rss_mb=None,
+        figures={"cpu_ratio_2_to_1": cost(two) / cost(one), "wait_s": sum(waits), "boundary_work_s": sum(work)},
+        notes=[
+            f"CPU per sample per rank: 1 rank {1e6 * cost(one):.1f} us, 2 ranks {1e6 * cost(two):.1f} us "
+            f"(ratio {cost(two) / cost(one):.2f}). Rank 1 waited {sum(waits):.2f} s at the boundaries while rank 0 "
+            f"compacted and planned for {sum(work):.2f} s."
+        ],
+        params=vars(args),
     )
 
 

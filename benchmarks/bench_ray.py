@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 
-from common import OUT, machine, measure
+from common import OUT, Result, machine, measure
 
 PLAN = (
     "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0, "
@@ -31,10 +31,16 @@ def digest(run) -> dict[str, str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=100_000_000)
+    p.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = p.parse_args()
+    res = Result(f"ray-{args.n}", title=f"SeTa plan of {args.n:,} samples, local engine against Ray")
     run = OUT / f"scale-{args.n}"
+    if not (run / "table/manifest.json").exists():
+        from bench_scale import one_size
+
+        one_size(args.n, keep=True, buckets=None)
     setup = f"from seta_stream import plan_epoch\nrun = {str(run)!r}"
-    ray_setup = setup + "\nimport ray\nray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)"
+    ray_setup = setup + f"\nimport ray\nray.init(num_cpus={args.cpus}, include_dashboard=False, log_to_driver=False)"
     local = measure(PLAN.format(engine="local"), setup)
     local_digest = digest(run)
     t0 = time.perf_counter()
@@ -58,6 +64,21 @@ def main() -> None:
     print(f"| local | {local['wall_s']:.1f} | {local['peak_rss_mb']:.0f} |")
     print(f"| ray (local cluster, 2 CPUs) | {on_ray['wall_s']:.1f} | {on_ray['peak_rss_mb']:.0f} |")
     print(f"\nplan folders byte-identical: {same} ({len(local_digest)} files)")
+    res.write(
+        baseline={"what": "the local engine, same plan, same run", **local},
+        rows=[
+            {"engine": "local", "wall_s": local["wall_s"], "driver_peak_rss_mb": local["peak_rss_mb"]},
+            {
+                "engine": f"ray (local cluster, {args.cpus} CPUs)",
+                "wall_s": on_ray["wall_s"],
+                "driver_peak_rss_mb": on_ray["peak_rss_mb"],
+            },
+        ],
+        peak_rss_mb=max(local["peak_rss_mb"], on_ray["peak_rss_mb"]),
+        figures={"same_files": same, "files": len(local_digest)},
+        notes=[f"Plan folders byte-identical: {same} ({len(local_digest)} files)."],
+        params=vars(args),
+    )
 
 
 if __name__ == "__main__":

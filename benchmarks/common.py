@@ -22,7 +22,13 @@ import numpy as np
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench-out"
+#: Scratch folder of the benchmarks' runs and shards (SETA_BENCH_OUT overrides it: the smoke tests
+#: use a temporary one).
+OUT = Path(os.environ.get("SETA_BENCH_OUT") or ROOT / "bench-out")
+#: SETA_BENCH_IN_PROCESS=1: :func:`measure` runs the snippet in this interpreter instead of a
+#: fresh one (the smoke tests: the same code at a tiny size, without an interpreter start per
+#: step; its times and RSS mean nothing then).
+IN_PROCESS_ENV = "SETA_BENCH_IN_PROCESS"
 #: Records per loss part of the synthetic runs (what one flush of a LossRecorder holds at most).
 PART_ROWS = 1 << 20
 
@@ -57,11 +63,22 @@ def st_mj_range(lo: int, hi: int, shard_size: int = 5000) -> tuple[pa.Dictionary
     return shards, keys
 
 
-def write_epoch_parts(path: Path, n: int, epoch: int, *, seed: int = 0, part_rows: int = PART_ROWS) -> float:
-    """Loss parts of one epoch of the ST+MJ-shaped run at ``path``: every sample once, in sample
-    order, ``part_rows`` records a part (rank = part parity), written by the library's own part
-    writer (``make_part`` + ``write_part``: what ``LossRecorder`` writes). Log-normal losses
-    (``seed`` + ``epoch``). Returns seconds."""
+def write_epoch_parts(
+    path: Path,
+    n: int,
+    epoch: int,
+    *,
+    seed: int = 0,
+    noisy: float = 0.0,
+    part_rows: int = PART_ROWS,
+    start: int = 0,
+) -> float:
+    """Loss parts of one epoch of the ST+MJ-shaped run at ``path``: samples ``start`` .. n-1 once,
+    in sample order, ``part_rows`` records a part (rank = part parity), written by the library's
+    own part writer (``make_part`` + ``write_part``: what ``LossRecorder`` writes). Log-normal(0, 1) losses
+    (``seed`` + ``epoch``); with ``noisy`` > 0, every sample whose index i has i mod 1000 <
+    1000 ``noisy`` is a "mislabelled" one: its loss is normal(12, 1) in every epoch (the high,
+    persistent mode the noise rule looks for, docs/algorithms.md §12). Returns seconds."""
     from seta_stream._parts import make_part, write_part
     from seta_stream._runfs import RunDir
     from seta_stream.ids import shard_location
@@ -70,41 +87,68 @@ def write_epoch_parts(path: Path, n: int, epoch: int, *, seed: int = 0, part_row
     run = RunDir(path)
     rng = np.random.default_rng(seed + epoch)
     seq0 = 10**18 + epoch * 10**12
-    for p, lo in enumerate(range(0, n, part_rows)):
+    for p, lo in enumerate(range(start, n, part_rows)):
         hi = min(n, lo + part_rows)
         shards, keys = st_mj_range(lo, hi)
         names = shards.dictionary.to_pylist()
+        loss = rng.lognormal(size=hi - lo).astype(np.float32)
+        if noisy > 0:
+            bad = np.arange(lo, hi) % 1000 < round(1000 * noisy)
+            loss[bad] = rng.normal(12.0, 1.0, size=int(bad.sum())).astype(np.float32)
         table = make_part(
             shards,
             keys,
-            rng.lognormal(size=hi - lo).astype(np.float32),
+            loss,
             epoch=epoch,
             rank=p % 2,
             seq0=seq0 + lo,
-            locations={s: shard_location(f"/bench/stmj/{s}") for s in names},
+            locations={s: shard_location(shard_url(s)) for s in names},
         )
         write_part(run, p % 2, epoch, table)
     return time.perf_counter() - t0
 
 
-def make_table_run(path: Path, n: int, seed: int = 0, settings: dict | None = None) -> Path:
-    """A run directory whose loss table has n rows (one log-normal loss per sample, epoch 0).
+def shard_url(name: str) -> str:
+    """The ``__url__`` the synthetic runs' shard ``name`` is read from (recorded as its location)."""
+    return f"/bench/stmj/{name}"
 
-    Built by the library itself: the parts of one epoch written as ``LossRecorder`` writes them,
-    then ``compact()``, so the table (schema, columns, write options, keys file, manifest) is
-    whatever this version's compaction writes and cannot drift from it. A run made by another
-    version whose table lacks a column of this version's schema is made again."""
+
+def make_table_run(
+    path: Path, n: int, seed: int = 0, settings: dict | None = None, *, epochs: int = 1, noisy: float = 0.0
+) -> Path:
+    """A run directory whose loss table has n rows: ``epochs`` epochs recorded (every sample
+    once an epoch, :func:`write_epoch_parts`), each compacted.
+
+    Built by the library itself: the parts written as ``LossRecorder`` writes them, then
+    ``compact()``, so the table (schema, columns, write options, keys file, manifest) is whatever
+    this version's compaction writes and cannot drift from it. A run made by another version,
+    whose table lacks a column of this version's schema, or with other ``epochs``/``noisy``, is
+    made again."""
     from seta_stream import RunDir, compact
 
-    if (path / "table/manifest.json").exists() and _current_table(path):
+    recipe = {"n": n, "seed": seed, "epochs": epochs, "noisy": noisy, "settings": settings or {}}
+    made = path / "bench-recipe.json"
+    if made.exists() and json.loads(made.read_text()) == recipe and _current_table(path):
         return path
     shutil.rmtree(path, ignore_errors=True)
     RunDir(path, create=True, settings=settings)
-    write_epoch_parts(path, n, 0, seed=seed)
-    compact(path)
-    for rel in RunDir(path).glob("losses/rank=*/epoch=*/*.parquet"):  # folded: only the table is needed
-        (path / rel).unlink()
+    for epoch in range(epochs):
+        write_epoch_parts(path, n, epoch, seed=seed, noisy=noisy)
+        compact(path)
+        for rel in RunDir(path).glob("losses/rank=*/epoch=*/*.parquet"):  # folded: only the table is needed
+            (path / rel).unlink()
+    write_json(made, recipe)
     return path
+
+
+def table_files_code(run: Path) -> str:
+    """Setup code (for :func:`measure`) naming the current table's files in ``files``, in bucket
+    order, from the run's manifest."""
+    return textwrap.dedent(f"""
+        from seta_stream import RunDir
+        from seta_stream._table import read_manifest, table_buckets
+        files = [{str(run)!r} + '/' + b.table for b in table_buckets(read_manifest(RunDir({str(run)!r})))]
+    """)
 
 
 def _current_table(path: Path) -> bool:
@@ -121,21 +165,29 @@ def _current_table(path: Path) -> bool:
     return all(pq.read_schema(path / b.table).names == TABLE_SCHEMA.names for b in buckets)
 
 
-def measure(code: str, setup: str = "") -> dict:
+def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
     """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code`` and peak RSS.
 
     Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
-    the forking parent across exec). ``rss_before`` is the peak after ``setup``.
+    the forking parent across exec). ``rss_before_mb`` is the peak after ``setup``; with
+    ``reset_peak`` the peak is reset after ``setup`` (writing 5 to /proc/self/clear_refs) and
+    ``rss_before_mb`` is the RSS then, so ``peak_rss_mb - rss_before_mb`` is what ``code`` added.
     """
+    if os.environ.get(IN_PROCESS_ENV) == "1":
+        return _measure_here(code, setup)
+    reset = "open('/proc/self/clear_refs', 'w').write('5')" if reset_peak else "pass"
+    before_key = "VmRSS:" if reset_peak else "VmHWM:"
     prog = textwrap.dedent(f"""
-        import json, time, sys
-        def hwm():
+        import gc, json, time, sys
+        def hwm(key="VmHWM:"):
             for line in open("/proc/self/status"):
-                if line.startswith("VmHWM:"):
+                if line.startswith(key):
                     return int(line.split()[1])
         sys.path.insert(0, {str(ROOT)!r})
         {textwrap.indent(textwrap.dedent(setup), "        ").strip()}
-        before = hwm()
+        gc.collect()
+        {reset}
+        before = hwm({before_key!r})
         t0 = time.perf_counter()
         {textwrap.indent(textwrap.dedent(code), "        ").strip()}
         wall = time.perf_counter() - t0
@@ -147,6 +199,17 @@ def measure(code: str, setup: str = "") -> dict:
         raise RuntimeError(f"benchmark subprocess failed:\n{proc.stderr[-3000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
     return json.loads(line[len("RESULT") :])
+
+
+def _measure_here(code: str, setup: str) -> dict:
+    """:func:`measure` in this interpreter (SETA_BENCH_IN_PROCESS=1)."""
+    namespace: dict = {"__name__": "__bench__", "sys": sys, "json": json, "time": time}
+    exec(textwrap.dedent(setup), namespace)
+    t0 = time.perf_counter()
+    exec(textwrap.dedent(code), namespace)
+    wall = time.perf_counter() - t0
+    peak = own_peak_rss_mb()["process_mb"]
+    return {"wall_s": wall, "rss_before_mb": peak, "peak_rss_mb": peak}
 
 
 def tree_setup(tree: Path) -> str:

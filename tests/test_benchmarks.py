@@ -1,0 +1,249 @@
+"""Every benchmark script in benchmarks/ (bench_*.py, ab_*.py) runs at a tiny size, so that a
+change of the library's formats or APIs that breaks a benchmark fails here, not months later.
+
+Each script runs as ``python benchmarks/X.py ARGS`` would, with the benchmarks' scratch folder
+(``SETA_BENCH_OUT``) and result folder (``SETA_BENCH_RESULTS``) in a temporary folder, and with
+``SETA_BENCH_IN_PROCESS=1`` (``common.measure`` runs its snippets in the script's own interpreter:
+the same code, without an interpreter start per measured step). Most scripts run in this
+process (``runpy``); those that change process-wide state (an S3 endpoint in the environment, a
+Ray cluster) run in a subprocess. Each must exit cleanly and write its result file, whose
+fields are checked (the machine, the commit, the command line, the baseline, the rows).
+
+A new script fails :func:`test_every_script_has_a_smoke_run` until it is given tiny arguments in
+:data:`RUNS`. Times and RSS at these sizes mean nothing; nothing here asserts on them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+#: script -> (arguments at a tiny size, result files it writes, how it runs: "here" or "subprocess").
+#: "{data}" is a folder of two tiny CIFAR-like train-*.tar.gz shards (JPEG images).
+RUNS: dict[str, tuple[list[str], list[str], str]] = {
+    "bench_plan.py": (["--n", "12000", "--repeat", "1", "--idle", "0"], ["plan-12000"], "here"),
+    "ab_plan.py": ([".", ".", "--rounds", "1", "--n", "12000", "--idle", "0"], ["ab-plan-12000"], "here"),
+    "bench_compact.py": (["--n", "12000", "--parts", "3"], ["compact-12000"], "here"),
+    "ab_compact.py": (
+        [".", ".", "--rounds", "1", "--n", "12000", "--parts", "2", "--idle", "0"],
+        ["ab-compact-12000"],
+        "here",
+    ),
+    "bench_policies.py": (["--n", "3000", "--baseline-n", "1000"], ["policies-3000"], "here"),
+    "bench_record.py": (["--batches", "4", "--batch-size", "16"], ["record"], "here"),
+    "bench_route.py": (["--parts", "3"], ["route"], "here"),
+    "bench_scale.py": (["--n", "12000", "--buckets", "2", "--keep"], ["scale-12000"], "here"),
+    "bench_scale_plan.py": (["--n", "12000"], ["scale-plan-12000"], "here"),
+    "bench_stall.py": (["--n", "12000", "--parts", "3", "--repeat", "1"], ["stall-12000"], "here"),
+    "bench_ranks.py": (["--shards-per-rank", "1", "--samples", "40", "--epochs", "2"], ["ranks"], "here"),
+    "bench_ray.py": (["--n", "12000", "--cpus", "1"], ["ray-12000"], "subprocess"),
+    # H4a's and issue 34's scripts: run here, their result files checked once they write them
+    "bench_stage.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
+    "bench_reader.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
+    "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], [], "subprocess"),
+}
+#: scripts that run after another's output (bench_scale.py --keep made the run they read)
+ORDER = ["bench_scale.py", "bench_scale_plan.py", "bench_ray.py"]
+
+RESULT_FIELDS = {
+    "name",
+    "title",
+    "command",
+    "started",
+    "machine",
+    "commit",
+    "subject",
+    "uncommitted",
+    "load_start",
+    "load_end",
+    "elapsed_s",
+    "params",
+    "peak_rss_mb",
+    "process_rss",
+    "baseline",
+    "rows",
+    "figures",
+    "notes",
+}
+
+
+def scripts() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if p.name.startswith(("bench_", "ab_")))
+
+
+def test_every_script_has_a_smoke_run() -> None:
+    missing = sorted(set(scripts()) - set(RUNS))
+    assert missing == [], f"benchmark scripts without tiny arguments in tests/test_benchmarks.py RUNS: {missing}"
+
+
+@pytest.fixture(scope="module")
+def bench_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The scratch and result folders shared by the module's runs (bench_scale_plan.py reads the
+    run bench_scale.py kept), and the tiny CIFAR-like data folder."""
+    base = tmp_path_factory.mktemp("bench")
+    data = base / "data"
+    data.mkdir()
+    _cifar_like(data)
+    return {"out": str(base / "out"), "results": str(base / "results"), "data": str(data)}
+
+
+def _cifar_like(folder: Path, shards: int = 2, per_shard: int = 12) -> None:
+    """train-NNNNNN.tar.gz shards of tiny JPEG images with a class label, as CIFAR-10's are."""
+    from PIL import Image
+
+    for s in range(shards):
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            for i in range(per_shard):
+                img = io.BytesIO()
+                Image.new("RGB", (8, 8), (i * 20 % 256, s * 60, 90)).save(img, format="JPEG")
+                for ext, payload in (("jpg", img.getvalue()), ("cls", str(i % 10).encode())):
+                    info = tarfile.TarInfo(f"s{s}-{i:05d}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        (folder / f"train-{s:06d}.tar.gz").write_bytes(gzip.compress(raw.getvalue()))
+
+
+def _argv(script: str, env: dict[str, str]) -> list[str]:
+    return [a.format(**env) for a in RUNS[script][0]]
+
+
+def _run_here(script: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", [str(BENCH / script), *argv])
+    monkeypatch.setattr(sys, "path", [str(BENCH), *sys.path])  # restored after the test
+    monkeypatch.chdir(ROOT)
+    try:
+        runpy.run_path(str(BENCH / script), run_name="__main__")
+    except SystemExit as exc:  # argparse errors, or a script's own exit
+        assert exc.code in (0, None), f"{script} exited with {exc.code}"
+
+
+def _run_subprocess(script: str, argv: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=240,
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+#: over ~20 s at any size here (interpreters and a Ray cluster started; bench_stage_remote.py writes
+#: 10 shards of 5,000 samples whatever --n)
+SLOW = {"bench_ray.py", "bench_ranks.py", "bench_stage_remote.py"}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(s, marks=[pytest.mark.slow] if s in SLOW else [])
+        for s in sorted(RUNS, key=lambda s: (ORDER.index(s) if s in ORDER else -1, s))
+    ],
+)
+def test_script_runs_at_a_tiny_size(script: str, bench_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (BENCH / script).exists():
+        pytest.skip(f"{script} is not in this checkout")
+    if script == "bench_ray.py":
+        pytest.importorskip("ray")
+    if script == "bench_stage_remote.py":
+        pytest.importorskip("moto")
+    monkeypatch.setenv("SETA_BENCH_OUT", bench_env["out"])
+    monkeypatch.setenv("SETA_BENCH_RESULTS", bench_env["results"])
+    monkeypatch.setenv("SETA_BENCH_IN_PROCESS", "1")
+    # common.py reads SETA_BENCH_OUT when imported: a fresh import in this process per script
+    monkeypatch.delitem(sys.modules, "common", raising=False)
+    for name in [m for m in sys.modules if m.startswith(("bench_", "ab_"))]:
+        monkeypatch.delitem(sys.modules, name)
+    argv = _argv(script, bench_env)
+    if RUNS[script][2] == "subprocess":
+        _run_subprocess(script, argv)
+    else:
+        _run_here(script, argv, monkeypatch)
+    for name in RUNS[script][1]:
+        path = Path(bench_env["results"]) / f"{name}.json"
+        assert path.exists(), f"{script} wrote no result file {path.name}"
+        res = json.loads(path.read_text())
+        assert set(res) == RESULT_FIELDS
+        assert res["name"] == name
+        assert res["command"].startswith(f"python benchmarks/{script}")
+        assert res["commit"] and len(res["commit"]) == 40
+        assert {"cpu", "cores", "ram_gb", "python", "numpy", "pyarrow"} <= set(res["machine"])
+        assert len(res["load_start"]["loadavg"]) == 3
+        assert res["baseline"] and res["baseline"].get("what")
+        assert res["rows"] and all(isinstance(r, dict) and r for r in res["rows"])
+
+
+def test_report_renders_and_checks_result_blocks(tmp_path: Path) -> None:
+    """report.py replaces a result block with its file's rendering, keeps other text (another
+    section's markers included) as it is, and --check fails on a block that differs."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCH))
+    results = tmp_path / "results"
+    results.mkdir()
+    res = {
+        "name": "demo",
+        "title": "Demo",
+        "command": "python benchmarks/bench_demo.py --n 5",
+        "started": "2026-01-02T03:04:05+0000",
+        "machine": {"cpu": "CPU X", "cores": 2, "ram_gb": 23.5, "python": "3.11.7", "numpy": "2.4", "pyarrow": "26"},
+        "commit": "a" * 40,
+        "uncommitted": [],
+        "load_start": {"loadavg": [1.5, 1.0, 0.5]},
+        "load_end": {"loadavg": [2.25, 1.0, 0.5]},
+        "baseline": {"what": "the floor", "wall_s": 0.5},
+        "rows": [{"what": "ours", "wall_s": 1.25, "peak_rss_mb": 1234.0}, {"what": "floor", "wall_s": 0.5}],
+        "peak_rss_mb": 1234.0,
+        "notes": ["Ours is 2.50x the floor."],
+    }
+    (results / "demo.json").write_text(json.dumps(res))
+    doc = tmp_path / "benchmarks.md"
+    text = (
+        "# B\n\nprose\n\n<!-- result:demo:begin -->\nold table\n<!-- result:demo:end -->\n\n"
+        "<!-- balance:begin -->\nkept as it is\n<!-- balance:end -->\n"
+    )
+    doc.write_text(text)
+    assert report.main(["--doc", str(doc), "--results", str(results), "--check"]) == 1
+    assert report.main(["--doc", str(doc), "--results", str(results)]) == 0
+    new = doc.read_text()
+    body = new.split("<!-- result:demo:begin -->\n")[1].split("<!-- result:demo:end -->")[0]
+    assert body.splitlines() == [
+        "<!-- generated by benchmarks/report.py from docs/benchmarks/demo.json: do not edit -->",
+        "",
+        "**Demo**",
+        "",
+        "`python benchmarks/bench_demo.py --n 5` (commit aaaaaaaaaa; CPU X, 2 cores, 23.5 GB RAM; python 3.11.7, "
+        "numpy 2.4, pyarrow 26; load average 1.50 at the start, 2.25 at the end, on 2 cores; 2026-01-02)",
+        "",
+        "| what | wall s | peak rss mb |",
+        "| --- | --- | --- |",
+        "| ours | 1.25 | 1,234 |",
+        "| floor | 0.5 | - |",
+        "",
+        "Baseline measured in the same run: the floor (wall s 0.5).",
+        "Peak RSS of the measured code: 1,234 MB.",
+        "",
+        "Ours is 2.50x the floor.",
+    ]
+    assert new.startswith("# B\n\nprose\n\n") and new.endswith(
+        "<!-- balance:begin -->\nkept as it is\n<!-- balance:end -->\n"
+    )
+    assert report.main(["--doc", str(doc), "--results", str(results), "--check"]) == 0
+    (results / "demo.json").unlink()
+    assert report.main(["--doc", str(doc), "--results", str(results)]) == 2  # a block without its file
