@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.instability import MARK, footnote, unstable
+from benchmarks.instability import write as write_instability
+
 BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
 CONV_TOL = 1.0  # points of mean R@1: full data at 2E at most this far above E = stopped rising
 TARGET_R1_GAIN = 3.0  # points of mean R@1 above full data (20% mismatched)
@@ -444,12 +447,25 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
             )
             + " |"
         )
-    return [*out, ""]
+    note = _unstable_note(list(groups.values()))
+    return [*out, "", *note, *([""] if note else [])]
 
 
 def _lead_cells(k: tuple, g: list[dict]) -> list[str]:
     """A table row's first cells: the policy, its setting, the seeds, the pruned %."""
-    return [_name(k), _setting(k), str(len(g)), ms([100 * r["pruned"] for r in g])]
+    return [_marked(k, g), _setting(k), str(len(g)), ms([100 * r["pruned"] for r in g])]
+
+
+def _marked(k: tuple, g: list[dict]) -> str:
+    """The configuration's name, marked where a run of it collapsed to chance or fell 20 points in one
+    epoch (``benchmarks.instability``)."""
+    return _name(k) + (f" {MARK}" if any(unstable(r) for r in g) else "")
+
+
+def _unstable_note(gs: list[list[dict]]) -> list[str]:
+    """The footnote under a table whose rows hold the runs ``gs`` (none where no run is unstable)."""
+    files = sorted({f"{r.get('id', '?')}.json" for g in gs for r in g if unstable(r)})
+    return [footnote(files)] if files else []
 
 
 def _rule_cells(g: list[dict]) -> tuple[bool, float | None, float | None, list, float | None, float | None]:
@@ -500,6 +516,8 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    if note := _unstable_note([groups[k] for k in keys]):
+        lines += [*note, ""]
     E = len(main[0]["rows"]) if main else 0
     head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
 
@@ -509,8 +527,9 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
             g = groups[k]
             if only_rule and not is_rule(g[0]):
                 continue
-            out.append(f"| {_name(k)} | {_setting(k)} | " + " | ".join(cell(g, e) for e in range(E)) + " |")
-        return out + [""]
+            out.append(f"| {_marked(k, g)} | {_setting(k)} | " + " | ".join(cell(g, e) for e in range(E)) + " |")
+        shown = [groups[k] for k in keys if not only_rule or is_rule(groups[k][0])]
+        return out + ["", *_unstable_note(shown), *([""] if _unstable_note(shown) else [])]
 
     lines += table(
         "Mean R@1 after each epoch (mean over seeds):",
@@ -582,7 +601,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
             rows.append(
                 [
                     "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
-                    f"{_name(k)} {_setting(k)}",
+                    f"{_marked(k, v)} {_setting(k)}",
                     f"{gap.text()} points at {pruned:.1f}% pruned ({gap.noise_text()})",
                     _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points"),
                 ]
@@ -592,7 +611,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         v = rule20[k]
         share = [noisy_share(active_epochs(r)) for r in v]
         la = [last_active(r) for r in v]
-        name = f"{_name(k)} {_setting(k)}"
+        name = f"{_marked(k, v)} {_setting(k)}"
         if any(s is None for s in share):
             rows.append(
                 ["mismatched < 5% of trained pairs after the warm-up", name, "the rule never became active", "missed"]
@@ -632,7 +651,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         if not is_rule(v[0]):
             continue
         gap = vs_random(v, full0, randoms0, r1)
-        name = f"{_name(k)} {_setting(k)}"
+        name = f"{_marked(k, v)} {_setting(k)}"
         what = "clean pairs: mean R@1 no worse than dynamic random at the same pruned %"
         if not gap.n:
             rows.append([what, name, "no random reference at that pruned %", "open"])
@@ -658,7 +677,8 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         "| target | configuration | measured (mean over seeds; per seed) | verdict |",
         "| --- | --- | --- | --- |",
     ]
-    return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    note = _unstable_note(list(rule20.values()) + [v for v in g0.values() if is_rule(v[0])])
+    return out + ["| " + " | ".join(r) + " |" for r in rows] + [""] + ([*note, ""] if note else [])
 
 
 def _silent(v: list[dict], k: tuple) -> str:
@@ -778,6 +798,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         *_rule_lines(),
     ]
     targets: list[list[str]] = []
+    target_groups: list[list[dict]] = []
     sections = sorted({(r["dataset"], schedule(r)) for r in runs})  # cifar10 before sst2, short before long
     for dataset, (E, augmented) in sections:
         rs = [r for r in runs if r["dataset"] == dataset and schedule(r) == (E, augmented)]
@@ -815,9 +836,11 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                     _verdict(list(gap.per_seed.values()), 0.0, "points", strict=True, digits=2) if gap.n else "open"
                 )
                 targets.append(
-                    [what, f"{_name(k)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", verdict]
+                    [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", verdict]
                 )
-        lines.append("")
+                target_groups.append(g)
+        note = _unstable_note([groups[k] for k in keys])
+        lines += ["", *note, *([""] if note else [])]
         head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
         lines += ["Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):", "", *head]
         for k in keys:
@@ -826,8 +849,8 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 f"{100 * np.mean([r['rows'][e]['plan_noisy_kept'] / max(r['rows'][e]['plan_kept'], 1) for r in g]):.1f}"
                 for e in range(E)
             ]
-            lines.append(f"| {_name(k)} | {_setting(k)} | " + " | ".join(cells) + " |")
-        lines.append("")
+            lines.append(f"| {_marked(k, g)} | {_setting(k)} | " + " | ".join(cells) + " |")
+        lines += ["", *note, *([""] if note else [])]
         lines += _curve_lines(groups, keys, E)
     if targets:
         lines += [
@@ -838,6 +861,8 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             *["| " + " | ".join(t) + " |" for t in targets],
             "",
         ]
+        if note := _unstable_note(target_groups):
+            lines += [*note, ""]
     lines += _cal_lines(files["cal"], "labels")
     lines += _left_out_lines(
         [x for x in left_out if not x.startswith("`pairs-")], [x for x in missing if not x.startswith("pairs-")]
@@ -866,11 +891,12 @@ def _curve_lines(groups: dict, keys: list[tuple], E: int) -> list[str]:
         curve = [float(np.mean([100 * r["rows"][e]["test_acc"] for r in groups[k]])) for e in range(E)]
         best = int(np.argmax(curve))
         lines.append(
-            f"| {_name(k)} | {_setting(k)} | "
+            f"| {_marked(k, groups[k])} | {_setting(k)} | "
             + " | ".join(f"{x:.1f}" for x in curve)
             + f" | e{best} ({curve[best]:.1f}) | {curve[-1] - curve[best]:+.1f} |"
         )
-    return [*lines, ""]
+    note = _unstable_note([groups[k] for k in keys])
+    return [*lines, "", *note, *([""] if note else [])]
 
 
 # ------------------------------------------------------------------------------ writing
@@ -896,6 +922,7 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
     rows = [row for row in _pairs_targets(pairs) if row.startswith("| ") and "open" not in row.rsplit("|", 2)[-2]]
     rows = [row for row in rows if not row.startswith("| target") and not row.startswith("| ---")]
+    notes = [row for row in _pairs_targets(pairs) if row.startswith(MARK) and MARK in "".join(rows)]
     seeds = sorted({r["seed"] for r in pairs})
     size = f"{pairs[0]['data']['train']:,} pairs, E = {pairs[0]['E']}" if pairs else "no run yet"
     return [
@@ -907,6 +934,7 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
         "| target | configuration | measured (mean over seeds; per seed) | verdict |",
         "| --- | --- | --- | --- |",
         *rows,
+        *(["", *notes] if notes else []),
     ]
 
 
@@ -939,7 +967,7 @@ def _table_row(data: str, k: tuple, g: list[dict], base: list[dict], value: Call
     E = len(g[0]["rows"])
     points = [[curve(r, e) for r in g] for e in range(E)]
     mean_curve = [float(np.mean(p)) if None not in p else None for p in points]
-    name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_name(k)} ({_setting(k)})"
+    name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_marked(k, g)} ({_setting(k)})"
     if g is base:
         gap_cells = ["-", "-", "-"]
     else:
@@ -976,6 +1004,7 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
     machines, used, _ = split_runs(pfiles)
     pairs = [r for r in used if r.get("study") == "noise-pairs" and not r["label"].endswith("2E")]
     lines = []
+    shown: list[list[dict]] = []  # the runs of the rows, for the instability footnote
     pair_curve = lambda r, e: 50.0 * (r["rows"][e]["i2t_r1"] + r["rows"][e]["t2i_r1"])  # noqa: E731
     for noise in (0.2, 0.0):
         groups = group([r for r in pairs if r["noise"] == noise])
@@ -985,10 +1014,11 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         data = f"pairs, {round(100 * noise)}% mismatched" if noise else "pairs, clean"
         for k in _sorted_keys(groups):
             rule, label = is_rule(groups[k][0]), k[1]
-            if noise and k[0] != "infobatch" and (label in ("full", "p30") or (rule and "2E" not in label)):
+            if (noise and k[0] != "infobatch" and (label in ("full", "p30") or (rule and "2E" not in label))) or (
+                not noise and k[0] == "full" and label == "rule"
+            ):
                 lines.append(_table_row(data, k, groups[k], base, r1, pair_curve, 1))
-            elif not noise and k[0] == "full" and label == "rule":
-                lines.append(_table_row(data, k, groups[k], base, r1, pair_curve, 1))
+                shown.append(groups[k])
     lmachines, lused, _ = split_runs(files)
     cifar = [r for r in lused if r.get("study") == "noise-labels" and r["dataset"] == "cifar10"]
     long = max((schedule(r) for r in cifar), default=None)
@@ -999,6 +1029,7 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         data = f"CIFAR-10, 40% noisy labels, {long[0]} epochs"
         for k in (k for k in _sorted_keys(lgroups) if k[0] == "full"):
             lines.append(_table_row(data, k, lgroups[k], lbase, acc, _row_acc, 2))
+            shown.append(lgroups[k])
     if not lines:
         return ["(no finished run of the noise study yet)"]
     L: list[str] = [
@@ -1011,6 +1042,7 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *lines,
         "",
+        *(f"* {x}" for x in _unstable_note(shown)),
     ]
     if pairs:
         d = pairs[0]["data"]
@@ -1082,6 +1114,7 @@ def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = No
         studies.append((sum(r.get("study") == "noise-pairs" for r in split_runs(f)[1]), folder, f))
     # docs/results.md and README sum up every folder: written from the study's own folder only
     if readme is not None and is_study_folder(ctx.results):
+        write_instability(ROOT / "docs" / "quality-runs", docs / "quality.md")  # every study folder's runs
         results = docs / "results.md"
         if results.exists() and README_BEGIN in results.read_text():
             splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END)

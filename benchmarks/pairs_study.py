@@ -334,7 +334,7 @@ def report() -> None:
             trained = sum(row["trained"] for r in rs for row in r["rows"])
             mism = sum(row["mismatched_trained"] for r in rs for row in r["rows"])
             cells = [
-                k[1],
+                k[1] + _mark(rs),
                 _fmt_params(rs[0]["params"]),
                 str(len(rs)),
                 _ms([r["pruned"] for r in rs]),
@@ -350,6 +350,8 @@ def report() -> None:
             ]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        note = _unstable_note([groups[k] for k in keys])
+        lines += note
         E = len(groups[keys[0]][0]["rows"])
         head = "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |"
         sep = "| --- | --- |" + " --- |" * E
@@ -357,11 +359,11 @@ def report() -> None:
         for k in keys:
             rs = groups[k]
             lines.append(
-                f"| {k[1]} | {_fmt_params(rs[0]['params'])} | "
+                f"| {k[1]}{_mark(rs)} | {_fmt_params(rs[0]['params'])} | "
                 + " | ".join(f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in rs]):.2f}" for e in range(E))
                 + " |"
             )
-        lines.append("")
+        lines += ["", *note]
         if noise:
             lines += [
                 f"Share of mismatched pairs among the pairs each policy trained on, per epoch (%, mean over "
@@ -374,7 +376,7 @@ def report() -> None:
             for k in keys:
                 rs = groups[k]
                 lines.append(
-                    f"| {k[1]} | {_fmt_params(rs[0]['params'])} | "
+                    f"| {k[1]}{_mark(rs)} | {_fmt_params(rs[0]['params'])} | "
                     + " | ".join(
                         f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in rs]):.1f}" for e in range(E)
                     )
@@ -382,6 +384,7 @@ def report() -> None:
                 )
             lines += [
                 "",
+                *note,
                 "Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when last "
                 "trained; e0 has none), mean over seeds:",
                 "",
@@ -395,8 +398,8 @@ def report() -> None:
                     a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
                     b = [r["checks"][e]["plan_loss_clean"] for r in rs]
                     cells.append("-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}")
-                lines.append(f"| {k[1]} | {_fmt_params(rs[0]['params'])} | " + " | ".join(cells) + " |")
-            lines.append("")
+                lines.append(f"| {k[1]}{_mark(rs)} | {_fmt_params(rs[0]['params'])} | " + " | ".join(cells) + " |")
+            lines += ["", *note]
         if noise:
             lines += _per_epoch_table(groups, keys)
         _plot(noise, groups, keys)
@@ -454,6 +457,23 @@ def _collapses() -> Any:
     from benchmarks.quality import collapses
 
     return collapses
+
+
+def _mark(rs: list[dict]) -> str:
+    """' †' where a run of ``rs`` collapsed to chance or fell 20 points in one epoch (benchmarks/instability.py)."""
+    _collapses()  # benchmarks on the path
+    from benchmarks.instability import MARK, unstable
+
+    return f" {MARK}" if any(unstable(r) for r in rs) else ""
+
+
+def _unstable_note(rss: list[list[dict]]) -> list[str]:
+    """The footnote under a table whose rows hold the runs ``rss``, naming the files of the marked runs."""
+    _collapses()
+    from benchmarks.instability import footnote, unstable
+
+    files = [f"{run_id(r['noise'], r, r['seed'])}.json" for rs in rss for r in rs if unstable(r)]
+    return [footnote(files), ""] if files else []
 
 
 def _curve(r: dict) -> list[float]:
@@ -516,9 +536,10 @@ def _per_epoch_table(groups: dict, keys: list) -> list[str]:
             )
             window = _window(k[1], rs[0]["params"], e, phase)
             L.append(
-                f"| {k[1]} | {_fmt_params(rs[0]['params'])} | {e} | {window} | {mism} | {kept_m} | {kept_c} | {r1} |"
+                f"| {k[1]}{_mark(rs)} | {_fmt_params(rs[0]['params'])} | {e} | {window} | {mism} | {kept_m} | {kept_c} "
+                f"| {r1} |"
             )
-    return L + [""]
+    return L + ["", *_unstable_note([groups[k] for k in keys if groups[k][0]["policy"] in ("seta", "infobatch")])]
 
 
 def _missing(groups: dict) -> list[str]:
@@ -676,7 +697,7 @@ def summary_lines(groups: dict) -> list[str]:
          "| --- | --- | --- |"]  # fmt: skip
     for rs in _guided(groups, noisy, "infobatch"):
         last = max(e for e in range(E) if rs[0]["rows"][e]["phase"] == "prune")
-        L.append(f"| {_name(rs)} | up to {_shares(rs, last)[0]:.1f} (it prunes only below-mean pairs) | - |")
+        L.append(f"| {_name(rs)}{_mark(rs)} | up to {_shares(rs, last)[0]:.1f} (it prunes only below-mean pairs) | - |")
     for rs in _guided(groups, noisy, "seta"):
         prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
         sh = [_shares(rs, e)[0] for e in prune]
@@ -686,17 +707,22 @@ def summary_lines(groups: dict) -> list[str]:
             by = {r["seed"]: r for r in rs}
             at = ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
             fell = f"fell to chance after its {max(sh):.1f}% epoch (seed by seed: {at})"
-        L.append(f"| {_name(rs)} | {min(sh):.1f} to {max(sh):.1f}, depending on the epoch's window | {fell} |")
+        L.append(
+            f"| {_name(rs)}{_mark(rs)} | {min(sh):.1f} to {max(sh):.1f}, depending on the epoch's window | {fell} |"
+        )
     rows = []
     for noise in NOISE_LEVELS:
         for k in (k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")):
             if (v := _vs_random(groups, noise, groups[k])) != "-":
                 data = "clean pairs" if not noise else f"{100 * noise:.0f}% mismatched"
-                rows.append(f"| {data} | {_name(groups[k])} | {_pruned(groups[k]):.1f} | {v} |")
+                rows.append(f"| {data} | {_name(groups[k])}{_mark(groups[k])} | {_pruned(groups[k]):.1f} | {v} |")
     if rows:
         L += ["", "Against dynamic random at the same pruned % (mean R@1, points):", "",
               "| data | policy (setting) | pruned % | mean R@1 minus dynamic random's |", "| --- | --- | --- | --- |",
               *rows]  # fmt: skip
+    marked = [rs for n in NOISE_LEVELS for k in _keys(groups, n) if k[1] in ("seta", "infobatch") for rs in [groups[k]]]
+    if note := _unstable_note(marked):
+        L += ["", *note[:-1]]
     return L
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -369,7 +370,7 @@ def pairs_run(
     }
 
 
-def _synthetic(tmp_path: Path) -> str:
+def _synthetic(tmp_path: Path, change: Callable[[list[dict]], None] | None = None) -> str:
     res = tmp_path / "results"
     res.mkdir()
     runs = []
@@ -424,6 +425,8 @@ def _synthetic(tmp_path: Path) -> str:
     runs.append(pairs_run(0.2, "seta", "p30", {"alpha": 0.6, "k": 5, "r": 0.0}, 0, 99.0, 0.3, status="diverged"))
     other = {**MACHINE, "cpu": "Other CPU"}
     runs.append(pairs_run(0.2, "seta", "p30", {"alpha": 0.6, "k": 5, "r": 0.0}, 1, 99.0, 0.3, machine=other))
+    if change is not None:
+        change(runs)
     for r in runs:
         (res / f"{r['id']}.json").write_text(json.dumps(r))
     (res / "pairs-n20-E4-infobatch-p30-r0.6-s0.crashed.json").write_text(
@@ -527,6 +530,34 @@ def test_a_clean_pairs_run_worse_than_random_beyond_the_noise_misses_by_how_much
         "noise=True, r=0.0 | -4.0 (-4.0, -4.0) points (2 SE = 0.0) | missed: 4.0 points below, beyond the noise; the "
         "rule suspected nothing in any plan: these are seta's own plans at alpha=0.4, k=10, r=0.0 |"
     ) in lines
+
+
+def test_every_table_marks_a_run_that_collapsed_or_fell_20_points(tmp_path: Path) -> None:
+    """The instability scan's mark: seed 1 of rule + seta at 50% falls to chance (held-out pairs: 10,
+    chance 10%) after epoch 1; every table that shows the configuration marks its row, and a
+    footnote under it names the file."""
+
+    def collapse(runs: list[dict]) -> None:
+        r = next(r for r in runs if r["label"] == "rule-p50" and r["seed"] == 1)
+        r["rows"][2]["i2t_r1"] = r["rows"][2]["t2i_r1"] = 0.1
+
+    lines = _synthetic(tmp_path, collapse).splitlines()
+    name = "rule + seta †"
+    marked = [x for x in lines if x.startswith(("| ", "| mean R@1")) and "†" in x]
+    assert {x.split(" | ")[0 if x.startswith(f"| {name}") else 1].lstrip("| ") for x in marked} == {
+        name,
+        f"{name} alpha=0.3, k=10, noise=True, r=0.0",
+    }
+    rid = "pairs-n20-E4-seta-rule-p50-alpha0.3-k10-noiseTrue-r0.0-s1"
+    note = (
+        "† a run of this configuration collapsed to chance or fell 20 points or more in one epoch (instability "
+        f"scan, `docs/quality-runs/instability.json`): `{rid}.json`."
+    )
+    tables = sum(1 for i, x in enumerate(lines) if x.startswith("| policy | setting") and any(
+        y.startswith(f"| {name}") for y in lines[i:lines.index("", i)]))  # fmt: skip
+    assert tables == 5 and lines.count(note) == tables + 1  # the main table, 4 per-epoch tables, the targets
+    assert sum(x.startswith(f"| {name}") for x in lines) == 5
+    assert not any("†" in x for x in lines if x.startswith("| rule alone"))
 
 
 def test_the_report_replaces_only_its_own_section(tmp_path: Path) -> None:

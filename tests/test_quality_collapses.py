@@ -71,3 +71,71 @@ def test_the_probe_replays_the_final_step_exactly_and_forks_leave_the_run_as_it_
     assert out["final_batch"] == 4 and out["size_4"] == acc  # the final step replayed from its fork: same model
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in end.items())  # the run goes on unchanged
     assert evaluate(model, test) == acc
+
+
+# ------------------------------------------------------------------- the instability scan
+def test_the_scan_reads_every_folder_and_finds_collapses_and_one_epoch_drops(tmp_path) -> None:
+    """Result files at every depth: a converged-study curve that collapses, a pairs curve that falls
+    exactly 20 points (and one 19.9 points), a noisy-label curve (rows) without events, and files
+    with no curve (the short study's epochs, a calibration) counted but not read."""
+    from benchmarks import instability as ins
+
+    def conv(accs):
+        return {"dataset": "cifar10", "policy": "seta", "seed": 0, "epochs": [{"test_acc": a} for a in accs]}
+
+    def pairs(r1s, test=1000):
+        return {"policy": "random", "label": "p30", "seed": 1, "data": {"test": test},
+                "rows": [{"i2t_r1": x, "t2i_r1": x} for x in r1s]}  # fmt: skip
+
+    files = {
+        "converged/cifar10-E4-seta-s0.json": conv([0.5, 0.7, 0.11, 0.6]),  # collapse and drop at e2
+        "noise-study/sub/pairs-a.json": pairs([0.05, 0.30, 0.10, 0.35]),  # 20 points exactly: a drop
+        "noise-study/pairs-b.json": pairs([0.05, 0.30, 0.101, 0.35]),  # 19.9 points: none
+        "pairs-c.json": pairs([0.2, 0.012, 0.3]),  # chance 0.1%: collapse at e1 (18.8 points)
+        "noise-study/cifar10-noisy-x-s0.json": {"dataset": "cifar10", "rows": [{"test_acc": a} for a in (0.3, 0.4)]},
+        "sst2-clean-full-s0.json": {"epochs": [{"kept": 10}]},  # the short study: no curve
+        "noise-study/pairs-n20-cal-base.json": {"levels": {}},
+        "sst2-x.json": {"dataset": "sst2", "epochs": [{"test_acc": a} for a in (0.8, 0.51, 0.9)]},  # chance 50%
+    }
+    for rel, d in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(json.dumps(d))
+    found = ins.scan(tmp_path)
+    assert (found["files"], found["with_curve"]) == (8, 6)
+    assert [(r["file"], r["collapse_epochs"], [d["epoch"] for d in r["drops"]]) for r in found["runs"]] == [
+        ("converged/cifar10-E4-seta-s0.json", [2], [2]),
+        ("noise-study/sub/pairs-a.json", [], [2]),
+        ("pairs-c.json", [1], []),
+        ("sst2-x.json", [1], [1]),
+    ]
+    assert [ins.events_text(r) for r in found["runs"]] == [
+        "collapse at e2; drop at e2 (70.0 -> 11.0)",
+        "drop at e2 (30.0 -> 10.0)",
+        "collapse at e1",
+        "collapse at e1; drop at e1 (80.0 -> 51.0)",
+    ]
+    doc = tmp_path / "quality.md"
+    doc.write_text(f"# q\n\n{ins.BEGIN}\nold\n{ins.END}\n\ntail\n")
+    ins.write(tmp_path, doc)
+    assert json.loads((tmp_path / ins.OUT).read_text()) == found  # the scan skips its own file
+    text = doc.read_text()
+    assert text.startswith(f"# q\n\n{ins.BEGIN}\n`python -m benchmarks.instability` read all 8 result files")
+    assert "| `noise-study/sub/pairs-a.json` | random | 1 | mean R@1 | drop at e2 (30.0 -> 10.0) |" in text
+    assert text.endswith(f"{ins.END}\n\ntail\n") and "\nold\n" not in text
+    assert ins.scan(tmp_path) == found
+
+
+def test_the_committed_scan_is_current_and_names_every_collapse() -> None:
+    """docs/quality-runs/instability.json is the scan of the committed result files; it holds every
+    collapse of collapses.json and the pairs run of the 2-core noise study that fell to chance at
+    epoch 6 after 21.3% (a 19.7-point fall, so a collapse and no drop)."""
+    from benchmarks import instability as ins
+
+    committed = json.loads((ins.RESULTS / ins.OUT).read_text())
+    assert committed == ins.scan()
+    files = {r["file"]: r for r in committed["runs"]}
+    for c in collapses(Layout()):
+        assert any(f.endswith(f"/{c['run_id']}.json") and c["epoch"] in r["collapse_epochs"] for f, r in files.items())
+    r = files["noise-study-2core/pairs-n20-E10-seta-p50-alpha0.4-k10-r0.1-s0.json"]
+    assert (r["collapse_epochs"], r["drops"]) == ([6], [])
+    assert not any(r["policy"] == "full" and r["label"] in ("full", None) for r in committed["runs"])

@@ -203,10 +203,15 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     report_readings(layout)
     doc = layout.doc.read_text()
     assert (
-        "| seta p50 | alpha=0.5, k=10, r=0.2 | 2 | 50.0 ± 0.0 | 77.25 ± 0.35 | -2.25 | 2 | 79.75 ± 0.35 | -2.50 "
+        "| seta p50 † | alpha=0.5, k=10, r=0.2 | 2 | 50.0 ± 0.0 | 77.25 ± 0.35 | -2.25 | 2 | 79.75 ± 0.35 | -2.50 "
         "| -1.25 | **s1: e1 10.0%**; without it: 77.00 (seed 0), -3.00 vs full at E (same seeds) |"
     ) in doc
     assert "SeTa p50 (50.0% pruned) [collapsed: seed 1] -2.25 (by seed -3.00, -1.50)" in doc
+    assert (  # the instability scan's mark, and the file under the table
+        "† a run of this configuration collapsed to chance or fell 20 points or more in one epoch (instability "
+        "scan, `docs/quality-runs/instability.json`): `cifar10-noaug-E4-seta-p50-alpha0.5-k10-r0.2-s1.json`."
+    ) in doc.splitlines()
+    assert sum(line.startswith("| seta p50 †") for line in doc.splitlines()) == 1
     s = summary(layout)[0]
     assert "; SeTa p50 (seed 1) includes a run whose test accuracy fell to chance during training, counted in " in s
     results = layout.results_doc.read_text()  # docs/results.md's table: the same numbers, a row per configuration

@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from benchmarks.instability import MARK, footnote, unstable
+
 from .configs import conv_run_id
 from .layout import Layout
 from .machine import machine_of
@@ -228,13 +230,17 @@ class Reading:
             return []
         study_by = {conv_run_id(r, r["seed"]): r for r in self.s.results}
         rows = ["| run (seed) | study's run | rerun | change |", "| --- | --- | --- | --- |"]
-        changes = []
+        changes: list[float] = []
+        marked: list[str] = []
         for r in sorted(self.reruns, key=lambda r: (r["policy"] != "full", ORDER[r["policy"]], r["label"], r["seed"])):
             o = study_by.get(conv_run_id(r, r["seed"]))
             if o is None:
                 continue
             changes.append(acc(r) - acc(o))
-            rows.append(f"| {name(r)} ({r['seed']}) | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
+            mark = f" {MARK}" if unstable(r) or unstable(o) else ""  # the instability scan
+            marked += [f"{RERUNS}/{conv_run_id(r, r['seed'])}.json"] * unstable(r)
+            marked += [f"converged/{conv_run_id(o, o['seed'])}.json"] * unstable(o)
+            rows.append(f"| {name(r)} ({r['seed']}){mark} | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
         up = sum(c > CRITERION for c in changes)
 
         def where(rs: list[dict]) -> tuple[set[str], set[str]]:
@@ -257,7 +263,7 @@ class Reading:
             "",
         ]  # fmt: skip
         L += self.machines("converged", [(f"`{RERUNS}/`", self.reruns)])
-        L += rows + [""]
+        L += rows + [""] + ([footnote(marked), ""] if marked else [])
         L += [
             f"Mean change {gap(float(np.mean(changes)))} (from {gap(min(changes))} to {gap(max(changes))}; {up} of "
             f"{len(changes)} above +{CRITERION}), full data's own rerun included: the second set sits "

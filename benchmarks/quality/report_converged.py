@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.instability import MARK, footnote, unstable
+
 from .checks import check_results, check_run_dir, finished_run_dirs
 from .collapses import collapse_epochs, converged_trace
 from .configs import (
@@ -319,7 +321,8 @@ class Study:
         r0, E, full_acc = rs[0], self.E, self.full_acc
         is_full = r0["policy"] == "full"
         cells = [
-            f"full, {r0['n_epochs']} epochs" if is_full else f"{r0['policy']} {r0['label']}",
+            (f"full, {r0['n_epochs']} epochs" if is_full else f"{r0['policy']} {r0['label']}")
+            + (f" {MARK}" if any(unstable(r) for r in rs) else ""),  # instability scan
             "-" if is_full else fmt_params(r0["params"]),
             str(len(rs)),
             _full_pruned(r0["n_epochs"], E) if is_full else mean_sd([r["pruned"] for r in rs], digits=1),
@@ -349,8 +352,10 @@ class Study:
         order = sorted(self.groups.values(), key=lambda rs: (rs[0]["policy"] != "full", ORDER[rs[0]["policy"]],
                                                              -rs[0]["n_epochs"], rs[0]["label"]))  # fmt: skip
         L += ["| " + " | ".join(self.row(rs)) + " |" for rs in order]
+        files = [f"{conv_run_id(r, r['seed'])}.json" for rs in order for r in rs if unstable(r)]
         return L + [
             "",
+            *([footnote(files), ""] if files else []),
             "*vs equal compute*: test accuracy minus full data trained for round(E x (1 - p)) epochs, p = the "
             "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
             "same number of samples trained; the mean of the differences paired by seed, over the seeds whose "
