@@ -218,7 +218,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     assert results.startswith("# r\n<!-- quality-summary:begin -->\n| study | configuration | pruned % |")
     assert results.endswith("<!-- quality-summary:end -->\ntail\n")
     assert (
-        "| CIFAR-10, E = 4, no augmentation | SeTa p50 | 50.0 | -2.25 (-3.00, -1.50) | below on every seed, by more "
+        "| CIFAR-10, E = 4, no augmentation | SeTa p50 † | 50.0 | -2.25 (-3.00, -1.50) | below on every seed, by more "
         "than the seed spread | -2.50 (-2.50) against 2 epochs | -1.25 | test accuracy fell to chance: seed 1; "
         "without it -3.00 |"
     ) in results

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.instability import MARK, footnote, unstable
+
+from .configs import conv_run_id
 from .layout import Layout
 from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings
 from .results import scaled_mean
@@ -36,7 +39,8 @@ def _row(rd: Reading, rs: list[dict]) -> str:
         rest, without = rd.s.without_collapsed(rs)
         note = f"test accuracy fell to chance: seed {'/'.join(str(r['seed']) for r in bad)}"
         note += f"; without it {gap(without)}" if rest and without is not None else "; no seed left without it"
-    cells = [rd.s.title(), name(rs[0]), f"{100 * float(np.mean([r['pruned'] for r in rs])):.1f}",
+    mark = f" {MARK}" if any(unstable(r) for r in rs) else ""  # the instability scan
+    cells = [rd.s.title(), name(rs[0]) + mark, f"{100 * float(np.mean([r['pruned'] for r in rs])):.1f}",
              f"{gap(g)} ({by_seed(p)})", spread, eq_cell, "-" if v is None else gap(v), note]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
 
@@ -77,4 +81,6 @@ def results_lines(layout: Layout) -> list[str]:
     ]
     for r in rd:
         L += [_row(r, rs) for rs in r.pruned]
-    return [*L, "", *[_facts(r) for r in rd]]
+    files = [f"{r.s.section.folder}/{conv_run_id(x, x['seed'])}.json" for r in rd for rs in r.pruned for x in rs
+             if unstable(x)]  # fmt: skip
+    return [*L, "", *([footnote(files), ""] if files else []), *[_facts(r) for r in rd]]
