@@ -77,9 +77,13 @@ def main() -> None:
     p.add_argument("--init-method", default=None, help="tcp://...: join with --rank/--world-size, not the env")
     p.add_argument("--rank", type=int, default=None)
     p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--unbalanced", action="store_true", help="attach() without balance, for contrast")
+    p.add_argument("--timeout", type=float, default=60.0, help="gloo's timeout, seconds")
+    p.add_argument("--clip-loss", choices=["replica", "openclip"], default="replica",
+                   help="openclip: open_clip.loss.ClipLoss itself (where open_clip is installed)")  # fmt: skip
     args = p.parse_args()
 
-    timeout = datetime.timedelta(seconds=60)
+    timeout = datetime.timedelta(seconds=args.timeout)
     if args.init_method is None:  # as torchrun starts a rank: RANK, WORLD_SIZE, MASTER_ADDR/PORT
         dist.init_process_group("gloo", timeout=timeout)
     else:  # as mp.spawn scripts do: no RANK in the environment, so workers cannot read it there
@@ -103,7 +107,7 @@ def main() -> None:
         ds = wds.DataPipeline(
             wds.SimpleShardList(args.shards), wds.split_by_node, wds.split_by_worker, wds.tarfile_to_samples()
         )
-    seta.attach(ds, args.run, balance=True)
+    seta.attach(ds, args.run, balance=not args.unbalanced)
     ds.append(wds.to_tuple("__key__", "__url__", "__weight__"))
     ds.append(wds.batched(B, partial=True))
     loader = torch.utils.data.DataLoader(
@@ -117,13 +121,18 @@ def main() -> None:
     scale = torch.nn.Parameter(torch.tensor(2.0))
     params = [*image_tower.parameters(), *text_tower.parameters(), scale]
     clock = seta.EpochClock(steps_per_epoch=10.0)
+    clip_loss = None
+    if args.clip_loss == "openclip":
+        from open_clip.loss import ClipLoss
+
+        clip_loss = ClipLoss(local_loss=False, gather_with_grad=True, rank=rank, world_size=world)
     total = 10.0 * args.epochs
     os.makedirs(args.out, exist_ok=True)
     last = args.epochs - 1 if args.stop_epoch is None else args.stop_epoch
     for epoch in range(args.start_epoch, last + 1):
         summary = pruner.start_epoch(epoch)
         report = seta.balanced_epoch(args.run, epoch, workers=args.workers)
-        clock.start_epoch(epoch, report.per_rank)
+        clock.start_epoch(epoch, report.per_rank if not args.unbalanced else summary["kept"] / world)
         trained, sizes, lrs = [], [], []
         for keys, urls, weights in loader:
             keys, urls = list(keys), list(urls)
@@ -133,7 +142,10 @@ def main() -> None:
             x = inputs(urls, keys)
             image = F.normalize(image_tower(x), dim=-1)
             text = F.normalize(text_tower(x.flip(-1)), dim=-1)
-            loss = gathered_clip_loss(image, text, scale, B)
+            if clip_loss is None:
+                loss = gathered_clip_loss(image, text, scale, B)
+            else:  # its mean over the gathered batch, as a sum over the nominal global batch
+                loss = clip_loss(image, text, scale) * (len(keys) / B)
             loss.backward()
             with torch.no_grad():  # plain SGD (torch.optim imports torch._dynamo: seconds per process)
                 for param in params:
