@@ -2,15 +2,25 @@
 
 ``read_kept(run)`` is a webdataset stage that replaces ``tarfile_to_samples() + keep_filter()``:
 for each shard URL it loads the shard's index (``seta_stream.index``), asks the plan of the
-current epoch which samples to keep, and reads only their members' byte ranges, in file order,
-coalescing ranges separated by less than ``gap`` bytes into one read (one range request on
-object stores and HTTP). Member bytes are grouped into samples by webdataset's own
-``group_by_keys``, one sample per run of consecutive members with the same key, so samples are
-exactly those of the streaming reader (same ``__key__``, ``__url__``, field names and bytes; a
-key that comes back later in the shard is another sample, as webdataset has it), with
-``__weight__`` (and ``__score__``) attached as by ``keep_filter``. The tar header in front of
-every member read is checked against the index (name, size, checksum): an index that describes
-other bytes is refused, never used to cut samples.
+current epoch which samples to keep, and reads only their members' byte ranges, in file order.
+Each member is read with the 512-byte tar header in front of it (one contiguous range: header,
+data, and the padding up to the next header when the next member is read too), and ranges
+separated by at most ``gap`` bytes are coalesced into one read (one range request on object
+stores and HTTP). Member bytes are grouped into samples by webdataset's own ``group_by_keys``,
+one sample per run of consecutive members with the same key, so samples are exactly those of
+the streaming reader (same ``__key__``, ``__url__``, field names and bytes; a key that comes
+back later in the shard is another sample, as webdataset has it), with ``__weight__`` (and
+``__score__``) attached as by ``keep_filter``.
+
+The tar header in front of every member read is checked against the index (name, size,
+checksum; all of a batch's at once, ``index.member_headers_match``): an index that describes
+other bytes is refused, never used to cut samples. Reads go in batches of up to 64 MB (the
+first read of a remote shard alone, then the rest of the batch at once), and every header of a
+batch is checked before any sample of it is yielded. A shard whose kept ranges fit in one batch
+(the whole shard below 64 MB) is therefore checked whole before its first sample: a shard
+rewritten after indexing (same size, members moved) is refused and, by default, streamed. In a
+larger shard a change found in a later batch stops with :class:`~seta_stream.index.IndexMismatch`
+(samples of it were delivered).
 
 Which URLs:
 
@@ -34,17 +44,20 @@ kept sample is skipped: the index lists every member of the shard.
 
 from __future__ import annotations
 
+import gc
 import re
 import warnings
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
+import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import tar_file_expander, tarfile_samples
 
-from ._planview import Decision, PlanView, StageCounts, kept_samples
+from ._planview import Decision, PlanView, StageCounts, kept_samples, tally_all
 from ._runfs import RunDir
 from ._wds import group_by_keys
 from .errors import InvalidInputError
@@ -55,7 +68,7 @@ from .index import (
     byte_source,
     has_query,
     load_index,
-    member_header_matches,
+    member_headers_match,
     open_fs,
 )
 
@@ -68,8 +81,6 @@ _MAX_BLOCK = 8 << 20
 #: bytes fetched by one batch of concurrent range requests on remote filesystems
 _MAX_BATCH = 64 << 20
 _WARNED: set[tuple[str, str]] = set()
-
-Member = tuple[str, int, int]  # (tar member name, data offset, size)
 
 
 def _is_meta(name: str) -> bool:
@@ -85,114 +96,186 @@ def _warn_once(kind: str, url: str, message: str) -> None:
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def _samples_of(idx: dict[str, Any]) -> list[tuple[str, list[Member]]]:
+class _Members(NamedTuple):
+    """A shard's samples as the streaming reader groups them, from its index: sample ``i`` is
+    ``keys[i]`` with members ``first[i]`` to ``first[i + 1] - 1`` (name, data offset, size)."""
+
+    keys: list[str]
+    first: np.ndarray  # int64[len(keys) + 1]
+    names: list[str]
+    offsets: np.ndarray  # int64, data offsets
+    sizes: np.ndarray  # int64
+
+
+def _samples_of(idx: dict[str, Any]) -> _Members:
     """The shard's samples as the streaming reader groups them: runs of consecutive members with
-    the same key, members webdataset skips (meta members) left out."""
-    out: list[tuple[str, list[Member]]] = []
-    for key, members in idx["samples"]:
-        kept = [(n, int(o), int(s)) for n, o, s in members if not _is_meta(n)]
-        if not kept:
-            continue
-        if out and out[-1][0] == key:  # only skipped members stood between them
-            out[-1][1].extend(kept)
-        else:
-            out.append((key, kept))
+    the same key, members webdataset skips (meta members) left out. Built from the index's
+    lists without a Python object per member (a shard has thousands)."""
+    samples = idx["samples"]
+    keys = [key for key, _ in samples]
+    counts = np.fromiter(map(len, (members for _, members in samples)), dtype=np.int64, count=len(samples))
+    flat = list(chain.from_iterable(members for _, members in samples))
+    names, offsets, sizes = (list(c) for c in zip(*flat)) if flat else ([], [], [])
+    offsets_arr = np.array(offsets, dtype=np.int64)
+    sizes_arr = np.array(sizes, dtype=np.int64)
+    owner = np.repeat(np.arange(len(keys)), counts)  # the index sample of each member
+    meta = [i for i, n in enumerate(names) if n.startswith("__") and _is_meta(n)]
+    if meta:
+        keep = np.ones(len(names), dtype=bool)
+        keep[meta] = False
+        names = [n for n, k in zip(names, keep.tolist()) if k]
+        offsets_arr, sizes_arr, owner = offsets_arr[keep], sizes_arr[keep], owner[keep]
+    # a sample starts at each member whose index sample differs from the previous member's in
+    # key (index samples with the same key are one sample when only skipped members stood between)
+    change = np.flatnonzero(owner[1:] != owner[:-1]) + 1
+    if len(change):
+        pairs = zip(owner[change - 1].tolist(), owner[change].tolist())
+        change = change[np.array([keys[a] != keys[b] for a, b in pairs], dtype=bool)]
+    first = np.concatenate([[0], change, [len(names)]]).astype(np.int64) if len(names) else np.zeros(1, np.int64)
+    sample_keys = [keys[i] for i in owner[first[:-1]].tolist()] if len(names) else []
+    return _Members(sample_keys, first, names, offsets_arr, sizes_arr)
+
+
+def _blocks(
+    offsets: np.ndarray, sizes: np.ndarray, gap: int, max_block: int = _MAX_BLOCK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reads [start, end) covering members (in file order, given by data offset and size), each
+    with its tar header (512 bytes before the data): members closer than ``gap`` bytes (the
+    padding after a member's data is no gap: a member read with the next one is read up to its
+    header) share a read, which stops growing at ``max_block`` bytes unless one member is larger.
+    Returns (starts, ends, index of the first member of each read)."""
+    n = len(offsets)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    heads = offsets - _HEADER
+    ends = offsets + sizes
+    padded = ends + (-sizes % _HEADER)
+    breaks = np.flatnonzero(heads[1:] - padded[:-1] > gap) + 1
+    bounds = [0, *breaks.tolist(), n]
+    firsts: list[int] = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        i = a
+        while i < b:  # the longest run from i whose read stays within max_block (at least one member)
+            j = int(np.searchsorted(ends[i:b], heads[i] + max_block, side="right")) + i
+            firsts.append(i)
+            i = max(j, i + 1)
+    first = np.array(firsts, dtype=np.int64)
+    last = np.concatenate([first[1:], [n]]) - 1
+    return heads[first], ends[last], first
+
+
+def _batches(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Reads [i, j) fetched together: up to _MAX_BATCH bytes, at least one read."""
+    out: list[tuple[int, int]] = []
+    lengths = (ends - starts).tolist()
+    i, n = 0, len(lengths)
+    while i < n:
+        j, total = i + 1, lengths[i]
+        while j < n and total + lengths[j] <= _MAX_BATCH:
+            total += lengths[j]
+            j += 1
+        out.append((i, j))
+        i = j
     return out
 
 
-def _ranges(members: list[Member], gap: int, max_block: int = _MAX_BLOCK) -> list[tuple[int, int, list[Member]]]:
-    """Coalesce member byte ranges (in file order) into reads [start, end); each read starts at
-    its first member's tar header (512 bytes before the data) so the header can be checked."""
-    blocks: list[tuple[int, int, list[Member]]] = []
-    for name, off, size in members:
-        head = off - _HEADER
-        if blocks and head - blocks[-1][1] <= gap and off + size - blocks[-1][0] <= max_block:
-            start, _, group = blocks[-1]
-            group.append((name, off, size))
-            blocks[-1] = (start, off + size, group)
-        else:
-            blocks.append((head, off + size, [(name, off, size)]))
-    return blocks
-
-
-def _read_blocks(url: str, source: str, blocks: list[tuple[int, int, list[Member]]]) -> Iterator[bytes]:
-    """The bytes of each block, in order: one seek+read per block on local files, one range
-    request per block (issued in concurrent batches) elsewhere."""
+def _read_batches(
+    url: str, source: str, starts: np.ndarray, ends: np.ndarray
+) -> Iterator[tuple[tuple[int, int], memoryview, np.ndarray]]:
+    """((i, j), the bytes of reads i..j-1 one after the other, where each read begins in them),
+    a batch (:func:`_batches`) at a time: one seek and read per read into one buffer on local
+    files, concurrent range requests elsewhere. On a remote filesystem the first read of a
+    shard is requested alone, then the rest of its batch: a server that ignores Range sends the
+    whole shard once, not once per read."""
     fs, path = open_fs(source)
-    if isinstance(fs, LocalFileSystem):
-        with fs.open(path, "rb") as fh:
-            for start, end, _ in blocks:
-                fh.seek(start)
-                yield _checked(url, fh.read(end - start), start, end)
-        return
-    i = 0
-    while i < len(blocks):
-        j, total = i, 0
-        # the first read goes alone: a server that ignores Range sends the whole shard once, not per read
-        while j < len(blocks) and (j == i or (i > 0 and total + blocks[j][1] - blocks[j][0] <= _MAX_BATCH)):
-            total += blocks[j][1] - blocks[j][0]
-            j += 1
-        batch = blocks[i:j]
-        datas = fs.cat_ranges([path] * len(batch), [b[0] for b in batch], [b[1] for b in batch], on_error="raise")
-        for (start, end, _), data in zip(batch, datas):
-            yield _checked(url, data, start, end)
-        i = j
+    local = isinstance(fs, LocalFileSystem)
+    fh = fs.open(path, "rb") if local else None
+    try:
+        for i, j in _batches(starts, ends):
+            lo, hi = starts[i:j].tolist(), ends[i:j].tolist()
+            begin = np.concatenate([[0], np.cumsum(ends[i:j] - starts[i:j])[:-1]]).astype(np.int64)
+            if fh is not None:
+                buf = bytearray(int(begin[-1]) + hi[-1] - lo[-1])
+                view = memoryview(buf)
+                for a, b, at in zip(lo, hi, begin.tolist()):
+                    fh.seek(a)
+                    _check_length(url, fh.readinto(view[at : at + b - a]), a, b)
+                yield (i, j), view, begin
+                continue
+            parts: list[bytes] = []
+            for a, b in [(0, 1), (1, j - i)] if i == 0 else [(0, j - i)]:
+                if a < b:
+                    parts += fs.cat_ranges([path] * (b - a), lo[a:b], hi[a:b], on_error="raise")
+            for a, b, data in zip(lo, hi, parts):
+                _check_length(url, len(data), a, b)
+            yield (i, j), memoryview(b"".join(parts)), begin
+    finally:
+        if fh is not None:
+            fh.close()
 
 
-def _checked(url: str, data: bytes, start: int, end: int) -> bytes:
-    if len(data) != end - start:
+def _check_length(url: str, got: int | None, start: int, end: int) -> None:
+    if got != end - start:
         raise IndexMismatch(
-            f"{url}: asked for bytes {start}-{end - 1} ({end - start} bytes), got {len(data)}; expected the "
+            f"{url}: asked for bytes {start}-{end - 1} ({end - start} bytes), got {got}; expected the "
             "exact range. The shard is shorter than its index says, or the server does not honour range "
             "requests (HTTP 'Range' headers); rebuild the index, or let read_kept stream such shards "
             "(on_mismatch='stream', the default)"
         )
-    return bytes(data)
 
 
 def _kept_files(
     url: str,
     source: str,
-    samples: list[tuple[str, list[Member]]],
-    decisions: list[Decision],
+    members: _Members,
+    keep: np.ndarray,
     gap: int,
     stats: Counter[str],
     rebuild: str,
 ) -> Iterator[dict[str, Any]]:
     """Member files of the kept samples, a ``{}`` after each sample (so that two samples are
-    never grouped into one), with every member's tar header checked.
+    never grouped into one), with every member's tar header checked, a batch of reads at a time
+    before any member of it is yielded.
 
-    Raises IndexMismatch before yielding anything if the first read does not match the index.
-    """
-    members: list[Member] = []
-    last_of_sample: set[int] = set()  # offsets of the last member of each kept sample
-    for (_, sample_members), decision in zip(samples, decisions):
-        if decision.keep:
-            members.extend(sample_members)
-            last_of_sample.add(sample_members[-1][1])
+    Yields ``{"__checked__": True}`` once the first batch is read and checked; raises
+    IndexMismatch before that if it does not match the index."""
+    counts = np.diff(members.first)
+    chosen = np.flatnonzero(np.repeat(keep, counts))  # the kept samples' members, in file order
+    last = np.zeros(len(members.names), dtype=bool)
+    last[members.first[1:][keep] - 1] = True  # the last member of each kept sample
+    offsets, sizes = members.offsets[chosen], members.sizes[chosen]
+    starts, ends, firsts = _blocks(offsets, sizes, gap)
+    block_of = np.repeat(np.arange(len(firsts)), np.diff(np.concatenate([firsts, [len(chosen)]])))
+    names = members.names
     first = True
-    blocks = _ranges(members, gap)
-    for (start, end, group), buf in zip(blocks, _read_blocks(url, source, blocks)):
-        stats["bytes_read"] += end - start
-        stats["range_reads"] += 1
-        for name, off, size in group:
-            if not member_header_matches(buf[off - _HEADER - start : off - start], name, size):
-                raise IndexMismatch(
-                    f"{url}: the tar header at byte {off - _HEADER} is not that of member {name!r} ({size} bytes) "
-                    "as the index says; expected the index to describe this shard. "
-                    + (
-                        f"The index is stale or belongs to another shard: rebuild it with `{rebuild}`"
-                        if first
-                        else "The shard changed while it was read (samples of it were already delivered): "
-                        f"rebuild the index with `{rebuild}`"
-                    )
+    for (i, j), buf, begin in _read_batches(url, source, starts, ends):
+        stats["bytes_read"] += int((ends[i:j] - starts[i:j]).sum())
+        stats["range_reads"] += j - i
+        lo, hi = int(firsts[i]), int(firsts[j]) if j < len(firsts) else len(chosen)
+        picked = chosen[lo:hi]
+        heads = begin[block_of[lo:hi] - i] + offsets[lo:hi] - _HEADER - starts[block_of[lo:hi]]
+        batch_names = [names[m] for m in picked.tolist()]
+        ok = member_headers_match(buf, heads, batch_names, sizes[lo:hi])
+        if not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            raise IndexMismatch(
+                f"{url}: the tar header at byte {int(offsets[lo + bad]) - _HEADER} is not that of member "
+                f"{batch_names[bad]!r} ({int(sizes[lo + bad])} bytes) as the index says; expected the index to "
+                "describe this shard. "
+                + (
+                    f"The index is stale or belongs to another shard: rebuild it with `{rebuild}`"
+                    if first
+                    else "The shard changed while it was read (samples of it were already delivered): "
+                    f"rebuild the index with `{rebuild}`"
                 )
+            )
         if first:
             first = False
             yield {"__checked__": True}
-        for name, off, size in group:
-            yield {"fname": name, "data": buf[off - start : off - start + size], "__url__": url}
-            if off in last_of_sample:
+        ends_here = last[picked].tolist()
+        for name, at, size, end in zip(batch_names, (heads + _HEADER).tolist(), sizes[lo:hi].tolist(), ends_here):
+            yield {"fname": name, "data": bytes(buf[at : at + size]), "__url__": url}
+            if end:
                 yield {}
 
 
@@ -270,6 +353,25 @@ def _find_index(
     return None
 
 
+def _index_members(
+    url: str, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
+) -> _Members | None:
+    """The shard's samples from its index (:func:`_find_index`, :func:`_samples_of`), None if
+    it has no usable index. The cyclic garbage collector is paused meanwhile: the parsed JSON is
+    some 4 lists a sample, none in a cycle, all freed before this returns, and each collection
+    the allocations would set off walks every object of the process (half of read_kept's time
+    on small samples, more in a worker that imported torch)."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        idx = _find_index(url, index_dir, on_missing, on_mismatch, counts)
+        return None if idx is None else _samples_of(idx)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def _read_kept(
     src: Iterable[dict[str, Any]],
     run: str | RunDir,
@@ -293,18 +395,18 @@ def _read_kept(
             if plan.is_empty:
                 counts["shards_skipped"] += 1
                 continue
-            idx = _find_index(url, index_dir, on_missing, on_mismatch, counts)
-            source = byte_source(url) if idx is not None else None
-            if idx is None or source is None:
+            members = _index_members(url, index_dir, on_missing, on_mismatch, counts)
+            source = byte_source(url) if members is not None else None
+            if members is None or source is None:
                 yield from _streamed(item, view, counts)
                 continue
-            samples = _samples_of(idx)
-            decisions = [plan.decide(key) for key, _ in samples]
+            decisions = plan.decide_all(members.keys)
+            keep = np.fromiter((d.keep for d in decisions), dtype=bool, count=len(decisions))
             pending: deque[Decision] = deque(d for d in decisions if d.keep)
             rebuild = f"seta-stream index {shard_location(url)} --force" + (
                 f" --index-dir {index_dir}" if index_dir is not None else ""
             )
-            files = _kept_files(url, source, samples, decisions, gap, stats, rebuild)
+            files = _kept_files(url, source, members, keep, gap, stats, rebuild)
             try:
                 head = next(files, None)  # the first read and its headers checked, nothing yielded yet
             except IndexMismatch as exc:
@@ -313,8 +415,7 @@ def _read_kept(
                 _mismatch_fallback(url, exc, counts)
                 yield from _streamed(item, view, counts)
                 continue
-            for decision in decisions:
-                counts.count(decision)
+            tally_all(counts, decisions)
             if head is None:
                 continue
             for sample in group_by_keys(files):

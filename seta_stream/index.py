@@ -50,6 +50,7 @@ import tarfile
 from typing import Any
 
 import fsspec
+import numpy as np
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import base_plus_ext
 
@@ -65,6 +66,7 @@ __all__ = [
     "byte_source",
     "has_query",
     "member_header_matches",
+    "member_headers_match",
     "open_fs",
     "IndexMismatch",
     "IndexMissing",
@@ -329,6 +331,68 @@ def member_header_matches(header: bytes, name: str, size: int) -> bool:
     if prefix:
         hname = prefix + "/" + hname
     return hname == name
+
+
+def member_headers_match(
+    buf: bytes | bytearray | memoryview, positions: np.ndarray, names: list[str], sizes: np.ndarray
+) -> np.ndarray:
+    """``member_header_matches(buf[p : p + 512], name, size)`` for every (p, name, size), as a
+    bool array: the headers in the form tar writers give them (octal fields, no ustar prefix)
+    are checked all at once with NumPy, any other header (and any that fails) one by one."""
+    positions = np.asarray(positions, dtype=np.int64)
+    n = len(positions)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    if positions.min() < 0 or positions.max() + 512 > len(data):
+        raise ValueError(f"header positions out of the buffer's {len(data)} bytes")
+    headers = np.lib.stride_tricks.sliding_window_view(data, 512)[positions]  # (n, 512), a copy
+    ok = np.isin(headers[:, 156], _REGULAR_FLAGS)
+    digits_ok, stored = _octal_fields(headers[:, 148:156])
+    ok &= digits_ok
+    ok &= stored == headers.sum(axis=1, dtype=np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64) + 256
+    digits_ok, hsize = _octal_fields(headers[:, 124:136])
+    ok &= digits_ok & (hsize == np.asarray(sizes, dtype=np.int64))
+    ok &= _names_match(headers, names)
+    for i in np.flatnonzero(~ok).tolist():  # anything else, as member_header_matches has it
+        ok[i] = member_header_matches(headers[i].tobytes(), names[i], int(sizes[i]))
+    return ok
+
+
+_REGULAR_FLAGS = np.array([ord("0"), 0, ord("7")], dtype=np.uint8)
+
+
+def _octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parsed, value) of numeric header fields (rows of bytes) of the form spaces, octal digits,
+    then only NULs and spaces: the value ``int(text.strip(), 8)`` gives them. Other forms (GNU
+    base-256, no digit, anything after the digits) are not parsed here (``parsed`` False)."""
+    space = fields == 32
+    digit = (fields >= 48) & (fields <= 55)
+    lead = np.logical_and.accumulate(space, axis=1)
+    number = np.logical_and.accumulate(lead | digit, axis=1) & ~lead
+    parsed = number.any(axis=1) & (number | lead | space | (fields == 0)).all(axis=1)
+    value = np.zeros(len(fields), dtype=np.int64)
+    for j in range(fields.shape[1]):
+        value = np.where(number[:, j], value * 8 + (fields[:, j].astype(np.int64) - 48), value)
+    return parsed, value
+
+
+def _names_match(headers: np.ndarray, names: list[str]) -> np.ndarray:
+    """Rows whose name field holds ``names`` (NUL-terminated, no ustar prefix), or whose name
+    member_header_matches does not compare (over 99 bytes, or not ASCII)."""
+    joined = "\0".join(names)
+    if not joined.isascii():
+        rows = [not name.isascii() or bool(_names_match(headers[i : i + 1], [name])[0]) for i, name in enumerate(names)]
+        return np.array(rows, dtype=bool)
+    lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+    starts = np.cumsum(lengths + 1) - (lengths + 1)
+    text = np.frombuffer(joined.encode("ascii") + b"\0", dtype=np.uint8)
+    width = int(min(lengths.max(), 99)) + 1
+    column = np.arange(width)
+    inside = column <= lengths[:, None]  # the name and its terminating NUL
+    expected = np.where(column < lengths[:, None], text[np.minimum(starts[:, None] + column, len(text) - 1)], 0)
+    same = ((headers[:, :width] == expected) | ~inside).all(axis=1) & (headers[:, 345] == 0)
+    return same | (lengths > 99)
 
 
 def _index_missing(src: Any, index_dir: str | None = None) -> Any:

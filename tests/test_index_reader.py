@@ -382,3 +382,97 @@ def test_bad_reader_options_are_input_errors(tmp_path):
     plan(run, urls, "full", {})
     with pytest.raises(InvalidInputError, match=r"on_missing='skip'.*expected 'stream' or 'raise'"):
         list(wds.DataPipeline(wds.SimpleShardList(urls), read_kept(run, on_missing="skip")))
+
+
+SIZES = [100, 600, 3000, 0, 511, 512, 513, 1500] * 5  # jpg bytes of the 40 samples of a shard
+
+
+def sized_shard(path, sizes, keys=None):
+    with wds.TarWriter(str(path)) as w:
+        for i, size in enumerate(sizes):
+            key = keys[i] if keys is not None else f"s{i:04d}"
+            w.write({"__key__": key, "jpg": bytes([i]) * size, "cls": str(i)})
+    return str(path)
+
+
+def rewritten(path, change):
+    """The shard at ``path`` written again after indexing, changed only in its last samples (so
+    that only reading them can tell): the same size, except ``truncated``."""
+    keys = [f"s{i:04d}" for i in range(len(SIZES))]
+    sizes = list(SIZES)
+    if change == "renamed":  # a key of the same length: every header where the index says
+        keys[37] = "t0037"
+    elif change == "resized":  # 100 -> 600 and 600 -> 100 bytes: members between them move
+        sizes[32], sizes[33] = sizes[33], sizes[32]
+    elif change == "reordered":  # two samples swapped
+        keys[38], keys[39], sizes[38], sizes[39] = keys[39], keys[38], sizes[39], sizes[38]
+    size = os.path.getsize(path)
+    last = build_index(str(path))["samples"][-1][1][-1]  # the last member: (name, data offset, size)
+    sized_shard(path, sizes, keys)
+    if change == "truncated":  # cut inside its last member, as a copy or upload cut short
+        with open(path, "r+b") as fh:
+            fh.truncate(last[1] + last[2] // 2)
+    else:
+        assert os.path.getsize(path) == size
+    return str(path)
+
+
+@pytest.mark.parametrize("gap", [0, 1 << 16])
+@pytest.mark.parametrize("change", ["renamed", "resized", "reordered", "truncated"])
+def test_a_shard_changed_after_indexing_is_refused_before_any_sample_of_it(tmp_path, change, gap):
+    url = sized_shard(tmp_path / "shard-000.tar", SIZES)
+    index_shard(url)
+    run = str(tmp_path / "run")
+    plan(run, [url], "full", {})
+    rewritten(tmp_path / "shard-000.tar", change)
+    message = {
+        "renamed": r"the tar header at byte \d+ is not that of member 's0037.cls' .* index is stale",
+        "resized": r"the tar header at byte \d+ is not that of member 's0032.jpg' \(100 bytes\) .* index is stale",
+        "reordered": r"the tar header at byte \d+ is not that of member 's0038.cls' .* index is stale",
+        "truncated": r"index .* describes \d+ bytes, the shard has \d+ bytes; the shard changed after indexing",
+    }[change]
+    samples = iter(wds.DataPipeline(wds.SimpleShardList([url]), read_kept(run, gap=gap, on_mismatch="raise")))
+    with pytest.raises(IndexMismatch, match=message):
+        next(samples)  # nothing of the shard was yielded
+    # by default the shard is streamed and filtered instead: what the streaming reader gives
+    streaming = wds.DataPipeline(wds.SimpleShardList([url]), tar_samples_per_shard, seta.keep_filter(run))
+    before = seta.stage_counters().get("index_mismatch", 0)
+    with pytest.warns(UserWarning, match=r"read_kept streams .*shard-000.tar instead of reading only its kept"):
+        if change == "truncated":  # the stream ends inside a member: streaming fails there, as webdataset does
+            with pytest.raises(tarfile.ReadError, match="unexpected end of data"):
+                list(wds.DataPipeline(wds.SimpleShardList([url]), read_kept(run, gap=gap)))
+        else:
+            assert list(wds.DataPipeline(wds.SimpleShardList([url]), read_kept(run, gap=gap))) == list(streaming)
+    assert seta.stage_counters()["index_mismatch"] == before + 1
+    if change == "truncated":
+        with pytest.raises(tarfile.ReadError, match="unexpected end of data"):
+            list(streaming)
+        return
+    assert [s["__key__"] for s in streaming][36:] == {
+        "renamed": ["s0036", "t0037", "s0038", "s0039"],
+        "resized": ["s0036", "s0037", "s0038", "s0039"],
+        "reordered": ["s0036", "s0037", "s0039", "s0038"],
+    }[change]
+
+
+def test_a_change_found_in_a_later_batch_stops_after_the_samples_already_checked(tmp_path, monkeypatch):
+    # a shard larger than a batch of reads: its first batch is checked and delivered before the
+    # later ones are read; a change there stops the epoch rather than cut samples wrongly
+    from seta_stream import _reader
+
+    monkeypatch.setattr(_reader, "_MAX_BATCH", 8192)
+    url = sized_shard(tmp_path / "shard-000.tar", SIZES)
+    index_shard(url)
+    run = str(tmp_path / "run")
+    plan(run, [url], "full", {})
+    reference = list(wds.DataPipeline(wds.SimpleShardList([url]), wds.tarfile_to_samples(), seta.keep_filter(run)))
+    rewritten(tmp_path / "shard-000.tar", "renamed")
+    got = []
+    with pytest.raises(
+        IndexMismatch,
+        match=r"not that of member 's0037.cls' .* The shard changed while it was read \(samples of it were already "
+        r"delivered\): rebuild the index with `seta-stream index .*shard-000.tar --force`",
+    ):
+        for sample in wds.DataPipeline(wds.SimpleShardList([url]), read_kept(run, gap=0)):
+            got.append(sample)
+    assert 0 < len(got) < 37 and got == reference[: len(got)]
