@@ -1,37 +1,45 @@
 """Cost and benefit of the filter stage on real shards (CIFAR-10 from ../shared/data, gunzipped
 into bench-out/; never copied into the repository).
 
-(a) Without decode, everything kept: CPU time of reading the tar shards with webdataset, with
-    and without the stage (target: <= 3% more CPU).
+(a) Without decode, everything kept: CPU time of reading the tar shards with webdataset's reader
+    (``wds.tarfile_to_samples``) and with OpenCLIP's (``tarfile_to_samples_nothrow``, copied
+    below), each with and without ``keep_filter`` after it (target: <= 3% more CPU), and of
+    ``kept_tar_samples`` (what ``attach`` puts in a ``wds.WebDataset``: a tar reader that yields
+    what webdataset's does and skips the members of dropped samples) against webdataset's reader.
 (b) 50% kept, PIL JPEG decode after the stage, versus the same pipeline without the stage
     decoding everything (target: >= 1.5x the data-set samples processed per second).
-The stage is ``kept_tar_samples`` (what ``attach`` puts in a ``wds.WebDataset``: a tar reader
-that yields what webdataset's does, with a ``select_files`` that skips the members of dropped
-samples); the rows with
-``keep_filter`` (after an unchanged ``tarfile_to_samples``) are kept for comparison. All
-variants run alternately in the same process, best of --repeat.
 
-    python benchmarks/bench_stage.py --data ../shared/data/cifar10 --repeat 3
+Every round runs every pipeline once, in the same process, the order reversed every other round;
+each round's pipeline is compared with the baseline of the same round (paired ratios: the machine's
+speed drifts between rounds, far less within one). Reported: the mean ratio over the rounds and
+its standard error (SE); a target is met where the mean clears it by 2 SE. Peak RSS is each
+pipeline's own (the process's peak reset before it, /proc/self/clear_refs) and the process's.
+
+    python benchmarks/bench_stage.py --data ../shared/data/cifar10 --repeat 5
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import gzip
+import logging
+import math
 import os
 import shutil
 import time
 
 import webdataset as wds
-from common import OUT, ROOT, machine
+from common import OUT, ROOT, Result, load_info, machine
+from webdataset.tariterators import base_plus_ext, tar_file_expander, url_opener, valid_sample
 
 
-def plain_shards(data: str) -> list[str]:
+def plain_shards(data: str, pattern: str = "train-*.tar.gz") -> list[str]:
     out = OUT / "cifar10-tar"
     out.mkdir(parents=True, exist_ok=True)
     urls = []
-    for src in sorted(glob.glob(os.path.join(data, "train-*.tar.gz"))):
+    for src in sorted(glob.glob(os.path.join(data, pattern))):
         dst = out / os.path.basename(src)[: -len(".gz")]
         if not dst.exists():
             with gzip.open(src, "rb") as fi, open(str(dst) + ".tmp", "wb") as fo:
@@ -41,18 +49,112 @@ def plain_shards(data: str) -> list[str]:
     return urls
 
 
-def run_pipeline(stages: list) -> tuple[float, float, int]:
+# OpenCLIP's tar reader, as open_clip_train/data.py (open_clip_torch 3.3.0) defines it: a grouper
+# that never raises on a repeated file name. seta_stream.openclip.adapt puts keep_filter after it.
+# One line added (as tests/test_openclip.py has it): webdataset 1.x's end-of-shard marker is skipped
+# (OpenCLIP pins webdataset <= 0.2.86, which has none).
+def log_and_continue(exn):
+    logging.warning(f"Handling webdataset error ({exn!r}). Ignoring.")
+    return True
+
+
+def group_by_keys_nothrow(data, keys=base_plus_ext, lcase=True, suffixes=None, handler=None):
+    current_sample = None
+    for filesample in data:
+        if not filesample:  # added: webdataset 1.x's end-of-shard marker
+            continue
+        assert isinstance(filesample, dict)
+        fname, value = filesample["fname"], filesample["data"]
+        prefix, suffix = keys(fname)
+        if prefix is None:
+            continue
+        if lcase:
+            suffix = suffix.lower()
+        if current_sample is None or prefix != current_sample["__key__"] or suffix in current_sample:
+            if valid_sample(current_sample):
+                yield current_sample
+            current_sample = dict(__key__=prefix, __url__=filesample["__url__"])
+        if suffixes is None or suffix in suffixes:
+            current_sample[suffix] = value
+    if valid_sample(current_sample):
+        yield current_sample
+
+
+def tarfile_to_samples_nothrow(src, handler=log_and_continue):
+    streams = url_opener(src, handler=handler)
+    files = tar_file_expander(streams, handler=handler)
+    return group_by_keys_nothrow(files, handler=handler)
+
+
+# ---------------------------------------------------------------------------------- measuring
+def rss_kb(key: str) -> int:
+    with contextlib.suppress(OSError):
+        for line in open("/proc/self/status"):
+            if line.startswith(key):
+                return int(line.split()[1])
+    return 0
+
+
+def run_pipeline(stages: list) -> dict:
+    """CPU and wall seconds of one pass over a pipeline, its samples, and the peak RSS it reached
+    above the RSS at its start (the process's peak is reset first where Linux allows it)."""
+    with contextlib.suppress(OSError):
+        open("/proc/self/clear_refs", "w").write("5")
+    rss0 = rss_kb("VmRSS:")
     ds = wds.DataPipeline(*stages)
     c0, t0 = time.process_time(), time.perf_counter()
     n = sum(1 for _ in ds)
-    return time.process_time() - c0, time.perf_counter() - t0, n
+    return {
+        "cpu_s": time.process_time() - c0,
+        "wall_s": time.perf_counter() - t0,
+        "samples": n,
+        "peak_rss_mb": rss_kb("VmHWM:") / 1024,
+        "rss_added_mb": (rss_kb("VmHWM:") - rss0) / 1024,
+    }
+
+
+def rounds(variants: dict, repeat: int) -> dict[str, list[dict]]:
+    """Every variant once a round, ``repeat`` rounds, the order reversed every other round."""
+    out: dict[str, list[dict]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(repeat):
+        for name in names if r % 2 == 0 else names[::-1]:
+            out[name].append(run_pipeline(variants[name]()))
+    return out
+
+
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, None
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var / len(values))
+
+
+def paired(results: dict, a: str, b: str, key: str) -> list[float]:
+    """Per round: ``a``'s ``key`` over ``b``'s (the same round)."""
+    return [x[key] / y[key] for x, y in zip(results[a], results[b])]
+
+
+def verdict(m: float, se: float | None, bar: float, at_most: bool) -> str:
+    if se is None:
+        return "one round: no SE"
+    ok = m + 2 * se <= bar if at_most else m - 2 * se >= bar
+    return "met" if ok else "not met"
+
+
+def fmt(m: float, se: float | None, pct: bool = False) -> str:
+    if pct:
+        return f"{100 * m:+.1f}%" + (f" (SE {100 * se:.1f}%)" if se is not None else "")
+    return f"{m:.2f}x" + (f" (SE {se:.2f})" if se is not None else "")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/cifar10"))
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5, help="rounds (every pipeline once a round)")
     args = p.parse_args()
+    res = Result("stage", title="The filter stage on CIFAR-10 train shards")
     import seta_stream as seta
     from seta_stream._listing import list_samples
 
@@ -70,43 +172,94 @@ def main() -> None:
     def src() -> list:
         return [wds.SimpleShardList(urls), wds.tarfile_to_samples()]
 
-    best: dict[str, tuple[float, float, int]] = {}
+    def openclip() -> list:
+        return [wds.SimpleShardList(urls), tarfile_to_samples_nothrow]
 
     def kept(run: str) -> list:
         return [wds.SimpleShardList(urls), seta.kept_tar_samples(run)]
 
     variants = {
         "read": lambda: src(),
-        "read+keep_filter(all kept)": lambda: src() + [seta.keep_filter(full_run)],
-        "kept_tar_samples(all kept)": lambda: kept(full_run),
-        "read+decode": lambda: src() + [wds.decode("pil")],
-        "read+keep_filter(50%)+decode": lambda: src() + [seta.keep_filter(half_run), wds.decode("pil")],
-        "kept_tar_samples(50%)+decode": lambda: kept(half_run) + [wds.decode("pil")],
-        "kept_tar_samples(all kept)+decode": lambda: kept(full_run) + [wds.decode("pil")],
+        "read + keep_filter (all kept)": lambda: src() + [seta.keep_filter(full_run)],
+        "OpenCLIP read": lambda: openclip(),
+        "OpenCLIP read + keep_filter (all kept)": lambda: openclip() + [seta.keep_filter(full_run)],
+        "kept_tar_samples (all kept)": lambda: kept(full_run),
+        "read + decode": lambda: src() + [wds.decode("pil")],
+        "read + keep_filter (50%) + decode": lambda: src() + [seta.keep_filter(half_run), wds.decode("pil")],
+        "kept_tar_samples (50%) + decode": lambda: kept(half_run) + [wds.decode("pil")],
+        "kept_tar_samples (all kept) + decode": lambda: kept(full_run) + [wds.decode("pil")],
     }
-    for _ in range(args.repeat):
-        for name, make in variants.items():
-            cpu, wall, n = run_pipeline(make())
-            if name not in best or cpu < best[name][0]:
-                best[name] = (cpu, wall, n)
-    print(f"## The filter stage on CIFAR-10 train shards, {total:,} samples ({machine()})\n")
-    print("| pipeline | samples out | CPU s | wall s | data-set samples/s |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, (cpu, wall, n) in best.items():
-        print(f"| {name} | {n:,} | {cpu:.3f} | {wall:.3f} | {total / wall:,.0f} |")
+    results = rounds(variants, args.repeat)
+    load = load_info()
+
+    # (a): CPU overhead against the reader it follows; (b): speed-up in wall time against decoding everything
+    overheads = [
+        ("keep_filter after webdataset's reader", "read + keep_filter (all kept)", "read"),
+        ("keep_filter after OpenCLIP's reader", "OpenCLIP read + keep_filter (all kept)", "OpenCLIP read"),
+        ("kept_tar_samples against webdataset's reader", "kept_tar_samples (all kept)", "read"),
+    ]
+    speedups = [
+        ("keep_filter, 50% kept + decode", "read + decode", "read + keep_filter (50%) + decode"),
+        ("kept_tar_samples, 50% kept + decode", "read + decode", "kept_tar_samples (50%) + decode"),
+        # kept_tar_samples reads tar headers faster than webdataset's reader (seta_stream._tario):
+        # the same comparison with that reader on both sides isolates what skipping gains
+        (
+            "kept_tar_samples 50% vs all kept, both + decode",
+            "kept_tar_samples (all kept) + decode",
+            "kept_tar_samples (50%) + decode",
+        ),
+    ]
+    figures: dict = {}
+    notes = []
+    print(f"## The filter stage on CIFAR-10 train shards, {total:,} samples ({machine()})")
+    print(f"{args.repeat} rounds; load average {load['loadavg']} at the end\n")
+    rows = []
+    for name, rs in results.items():
+        cpu_m, cpu_se = mean_se([r["cpu_s"] for r in rs])
+        wall_m, _ = mean_se([r["wall_s"] for r in rs])
+        rows.append(
+            {
+                "pipeline": name,
+                "samples out": rs[0]["samples"],
+                "CPU s (mean)": cpu_m,
+                "CPU s (SE)": cpu_se,
+                "wall s (mean)": wall_m,
+                "data-set samples/s": total / wall_m,
+                "peak RSS MB": max(r["peak_rss_mb"] for r in rs),
+                "RSS added MB": max(r["rss_added_mb"] for r in rs),
+            }
+        )
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + " --- |" * len(rows[0]))
+    for row in rows:
+        print("| " + " | ".join(f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
     print()
-    for stage, a, b in [
-        ("kept_tar_samples", "kept_tar_samples(all kept)", "kept_tar_samples(50%)+decode"),
-        ("keep_filter", "read+keep_filter(all kept)", "read+keep_filter(50%)+decode"),
-    ]:
-        overhead = best[a][0] / best["read"][0] - 1
-        speedup = best["read+decode"][1] / best[b][1]
-        print(f"(a) CPU overhead of {stage}, everything kept, no decode: {100 * overhead:+.1f}% (target <= 3%)")
-        print(f"(b) {stage}, 50% kept + JPEG decode vs unfiltered: {speedup:.2f}x data-set samples/s (target >= 1.5x)")
-    # kept_tar_samples reads tar headers faster than webdataset's reader (seta_stream._tario):
-    # the same comparison with that reader on both sides isolates what skipping gains
-    same_reader = best["kept_tar_samples(all kept)+decode"][1] / best["kept_tar_samples(50%)+decode"][1]
-    print(f"(b') kept_tar_samples 50% vs kept_tar_samples keeping all, both + JPEG decode: {same_reader:.2f}x")
+    for label, a, b in overheads:
+        m, se = mean_se([x - 1 for x in paired(results, a, b, "cpu_s")])
+        figures[f"CPU overhead: {label}"] = {"mean": m, "se": se}
+        notes.append(
+            f"(a) CPU overhead of {label}, everything kept, no decode: {fmt(m, se, True)}; "
+            f"target <= +3%: {verdict(m, se, 0.03, True)}"
+        )
+    for label, a, b in speedups:
+        m, se = mean_se(paired(results, a, b, "wall_s"))
+        figures[f"speed-up: {label}"] = {"mean": m, "se": se}
+        target = "" if "vs all kept" in label else f"; target >= 1.5x: {verdict(m, se, 1.5, False)}"
+        notes.append(f"(b) {label}, data-set samples/s against the unfiltered pipeline: {fmt(m, se)}{target}")
+    for line in notes:
+        print(line)
+    res.write(
+        baseline={
+            "what": "the same pipeline without the stage, in the same round (paired ratios)",
+            "read (CPU s, mean)": rows[0]["CPU s (mean)"],
+            "read + decode (wall s, mean)": rows[5]["wall s (mean)"],
+        },
+        rows=rows,
+        peak_rss_mb=max(r["peak RSS MB"] for r in rows),
+        figures=figures,
+        notes=notes,
+        params={"data": args.data, "rounds": args.repeat, "samples": total, "shards": len(urls)},
+    )
 
 
 if __name__ == "__main__":
