@@ -264,7 +264,7 @@ def caption_shards(shards: list[str], out: Path) -> list[str]:
 
 
 def git(*cmd: str) -> str:
-    return subprocess.run(["git", *cmd], capture_output=True, text=True, check=False).stdout.strip()
+    return subprocess.run(["git", *cmd], capture_output=True, text=True, check=False).stdout
 
 
 def machine() -> dict:
@@ -351,7 +351,7 @@ def main() -> int:
     result["failures"] = failures
     result["run"] = dict(
         machine=machine(),
-        commit=git("rev-parse", "HEAD"),
+        commit=git("rev-parse", "HEAD").strip(),
         uncommitted=[line[3:] for line in git("status", "--porcelain", "--", "seta_stream", "tools").splitlines()],
         versions={
             "open_clip": open_clip.__version__,
