@@ -11,7 +11,9 @@ would jump at every epoch start. :func:`adapt` changes the returned pipeline in 
 the workers start:
 
 * :func:`seta_stream.attach`: ``skip_shards`` before ``tarfile_to_samples_nothrow`` (after the
-  node and worker splits), ``keep_filter`` right after it;
+  node and worker splits), ``keep_filter`` right after it; with several ranks (``balance``),
+  ``split_balanced`` in place of the node and worker splits, so every rank takes the same number
+  of steps and the gathered ``ClipLoss`` never waits on a rank (docs/ranks.md);
 * ``to_tuple("image", "text")`` also carries ``__key__``, ``__url__`` and ``__weight__``, so a
   batch is ``(images, texts, keys, urls, weights)``;
 * :func:`seta_stream.one_pass_per_epoch`: each worker's epoch is one pass over its kept
@@ -32,6 +34,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from ._balance import slot_info
 from ._epochs import one_pass_per_epoch, resampled_stage
 from ._runfs import RunDir
 from ._stage import attach
@@ -70,20 +73,27 @@ def training_pipeline(train_data: Any) -> Any:
     return ds
 
 
-def adapt(train_data: Any, run: str | RunDir, *, epoch: int | None = None) -> Any:
+def adapt(train_data: Any, run: str | RunDir, *, epoch: int | None = None, balance: bool | None = None) -> Any:
     """Make OpenCLIP's training data follow the plans of ``run`` (see the module docstring).
 
     ``train_data`` is ``data["train"]`` as ``get_data``/``get_wds_dataset`` return it (or its
     dataloader). Returns the adapted ``wds.DataPipeline``. Call it once, before the first epoch.
     Everything is checked before anything changes: a refused pipeline is left exactly as it was.
+
+    ``balance``: deal every epoch's kept pairs evenly to the (rank, worker) slots
+    (``attach(..., balance=True)``; the plans need the population listing); None (default):
+    balanced when the job has several ranks (``RANK``/``WORLD_SIZE`` or torch.distributed, as
+    webdataset reads them), so call it after ``init_distributed_device``, as ``get_data`` is.
     """
+    if balance is None:
+        balance = slot_info()[1] > 1
     ds = training_pipeline(train_data)
-    to_tuple = _check(ds, run, epoch)
-    _edit(ds, run, epoch, to_tuple)
+    to_tuple = _check(ds, run, epoch, balance)
+    _edit(ds, run, epoch, to_tuple, balance)
     return ds
 
 
-def _check(ds: Any, run: str | RunDir, epoch: int | None) -> Any:
+def _check(ds: Any, run: str | RunDir, epoch: int | None, balance: bool = False) -> Any:
     """Every refusal of :func:`adapt`, before any change; returns the ``to_tuple`` stage."""
     import webdataset as wds
 
@@ -108,13 +118,13 @@ def _check(ds: Any, run: str | RunDir, epoch: int | None) -> Any:
             "pipeline was adapted before; adapt it once"
         )
     # attach's own refusals (no run directory, no tar reader), tried on a copy of the stage list
-    attach(SimpleNamespace(pipeline=list(ds.pipeline)), run, epoch=epoch)
+    attach(SimpleNamespace(pipeline=list(ds.pipeline)), run, epoch=epoch, balance=balance)
     return tuples[0]
 
 
-def _edit(ds: Any, run: str | RunDir, epoch: int | None, to_tuple: Any) -> None:
+def _edit(ds: Any, run: str | RunDir, epoch: int | None, to_tuple: Any, balance: bool = False) -> None:
     """The changes of :func:`adapt`, in order, on a pipeline :func:`_check` accepted."""
-    attach(ds, run, epoch=epoch)
+    attach(ds, run, epoch=epoch, balance=balance)
     to_tuple.args = (*to_tuple.args, *IDS)
     one_pass_per_epoch(ds)
 

@@ -379,3 +379,36 @@ def test_a_spawned_worker_gets_its_rank_from_attach(planned, monkeypatch):
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
     got = [(shard_name(s["__url__"]), s["__key__"]) for s in loader]
     assert got == expected[1, 0] and len(got) == 49 // 2
+
+
+# ---------------------------------------------------------------------------------- OpenCLIP
+def test_openclip_adapt_balances_every_rank_of_its_pipeline(tmp_path, monkeypatch):
+    """OpenCLIP's get_wds_dataset (tests/test_openclip.py's replica: detshuffle2, split_by_node,
+    split_by_worker, tarfile_to_samples_nothrow, select, batched(partial=False), with_epoch)
+    adapted under 2 ranks x 2 workers: every slot the same pairs in batches of the same sizes."""
+    from test_openclip import get_wds_dataset, pair_shards
+
+    urls = pair_shards(tmp_path / "pairs", shards=5, pairs=7)  # 35 pairs: 8 each, 3 deferred
+    run = tmp_path / "run"
+    population = seta.list_samples(urls, members=seta.openclip.MEMBERS)
+    with seta.Pruner(run, policy="full", epochs=1, seed=3, population=population) as pruner:
+        pruner.start_epoch(0)
+    report = seta.balanced_epoch(run, 0, workers=2, world_size=2)
+    assert (report.per_slot, report.deferred) == (8, 3)
+    pairs, sizes = [], []
+    for rank, worker in itertools.product(range(2), range(2)):
+        for name, value in zip(SLOT_ENV, (rank, 2, worker, 2)):
+            monkeypatch.setenv(name, str(value))
+        data = get_wds_dataset(urls, batch_size=3, workers=0, num_samples=35, world_size=2)
+        ds = seta.openclip.adapt(data, run)  # several ranks: balanced without being asked
+        assert "split_by_node" not in stage_names(ds) and "_split_balanced_of" in stage_names(ds)
+        batches = list(data.dataloader)
+        sizes.append([len(b[0]) for b in batches])
+        pairs += [(shard_name(u), k) for _, _, keys, us, _ in batches for k, u in zip(keys, us)]
+    assert sizes == [[3, 3, 2]] * 4
+    assert len(pairs) == len(set(pairs)) == 32
+    assert set(pairs) == {(s, k) for s, ks in plan_kept(run, 0).items() for k in ks} - deferred_keys(run, report)
+    for name in SLOT_ENV:
+        monkeypatch.delenv(name)
+    one_rank = seta.openclip.adapt(get_wds_dataset(urls, batch_size=3, workers=0, num_samples=35), run)
+    assert "split_by_node" in stage_names(one_rank) and "_split_balanced_of" not in stage_names(one_rank)
