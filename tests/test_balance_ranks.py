@@ -132,3 +132,15 @@ def test_two_ranks_openclip_pipeline_resume_mid_run(tmp_path):
     deferred = check_run(run, out, world=2, workers=2, batch_size=3)
     kept = [json.loads((out / f"rank0-epoch{e}.json").read_text())["report"]["kept"] for e in range(EPOCHS)]
     assert kept == [69, 21, 49, 69] and deferred == [1, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_openclips_own_clip_loss_completes_every_epoch(tmp_path):
+    """open_clip.loss.ClipLoss(gather_with_grad=True) itself, where open_clip is installed (not in
+    .venv: run this file with the OpenCLIP venv of tools/openclip_check.sh, pytest added)."""
+    pytest.importorskip("open_clip")
+    urls = write_shards(tmp_path / "shards", SIZES)
+    run, out = tmp_path / "run", tmp_path / "out"
+    launch(4, run, out, urls, "--workers", "2", "--epochs", str(EPOCHS), "--pipeline", "datapipeline",
+           "--clip-loss", "openclip")  # fmt: skip
+    assert check_run(run, out, world=4, workers=2, batch_size=3) == [5, 1, 1, 5]
