@@ -53,6 +53,11 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
     "bench_stage.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_reader.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], [], "subprocess"),
+    "bench_balance.py": (
+        ["--n", "12000", "--shards", "30", "--ranks", "2", "8", "--workers", "2", "--repeat", "1"],
+        ["balance-12000"],
+        "here",
+    ),
 }
 #: scripts that run after another's output (bench_scale.py --keep made the run they read)
 ORDER = ["bench_scale.py", "bench_scale_plan.py", "bench_ray.py"]
