@@ -35,4 +35,4 @@ print('webdataset', webdataset.__version__, 'torch', torch.__version__, 'Python'
 # the spawn-context tests are left out here: they test torch's worker start, not webdataset
 exec "$OLD/bin/python" -m pytest -q -p no:cacheprovider -k "not spawn" \
     tests/test_stage.py tests/test_readers_agree.py tests/test_tario.py tests/test_index_reader.py \
-    tests/test_url_idioms.py tests/test_listing.py tests/test_openclip.py
+    tests/test_url_idioms.py tests/test_listing.py tests/test_openclip.py tests/test_balance.py
