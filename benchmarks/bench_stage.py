@@ -9,9 +9,11 @@ into bench-out/; never copied into the repository).
 (b) 50% kept, PIL JPEG decode after the stage, versus the same pipeline without the stage
     decoding everything (target: >= 1.5x the data-set samples processed per second).
 
-Every round runs every pipeline once, in the same process, the order reversed every other round;
+Every round runs every pipeline once, in the same process, the order reversed every other round
+(``--repeat`` rounds with decode, three times as many without: their differences are a few percent);
 each round's pipeline is compared with the baseline of the same round (paired ratios: the machine's
-speed drifts between rounds, far less within one). Reported: the mean ratio over the rounds and
+speed drifts between rounds, far less within one). (a') times keep_filter alone, over the samples
+of webdataset's reader held in memory, against the reader's CPU per sample. Reported: the mean ratio over the rounds and
 its standard error (SE); a target is met where the mean clears it by 2 SE. Peak RSS is each
 pipeline's own (the process's peak reset before it, /proc/self/clear_refs) and the process's.
 
@@ -123,6 +125,27 @@ def rounds(variants: dict, repeat: int) -> dict[str, list[dict]]:
     return out
 
 
+def stage_alone(stages: list, run: str, repeat: int) -> dict[str, list[float]]:
+    """CPU microseconds per sample of keep_filter alone and of a pass-through generator, over
+    the samples ``stages`` yields, read once and held in memory (no reader cost, so the stage's
+    own cost is not lost in the reader's variation)."""
+    import seta_stream as seta
+
+    samples = list(wds.DataPipeline(*stages))
+
+    def through(src):
+        yield from src
+
+    out: dict[str, list[float]] = {"pass-through": [], "keep_filter": []}
+    for _ in range(repeat):
+        for name, stage in (("pass-through", through), ("keep_filter", seta.keep_filter(run))):
+            c0 = time.process_time()
+            for _ in stage(iter(samples)):
+                pass
+            out[name].append(1e6 * (time.process_time() - c0) / max(1, len(samples)))
+    return out
+
+
 def mean_se(values: list[float]) -> tuple[float, float | None]:
     m = sum(values) / len(values)
     if len(values) < 2:
@@ -178,18 +201,22 @@ def main() -> None:
     def kept(run: str) -> list:
         return [wds.SimpleShardList(urls), seta.kept_tar_samples(run)]
 
-    variants = {
+    no_decode = {
         "read": lambda: src(),
         "read + keep_filter (all kept)": lambda: src() + [seta.keep_filter(full_run)],
         "OpenCLIP read": lambda: openclip(),
         "OpenCLIP read + keep_filter (all kept)": lambda: openclip() + [seta.keep_filter(full_run)],
         "kept_tar_samples (all kept)": lambda: kept(full_run),
+    }
+    decode = {
         "read + decode": lambda: src() + [wds.decode("pil")],
         "read + keep_filter (50%) + decode": lambda: src() + [seta.keep_filter(half_run), wds.decode("pil")],
         "kept_tar_samples (50%) + decode": lambda: kept(half_run) + [wds.decode("pil")],
         "kept_tar_samples (all kept) + decode": lambda: kept(full_run) + [wds.decode("pil")],
     }
-    results = rounds(variants, args.repeat)
+    # (a)'s differences are a few percent of a few seconds: three times the rounds (they are cheap)
+    results = {**rounds(no_decode, 3 * args.repeat), **rounds(decode, args.repeat)}
+    stage_us = stage_alone(src(), full_run, 3 * args.repeat)
     load = load_info()
 
     # (a): CPU overhead against the reader it follows; (b): speed-up in wall time against decoding everything
@@ -212,7 +239,7 @@ def main() -> None:
     figures: dict = {}
     notes = []
     print(f"## The filter stage on CIFAR-10 train shards, {total:,} samples ({machine()})")
-    print(f"{args.repeat} rounds; load average {load['loadavg']} at the end\n")
+    print(f"{3 * args.repeat} rounds without decode, {args.repeat} with; load average {load['loadavg']} at the end\n")
     rows = []
     for name, rs in results.items():
         cpu_m, cpu_se = mean_se([r["cpu_s"] for r in rs])
@@ -246,19 +273,35 @@ def main() -> None:
         figures[f"speed-up: {label}"] = {"mean": m, "se": se}
         target = "" if "vs all kept" in label else f"; target >= 1.5x: {verdict(m, se, 1.5, False)}"
         notes.append(f"(b) {label}, data-set samples/s against the unfiltered pipeline: {fmt(m, se)}{target}")
+    m, se = mean_se(stage_us["keep_filter"])
+    reader_us = 1e6 * mean_se([r["cpu_s"] for r in results["read"]])[0] / total
+    figures["keep_filter alone, us of CPU per sample (all kept)"] = {"mean": m, "se": se}
+    figures["webdataset's reader, us of CPU per sample"] = reader_us
+    notes.append(
+        f"(a') keep_filter alone (everything kept) over the samples webdataset's reader yielded, held in memory: "
+        f"{m:.2f} us of CPU per sample (SE {se or 0:.2f}; a pass-through generator "
+        f"{mean_se(stage_us['pass-through'])[0]:.2f} us), {100 * m / reader_us:.1f}% of the reader's "
+        f"{reader_us:.1f} us per sample"
+    )
     for line in notes:
         print(line)
     res.write(
         baseline={
             "what": "the same pipeline without the stage, in the same round (paired ratios)",
             "read (CPU s, mean)": rows[0]["CPU s (mean)"],
-            "read + decode (wall s, mean)": rows[5]["wall s (mean)"],
+            "read + decode (wall s, mean)": next(r for r in rows if r["pipeline"] == "read + decode")["wall s (mean)"],
         },
         rows=rows,
         peak_rss_mb=max(r["peak RSS MB"] for r in rows),
         figures=figures,
         notes=notes,
-        params={"data": args.data, "rounds": args.repeat, "samples": total, "shards": len(urls)},
+        params={
+            "data": args.data,
+            "rounds (decode)": args.repeat,
+            "rounds (no decode)": 3 * args.repeat,
+            "samples": total,
+            "shards": len(urls),
+        },
     )
 
 

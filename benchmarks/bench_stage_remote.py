@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from common import OUT, ROOT, machine, make_table_run, st_mj_identities
+from common import OUT, ROOT, Result, machine, make_table_run, st_mj_identities
 
 SHARD = 5000
 READ = 10
@@ -259,6 +259,8 @@ def main() -> None:
     args = p.parse_args()
     import s3fs
 
+    name = f"stage-remote-{os.path.basename(os.path.abspath(args.run))}" if args.run else f"stage-remote-{args.n}"
+    res = Result(name if args.policy == "seta" or args.run else f"{name}-{args.policy}", title=__doc__.split("\n")[0])
     t0 = time.perf_counter()
     if args.run:
         local, shards_dir = os.path.abspath(args.run), read_shards()
@@ -295,12 +297,24 @@ def main() -> None:
     print("\n| worker | samples out | plan bytes fetched (GETs) | peak RSS MB | RSS after imports MB | wall s |")
     print("| --- | --- | --- | --- | --- | --- |")
     summary = {}
+    rows = []
     for mode, rs in results.items():
         best = min(rs, key=lambda r: r["rss_mb"])
         fetched = sum(b for _, b in best["fetched"].values())
         gets = sum(n for n, _ in best["fetched"].values())
         wall = min(r["wall_s"] for r in rs)
         summary[mode] = (fetched, best["rss_mb"], wall)
+        rows.append(
+            {
+                "worker": mode,
+                "samples out": best["samples"],
+                "plan bytes fetched": fetched,
+                "plan GETs": gets,
+                "peak RSS MB": best["rss_mb"],
+                "RSS after imports MB": best["rss_imports_mb"],
+                "wall s (best)": wall,
+            }
+        )
         print(
             f"| {mode} | {best['samples']:,} | {fetched:,} ({gets}) | {best['rss_mb']:.1f} | "
             f"{best['rss_imports_mb']:.1f} | {wall:.2f} |"
@@ -308,16 +322,18 @@ def main() -> None:
         for path, (n, b) in sorted(best["fetched"].items()):
             print(f"|   {path.split('/plans/')[1]} | | {b:,} ({n}) | | | |")
     print()
-    print(f"stage: plan bytes fetched {summary['stage'][0] / 1e6:.3f} MB (target <= 1 MB)")
-    print(
+    notes = [
+        f"stage: plan bytes fetched {summary['stage'][0] / 1e6:.3f} MB (target <= 1 MB)",
         f"stage: peak RSS {summary['stage'][1] - summary['no stage'][1]:+.1f} MB against the same worker "
-        "without the stage (target <= +50 MB)"
-    )
+        "without the stage (target <= +50 MB)",
+    ]
     if earlier:
-        print(
+        notes.append(
             f"earlier layout: plan bytes fetched {summary['earlier layout'][0] / 1e6:.1f} MB, peak RSS "
             f"{summary['earlier layout'][1] - summary['no stage'][1]:+.1f} MB"
         )
+    for line in notes:
+        print(line)
     print("\n| decision lookup | time |\n| --- | --- |")
     for k, v in times.items():
         unit = (v * 1e6, "us per sample") if k.endswith("get") else (v * 1e3, "ms per shard")
@@ -325,6 +341,20 @@ def main() -> None:
     if earlier:
         ratio = times["by uid (stage.arrow): get"] / times["by key (earlier layout): get"]
         print(f"\nlookup by uid / by key, per sample: {ratio:.1f}x")
+        notes.append(f"decision lookup by uid / by key (earlier layout), per sample: {ratio:.1f}x")
+    base = next(r for r in rows if r["worker"] == "no stage")
+    res.write(
+        baseline={
+            "what": "the same worker process reading the same shards without the stage (wds.WebDataset alone)",
+            "peak RSS MB": base["peak RSS MB"],
+            "wall s (best)": base["wall s (best)"],
+        },
+        rows=rows,
+        peak_rss_mb=max(r["peak RSS MB"] for r in rows),
+        figures={"plan file bytes": sizes, "decision lookup s": times},
+        notes=notes,
+        params={"n": args.n, "policy": args.policy, "repeat": args.repeat, "shards read": READ, "run": args.run},
+    )
 
 
 if __name__ == "__main__":
