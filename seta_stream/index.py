@@ -8,17 +8,18 @@ writes a sidecar ``<shard>.idx.json`` next to the shard, or into ``index_dir``::
      "size": 1048576000, "mtime_ns": 1731000000000000000,
      "samples": [["<key>", [["<key>.jpg", 1536, 8211], ["<key>.cls", 10240, 1]]], ...]}
 
-``samples`` is in file order; each member is (tar member name, byte offset of its data, size
-in bytes). A sample's members are consecutive in a webdataset shard; the reader only needs the
-data offsets (and checks the 512-byte tar header right before each member's data, see
-:func:`member_header_matches`). An index describes the shard's bytes, not where they lie: it
-stays valid wherever shard and index are copied together (``aws s3 sync``, ``rsync``), as long
-as the shard has the ``size`` it records and the tar header in front of every member the reader
-reads is that member's; either check failing refuses it (:class:`IndexMismatch`). ``mtime_ns``
-(the shard's modification time where it was indexed) is informative only: a copy gets another
-one (an object's LastModified is its upload time), so readers do not compare it;
-:func:`index_shard` without ``force`` rescans a shard whose time differs. Compressed shards
-(.tar.gz) cannot be range-read and are not indexed (the reader streams them).
+``samples`` is in file order; each member is (tar member name, byte offset of its data, size in
+bytes). A sample's members are consecutive in a webdataset shard; the reader only needs the data
+offsets (and checks the 512-byte tar header right before each member's data, see
+:func:`member_header_matches`, and :func:`member_headers_match` for many members at once). An
+index describes the shard's bytes, not where they lie: it stays valid wherever shard and index
+are copied together (``aws s3 sync``, ``rsync``), as long as the shard has the ``size`` it
+records and the tar header in front of every member the reader reads is that member's; either
+check failing refuses it (:class:`IndexMismatch`). ``mtime_ns`` (the shard's modification time
+where it was indexed) is informative only: a copy gets another one (an object's LastModified is
+its upload time), so readers do not compare it; :func:`index_shard` without ``force`` rescans a
+shard whose time differs. Compressed shards (.tar.gz) cannot be range-read and are not indexed
+(the reader streams them).
 
 Where indexes live:
 
