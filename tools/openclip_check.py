@@ -291,6 +291,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=4)
     a = p.parse_args()
     t0 = time.perf_counter()
+    # the code this run starts from (other commits may land while it runs)
+    commit = git("rev-parse", "HEAD").strip()
+    uncommitted = [line[3:] for line in git("status", "--porcelain", "--", "seta_stream", "tools").splitlines()]
     out = Path(a.out)
     shards = sorted(str(s) for s in Path(a.data, "train").glob("*.tar"))
     n_train = json.loads(Path(a.data, "info.json").read_text())["train"]["pairs"]
@@ -351,8 +354,8 @@ def main() -> int:
     result["failures"] = failures
     result["run"] = dict(
         machine=machine(),
-        commit=git("rev-parse", "HEAD").strip(),
-        uncommitted=[line[3:] for line in git("status", "--porcelain", "--", "seta_stream", "tools").splitlines()],
+        commit=commit,
+        uncommitted=uncommitted,
         versions={
             "open_clip": open_clip.__version__,
             "torch": torch.__version__,
