@@ -113,12 +113,14 @@ class PolicyInput:
         return len(self.uid)
 
     def take(self, rows: np.ndarray, memo: Any = None) -> PolicyInput:
-        """The input of the rows ``rows`` (ascending indices) alone, with the same context and
-        the given ``memo``; a constant column (not read) stays a constant."""
+        """The input of the rows ``rows`` (ascending indices, or a bool mask over the rows) alone,
+        with the same context and the given ``memo``; a constant column (not read) stays a
+        constant."""
+        count = int(np.count_nonzero(rows)) if rows.dtype == bool else len(rows)
 
         def pick(a: np.ndarray) -> np.ndarray:
             if a.ndim == 1 and a.strides == (0,) and len(a):
-                return np.broadcast_to(a[:1], (len(rows),))
+                return np.broadcast_to(a[:1], (count,))
             return a[rows]
 
         return PolicyInput(

@@ -134,17 +134,16 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     reason = np.empty(n, dtype=np.int8)
     cluster: np.ndarray | None = None  # -1 = not clustered (all of them until step 4)
     loss = np.asarray(inp.last_loss, dtype=np.float32)
-    seen = inp.seen > 0
-    seen &= np.isfinite(loss)
+    seen = np.isfinite(loss)
+    seen &= np.asarray(inp.seen) > 0
     if p.unseen_score is not None:  # reference compatibility (§0.5)
         loss = np.where(seen, loss, np.float32(p.unseen_score))
         seen = np.ones(n, dtype=bool)
-    everyone = np.ones(n, dtype=bool)
     summary: dict[str, Any] = {"P": P}
 
     if e >= P:  # partial annealing (SeTa eq. 8): a fresh uniform (1 - r) subset, stream 2
         u_anneal = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
-        keep = uniform_subset(everyone, keep_count(f, n), u_anneal, inp.uid)
+        keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u_anneal, inp.uid)
         reason[:] = reason_code("anneal_dropped")
         reason[keep] = reason_code("anneal")
         summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
@@ -154,13 +153,15 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     m_R = keep_count(f, n)
     u: np.ndarray | None = None
     if m_R >= n:
-        R = everyone
+        Ru = ~seen  # step 2: unseen samples of R (here every sample) are kept
+        Rs = seen
     else:
         u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
-        R = uniform_subset(everyone, m_R, u, inp.uid)
+        R = uniform_subset(np.ones(n, dtype=bool), m_R, u, inp.uid)
+        Ru = R & ~seen  # step 2: unseen samples of R are kept
+        Rs = R & seen
+        del R
     reason[:] = reason_code("downsampled_out")
-    Ru = R & ~seen  # step 2: unseen samples of R are kept
-    Rs = R & seen
     keep = Ru.copy()
     reason[Ru] = reason_code("unseen")
     n_Ru, n_Rs = int(np.count_nonzero(Ru)), int(np.count_nonzero(Rs))
@@ -174,7 +175,7 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         if budget is not None:  # the budget's smallest-u samples: a subset of R
             if u is None:
                 u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
-            keep = uniform_subset(everyone, budget, u, inp.uid)
+            keep = uniform_subset(np.ones(n, dtype=bool), budget, u, inp.uid)
             reason[:] = reason_code("downsampled_out")
             reason[keep & seen] = reason_code("no_window")
             reason[keep & ~seen] = reason_code("unseen")
