@@ -49,8 +49,10 @@ def main() -> None:
     p.add_argument("--run", type=Path, help="plan this run instead (e.g. one bench_scale.py --keep made)")
     p.add_argument("--idle", type=float, default=5.0, help="seconds idle before each plan")
     p.add_argument("--params", default="dict(r=0.0, k=10, alpha=0.5)", help="SeTa's params (e.g. add noise=True)")
+    p.add_argument("--result", default=None, help="result file name (default ab-plan-N, or ab-plan-RUN)")
     args = p.parse_args()
-    res = Result(f"ab-plan-{args.n}" if not args.run else f"ab-plan-{args.run.name}", title="Planning: A against B")
+    name = args.result or (f"ab-plan-{args.n}" if not args.run else f"ab-plan-{args.run.name}")
+    res = Result(name, title=f"Planning SeTa {args.params}: tree A against tree B, alternating")
     run = args.run.resolve() if args.run else prepared(args.n)
     if not (run / "table/manifest.json").exists():
         raise SystemExit(f"{run}: no loss table")

@@ -50,6 +50,11 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
     "bench_ranks.py": (["--shards-per-rank", "1", "--samples", "40", "--epochs", "2"], ["ranks"], "here"),
     "bench_ray.py": (["--n", "12000", "--cpus", "1"], ["ray-12000"], "subprocess"),
     # H4a's and issue 34's scripts: run here, their result files checked once they write them
+    "bench_balance.py": (
+        ["--n", "20000", "--shards", "20", "--ranks", "2", "--workers", "2", "--epochs", "2", "--repeat", "1"],
+        ["balance-20000"],
+        "here",
+    ),
     "bench_stage.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_reader.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], [], "subprocess"),
