@@ -50,11 +50,6 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
     "bench_ranks.py": (["--shards-per-rank", "1", "--samples", "40", "--epochs", "2"], ["ranks"], "here"),
     "bench_ray.py": (["--n", "12000", "--cpus", "1"], ["ray-12000"], "subprocess"),
     # H4a's and issue 34's scripts: run here, their result files checked once they write them
-    "bench_balance.py": (
-        ["--n", "20000", "--shards", "20", "--ranks", "2", "--workers", "2", "--epochs", "2", "--repeat", "1"],
-        ["balance-20000"],
-        "here",
-    ),
     "bench_stage.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_reader.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
     "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], [], "subprocess"),
@@ -257,3 +252,29 @@ def test_report_renders_and_checks_result_blocks(tmp_path: Path) -> None:
     assert report.main(["--doc", str(doc), "--results", str(results), "--check"]) == 0
     (results / "demo.json").unlink()
     assert report.main(["--doc", str(doc), "--results", str(results)]) == 2  # a block without its file
+
+
+def test_report_renders_the_targets_table(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCH))
+    results = tmp_path / "results"
+    results.mkdir()
+    record = {"name": "record", "commit": "b" * 40, "load_start": {"loadavg": [3.0, 2.0, 1.0]}}
+    (results / "record.json").write_text(json.dumps({**record, "figures": {"overhead_us_per_sample": 0.625}}))
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("x\n<!-- targets:begin -->\n<!-- targets:end -->\ny\n")
+    assert report.main(["--doc", str(doc), "--results", str(results)]) == 0
+    rows = [line for line in doc.read_text().splitlines() if line.startswith("| ")]
+    assert rows[0] == "| target | issue | bar | measured | status | result file (commit, load at the start) |"
+    assert len(rows) == 2 + len(report.TARGETS)  # the header, the separator, a row per target
+    met = "| recording: overhead per sample | #2 | <= 1.00 us | 0.625 us | met | record.json (bbbbbbbbbb, load 3.00) |"
+    missing = "| plan one SeTa epoch at 15M: median time | #35 | <= 1.20 s | - | no result | plan-15000000.json "
+    missing += "missing |"
+    assert met in rows and missing in rows
+    (results / "record.json").write_text(json.dumps({**record, "figures": {"overhead_us_per_sample": 1.5}}))
+    assert report.main(["--doc", str(doc), "--results", str(results), "--check"]) == 1
+    report.main(["--doc", str(doc), "--results", str(results)])
+    assert "| 1.50 us | not met |" in doc.read_text()
