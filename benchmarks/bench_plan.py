@@ -66,6 +66,7 @@ def summarize(name: str, runs: list[dict]) -> dict:
         "median_s": statistics.median(walls),
         "min_s": min(walls),
         "max_s": max(walls),
+        "cpu_median_s": statistics.median(r["cpu_s"] for r in runs),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
         "rss_before_mb": max(r["rss_before_mb"] for r in runs),
     }
@@ -127,6 +128,9 @@ def main() -> None:
         "noise_peak_rss_mb": noisy["peak_rss_mb"],
         "floor_median_s": base["median_s"],
         "noise_time_ratio": noisy["median_s"] / seta["median_s"],
+        "noise_cpu_ratio": noisy["cpu_median_s"] / seta["cpu_median_s"],
+        "seta_cpu_median_s": seta["cpu_median_s"],
+        "floor_cpu_median_s": base["cpu_median_s"],
         "noise_rss_ratio": noisy["peak_rss_mb"] / seta["peak_rss_mb"],
         "seta_runs_s": [r["wall_s"] for r in samples["seta"]],
         "noise_runs_s": [r["wall_s"] for r in samples["seta_noise"]],
@@ -136,7 +140,9 @@ def main() -> None:
         f"{args.repeat} fresh-process runs of each, alternating. SeTa: median {seta['median_s']:.2f} s "
         f"({seta['median_over_floor']:.2f}x the floor measured beside it), peak RSS {seta['peak_rss_mb']:,.0f} MB. "
         f"noise=True: {figures['noise_time_ratio']:.2f}x SeTa's median time, {figures['noise_rss_ratio']:.2f}x "
-        "its peak RSS.",
+        f"its peak RSS. CPU time (all threads, user + system; what depends least on the machine's load): SeTa "
+        f"{seta['cpu_median_s']:.2f} s, {seta['cpu_median_s'] / base['cpu_median_s']:.2f}x the floor's "
+        f"{base['cpu_median_s']:.2f} s; noise=True {figures['noise_cpu_ratio']:.2f}x SeTa's.",
     ]
     if samples["sklearn"]:
         sk = summarize("sklearn", samples["sklearn"])

@@ -166,7 +166,9 @@ def _current_table(path: Path) -> bool:
 
 
 def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
-    """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code`` and peak RSS.
+    """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code``, its CPU time
+(every thread, user + system: on a machine shared with other work, the figure that depends least
+on the load) and peak RSS.
 
     Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
     the forking parent across exec). ``rss_before_mb`` is the peak after ``setup``; with
@@ -188,11 +190,12 @@ def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
         gc.collect()
         {reset}
         before = hwm({before_key!r})
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         {textwrap.indent(textwrap.dedent(code), "        ").strip()}
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = hwm()
-        print("RESULT" + json.dumps({{"wall_s": wall, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}))
+        out = {{"wall_s": wall, "cpu_s": cpu, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}
+        print("RESULT" + json.dumps(out))
     """)
     proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
@@ -205,11 +208,11 @@ def _measure_here(code: str, setup: str) -> dict:
     """:func:`measure` in this interpreter (SETA_BENCH_IN_PROCESS=1)."""
     namespace: dict = {"__name__": "__bench__", "sys": sys, "json": json, "time": time}
     exec(textwrap.dedent(setup), namespace)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     exec(textwrap.dedent(code), namespace)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = own_peak_rss_mb()["process_mb"]
-    return {"wall_s": wall, "rss_before_mb": peak, "peak_rss_mb": peak}
+    return {"wall_s": wall, "cpu_s": cpu, "rss_before_mb": peak, "peak_rss_mb": peak}
 
 
 def tree_setup(tree: Path) -> str:
