@@ -166,14 +166,14 @@ def _current_table(path: Path) -> bool:
 
 
 def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
-    """Run ``setup`` then ``code`` in a fresh interpreter; wall time of ``code``, its CPU time
-    (every thread, user + system: on a machine shared with other work, the figure that depends least
-    on the load) and peak RSS.
+    """Run ``setup`` then ``code`` in a fresh interpreter: the wall time of ``code``, its CPU
+    time (every thread, user + system: on a machine shared with other work, the figure that
+    depends least on the load) and its peak RSS.
 
-        Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
-        the forking parent across exec). ``rss_before_mb`` is the peak after ``setup``; with
-        ``reset_peak`` the peak is reset after ``setup`` (writing 5 to /proc/self/clear_refs) and
-        ``rss_before_mb`` is the RSS then, so ``peak_rss_mb - rss_before_mb`` is what ``code`` added.
+    Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
+    the forking parent across exec). ``rss_before_mb`` is the peak after ``setup``; with
+    ``reset_peak`` the peak is reset after ``setup`` (writing 5 to /proc/self/clear_refs) and
+    ``rss_before_mb`` is the RSS then, so ``peak_rss_mb - rss_before_mb`` is what ``code`` added.
     """
     if os.environ.get(IN_PROCESS_ENV) == "1":
         return _measure_here(code, setup)
