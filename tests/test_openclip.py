@@ -495,3 +495,23 @@ def test_pair_losses_average_to_clip_loss():
     row0 = -torch.log_softmax(logits[0], 0)[0]
     col0 = -torch.log_softmax(logits[:, 0], 0)[0]
     assert torch.allclose(losses[0], (row0 + col0) / 2)
+
+
+def test_the_docs_result_section_is_what_the_committed_check_result_gives():
+    """docs/openclip.md's result section is generated from docs/openclip-check.json (written by
+    tools/openclip_check.sh with OpenCLIP's own code), and that run passed every check."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("openclip_report", root / "tools" / "openclip_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    result = json.loads((root / "docs" / "openclip-check.json").read_text())
+    doc = (root / "docs" / "openclip.md").read_text()
+    assert report.rewrite(doc, report.render(result)) == doc, "run tools/openclip_report.py"
+    assert result["failures"] == []
+    assert set(result["run"]["versions"]) == {"open_clip", "torch", "webdataset", "seta_stream", "python"}
+    assert [w["code"] for w in result["caption"]["all_listed"]["warnings"]] == ["undelivered"]
+    assert result["caption"]["members"]["warnings"] == [] and result["resampled"]["unchanged_after_each"] == [True] * 2
