@@ -123,7 +123,9 @@ class PlanIdentities:
     column again. plan.parquet's parts then each read their keys through a mapping of their own,
     dropped once the part is written, so the key pages the parts read leave the process's
     resident memory part by part (at 15M rows, 390 MB of keys that a single mapping kept
-    resident until the end of planning)."""
+    resident until the end of planning). The shard column is then kept as its runs (a code and
+    a row range per shard) and each part's slice made from them (:meth:`shard_slice`): 4 bytes a
+    row less while planning (60 MB at 15M rows)."""
 
     def __init__(
         self,
@@ -138,9 +140,37 @@ class PlanIdentities:
             shard = pc.dictionary_encode(shard)
         # one dictionary, so that plan.parquet keeps the shard column dictionary-encoded without
         # decoding it, and the ranges are found on the integer codes
-        self.shard: pa.ChunkedArray = shard.cast(_SHARD_TYPE).unify_dictionaries()
+        shard = shard.cast(_SHARD_TYPE).unify_dictionaries()
         self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
-        self.starts, self.stops, self.names = _shard_runs(self.shard)
+        self.starts, self.stops, self.names, self._codes = _shard_runs(shard)
+        self._dictionary = shard.chunk(0).dictionary if shard.num_chunks else pa.array([], pa.string())
+        self._chunk_ends = np.cumsum([len(c) for c in shard.chunks], dtype=np.int64)
+        self._n = len(shard)
+        self._shard: pa.ChunkedArray | None = None if key_map is not None else shard
+
+    @property
+    def shard(self) -> pa.ChunkedArray:
+        """The whole shard column (made from the runs when only they are kept)."""
+        return self._shard if self._shard is not None else self.shard_slice(0, self._n)
+
+    def shard_slice(self, lo: int, n: int) -> pa.ChunkedArray:
+        """Rows ``lo .. lo + n - 1`` of the shard column, chunked as the column read was (so a
+        part written from it is the same bytes as one written from a slice of that column)."""
+        hi = min(self._n, lo + n)
+        if self._shard is not None:
+            return self._shard.slice(lo, hi - lo)
+        pieces = []
+        chunk_lo = 0
+        for chunk_hi in self._chunk_ends.tolist():
+            a, b = max(lo, chunk_lo), min(hi, chunk_hi)
+            chunk_lo = chunk_hi
+            if a >= b:
+                continue
+            r0, r1 = int(np.searchsorted(self.stops, a, side="right")), int(np.searchsorted(self.starts, b))
+            lengths = np.minimum(self.stops[r0:r1], b) - np.maximum(self.starts[r0:r1], a)
+            codes = np.repeat(self._codes[r0:r1], lengths).astype(np.int32, copy=False)
+            pieces.append(pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), self._dictionary))
+        return pa.chunked_array(pieces, _SHARD_TYPE)
 
 
 def publish_plan(
@@ -156,7 +186,8 @@ def publish_plan(
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
     encoded (the summary costs about as much as one part)."""
-    plan = _plan_table(ids, columns)
+    # with keys mapped per part, the parts take their identity columns from ``ids`` themselves
+    plan = _plan_table(ids, columns, identities=ids.key_map is None)
     keep = np.asarray(columns["keep"])
 
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
@@ -170,15 +201,15 @@ def publish_plan(
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
 
 
-def _plan_table(ids: PlanIdentities, columns: dict[str, Any]) -> pa.Table:
+def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool = True) -> pa.Table:
     """plan.parquet's rows from the identities and the policy's columns (``reason`` as int8
-    codes into ``reason_names``; ``score`` optional)."""
+    codes into ``reason_names``; ``score`` optional); without ``identities``, the columns after
+    shard and key only (:func:`_plan_part` adds them part by part)."""
     reason = pa.DictionaryArray.from_arrays(
         pa.array(columns["reason"], type=pa.int8()), pa.array(columns["reason_names"], pa.string())
     )
     arrays = [
-        ids.shard,
-        ids.key,
+        *((ids.shard, ids.key) if identities else ()),
         pa.array(columns["uid"], type=pa.uint64()),
         pa.array(columns["loss"], type=pa.float32()),
         pa.array(columns["cluster"], type=pa.int16()),
@@ -190,7 +221,19 @@ def _plan_table(ids: PlanIdentities, columns: dict[str, Any]) -> pa.Table:
     if columns.get("score") is not None:
         arrays.append(pa.array(columns["score"], type=pa.float64()))
         schema = schema.append(pa.field("score", pa.float64(), nullable=False))
+    if not identities:
+        schema = pa.schema(list(schema)[2:])
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _plan_part(decisions: pa.Table, ids: PlanIdentities, keys: pa.ChunkedArray | None, lo: int, n: int) -> pa.Table:
+    """Rows ``lo .. lo + n - 1`` of plan.parquet: the identity columns (the shard column from the
+    runs, the keys from ``keys``, a mapping of the key column) and ``decisions``' columns."""
+    part = decisions.slice(lo, n)
+    shard = ids.shard_slice(lo, part.num_rows)
+    key = (keys if keys is not None else ids.key).slice(lo, part.num_rows)
+    schema = pa.schema([PLAN_SCHEMA.field("shard"), PLAN_SCHEMA.field("key"), *part.schema])
+    return pa.Table.from_arrays([shard, key, *part.columns], schema=schema)
 
 
 class BucketPlanFiles:
@@ -351,7 +394,7 @@ def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: Plan
     mapping of its own (:class:`PlanIdentities`)."""
     with ThreadPoolExecutor(1) as pool:
         if ids is not None and ids.key_map is not None:
-            future = pool.submit(_prepare_parts, run, rel, table, ids.key_map)
+            future = pool.submit(_prepare_parts, run, rel, table, ids)
         else:
             future = pool.submit(run.prepare_parquet_parts, rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
         try:
@@ -363,21 +406,23 @@ def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: Plan
         future.result().commit()
 
 
-def _prepare_parts(run: RunDir, rel: str, table: pa.Table, key_map: Callable[[], pa.ChunkedArray | None]) -> Any:
+def _prepare_parts(run: RunDir, rel: str, decisions: pa.Table, ids: PlanIdentities) -> Any:
     """plan.parquet's folder as ``RunDir.prepare_parquet_parts`` writes it (parts of
-    :data:`PLAN_PART_ROWS` rows named ``part-NNNNN.parquet``, one thread per CPU), the key column
-    of each part read through a mapping of its own (``key_map()``), released when the part is
-    written. Returns the pending folder (``commit()`` publishes it)."""
-    starts = list(range(0, max(table.num_rows, 1), PLAN_PART_ROWS))
+    :data:`PLAN_PART_ROWS` rows named ``part-NNNNN.parquet``, one thread per CPU), each part made
+    here (:func:`_plan_part`): its keys read through a mapping of their own (``ids.key_map()``),
+    released when the part is written, its shard column made from the runs. Returns the pending
+    folder (``commit()`` publishes it)."""
+    assert ids.key_map is not None
+    key_map = ids.key_map
+    starts = list(range(0, max(decisions.num_rows, 1), PLAN_PART_ROWS))
     width = max(5, len(str(len(starts) - 1)))  # name order stays row order
     pending = run.prepare_local(rel, folder=True)
-    key_at = table.schema.get_field_index("key")
 
     def write(i: int, lo: int) -> None:
-        part = table.slice(lo, PLAN_PART_ROWS)
         keys = key_map()
-        if keys is not None and len(keys) == table.num_rows:
-            part = part.set_column(key_at, table.schema.field(key_at), keys.slice(lo, part.num_rows))
+        if keys is not None and len(keys) != decisions.num_rows:
+            keys = None  # not the keys of these rows: the mapping the identities hold
+        part = _plan_part(decisions, ids, keys, lo, PLAN_PART_ROWS)
         pq.write_table(part, f"{pending.local}/part-{i:0{width}d}.parquet", **_WRITE_OPTIONS)
 
     try:
@@ -608,11 +653,12 @@ def _read_earlier_lookup(run: RunDir, epoch: int) -> pa.Table:
     return pa.Table.from_arrays([keys, *decisions.columns], ["key", *decisions.column_names])
 
 
-def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """Row ranges [start, stop) of the shards and their names (one dictionary for all chunks)."""
+def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
+    """Row ranges [start, stop) of the shards, their names and their codes in the column's
+    dictionary (one dictionary for all chunks)."""
     n = len(shard)
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string())
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int32)
     starts, codes, o = [], [], 0
     for chunk in shard.chunks:
         c = chunk.indices.to_numpy(zero_copy_only=False)
@@ -629,7 +675,7 @@ def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Arra
     if len(np.unique(code)) != len(code):
         raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
     stop = np.concatenate([start[1:], [n]]).astype(np.int64)
-    return start, stop, shard.chunk(0).dictionary.take(pa.array(code))
+    return start, stop, shard.chunk(0).dictionary.take(pa.array(code)), code
 
 
 def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | None = None) -> pa.Table:

@@ -164,8 +164,9 @@ def small_run(tmp_path):
 
 def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monkeypatch) -> None:
     """Planning maps the table's keys again for each plan.parquet part (each part releases its
-    key pages once written); the plan folder is the same bytes as when every part slices one
-    mapping (RunDir.prepare_parquet_parts)."""
+    key pages once written) and makes each part's shard column from the shards' runs; the plan
+    folder is the same bytes as when every part is a slice of one table (one mapping of the
+    keys, the shard column read whole: RunDir.prepare_parquet_parts)."""
     import seta_stream._plan as planning
     import seta_stream._plans as plans
 
@@ -182,9 +183,35 @@ def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monk
         f"plans/epoch=1/plan.parquet/part-{i:05d}.parquet" for i in range(5)
     ]
 
-    def one_mapping(run, rel, table, key_map):
+    def one_mapping(run, rel, decisions, ids):  # the whole table, its parts sliced from it
+        schema = pa.schema([plans.PLAN_SCHEMA.field("shard"), plans.PLAN_SCHEMA.field("key"), *decisions.schema])
+        table = pa.Table.from_arrays([ids.shard, ids.key, *decisions.columns], schema=schema)
         return run.prepare_parquet_parts(rel, table, part_rows=plans.PLAN_PART_ROWS, **plans._WRITE_OPTIONS)
 
     monkeypatch.setattr(plans, "_prepare_parts", one_mapping)
     plan_epoch(small_run, 1, force=True)
     assert _plan_digests(Path(path)) == mapped
+
+
+def test_shard_slices_from_runs_are_the_column_slices() -> None:
+    """With keys mapped per part, the identities keep the shard column as runs; a slice made
+    from them has the values and the chunk boundaries of the column's own slice."""
+    from seta_stream._plans import PlanIdentities
+
+    names = pa.array([f"s{i:02d}.tar" for i in range(9)])
+    runs = [(3, 5), (0, 7), (8, 1), (5, 12), (1, 4), (2, 9)]  # (code, length): runs across chunks
+    codes = np.concatenate([np.full(k, c, np.int32) for c, k in runs])
+    cuts = [0, 6, 6, 17, 30, len(codes)]  # an empty chunk too
+    column = pa.chunked_array(
+        [pa.DictionaryArray.from_arrays(pa.array(codes[a:b]), names) for a, b in zip(cuts, cuts[1:])]
+    )
+    keys = pa.chunked_array([pa.array([f"k{i}" for i in range(len(codes))])])
+    whole = PlanIdentities(column, keys)
+    runs_only = PlanIdentities(column, keys, key_map=lambda: keys)
+    assert runs_only.names.to_pylist() == whole.names.to_pylist()
+    for lo in range(len(codes) + 1):
+        for n in (0, 1, 5, 13, 40):
+            got, want = runs_only.shard_slice(lo, n), whole.shard_slice(lo, n)
+            assert [len(c) for c in got.chunks if len(c)] == [len(c) for c in want.chunks if len(c)]
+            assert got.to_pylist() == want.to_pylist()
+    assert runs_only.shard.to_pylist() == column.to_pylist()
