@@ -85,14 +85,16 @@ def pipelines(urls: list[str], half: str, decode: bool) -> dict:
     return out
 
 
-def bytes_read(stages: list) -> tuple[int, int, int]:
-    """(samples, bytes read_kept read, kept members' own bytes) of one pass."""
+def bytes_read(stages: list) -> tuple[int, int, int, int]:
+    """(samples, bytes read_kept read, its reads, kept members' own bytes) of one pass."""
     import seta_stream as seta
 
-    before = seta.stage_counters().get("bytes_read", 0)
+    before = seta.stage_counters()
     samples = list(wds.DataPipeline(*stages))
+    after = seta.stage_counters()
     own = sum(len(v) for s in samples for k, v in s.items() if not k.startswith("__") and isinstance(v, bytes))
-    return len(samples), seta.stage_counters().get("bytes_read", 0) - before, own
+    reads = after.get("range_reads", 0) - before.get("range_reads", 0)
+    return len(samples), after.get("bytes_read", 0) - before.get("bytes_read", 0), reads, own
 
 
 def main() -> None:
@@ -154,8 +156,8 @@ def main() -> None:
                 f"target >= 1.9x: {verdict(m, se, 1.9, False)}"
             )
         shard_bytes = sum(os.path.getsize(u) for u in urls)
-        kept, coalesced, own = bytes_read(variants["read_kept"]())
-        _, exact, _ = bytes_read(variants["read_kept (gap=0)"]())
+        kept, coalesced, reads, own = bytes_read(variants["read_kept"]())
+        _, exact, exact_reads, _ = bytes_read(variants["read_kept (gap=0)"]())
         bytes_rows.append(
             {
                 "shards": name,
@@ -165,6 +167,8 @@ def main() -> None:
                 "read_kept (64 KB gap) / kept": coalesced / kept,
                 "read_kept (gap=0) / kept": exact / kept,
                 "kept members' own bytes / kept": own / kept,
+                "reads (64 KB gap)": reads,
+                "reads (gap=0)": exact_reads,
             }
         )
         figures[f"{name}: bytes per kept sample"] = bytes_rows[-1]
