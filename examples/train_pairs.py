@@ -217,12 +217,14 @@ def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
     return summary
 
 
-def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=print) -> dict:
+def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=None) -> dict:
     """Train one model with ``policy``; per epoch: kept, trained, loss, mismatched share, recall,
     the number of steps and the length of the last batch.
 
-    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch.
+    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch. ``log``: takes
+    each epoch's line (default: printed at once).
     """
+    log = log or (lambda line: print(line, flush=True))
     train, test = shards(args.data, "train"), shards(args.data, "test")
     noise = load_noise(args.data)
     if os.path.exists(run_dir):

@@ -112,12 +112,14 @@ def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
     return summary
 
 
-def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=print) -> dict:
+def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=None) -> dict:
     """Train one model with ``policy``; per epoch: kept, trained, loss, test accuracy, the number of
     steps and the length of the last batch.
 
-    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch.
+    ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch. ``log``: takes
+    each epoch's line (default: printed at once).
     """
+    log = log or (lambda line: print(line, flush=True))
     info = json.load(open(os.path.join(args.data, "info.json")))
     train = sorted(glob.glob(os.path.join(args.data, "stmj-train-*.tar")))
     test = sorted(glob.glob(os.path.join(args.data, "stmj-test-*.tar")))

@@ -29,10 +29,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")
 
 import seta_stream as seta  # noqa: E402
+from seta_stream.policies.safeguards import SMALL_FINAL_BATCH  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N, B = 260, 32  # every full-data epoch ends on a batch of N % B = 4
-FLOOR = 8  # seta_stream.policies.safeguards.SMALL_FINAL_BATCH
 
 
 def _load(name: str, rel: str):
@@ -130,15 +130,14 @@ def test_pairs_example_trains_the_kept_pairs_with_the_remedy_and_prints_commands
     pairs: Path, tmp_path: Path, steps: list, capsys: pytest.CaptureFixture
 ) -> None:
     runs = tmp_path / "runs"
-    results = tp.main(_argv(pairs, runs, 3, "--policy", "random", "--params", '{"r": 0.19}', "--noise"), keep_keys=True)
+    results = tp.main(_argv(pairs, runs, 2, "--policy", "random", "--params", '{"r": 0.19}', "--noise"), keep_keys=True)
     out = capsys.readouterr().out
     assert [r["run_dir"] for r in results] == [str(runs / "random-r0.19-noise"), str(runs / "full")]
-    rule, full = (_check_run(r, 3) for r in results)
-    assert full == [N, N, N]  # every full-data epoch ends on a batch of 4 ...
-    assert [r["last_batch"] for r in results[1]["rows"]] == [4, 4, 4]
-    assert 0 < N % B < FLOOR
-    assert rule[:2] == [210, 210]  # random keeps floor(0.81 * 260); the rule is in its warm-up (2 epochs)
-    assert rule[2] <= 210
+    rule, full = (_check_run(r, 2) for r in results)
+    assert full == [N, N]  # every full-data epoch ends on a batch of 4 ...
+    assert [r["last_batch"] for r in results[1]["rows"]] == [4, 4]
+    assert 0 < N % B < SMALL_FINAL_BATCH
+    assert rule == [210, 210]  # random keeps floor(0.81 * 260); the rule is in its warm-up (2 epochs)
     assert steps == _expected_steps(results)  # ... and its loss, like every step's, was divided by B
     noise = {(r["shard"], r["key"]) for r in pq.read_table(pairs / "noise.parquet").to_pylist()}
     assert len(noise) == 52
@@ -148,7 +147,7 @@ def test_pairs_example_trains_the_kept_pairs_with_the_remedy_and_prints_commands
     for name in ("random-r0.19-noise", "full"):  # a result file beside each run directory
         saved = json.loads((runs / f"{name}.json").read_text())
         assert saved["run_dir"] == str(runs / name) and "delivered" not in saved
-    assert f"random-r0.19-noise trained {100 * sum(rule) / (3 * N):.1f}% of the pairs full data trained" in out
+    assert f"random-r0.19-noise trained {100 * sum(rule) / (2 * N):.1f}% of the pairs full data trained" in out
 
     # the printed commands run from another folder and write where they say
     cmds = _commands(out)
@@ -167,7 +166,7 @@ def test_pairs_example_trains_the_kept_pairs_with_the_remedy_and_prints_commands
         assert proc.returncode == 0, err
     assert plot.stat().st_size > 0
     assert set(zip(*pq.read_table(table, columns=["shard", "key"]).to_pydict().values())) <= _keys(
-        results[0]["run_dir"], 2, kept_only=False
+        results[0]["run_dir"], 1, kept_only=False
     )
 
     # another configuration gets its own run directory: the first one stays as it was
@@ -189,12 +188,12 @@ def test_words_example_trains_the_kept_samples_with_the_remedy(
     words: Path, tmp_path: Path, steps: list, capsys: pytest.CaptureFixture
 ) -> None:
     runs = tmp_path / "runs"
-    results = tw.main(_argv(words, runs, 3, "--policy", "seta", "--params", '{"r": 0.1, "k": 3}'), keep_keys=True)
+    results = tw.main(_argv(words, runs, 2, "--policy", "seta", "--params", '{"r": 0.1, "k": 3}'), keep_keys=True)
     out = capsys.readouterr().out
     assert [r["run_dir"] for r in results] == [str(runs / "seta-k3-r0.1"), str(runs / "full")]
-    seta_kept, full = (_check_run(r, 3) for r in results)
-    assert full == [N, N, N]
-    assert [r["last_batch"] for r in results[1]["rows"]] == [4, 4, 4]
+    seta_kept, full = (_check_run(r, 2) for r in results)
+    assert full == [N, N]
+    assert [r["last_batch"] for r in results[1]["rows"]] == [4, 4]
     assert min(seta_kept) < N  # SeTa pruned some epoch
     assert steps == _expected_steps(results)
     # the loss of every sample landed on its own key: epoch 1's plan holds a loss for exactly the

@@ -34,6 +34,7 @@ else
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[plot]" "pillow>=10"
 fi
 PY=.venv/bin/python
+export PYTHONUNBUFFERED=1 # every line as it is printed, also through a pipe (| tee)
 CLI=$PWD/.venv/bin/seta-stream
 echo "== installed in $(($(date +%s) - start))s =="
 
