@@ -298,3 +298,25 @@ def test_tokens_are_hashed_words_and_word_pairs() -> None:
     assert len(a) == 5 + 4 and all(0 <= t < tp.BUCKETS for t in a)
     assert tp.tokens("a RED circle top-left") == a  # case and punctuation do not matter
     assert tp.tokens("") == [0]
+
+
+def test_the_demo_trains_the_noise_studys_calibrated_setting_into_the_run_directory_it_reads() -> None:
+    """tools/demo.sh: its settings are the study's calibration for the rule + random at 30% pruned, and
+    the run directory it inspects afterwards is the one the example trains them into."""
+    script = (ROOT / "tools" / "demo.sh").read_text()
+    lines = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in script.splitlines() if "=" in line}
+    settings = shlex.split(lines["SETTINGS"].strip("()"))
+    args = tp.parser().parse_args(settings)
+    assert tp.run_name(args.policy, tp.policy_params(args)) == lines["NAME"] == "random-r0.19-noise"
+    cal = json.loads((ROOT / "docs/quality-runs/noise-study-2core/pairs-n20-E10-cal-rule-random.json").read_text())
+    assert (args.policy, cal["levels"]["30"]["params"]) == ("random", tp.policy_params(args))
+    # the study's data and schedule, which that calibration replayed
+    import benchmarks.noise_study as ns
+    data, train = ns.DATA, ns.TRAIN
+    assert (
+        f"--train {data['train']} --test {data['test']} --shard-size {data['shard_size']} --noise 0.2 "
+        f"--seed {data['seed']}" in script
+    )
+    assert data["size"] == 32 and "--size" not in script  # make_pair_shards.py's default
+    assert f"--epochs {train['epochs']} --batch-size {train['batch_size']}" in script
+    assert (cal["source"], data["train"], train["epochs"]) == ("pairs-n20-E10-full-full-default-s0", 10000, 10)
