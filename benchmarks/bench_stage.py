@@ -9,13 +9,15 @@ into bench-out/; never copied into the repository).
 (b) 50% kept, PIL JPEG decode after the stage, versus the same pipeline without the stage
     decoding everything (target: >= 1.5x the data-set samples processed per second).
 
-Every round runs every pipeline once, in the same process, the order reversed every other round
-(``--repeat`` rounds with decode, three times as many without: their differences are a few percent);
-each round's pipeline is compared with the baseline of the same round (paired ratios: the machine's
-speed drifts between rounds, far less within one). (a') times keep_filter alone, over the samples
-of webdataset's reader held in memory, against the reader's CPU per sample. Reported: the mean ratio over the rounds and
-its standard error (SE); a target is met where the mean clears it by 2 SE. Peak RSS is each
-pipeline's own (the process's peak reset before it, /proc/self/clear_refs) and the process's.
+Every round runs every pipeline once, in the same process, the order reversed every other time
+(``--repeat`` rounds with decode, three times as many without: their differences are a few
+percent, so those run two shards at a time, every pipeline on two shards before the next two, and
+each (round, two shards) is one pair); each pipeline is compared with the baseline of the same
+round or pair (paired ratios: the machine's speed drifts between rounds, far less within one).
+(a') times keep_filter alone, over the samples of webdataset's reader held in memory, against the
+reader's CPU per sample. Reported: the mean ratio over the rounds or pairs and its standard error
+(SE); a target is met where the mean clears it by 2 SE. Peak RSS is each pipeline's own (the
+process's peak reset before it, /proc/self/clear_refs) and the process's.
 
     python benchmarks/bench_stage.py --data ../shared/data/cifar10 --repeat 5
 """
@@ -115,13 +117,16 @@ def run_pipeline(stages: list) -> dict:
     }
 
 
-def rounds(variants: dict, repeat: int) -> dict[str, list[dict]]:
-    """Every variant once a round, ``repeat`` rounds, the order reversed every other round."""
+def rounds(variants: dict, repeat: int, parts: list[list[str]] | None = None) -> dict[str, list[dict]]:
+    """Every variant once a round, ``repeat`` rounds, the order reversed every other time. With
+    ``parts`` (lists of shard URLs; the variants then take one) every variant runs on each part in
+    turn: one measurement per (round, part), the variants compared within one part close in time."""
     out: dict[str, list[dict]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(repeat):
-        for name in names if r % 2 == 0 else names[::-1]:
-            out[name].append(run_pipeline(variants[name]()))
+        for k, part in enumerate(parts or [None]):
+            for name in names if (r + k) % 2 == 0 else names[::-1]:
+                out[name].append(run_pipeline(variants[name]() if part is None else variants[name](part)))
     return out
 
 
@@ -192,21 +197,21 @@ def main() -> None:
         seta.RunDir(half_run, create=True), 0, policy="random", params={"r": 0.5}, epochs=1, seed=0, population=pop
     )
 
-    def src() -> list:
-        return [wds.SimpleShardList(urls), wds.tarfile_to_samples()]
+    def src(part: list[str] = urls) -> list:
+        return [wds.SimpleShardList(part), wds.tarfile_to_samples()]
 
-    def openclip() -> list:
-        return [wds.SimpleShardList(urls), tarfile_to_samples_nothrow]
+    def openclip(part: list[str]) -> list:
+        return [wds.SimpleShardList(part), tarfile_to_samples_nothrow]
 
-    def kept(run: str) -> list:
-        return [wds.SimpleShardList(urls), seta.kept_tar_samples(run)]
+    def kept(run: str, part: list[str] = urls) -> list:
+        return [wds.SimpleShardList(part), seta.kept_tar_samples(run)]
 
-    no_decode = {
-        "read": lambda: src(),
-        "read + keep_filter (all kept)": lambda: src() + [seta.keep_filter(full_run)],
-        "OpenCLIP read": lambda: openclip(),
-        "OpenCLIP read + keep_filter (all kept)": lambda: openclip() + [seta.keep_filter(full_run)],
-        "kept_tar_samples (all kept)": lambda: kept(full_run),
+    no_decode = {  # two shards at a time (each a new iterator: the stage's start, ~1 ms, counts 5 times)
+        "read": lambda part: src(part),
+        "read + keep_filter (all kept)": lambda part: src(part) + [seta.keep_filter(full_run)],
+        "OpenCLIP read": lambda part: openclip(part),
+        "OpenCLIP read + keep_filter (all kept)": lambda part: openclip(part) + [seta.keep_filter(full_run)],
+        "kept_tar_samples (all kept)": lambda part: kept(full_run, part),
     }
     decode = {
         "read + decode": lambda: src() + [wds.decode("pil")],
@@ -215,7 +220,8 @@ def main() -> None:
         "kept_tar_samples (all kept) + decode": lambda: kept(full_run) + [wds.decode("pil")],
     }
     # (a)'s differences are a few percent of a few seconds: three times the rounds (they are cheap)
-    results = {**rounds(no_decode, 3 * args.repeat), **rounds(decode, args.repeat)}
+    parts = [urls[i : i + 2] for i in range(0, len(urls), 2)]
+    results = {**rounds(no_decode, 3 * args.repeat, parts), **rounds(decode, args.repeat)}
     stage_us = stage_alone(src(), full_run, 3 * args.repeat)
     load = load_info()
 
@@ -242,6 +248,12 @@ def main() -> None:
     print(f"{3 * args.repeat} rounds without decode, {args.repeat} with; load average {load['loadavg']} at the end\n")
     rows = []
     for name, rs in results.items():
+        if name in no_decode:  # one measurement per part: the sums over a round's parts
+            rs = [
+                {k: sum(r[k] for r in rs[i : i + len(parts)]) for k in ("cpu_s", "wall_s", "samples")}
+                | {k: max(r[k] for r in rs[i : i + len(parts)]) for k in ("peak_rss_mb", "rss_added_mb")}
+                for i in range(0, len(rs), len(parts))
+            ]
         cpu_m, cpu_se = mean_se([r["cpu_s"] for r in rs])
         wall_m, _ = mean_se([r["wall_s"] for r in rs])
         rows.append(

@@ -140,8 +140,9 @@ def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Coun
     kept = dropped = absent_kept = absent_dropped = 0
     url: Any = None
     plan: ShardDecisions | None = None
-    uniform: Decision | None = None
+    weight: float | None = None  # the weight of every sample of a uniformly decided shard
     pending: list[str] = []  # keys of the current run of a uniformly decided shard
+    push = pending.append
 
     def settle() -> int:  # absent samples among the pending keys; clears them
         assert plan is not None
@@ -157,12 +158,13 @@ def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Coun
                 url = sample["__url__"]
                 plan = view.shard_of(url)
                 uniform = plan.uniform
-            if uniform is not None:  # kept, weight 1.0, no score, whatever the key
-                pending.append(sample["__key__"])
+                weight = None if uniform is None else uniform.weight
+            if weight is not None:  # kept, weight 1.0, no score, whatever the key
+                push(sample["__key__"])
+                sample["__weight__"] = weight
+                kept += 1
                 if len(pending) >= _PENDING_KEYS:
                     absent_kept += settle()
-                kept += 1
-                sample["__weight__"] = uniform.weight
                 yield sample
                 continue
             decision = plan.decide(sample["__key__"])  # type: ignore[union-attr]
@@ -225,12 +227,13 @@ class ShardDecisions:
         return _KEPT_WHOLE
 
     @cached_property
-    def listed_uids(self) -> np.ndarray:
+    def listed_uids(self) -> pa.Array:
         """uids of the samples the plan lists (uint64)."""
         rows = self.rows
         if rows is None:
-            return np.zeros(0, np.uint64)
-        return rows.column("uid").to_numpy(zero_copy_only=False)
+            return pa.array([], pa.uint64())
+        uids = rows.column("uid")
+        return uids.combine_chunks() if isinstance(uids, pa.ChunkedArray) else uids
 
     def count_unlisted(self, keys: list[str]) -> int:
         """How many of ``keys`` (samples of this shard, repeats counted) the plan does not list
@@ -240,7 +243,8 @@ class ShardDecisions:
         if self.view.identity == "key":
             listed = self.listed
             return sum(1 for k in keys if k not in listed)
-        return int(np.count_nonzero(~np.isin(self._uids(keys), self.listed_uids)))
+        found = pc.is_in(pa.array(self._uids(keys)), value_set=self.listed_uids)
+        return len(keys) - pc.sum(found).as_py()
 
     def _uids(self, keys: list[str]) -> np.ndarray:
         names = pa.array([self.shard], pa.string())
