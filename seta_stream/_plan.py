@@ -45,7 +45,7 @@ from ._plans import (
     read_summary,
 )
 from ._runfs import RunDir
-from ._table import empty_table, load_numeric, load_table, load_table_keys, read_bucket, table_buckets
+from ._table import empty_table, load_numeric, load_table, load_table_keys, read_bucket, read_rows, table_buckets
 from .errors import EpochOrderError, InvalidInputError, PopulationLocationError, RunFormatError
 from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
 from .policies import (
@@ -687,8 +687,17 @@ def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
         shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
-        # each plan.parquet part maps the keys again, and releases them once written
-        key_map = (lambda: load_table_keys(run, manifest)) if run.is_local else None
-        return PlanIdentities(shard, table_keys, key_map)
+        # each plan.parquet part maps the keys again, and releases them once written; a one-bucket
+        # table's uid and last_loss are read again for each part too (the planned rows are the
+        # table's rows, in its order: load_numeric read them)
+        if not run.is_local:
+            return PlanIdentities(shard, table_keys)
+        one = len(table_buckets(manifest)) == 1
+        return PlanIdentities(
+            shard,
+            table_keys,
+            lambda: load_table_keys(run, manifest),
+            (lambda lo, n: read_rows(run, manifest, ["uid", "last_loss"], lo, n)) if one else None,
+        )
     t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
     return PlanIdentities(t.column("shard"), t.column("key"))

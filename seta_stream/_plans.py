@@ -132,8 +132,13 @@ class PlanIdentities:
         shard: pa.ChunkedArray | pa.Array,
         key: pa.ChunkedArray | pa.Array,
         key_map: Callable[[], pa.ChunkedArray | None] | None = None,
+        table_rows: Callable[[int, int], pa.Table] | None = None,
     ) -> None:
         self.key_map = key_map
+        #: ``table_rows(lo, n)``: the plan's ``uid`` and ``loss`` of rows lo .. lo + n - 1 read
+        #: again from the table file they came from (with ``key_map`` only): plan.parquet's parts
+        #: take them from there, so the whole columns are dropped once stage.arrow is written
+        self.table_rows = table_rows if key_map is not None else None
         if isinstance(shard, pa.Array):
             shard = pa.chunked_array([shard])
         if not pa.types.is_dictionary(shard.type):  # population rows: encode like the table read
@@ -186,13 +191,23 @@ def publish_plan(
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
     encoded (the summary costs about as much as one part)."""
-    # with keys mapped per part, the parts take their identity columns from ``ids`` themselves
-    plan = _plan_table(ids, columns, identities=ids.key_map is None)
+    # with keys mapped per part, the parts take their identity columns from ``ids`` themselves,
+    # and with ``ids.table_rows`` their uid and loss too: then the stage files are the last
+    # readers of the whole uid column, which this function holds alone (``columns`` gives it up)
+    values = ids.table_rows is None
+    plan = _plan_table(ids, columns, identities=ids.key_map is None, values=values)
     keep = np.asarray(columns["keep"])
+    uid = [] if values else [pa.array(columns.pop("uid"), type=pa.uint64())]
+    if not values:
+        columns.pop("loss")
+
+    if not values:  # first, so that the policy's input is dropped before the parts are encoded
+        summarize()
 
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
-        summarize()
-        stage_columns, weights, table = _stage_table(plan)
+        if values:
+            summarize()
+        stage_columns, weights, table = _stage_table(plan, uid.pop() if uid else None)
         batches, ranges = stage_batches(ids, table)
         run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
         shards = shards_table(shard_ranges(ids, keep, ranges), stage_columns, weights)
@@ -201,17 +216,17 @@ def publish_plan(
     _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
 
 
-def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool = True) -> pa.Table:
+def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool = True, values: bool = True) -> pa.Table:
     """plan.parquet's rows from the identities and the policy's columns (``reason`` as int8
-    codes into ``reason_names``; ``score`` optional); without ``identities``, the columns after
-    shard and key only (:func:`_plan_part` adds them part by part)."""
+    codes into ``reason_names``; ``score`` optional); without ``identities``, without the
+    shard and key columns, and without ``values``, without the uid and loss columns
+    (:func:`_plan_part` adds them part by part)."""
     reason = pa.DictionaryArray.from_arrays(
         pa.array(columns["reason"], type=pa.int8()), pa.array(columns["reason_names"], pa.string())
     )
     arrays = [
         *((ids.shard, ids.key) if identities else ()),
-        pa.array(columns["uid"], type=pa.uint64()),
-        pa.array(columns["loss"], type=pa.float32()),
+        *((pa.array(columns["uid"], type=pa.uint64()), pa.array(columns["loss"], type=pa.float32())) if values else ()),
         pa.array(columns["cluster"], type=pa.int16()),
         pa.array(columns["keep"], type=pa.bool_()),
         pa.array(columns["weight"], type=pa.float32()),
@@ -221,19 +236,38 @@ def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool =
     if columns.get("score") is not None:
         arrays.append(pa.array(columns["score"], type=pa.float64()))
         schema = schema.append(pa.field("score", pa.float64(), nullable=False))
-    if not identities:
-        schema = pa.schema(list(schema)[2:])
+    schema = pa.schema(
+        [f for f in schema if (identities or f.name not in ("shard", "key")) and (values or f.name not in _VALUES)]
+    )
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+#: plan.parquet's columns that :attr:`PlanIdentities.table_rows` reads again, by the table's names.
+_VALUES = {"uid": "uid", "loss": "last_loss"}
 
 
 def _plan_part(decisions: pa.Table, ids: PlanIdentities, keys: pa.ChunkedArray | None, lo: int, n: int) -> pa.Table:
     """Rows ``lo .. lo + n - 1`` of plan.parquet: the identity columns (the shard column from the
-    runs, the keys from ``keys``, a mapping of the key column) and ``decisions``' columns."""
+    runs, the keys from ``keys``, a mapping of the key column), the uid and loss columns (read
+    again from the table with ``ids.table_rows``, in one chunk as the whole columns had) and
+    ``decisions``' columns."""
     part = decisions.slice(lo, n)
     shard = ids.shard_slice(lo, part.num_rows)
     key = (keys if keys is not None else ids.key).slice(lo, part.num_rows)
-    schema = pa.schema([PLAN_SCHEMA.field("shard"), PLAN_SCHEMA.field("key"), *part.schema])
-    return pa.Table.from_arrays([shard, key, *part.columns], schema=schema)
+    head = [(PLAN_SCHEMA.field("shard"), shard), (PLAN_SCHEMA.field("key"), key)]
+    if "uid" not in decisions.column_names:
+        assert ids.table_rows is not None
+        rows = ids.table_rows(lo, part.num_rows)
+        if rows.num_rows != part.num_rows:
+            raise RunFormatError(
+                f"the table's rows {lo} .. {lo + part.num_rows - 1} read again for the plan: {rows.num_rows} rows; "
+                "expected the same rows as planned (the table changed while planning?): plan again"
+            )
+        for name, column in _VALUES.items():
+            field = PLAN_SCHEMA.field(name)
+            head.append((field, pa.chunked_array([rows.column(column).combine_chunks().cast(field.type)])))
+    schema = pa.schema([f for f, _ in head] + list(part.schema))
+    return pa.Table.from_arrays([c for _, c in head] + part.columns, schema=schema)
 
 
 class BucketPlanFiles:
@@ -296,11 +330,12 @@ class BucketPlanFiles:
         self._stage.commit()
 
 
-def _stage_table(plan: pa.Table) -> tuple[list[str], list[float] | None, pa.Table]:
-    """The stage's columns of ``plan``'s rows: their names, the distinct weights ``weight_code``
-    indexes (None with a float32 ``weight`` column), and the table."""
+def _stage_table(plan: pa.Table, uid: pa.Array | None = None) -> tuple[list[str], list[float] | None, pa.Table]:
+    """The stage's columns of ``plan``'s rows (``uid``: its uid column, when ``plan`` has none):
+    their names, the distinct weights ``weight_code`` indexes (None with a float32 ``weight``
+    column), and the table."""
     weights, stage = weight_codes(plan.column("weight").combine_chunks())
-    stage = {"uid": plan.column("uid"), "keep": plan.column("keep"), **stage}
+    stage = {"uid": plan.column("uid") if uid is None else uid, "keep": plan.column("keep"), **stage}
     if "score" in plan.column_names:
         stage["score"] = plan.column("score")
     return list(stage), weights, pa.Table.from_arrays(list(stage.values()), schema=_stage_schema(stage))

@@ -59,6 +59,7 @@ __all__ = [
     "read_manifest",
     "read_identity",
     "read_bucket",
+    "read_rows",
     "empty_table",
     "read_column",
     "publish_table",
@@ -321,6 +322,23 @@ def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: di
                 copy_column_into(out[name][o:], group.column(name))
             del group
         o += meta.row_group(i).num_rows
+
+
+def read_rows(run: RunDir, manifest: dict[str, Any], columns: list[str], lo: int, n: int) -> pa.Table:
+    """Rows ``lo .. lo + n - 1`` of ``columns`` of ``manifest``'s table, a local one-bucket table
+    (read from the row groups that hold them, without memory-mapping the file)."""
+    (bucket,) = table_buckets(manifest)
+    local = run.local_path(bucket.table)
+    if local is None:
+        raise ValueError(f"{run.display(bucket.table)}: read_rows reads local tables only")
+    pf = pq.ParquetFile(local)
+    ends = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)])
+    first, last = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends, lo + n - 1, side="right"))
+    groups = list(range(first, min(last, len(ends) - 1) + 1)) if n > 0 and len(ends) else []
+    if not groups:
+        return empty_table(columns)
+    start = int(ends[first - 1]) if first else 0
+    return pf.read_row_groups(groups, columns=columns, use_threads=False).slice(lo - start, n)
 
 
 def read_bucket(run: RunDir, bucket: TableBucket, columns: list[str]) -> tuple[pa.Table, bool]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from seta_stream import RunDir, plan_epoch
+from seta_stream import RunDir, load_table, plan_epoch
 from seta_stream._kmeans1d import _sorted_sum_cells, sum_cells
 from seta_stream._plans import _FEW_WEIGHTS, _few_codes, weight_codes
 from seta_stream.policies import PolicyInput
@@ -164,29 +164,34 @@ def small_run(tmp_path):
 
 def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monkeypatch) -> None:
     """Planning maps the table's keys again for each plan.parquet part (each part releases its
-    key pages once written) and makes each part's shard column from the shards' runs; the plan
-    folder is the same bytes as when every part is a slice of one table (one mapping of the
-    keys, the shard column read whole: RunDir.prepare_parquet_parts)."""
+    key pages once written), makes each part's shard column from the shards' runs and reads its
+    uid and loss again from the table; the plan folder is the same bytes as when every part is a
+    slice of one table (the columns read whole: RunDir.prepare_parquet_parts)."""
     import seta_stream._plan as planning
     import seta_stream._plans as plans
 
     monkeypatch.setattr(plans, "PLAN_PART_ROWS", 1000)  # 5 parts
-    maps = []
-    real = planning.load_table_keys
+    maps, reads = [], []
+    real, real_rows = planning.load_table_keys, planning.read_rows
     monkeypatch.setattr(planning, "load_table_keys", lambda *a, **k: maps.append(1) or real(*a, **k))
+    monkeypatch.setattr(planning, "read_rows", lambda *a, **k: reads.append(a[3:]) or real_rows(*a, **k))
+    options = plans._WRITE_OPTIONS
     path = small_run.path("")
     params = dict(r=0.2, k=4, alpha=0.5)
     plan_epoch(small_run, 1, policy="seta", params=params, epochs=4, seed=0)
     assert len(maps) == 1 + 5  # the identities, then one mapping per part
+    assert sorted(reads) == [(0, 1000), (1000, 1000), (2000, 1000), (3000, 1000), (4000, 200)]  # parts: uid, loss
     mapped = _plan_digests(Path(path))
     assert sorted(k for k in mapped if "plan.parquet" in k) == [
         f"plans/epoch=1/plan.parquet/part-{i:05d}.parquet" for i in range(5)
     ]
 
     def one_mapping(run, rel, decisions, ids):  # the whole table, its parts sliced from it
-        schema = pa.schema([plans.PLAN_SCHEMA.field("shard"), plans.PLAN_SCHEMA.field("key"), *decisions.schema])
-        table = pa.Table.from_arrays([ids.shard, ids.key, *decisions.columns], schema=schema)
-        return run.prepare_parquet_parts(rel, table, part_rows=plans.PLAN_PART_ROWS, **plans._WRITE_OPTIONS)
+        values = load_table(run, ["uid", "last_loss"]).combine_chunks()
+        head = [plans.PLAN_SCHEMA.field(c) for c in ("shard", "key", "uid", "loss")]
+        schema = pa.schema([*head, *decisions.schema])
+        arrays = [ids.shard, ids.key, values.column("uid"), values.column("last_loss"), *decisions.columns]
+        return run.prepare_parquet_parts(rel, pa.Table.from_arrays(arrays, schema=schema), part_rows=1000, **options)
 
     monkeypatch.setattr(plans, "_prepare_parts", one_mapping)
     plan_epoch(small_run, 1, force=True)
@@ -215,3 +220,24 @@ def test_shard_slices_from_runs_are_the_column_slices() -> None:
             assert [len(c) for c in got.chunks if len(c)] == [len(c) for c in want.chunks if len(c)]
             assert got.to_pylist() == want.to_pylist()
     assert runs_only.shard.to_pylist() == column.to_pylist()
+
+
+def test_read_rows_reads_any_row_range_across_row_groups(tmp_path, monkeypatch) -> None:
+    from seta_stream import LossRecorder, compact
+    from seta_stream import _table as table_files
+
+    monkeypatch.setitem(table_files.TABLE_WRITE_OPTIONS, "row_group_size", 700)  # 6 row groups
+    run = RunDir(tmp_path / "run", create=True)
+    rec = LossRecorder(run, rank=0, epoch=0, flush_rows=1000)
+    keys = [f"k{i:05d}" for i in range(4200)]
+    rec.record(keys, [f"/data/shard-{i % 3}.tar" for i in range(4200)], np.arange(4200, dtype=np.float32))
+    rec.close()
+    compact(run)
+    manifest = table_files.read_manifest(run)
+    whole = load_table(run, ["uid", "last_loss"]).combine_chunks()
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(run.path(manifest["table"])).metadata.num_row_groups == 6
+    for lo, n in [(0, 4200), (0, 1), (699, 2), (700, 700), (1, 4199), (4199, 1), (1234, 2345), (4000, 1000), (10, 0)]:
+        got = table_files.read_rows(run, manifest, ["uid", "last_loss"], lo, n)
+        assert got.combine_chunks().equals(whole.slice(lo, n)), (lo, n)

@@ -264,10 +264,13 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
         rest = ~suspect  # a mask, not indices: 8 bytes a row less at the plan's peak
         del suspect  # ~rest: made again after the policy (the masks' bytes are the peak's)
         # the policy reads no loss history (the rule is its only reader): its input is the other
-        # rows' own columns, without copies of the history columns
-        own = replace(inp, loss_count=None, loss_mean=None, memo=None)
-        planned = fn(own.take(rest), p)
+        # rows' own columns, without copies of the history columns, and ``seen`` as the mask
+        # seen > 0, which is all the wrapped policies read of it (1 byte a row instead of 4)
+        own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
+        sub = own.take(rest)
         del own
+        planned = fn(sub, p)
+        del sub
         suspect = ~rest
         result = _merge(inp.n, rest, planned, suspect, _recheck(inp, suspect, m))
         result.summary.update(fit.summary(n_sus, m))

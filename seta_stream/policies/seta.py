@@ -131,7 +131,6 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     n, e = inp.n, inp.epoch
     f = 1.0 - p.r
     P = prune_epochs(p.delta, inp.epochs, p.prune_epochs)
-    reason = np.empty(n, dtype=np.int8)
     cluster: np.ndarray | None = None  # -1 = not clustered (all of them until step 4)
     loss = np.asarray(inp.last_loss, dtype=np.float32)
     seen = np.isfinite(loss)
@@ -144,6 +143,7 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     if e >= P:  # partial annealing (SeTa eq. 8): a fresh uniform (1 - r) subset, stream 2
         u_anneal = uniforms(inp.uid, inp.seed, e, STREAM_ANNEAL)
         keep = uniform_subset(np.ones(n, dtype=bool), keep_count(f, n), u_anneal, inp.uid)
+        reason = np.empty(n, dtype=np.int8)
         reason[:] = reason_code("anneal_dropped")
         reason[keep] = reason_code("anneal")
         summary.update(phase="anneal", n_downsampled=int(keep.sum()), s="all", w=None, k_eff=None)
@@ -152,19 +152,26 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
     # §3.3 step 1: uniform down-sampling R (stream 1, fresh every epoch)
     m_R = keep_count(f, n)
     u: np.ndarray | None = None
-    if m_R >= n:
-        Ru = ~seen  # step 2: unseen samples of R (here every sample) are kept
+    Ru: np.ndarray | None = None  # step 2: unseen samples of R are kept
+    if m_R >= n:  # R is every sample: Ru = ~seen, made below where it is read
         Rs = seen
     else:
         u = uniforms(inp.uid, inp.seed, e, STREAM_RANDOM)
         R = uniform_subset(np.ones(n, dtype=bool), m_R, u, inp.uid)
-        Ru = R & ~seen  # step 2: unseen samples of R are kept
+        Ru = R & ~seen
         Rs = R & seen
         del R
-    reason[:] = reason_code("downsampled_out")
-    keep = Ru.copy()
-    reason[Ru] = reason_code("unseen")
-    n_Ru, n_Rs = int(np.count_nonzero(Ru)), int(np.count_nonzero(Rs))
+    n_Rs = int(np.count_nonzero(Rs))
+    n_Ru = n - n_Rs if Ru is None else int(np.count_nonzero(Ru))
+    # every sample seen and in R, with a window: keep and reason are the window's (step 5), and
+    # the masks below would all be overwritten (not made: 3 bytes a row less at k-means' peak)
+    if e == 0 or n_Rs == 0 or n_Rs < n:
+        if Ru is None:
+            Ru = ~seen
+        reason = np.empty(n, dtype=np.int8)
+        reason[:] = reason_code("downsampled_out")
+        keep = Ru.copy()
+        reason[Ru] = reason_code("unseen")
     summary.update(phase="prune", n_downsampled=n_Ru + n_Rs, n_unseen_in_R=n_Ru)
     budget = keep_count(p.target_keep, n) if p.target_keep is not None else None
     rule = AbsentRule("bernoulli", f if p.target_keep is None else min(f, p.target_keep), STREAM_RANDOM)
