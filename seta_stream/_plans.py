@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -427,9 +428,12 @@ def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: Plan
     cost no wall time at 15M rows (docs/benchmarks.md, "Planning"). An error on either side
     publishes nothing of the folder. With ``ids.key_map``, each part reads its keys through a
     mapping of its own (:class:`PlanIdentities`)."""
+    # this thread's work takes one CPU: until it ends, the parts are encoded on the others (a
+    # part encoded meanwhile on a CPU already busy would only hold its memory longer)
+    slots = threading.Semaphore(max(1, _cpus() - 1))
     with ThreadPoolExecutor(1) as pool:
         if ids is not None and ids.key_map is not None:
-            future = pool.submit(_prepare_parts, run, rel, table, ids)
+            future = pool.submit(_prepare_parts, run, rel, table, ids, slots)
         else:
             future = pool.submit(run.prepare_parquet_parts, rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
         try:
@@ -438,15 +442,19 @@ def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: Plan
             with contextlib.suppress(BaseException):
                 future.result().discard()
             raise
+        finally:
+            slots.release()
         future.result().commit()
 
 
-def _prepare_parts(run: RunDir, rel: str, decisions: pa.Table, ids: PlanIdentities) -> Any:
+def _prepare_parts(
+    run: RunDir, rel: str, decisions: pa.Table, ids: PlanIdentities, slots: threading.Semaphore | None = None
+) -> Any:
     """plan.parquet's folder as ``RunDir.prepare_parquet_parts`` writes it (parts of
     :data:`PLAN_PART_ROWS` rows named ``part-NNNNN.parquet``, one thread per CPU), each part made
     here (:func:`_plan_part`): its keys read through a mapping of their own (``ids.key_map()``),
-    released when the part is written, its shard column made from the runs. Returns the pending
-    folder (``commit()`` publishes it)."""
+    released when the part is written, its shard column made from the runs; a part is encoded
+    while it holds one of ``slots``. Returns the pending folder (``commit()`` publishes it)."""
     assert ids.key_map is not None
     key_map = ids.key_map
     starts = list(range(0, max(decisions.num_rows, 1), PLAN_PART_ROWS))
@@ -454,11 +462,12 @@ def _prepare_parts(run: RunDir, rel: str, decisions: pa.Table, ids: PlanIdentiti
     pending = run.prepare_local(rel, folder=True)
 
     def write(i: int, lo: int) -> None:
-        keys = key_map()
-        if keys is not None and len(keys) != decisions.num_rows:
-            keys = None  # not the keys of these rows: the mapping the identities hold
-        part = _plan_part(decisions, ids, keys, lo, PLAN_PART_ROWS)
-        pq.write_table(part, f"{pending.local}/part-{i:0{width}d}.parquet", **_WRITE_OPTIONS)
+        with slots if slots is not None else contextlib.nullcontext():
+            keys = key_map()
+            if keys is not None and len(keys) != decisions.num_rows:
+                keys = None  # not the keys of these rows: the mapping the identities hold
+            part = _plan_part(decisions, ids, keys, lo, PLAN_PART_ROWS)
+            pq.write_table(part, f"{pending.local}/part-{i:0{width}d}.parquet", **_WRITE_OPTIONS)
 
     try:
         with ThreadPoolExecutor(max(1, min(len(starts), _cpus()))) as pool:

@@ -186,7 +186,7 @@ def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monk
         f"plans/epoch=1/plan.parquet/part-{i:05d}.parquet" for i in range(5)
     ]
 
-    def one_mapping(run, rel, decisions, ids):  # the whole table, its parts sliced from it
+    def one_mapping(run, rel, decisions, ids, slots=None):  # the whole table, its parts sliced from it
         values = load_table(run, ["uid", "last_loss"]).combine_chunks()
         head = [plans.PLAN_SCHEMA.field(c) for c in ("shard", "key", "uid", "loss")]
         schema = pa.schema([*head, *decisions.schema])
