@@ -36,7 +36,7 @@ fi
 PY=.venv/bin/python
 export PYTHONUNBUFFERED=1 # every line as it is printed, also through a pipe (| tee)
 CLI=$PWD/.venv/bin/seta-stream
-echo "== installed in $(($(date +%s) - start))s =="
+echo "== .venv ready after $(($(date +%s) - start))s =="
 
 if [ "$what" = words ]; then
     echo
@@ -50,7 +50,7 @@ if [ "$what" = words ]; then
     fi
     echo "== training a small CNN for 6 epochs with SeTa, then with full data (same seed and initialisation) =="
     $PY examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6 --workers 1 --quiet "$@"
-    run=demo-out/runs/seta-alpha0.6-delta0.875-k5-r0.1
+    run=$PWD/demo-out/runs/seta-alpha0.6-delta0.875-k5-r0.1
     if [ -d "$run" ]; then
         echo
         echo "== the plan of SeTa's last epoch (plot: $run.png) =="
