@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_compact import make_parts
-from common import OUT, Result, make_table_run, measure, tree_setup
+from common import OUT, Result, make_table_run, measure, tree_commit, tree_setup
 
 
 def prepared(n: int, parts: int) -> Path:
@@ -72,6 +72,7 @@ def main() -> None:
         rows.append(
             {
                 "tree": f"{name}: {tree}",
+                "commit": (tree_commit(tree) or "?")[:10],
                 "median_s": statistics.median(walls),
                 "min_s": min(walls),
                 "max_s": max(walls),
@@ -83,7 +84,7 @@ def main() -> None:
     res.write(
         baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
         rows=rows,
-        peak_rss_mb=max(r["peak_rss_mb"] for r in rows),
+        peak_rss_mb=rows[1]["peak_rss_mb"],  # tree B's: the code measured against A
         figures={"b_over_a": ratio},
         notes=[f"B / A (medians of {args.rounds} alternating rounds): {ratio:.2f}x"],
         params={k: str(v) for k, v in vars(args).items()},

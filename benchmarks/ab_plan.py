@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_plan import prepared
-from common import Result, measure, tree_setup
+from common import Result, measure, tree_commit, tree_setup
 
 
 def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:
@@ -79,6 +79,7 @@ def main() -> None:
         rows.append(
             {
                 "tree": f"{name}: {tree}",
+                "commit": (tree_commit(tree) or "?")[:10],
                 "epoch1_median_s": e1,
                 "epoch2_median_s": e2,
                 "median_s": statistics.median(every),
@@ -95,7 +96,7 @@ def main() -> None:
     res.write(
         baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
         rows=rows,
-        peak_rss_mb=max(r["peak_rss_mb"] for r in rows),
+        peak_rss_mb=rows[1]["peak_rss_mb"],  # tree B's: the code measured against A
         figures={
             "b_over_a": ratio,
             "b_over_a_cpu": cpu_ratio,

@@ -226,6 +226,12 @@ def tree_setup(tree: Path) -> str:
     """
 
 
+def tree_commit(tree: Path) -> str | None:
+    """The commit checked out in the source tree ``tree`` (a clone or ``git worktree``), or None."""
+    proc = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
 def machine() -> str:
     import platform
 
