@@ -278,3 +278,14 @@ def test_report_renders_the_targets_table(tmp_path: Path) -> None:
     assert report.main(["--doc", str(doc), "--results", str(results), "--check"]) == 1
     report.main(["--doc", str(doc), "--results", str(results)])
     assert "| 1.50 us | not met |" in doc.read_text()
+
+
+def test_docs_benchmarks_blocks_are_what_their_result_files_give() -> None:
+    """docs/benchmarks.md's generated blocks are up to date with docs/benchmarks/*.json (after
+    changing a result file, run python benchmarks/report.py)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCH))
+    assert report.main(["--check"]) == 0
