@@ -49,10 +49,10 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
     "bench_stall.py": (["--n", "12000", "--parts", "3", "--repeat", "1"], ["stall-12000"], "here"),
     "bench_ranks.py": (["--shards-per-rank", "1", "--samples", "40", "--epochs", "2"], ["ranks"], "here"),
     "bench_ray.py": (["--n", "12000", "--cpus", "1"], ["ray-12000"], "subprocess"),
-    # H4a's and issue 34's scripts: run here, their result files checked once they write them
-    "bench_stage.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
-    "bench_reader.py": (["--data", "{data}", "--repeat", "1"], [], "here"),
-    "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], [], "subprocess"),
+    # the stage's and reader's scripts (another helper's) and the balance script (issue 34)
+    "bench_stage.py": (["--data", "{data}", "--repeat", "1"], ["stage"], "here"),
+    "bench_reader.py": (["--data", "{data}", "--repeat", "1"], ["reader"], "here"),
+    "bench_stage_remote.py": (["--n", "12000", "--repeat", "1", "--no-earlier"], ["stage-remote-12000"], "subprocess"),
     "bench_balance.py": (
         ["--n", "12000", "--shards", "30", "--ranks", "2", "8", "--workers", "2", "--repeat", "1"],
         ["balance-12000"],
