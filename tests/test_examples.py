@@ -312,6 +312,7 @@ def test_the_demo_trains_the_noise_studys_calibrated_setting_into_the_run_direct
     assert (args.policy, cal["levels"]["30"]["params"]) == ("random", tp.policy_params(args))
     # the study's data and schedule, which that calibration replayed
     import benchmarks.noise_study as ns
+
     data, train = ns.DATA, ns.TRAIN
     assert (
         f"--train {data['train']} --test {data['test']} --shard-size {data['shard_size']} --noise 0.2 "
