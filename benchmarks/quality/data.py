@@ -95,3 +95,26 @@ def noise_offsets(population: Any, classes: int) -> dict[str, int]:
     order = sorted(keys, key=lambda k: (_hash01(k, NOISE_SEED), k))
     chosen = order[: round(NOISE * len(keys))]
     return {k: 1 + int(_hash01(k, NOISE_SEED + 1) * (classes - 1)) for k in chosen}
+
+
+# CIFAR-10's class-dependent flips (the asymmetric noise of the noisy-label literature):
+# truck -> automobile, bird -> airplane, deer -> horse, cat <-> dog.
+ASYMMETRIC_FLIPS = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}
+
+
+def asymmetric_offsets(keys: list[str], labels: list[int], rate: float, seed: int = NOISE_SEED) -> dict[str, int]:
+    """key -> new label for exactly round(rate * count) samples of each source class of
+    :data:`ASYMMETRIC_FLIPS` (``count``: that class's samples among ``keys``), flipped to the
+    class it maps to; the other classes keep their labels.
+
+    Fixed and seeded like :func:`noise_offsets`: the samples of a class are ordered by a hash of
+    (seed, key), so every policy and training seed sees the same corrupted labels.
+    """
+    if len(keys) != len(labels):
+        raise ValueError(f"{len(keys)} keys but {len(labels)} labels")
+    out: dict[str, int] = {}
+    for source, target in ASYMMETRIC_FLIPS.items():
+        members = sorted(k for k, y in zip(keys, labels) if y == source)
+        order = sorted(members, key=lambda k: (_hash01(k, seed), k))
+        out.update((k, target) for k in order[: round(rate * len(members))])
+    return out
