@@ -217,18 +217,35 @@ def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
     return summary
 
 
-def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=None) -> dict:
+def run(
+    args: argparse.Namespace,
+    policy: str,
+    params: dict,
+    run_dir: str,
+    keep_keys: bool = False,
+    log=None,
+    *,
+    val: list[str] | None = None,
+    budget: int | None = None,
+) -> dict:
     """Train one model with ``policy``; per epoch: kept, trained, loss, mismatched share, recall,
     the number of steps and the length of the last batch.
 
     ``keep_keys``: also return the (shard, key) pairs the loader delivered in every epoch. ``log``: takes
-    each epoch's line (default: printed at once).
+    each epoch's line (default: printed at once). ``val``: shards also evaluated after every epoch (a
+    validation split; its recalls go into each row as ``val_i2t_r1``...). ``budget``: train exactly this many
+    pairs instead of ``args.epochs`` epochs (equal compute): the schedule's length is ``budget / n`` epochs
+    (n: the population), warm-up and cosine over it, and the last epoch stops once ``budget`` pairs are trained
+    (its last batch cut to the pairs left, its step divided by the nominal batch size like any short batch).
     """
     log = log or (lambda line: print(line, flush=True))
     train, test = shards(args.data, "train"), shards(args.data, "test")
     noise = load_noise(args.data)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a fresh run each time
+    population = list_samples(train)
+    length = args.epochs if budget is None else budget / max(population.num_rows, 1)  # schedule, in epochs
+    epochs = args.epochs if budget is None else math.ceil(length)
     torch.manual_seed(args.seed)
     model = Clip()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
@@ -236,25 +253,32 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
         run_dir,
         policy=policy,
         params=params,
-        epochs=args.epochs,
+        epochs=epochs,
         seed=args.seed,
-        population=list_samples(train),
+        population=population,
         batch_size=args.batch_size,  # the plan summary records it (seta-stream inspect shows it)
     )
     loader = train_loader(train, run_dir, args.batch_size, args.workers, args.seed)
     rows, delivered = [], []
     t_run = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(epochs):
         t0 = time.perf_counter()
         summary = start_epoch(pruner, epoch)  # (3) compact + plan, before iter(loader)
-        steps = max(1, math.ceil(summary["kept"] / args.batch_size))
+        # pairs this epoch trains: all it keeps, or what is left of a budget
+        cap = summary["kept"] if budget is None else min(summary["kept"], budget - sum(r["trained"] for r in rows))
+        span = cap / max(summary["kept"], 1)  # the share of an epoch of the schedule it takes
+        steps = max(1, math.ceil(cap / args.batch_size))
         step = seen = noisy_seen = learnt = noisy_learnt = last_batch = 0
         loss_sum = 0.0
         keys_this_epoch: list[tuple[str, str]] = []
         bar = tqdm(total=summary["kept"], desc=f"{policy} epoch {epoch}", unit="pair", leave=False, disable=args.quiet)
         for x, text, keys, urls, w in loader:
+            if seen + len(keys) > cap:  # a budget's last batch: the pairs left
+                take = cap - seen
+                x, keys, urls, w = x[:take], keys[:take], urls[:take], w[:take]
+                text = (text[0][: int(text[1][take])], text[1][:take])
             for g in opt.param_groups:  # step-based schedule sized from the plan (kept varies per epoch)
-                g["lr"] = lr_at(epoch + min(step, steps) / steps, args.epochs, args.lr)
+                g["lr"] = lr_at(epoch + span * min(step, steps) / steps, length, args.lr)
             losses = pair_losses(model(x, text))
             pruner.record(keys, urls, losses)  # (2) unweighted per-pair losses
             opt.zero_grad(set_to_none=True)
@@ -274,9 +298,13 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
             last_batch = len(keys)
             loss_sum += float(losses.detach().sum())
             bar.update(len(keys))
+            if seen >= cap and cap < summary["kept"]:  # a budget spent mid-epoch
+                break
         bar.close()
         train_s = time.perf_counter() - t0
         metrics = evaluate(model, test)
+        if val:
+            metrics.update({f"val_{k}": v for k, v in evaluate(model, val).items()})
         rows.append(
             {
                 "epoch": epoch,

@@ -1,0 +1,134 @@
+"""benchmarks/baselines_pairs.py: the committed page is the report of the committed result files, and the runner
+at a tiny size (a few hundred pairs, 2 epochs) trains what its registry says: the oracle's population is the
+training shards less exactly the mismatched pairs, the validation shard is disjoint from training, equal compute
+trains exactly the pairs rule + random trained, dynamic random takes its measured pruned fraction, and a second
+call trains nothing (finished runs are skipped)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks import baselines_pairs as bp
+from benchmarks.instability import findings
+from seta_stream import list_samples
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = dict(train=300, test=50, shard_size=100, size=32, seed=0)
+EPOCHS, B = 2, 32
+
+
+def test_the_committed_page_is_the_report_of_the_committed_result_files() -> None:
+    assert bp.DOC.read_text() == bp.report(bp.Ctx())
+
+
+def test_every_committed_result_file_names_no_path_of_this_machine_and_has_curves() -> None:
+    files = sorted(bp.RESULTS.glob("*.json"))
+    for p in files:
+        text = p.read_text()
+        assert str(ROOT) not in text and "/tmp/" not in text, p.name
+        d = json.loads(text)
+        assert {"val_i2t_r1", "val_t2i_r1", "i2t_r1", "t2i_r1", "trained"} <= set(d["rows"][0]), p.name
+        assert findings(d, p.name) is not None, p.name  # the instability scan reads it
+
+
+def test_early_stopping_takes_the_first_of_tied_best_validation_epochs() -> None:
+    rows = [{"val_i2t_r1": v, "val_t2i_r1": v} for v in (0.1, 0.3, 0.2, 0.3)]
+    assert bp.early_stop_epoch(rows) == 1
+
+
+def test_verdicts_follow_mean_and_two_se() -> None:
+    assert bp.verdict(3.0, 1.0) == "met"
+    assert bp.verdict(0.5, 1.0) == "mean above, not resolved (mean - 2 SE = -0.5)"
+    assert bp.verdict(-2.0, 1.0) == "below (mean + 2 SE = -1.0)"
+    assert bp.verdict(2.0, None) == "one seed, no SE"
+    mean, se2 = bp.stats([1.0, 3.0])
+    assert (mean, round(se2, 6)) == (2.0, 2.0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("baselines")
+    ctx = bp.Ctx(
+        results=out / "results",
+        out=out / "out",
+        data=dict(SMALL),
+        train=dict(epochs=EPOCHS, batch_size=B, lr=2e-3, workers=1),
+        rounds=((0.2, 0),),
+        extra=None,
+        r=0.19,
+        quiet=True,
+    )
+    first = bp.run_queue(ctx)
+    second = bp.run_queue(ctx)
+    runs = {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
+    return ctx, first, second, runs
+
+
+@pytest.mark.slow
+def test_the_runner_trains_the_registry_in_order_once(tiny) -> None:
+    ctx, first, second, runs = tiny
+    names = ["rule-random", "full", "oracle", "full-equal", "random-same", "rule"]
+    assert first == [f"pairs-n20-{m}-s0" for m in names]
+    assert second == []  # every result file exists: nothing is trained again
+    assert {d["status"] for d in runs.values()} == {"ok"}
+    for rid, d in runs.items():
+        text = json.dumps(d)
+        assert str(ctx.out) not in text and str(ROOT) not in text, rid
+        assert len(d["rows"]) == EPOCHS and {"val_i2t_r1", "val_t2i_r1"} <= set(d["rows"][0])
+
+
+@pytest.mark.slow
+def test_the_validation_shard_is_disjoint_from_training_and_the_oracle_drops_exactly_the_mismatched(tiny) -> None:
+    ctx, _, _, runs = tiny
+    base = ctx.out / "data-n20"
+    shards = sorted((base / "train").glob("*.tar"))
+    fit = list_samples(sorted(str(p) for p in (base / "fit" / "train").glob("*.tar")))
+    oracle = list_samples(sorted(str(p) for p in (base / "oracle" / "train").glob("*.tar")))
+    val = list_samples([str(shards[-1])])
+    fit_ids = set(zip(fit.column("shard").to_pylist(), fit.column("key").to_pylist()))
+    oracle_ids = set(zip(oracle.column("shard").to_pylist(), oracle.column("key").to_pylist()))
+    val_ids = set(zip(val.column("shard").to_pylist(), val.column("key").to_pylist()))
+    assert {s for s, _ in val_ids} == {"00002.tar"} and len(val_ids) == 100
+    assert fit_ids & val_ids == set() and len(fit_ids) == 200
+    noise = pq.read_table(base / "noise.parquet")
+    mismatched = set(zip(noise.column("shard").to_pylist(), noise.column("key").to_pylist()))
+    assert len(mismatched) == 60  # 20 per shard of 100
+    assert oracle_ids == fit_ids - mismatched and len(oracle_ids) == 160
+    assert {d["data"]["val_shard"] for d in runs.values()} == {"00002.tar"}
+    assert runs["pairs-n20-oracle-s0"]["rows"][0]["n"] == 160
+    assert sum(r["mismatched_trained"] for r in runs["pairs-n20-oracle-s0"]["rows"]) == 0
+    assert {d["rows"][0]["n"] for k, d in runs.items() if "oracle" not in k} == {200}
+
+
+@pytest.mark.slow
+def test_equal_compute_and_dynamic_random_take_rule_plus_random_of_the_seed(tiny) -> None:
+    _, _, _, runs = tiny
+    rr, eq, rnd = (runs[f"pairs-n20-{m}-s0"] for m in ("rule-random", "full-equal", "random-same"))
+    budget = rr["pairs_trained"]
+    assert budget == sum(r["trained"] for r in rr["rows"]) < EPOCHS * 200
+    assert (eq["budget"], eq["pairs_trained"]) == (budget, budget)
+    assert eq["schedule_epochs"] == budget / 200 and len(eq["rows"]) == math.ceil(budget / 200)
+    last = eq["rows"][-1]
+    assert last["trained"] == budget - 200 * (len(eq["rows"]) - 1) < last["kept"]
+    assert last["last_batch"] == (last["trained"] % B or B)
+    assert rnd["params"] == {"r": round(rr["pruned"], 4)}
+    assert rr["params"] == {"r": 0.19, "noise": True}
+
+
+@pytest.mark.slow
+def test_the_report_of_the_tiny_runs_holds_their_paired_gaps(tiny) -> None:
+    ctx, _, _, runs = tiny
+    text = bp.report(ctx)
+    r1 = {k: bp.r1(d["rows"][-1]) for k, d in runs.items()}
+    gap = r1["pairs-n20-rule-random-s0"] - r1["pairs-n20-full-equal-s0"]
+    assert f"| full data, equal compute | 1 | {gap:+.1f} (s0) | {gap:+.1f} | n/a (one seed) | one seed, no SE |" in text
+    assert "Not run (cut by the time limit or not reached): none." in text
+    assert "* 20% mismatched (1 seed): " in text
