@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
+from itertools import chain, islice
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -127,61 +128,81 @@ def stage_counters() -> dict[str, int]:
     return {k: v for k, v in total.items() if v}
 
 
-def kept_samples(samples: Iterable[dict[str, Any]], view: PlanView, counts: Counter[str]) -> Iterator[dict[str, Any]]:
+def kept_samples(
+    samples: Iterable[dict[str, Any]], view: PlanView | Callable[[], PlanView], counts: Counter[str]
+) -> Iterator[dict[str, Any]]:
     """The samples (with ``__url__`` and ``__key__``) that ``view`` keeps, with ``__weight__``
     (and ``__score__``) attached, each counted into ``counts``: what ``keep_filter`` does, and
-    ``read_kept`` on a shard it streams.
+    ``read_kept`` on a shard it streams. ``view`` may be a function that opens the view: it is
+    called when the iterator starts (a stage returns this generator itself, with no generator
+    of its own around it: each one costs every sample a step).
 
-    The shard's decisions are looked up once per run of samples from one URL. A shard whose
-    every sample gets the same decision (:attr:`ShardDecisions.uniform`) is not looked up per
-    sample: its keys are kept aside and counted as listed or absent when the shard's run ends."""
+    The samples are taken in runs of one URL, each with the decisions of its shard, looked up
+    once a run. A shard whose every sample gets the same decision (:attr:`ShardDecisions.uniform`)
+    is not looked up per sample: its run only sets the weight, and the run's keys are counted as
+    listed or absent when it ends (every ``_PENDING_KEYS`` keys in a longer run)."""
+    if not isinstance(view, PlanView):
+        view = view()
     has_score = view.has_score
-    # hot loop: the counts are local integers, added to ``counts`` at the end
+    # hot loops: the counts are local integers, added to ``counts`` at the end
     kept = dropped = absent_kept = absent_dropped = 0
-    url: Any = None
     plan: ShardDecisions | None = None
-    weight: float | None = None  # the weight of every sample of a uniformly decided shard
-    pending: list[str] = []  # keys of the current run of a uniformly decided shard
-    push = pending.append
+    pending: list[str] = []  # keys of kept samples of a uniformly decided shard, not counted yet
 
-    def settle() -> int:  # absent samples among the pending keys; clears them
+    def settle() -> None:  # counts the pending keys (kept; absent among them) and clears them
+        nonlocal kept, absent_kept
         assert plan is not None
-        absent = plan.count_unlisted(pending)
+        kept += len(pending)
+        absent_kept += plan.count_unlisted(pending)
         pending.clear()
-        return absent
 
+    source = iter(samples)
+    sample: dict[str, Any] | None = next(source, None)
     try:
-        for sample in samples:
-            if sample["__url__"] != url:
-                if pending:
-                    absent_kept += settle()
-                url = sample["__url__"]
-                plan = view.shard_of(url)
-                uniform = plan.uniform
-                weight = None if uniform is None else uniform.weight
-            if weight is not None:  # kept, weight 1.0, no score, whatever the key
-                push(sample["__key__"])
-                sample["__weight__"] = weight
+        while sample is not None:  # one run of samples of one URL a turn; ``sample`` is its first
+            url = sample["__url__"]
+            plan = view.shard_of(url)
+            uniform = plan.uniform
+            run = chain((sample,), source)
+            sample = None  # the first sample of the next run, once met
+            if uniform is not None:  # kept, weight 1.0, no score, whatever the key
+                weight, push = uniform.weight, pending.append
+                while True:
+                    chunk = _PENDING_KEYS  # pending is empty here
+                    for s in islice(run, chunk):
+                        if s["__url__"] != url:
+                            sample = s
+                            break
+                        push(s["__key__"])
+                        s["__weight__"] = weight
+                        yield s
+                    else:
+                        if len(pending) == chunk:  # the run may go on: count these keys first
+                            settle()
+                            continue
+                    break
+                settle()
+                continue
+            decide = plan.decide
+            for s in run:
+                if s["__url__"] != url:
+                    sample = s
+                    break
+                decision = decide(s["__key__"])
+                if not decision.known:  # absent from the plan: decided by the plan's absent rule
+                    if decision.keep:
+                        absent_kept += 1
+                    else:
+                        absent_dropped += 1
+                if not decision.keep:
+                    dropped += 1
+                    continue
                 kept += 1
-                if len(pending) >= _PENDING_KEYS:
-                    absent_kept += settle()
-                yield sample
-                continue
-            decision = plan.decide(sample["__key__"])  # type: ignore[union-attr]
-            if not decision.known:  # absent from the plan: decided by the plan's absent rule
-                if decision.keep:
-                    absent_kept += 1
-                else:
-                    absent_dropped += 1
-            if not decision.keep:
-                dropped += 1
-                continue
-            kept += 1
-            decision.attach(sample, has_score)
-            yield sample
+                decision.attach(s, has_score)
+                yield s
     finally:
         if pending:
-            absent_kept += settle()
+            settle()
         counts.update(kept=kept, dropped=dropped, absent_kept=absent_kept, absent_dropped=absent_dropped)
 
 
@@ -221,8 +242,8 @@ class ShardDecisions:
             return None
         rows = self.rows
         if rows is not None and rows.num_rows:
-            low, high = pc.min_max(rows.column("weight")).values()
-            if not (low.as_py() == high.as_py() == 1.0 and pc.all(rows.column("keep")).as_py()):
+            weight = rows.column("weight").to_numpy(zero_copy_only=False)
+            if not (np.all(weight == 1.0) and rows.column("keep").to_numpy(zero_copy_only=False).all()):
                 return None
         return _KEPT_WHOLE
 
@@ -243,7 +264,10 @@ class ShardDecisions:
         if self.view.identity == "key":
             listed = self.listed
             return sum(1 for k in keys if k not in listed)
-        found = pc.is_in(pa.array(self._uids(keys)), value_set=self.listed_uids)
+        listed = self.listed_uids
+        if not len(listed):  # a shard the plan does not list: every key is absent
+            return len(keys)
+        found = pc.is_in(pa.array(self._uids(keys)), value_set=listed)
         return len(keys) - pc.sum(found).as_py()
 
     def _uids(self, keys: list[str]) -> np.ndarray:

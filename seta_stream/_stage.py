@@ -104,12 +104,17 @@ class _Views:
 def _keep_filter(
     src: Iterable[dict[str, Any]], run: str | RunDir, epoch: int | None = None, balance: bool = False
 ) -> Iterator[dict[str, Any]]:
-    yield from _keep_filter_of(src, _Views(run, epoch, balance={} if balance else None))
+    return _keep_filter_of(src, _Views(run, epoch, balance={} if balance else None))
 
 
 def _keep_filter_of(src: Iterable[dict[str, Any]], views: _Views) -> Iterator[dict[str, Any]]:
-    yield from kept_samples(src, views.open(), StageCounts())
+    # kept_samples' generator itself (no generator around it: each costs every sample a step);
+    # it opens the view when the iterator starts
+    return kept_samples(src, views.open, StageCounts())
 
+
+#: keys of a uniformly decided shard held at most before they are counted (bounds memory)
+_PENDING_KEYS = 1 << 16
 
 #: webdataset.tariterators.base_plus_ext's pattern, compiled (it is matched once per member):
 #: group 1 is the sample key webdataset's group_by_keys gives the member.
@@ -205,6 +210,17 @@ def _kept_samples_of_streams(
                 select.counts.clear()
 
     kept = absent_kept = 0  # samples of shards kept whole, decided here
+    # a shard whose every sample gets the same decision (ShardDecisions.uniform) is decided once:
+    # its samples' keys are counted as listed or absent when its run of samples ends, hashed at once
+    pending: list[str] = []
+    pending_of: _KeptMembers | None = None  # the selector of the shard the pending keys are of
+
+    def settle() -> None:
+        nonlocal absent_kept
+        if pending_of is not None and pending:
+            absent_kept += pending_of.plan.count_unlisted(pending)
+        pending.clear()
+
     try:
         for sample in group_by_keys(files(), handler=handler):
             url, key = sample["__url__"], sample["__key__"]
@@ -212,14 +228,24 @@ def _kept_samples_of_streams(
             if select.url != url:
                 select = next(s for s in recent if s.url == url)
             if select.keeps_all:
+                kept += 1
+                uniform = select.plan.uniform
+                if uniform is not None:
+                    if select is not pending_of or len(pending) >= _PENDING_KEYS:
+                        settle()
+                        pending_of = select
+                    pending.append(key)
+                    uniform.attach(sample, has_score)
+                    yield sample
+                    continue
                 decision = select.plan.decide(key)
                 absent_kept += not decision.known
-                kept += 1
             else:
                 decision = select.kept[key]
             decision.attach(sample, has_score)
             yield sample
     finally:
+        settle()
         counts.update(kept=kept, absent_kept=absent_kept)
 
 

@@ -330,6 +330,42 @@ def test_kept_tar_samples_equals_tarfile_to_samples_and_keep_filter(tmp_path, sh
         assert 0 < fast_counts["absent_kept"]
 
 
+@pytest.mark.parametrize("pending_keys", [1 << 16, 7])
+def test_readers_hash_no_sample_of_a_shard_kept_whole_one_by_one(tmp_path, shards, monkeypatch, pending_keys):
+    """A shard every sample of which the plan keeps with weight 1 is decided once: neither
+    kept_tar_samples nor keep_filter computes a sample's uid on its own (ids.sample_uid, 1.4-4 us
+    each); the samples the plan does not list are still counted exactly (their keys hashed at once,
+    a shard's keys in parts of ``pending_keys``)."""
+    import seta_stream._planview as planview_module
+    import seta_stream._stage as stage_module
+
+    run = tmp_path / "run"
+    # the plan lists 20 samples of part-0000 and every one of part-0001/0002; part-0003 is unknown
+    pop = [p for p in population(shards) if p[0] in ("part-0001.tar", "part-0002.tar")]
+    pop += [("part-0000.tar", f"sample{i:04d}") for i in range(20)]
+    plan_epoch(RunDir(run, create=True), 0, policy="full", epochs=1, population=pop)
+    (slow, slow_counts), _ = _both(shards, run)
+    calls = []
+
+    def counted(shard, key):
+        calls.append((shard, key))
+        return sample_uid(shard, key)
+
+    monkeypatch.setattr(planview_module, "sample_uid", counted)
+    monkeypatch.setattr(planview_module, "_PENDING_KEYS", pending_keys)
+    monkeypatch.setattr(stage_module, "_PENDING_KEYS", pending_keys)
+    (slow_again, slow_again_counts), (fast, fast_counts) = _both(shards, run)
+    assert calls == []
+    assert fast == slow == slow_again
+    assert fast_counts == slow_counts == slow_again_counts == {
+        "kept": 120,
+        "dropped": 0,
+        "absent_kept": 10 + 30,
+        "absent_dropped": 0,
+    }
+    assert {s["__weight__"] for s in fast} == {1.0}
+
+
 def test_kept_tar_samples_with_file_urls_and_directories_in_member_names(tmp_path):
     root = tmp_path / "shards"
     root.mkdir()
