@@ -85,16 +85,24 @@ def _hash01(text: str, salt: int) -> float:
     return zlib.crc32(f"{salt}:{text}".encode()) / 2**32
 
 
-def noise_offsets(population: Any, classes: int) -> dict[str, int]:
-    """key -> label offset (1..C-1) for exactly round(40%) of the training samples.
+def noise_offsets(population: Any, classes: int, rate: float = NOISE) -> dict[str, int]:
+    """key -> label offset (1..C-1) for exactly round(rate * n) of the n training samples
+    (``rate``: 40% unless told; :func:`symmetric_offsets` of the population's keys).
 
     Fixed and seeded (NOISE_SEED), derived from the keys alone, so every policy and seed sees
     the same corrupted labels; the new label (y + offset) mod C is always a different class.
     """
-    keys = sorted(population.column("key").to_pylist())
-    order = sorted(keys, key=lambda k: (_hash01(k, NOISE_SEED), k))
-    chosen = order[: round(NOISE * len(keys))]
-    return {k: 1 + int(_hash01(k, NOISE_SEED + 1) * (classes - 1)) for k in chosen}
+    return symmetric_offsets(population.column("key").to_pylist(), classes, rate)
+
+
+def symmetric_offsets(keys: list[str], classes: int, rate: float = NOISE, seed: int = NOISE_SEED) -> dict[str, int]:
+    """key -> label offset (1..C-1) for exactly round(rate * len(keys)) of ``keys``: the keys
+    first in the order of a hash of (seed, key). The order does not depend on ``rate``, so a
+    lower rate corrupts a subset of a higher rate's samples, each with the same offset."""
+    keys = sorted(keys)
+    order = sorted(keys, key=lambda k: (_hash01(k, seed), k))
+    chosen = order[: round(rate * len(keys))]
+    return {k: 1 + int(_hash01(k, seed + 1) * (classes - 1)) for k in chosen}
 
 
 # CIFAR-10's class-dependent flips (the asymmetric noise of the noisy-label literature):

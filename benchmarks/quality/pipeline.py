@@ -75,9 +75,10 @@ def _relabel(offsets: dict[str, int], classes: int) -> Any:
 
 
 def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int,
-                 augment: bool = True, start_epoch: int = 0) -> Any:  # fmt: skip
+                 augment: bool = True, start_epoch: int = 0, exclude: frozenset[str] | None = None) -> Any:  # fmt: skip
     """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps
-    (images cropped and flipped at random unless ``augment`` is false).
+    (images cropped and flipped at random unless ``augment`` is false), without the samples whose
+    keys are in ``exclude`` (a filter applied before a run: the oracle, a cross-validation fold).
 
     Every epoch reads the shards and the samples in a new order, the same for a seed and epoch:
     webdataset's ``detshuffle`` stages, seeded by ``ORDER_SEED * seed + epoch`` in the (persistent)
@@ -96,6 +97,8 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
         if isinstance(stage, wds.filters.detshuffle):
             stage.epoch = start_epoch - 1  # detshuffle adds 1 before each iteration
     pipe = seta.attach(shards, run_dir)
+    if exclude:
+        pipe = pipe.select(lambda s: s["__key__"] not in exclude)
     if noise:
         pipe = pipe.map(_relabel(noise, ds.classes))
     fields = ["jpg" if ds.image else "txt", "cls", "__key__", "__url__", "__weight__"] + (
@@ -107,16 +110,23 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 
-def eval_batches(ds: Dataset, urls: list[str]) -> Any:
-    """The evaluation split as batches of (model input, labels), read through webdataset."""
+def eval_batches(ds: Dataset, urls: list[str], noise: dict[str, int] | None = None,
+                 keys: frozenset[str] | None = None) -> Any:  # fmt: skip
+    """The evaluation split as batches of (model input, labels), read through webdataset.
+
+    ``noise``: key -> label offset applied as in training (a split whose labels carry the
+    training data's noise, as a practitioner's held-out split would). ``keys``: only the samples
+    with these keys, as batches of (model input, labels, keys) (out-of-sample predictions on a
+    part of the training shards)."""
     import webdataset as wds
 
-    return (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .decode(*(["rgb8"] if ds.image else []))
-        .to_tuple("jpg" if ds.image else "txt", "cls")
-        .batched(500, collation_fn=_collate)
-    )
+    pipe = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    if keys is not None:
+        pipe = pipe.select(lambda s: s["__key__"] in keys)
+    if noise:
+        pipe = pipe.map(_relabel(noise, ds.classes))
+    fields = ["jpg" if ds.image else "txt", "cls"] + (["__key__"] if keys is not None else [])
+    return pipe.decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields).batched(500, collation_fn=_collate)
 
 
 def evaluate(model: Any, batches: Any, device: str = "cpu") -> float:

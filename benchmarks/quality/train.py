@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .data import Dataset, noise_offsets
+from .data import NOISE, Dataset, noise_offsets
 from .machine import machine_cpu, other_cpu, software
 from .models import image_model, text_model
 from .pipeline import ORDER, eval_batches, evaluate, select_text, train_loader
@@ -44,8 +44,16 @@ def _save_resume(path: Path, state: dict) -> None:
 
 
 def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, rid: str, device: str = "cpu",
-              until: int | None = None, probe: Any = None, nominal_batch: bool = True) -> dict:  # fmt: skip
+              until: int | None = None, probe: Any = None, nominal_batch: bool = True,
+              exclude: frozenset[str] | None = None) -> dict:  # fmt: skip
     """Train ``cfg`` (policy, params, noisy; converged study: n_epochs) with ``seed`` in ``runs/rid``.
+
+    ``cfg["noise_rate"]``: the share of noisy labels (``noise_offsets``; 40% unless set).
+    ``exclude``: keys of samples left out of the run altogether (the population the plans are made
+    of and the loader both lack them; the oracle filter, a cross-validation fold); the noisy labels
+    are those of the whole population. ``cfg["budget"]``: full data trained on exactly that many
+    samples (an equal-compute run): training stops once the budget is spent, mid-batch if need
+    be, within ``n_epochs`` epochs, and the learning-rate schedule spans budget / N epochs.
 
     ``nominal_batch``: every step's (weighted) loss is summed and divided by the nominal batch size
     ``ds.batch`` (``seta.weighted_mean(..., batch_size=ds.batch)``; Evolved Sampling's selected
@@ -111,13 +119,23 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
     n_epochs = cfg.get("n_epochs", ds.epochs)  # the converged study's runs set their own length
     test_set = list(eval_batches(ds, ds.test)) if curve else None
     meta = int(ds.batch / mini) if es_like else ds.batch
+    noise = noise_offsets(population, ds.classes, cfg.get("noise_rate", NOISE)) if noisy else None
+    if exclude:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        population = population.filter(pc.invert(pc.is_in(population.column("key"), pa.array(sorted(exclude)))))
+    budget = cfg.get("budget")
+    if budget is not None and es_like:
+        raise ValueError("a sample budget applies to the plain training loop, not to ES's selection")
+    horizon = budget / len(population) if budget is not None else n_epochs  # the lr schedule's length in epochs
     # the loader's batch size: the plan summaries record it (and warn of a short last batch)
     pruner = seta.Pruner(run_dir, policy=policy, params=params, epochs=n_epochs, seed=seed, population=population,
                          batch_size=meta)  # fmt: skip
-    noise = noise_offsets(population, ds.classes) if noisy else None
     divisor = ds.batch if nominal_batch else None  # None: the batch's own length
     start = len(state["epochs"]) if state is not None else 0
-    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True), start_epoch=start)
+    loader = train_loader(ds, run_dir, seed, noise, es_like, meta, augment=cfg.get("augment", True), start_epoch=start,
+                          exclude=exclude)  # fmt: skip
     epochs: list[dict] = []
     train_s = 0.0  # wall time without the per-epoch evaluation
     samples = 0
@@ -173,7 +191,15 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                     step += 1
                     backprop += len(idx)
                 continue
-            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, n_epochs, peak))
+            if budget is not None:  # an equal-compute run: its first ``budget`` samples, then no more
+                left = budget - sum(e["backprop"] for e in epochs) - backprop
+                if left <= 0:
+                    continue
+                if left < len(keys):
+                    idx = torch.arange(left)
+                    x, y, w = (x[idx] if image else select_text(x, idx)), y[:left], w[:left]
+                    keys, urls = keys[:left], urls[:left]
+            _set_lr(opts, lr_at(epoch + min(step, steps) / steps, horizon, peak))
             if probe is not None and not probe.train_batch(model, opts, x, y, w):
                 continue
             with cast:
