@@ -12,7 +12,7 @@ adapted in place). Every other module is private (``_name``);
 docs/architecture.md maps them.
 """
 
-from . import errors, ids, index, inspect, openclip, policies
+from . import errors, ids, index, openclip, policies
 from ._balance import BalancedEpoch, balanced_epoch, split_balanced
 from ._compaction import CompactionReport, compact
 from ._epochs import EpochClock, epoch_steps, one_pass_per_epoch
@@ -46,6 +46,17 @@ from .index import index_shard
 from .policies import POLICIES, PolicyInput, describe_policies, run_policy
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # noqa: ANN202  (PEP 562)
+    """``seta_stream.inspect`` is imported on first use: it imports polars, which a training
+    process (and every spawned DataLoader worker) does not need; importing it with the package
+    took about a fifth of ``import seta_stream`` (``python -X importtime``)."""
+    if name == "inspect":
+        import importlib
+
+        return importlib.import_module(".inspect", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "errors",
