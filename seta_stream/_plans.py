@@ -726,7 +726,7 @@ def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | Non
     """One row per shard, sorted by shard: row range [start, stop) in the plan, n, kept, and
     (given ``ranges``, from :func:`stage_batches`) the byte range [offset, offset + length) of
     its rows in stage.arrow."""
-    kept = np.add.reduceat(keep, ids.starts, dtype=np.int64) if len(ids.starts) else np.zeros(0, np.int64)
+    kept = _kept_per_shard(keep, ids.starts, ids.stops)
     columns = {
         "shard": ids.names.cast(pa.string()),
         "start": pa.array(ids.starts, pa.int64()),
@@ -738,6 +738,19 @@ def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | Non
         columns["offset"] = pa.array(ranges[:, 0], pa.int64())
         columns["length"] = pa.array(ranges[:, 1], pa.int64())
     return pa.table(columns).sort_by("shard")
+
+
+def _kept_per_shard(keep: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Kept rows in each row range [start, stop) (int64). Shards of 256 rows or more on average
+    are counted one by one with ``np.count_nonzero`` (3 ms for 15M rows in 3,000 shards here,
+    against 18-65 ms for ``np.add.reduceat`` with an int64 accumulator, which converts every
+    row); many small shards by ``reduceat``."""
+    if not len(starts):
+        return np.zeros(0, np.int64)
+    keep = np.asarray(keep)
+    if len(starts) * 256 > len(keep):
+        return np.add.reduceat(keep, starts, dtype=np.int64)
+    return np.array([np.count_nonzero(keep[a:b]) for a, b in zip(starts.tolist(), stops.tolist())], dtype=np.int64)
 
 
 def shards_table(shards: pa.Table, stage_columns: list[str], weights: list[float] | None) -> pa.Table:

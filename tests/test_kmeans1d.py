@@ -206,6 +206,13 @@ def test_large_input_takes_the_binned_path():
         np.r_[np.random.default_rng(4).random(3000), [np.nan] * 5].astype(np.float32),
         np.r_[[np.nan] * 3000, np.random.default_rng(5).random(2000)].astype(np.float32),  # mostly NaN
         np.random.default_rng(6).integers(0, 5, 5000).astype(np.int64),  # integers: float64 copy
+        # no sign bit set (sorted as int32 bits): zeros, subnormals, the largest float32, inf, NaN
+        np.r_[
+            np.zeros(50),
+            [1e-45, 1e-40, 3.4028235e38, np.inf, np.inf, np.nan],
+            np.random.default_rng(7).lognormal(size=3000),
+        ].astype(np.float32),
+        np.r_[np.random.default_rng(8).lognormal(size=3000), [-1e-45]].astype(np.float32),  # one negative
     ],
 )
 def test_polars_sort_equals_np_sort(values, monkeypatch):

@@ -59,6 +59,20 @@ def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
     assert load_plan(run, 1, columns=["key", "keep"]).equals(plan.select(["key", "keep"]))
 
 
+@pytest.mark.parametrize("sizes", [[1, 2, 3, 1], [300, 1, 700, 256, 5000], [1024] * 8, [70_000]])
+def test_kept_rows_per_shard_are_counted_alike_for_large_and_small_shards(sizes):
+    """shards.arrow's kept counts: shards of 256 rows or more on average are counted one by
+    one, many small ones by reduceat; both give each range's kept rows."""
+    from seta_stream._plans import _kept_per_shard
+
+    stops = np.cumsum(sizes)
+    starts = stops - np.array(sizes)
+    keep = np.random.default_rng(len(sizes)).random(int(stops[-1])) < 0.4
+    got = _kept_per_shard(keep, starts, stops)
+    assert got.dtype == np.int64
+    assert got.tolist() == [int(keep[a:b].sum()) for a, b in zip(starts, stops)]
+
+
 def test_shard_ranges_span_table_chunks_with_different_dictionaries():
     """The table is read in row-group chunks, each with its own shard dictionary; a shard cut
     by a chunk boundary is one range."""

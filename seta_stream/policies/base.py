@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._arrays import gather_rows
 from ..errors import InvalidInputError
 
 __all__ = [
@@ -117,25 +118,30 @@ class PolicyInput:
         with the same context and the given ``memo``; a constant column (not read) stays a
         constant."""
         count = int(np.count_nonzero(rows)) if rows.dtype == bool else len(rows)
-
-        def pick(a: np.ndarray) -> np.ndarray:
-            if a.ndim == 1 and a.strides == (0,) and len(a):
-                return np.broadcast_to(a[:1], (count,))
-            return a[rows]
-
+        names = ("uid", "last_loss", "ema", "seen", "last_epoch", "loss_count", "loss_mean")
+        columns: dict[str, np.ndarray | None] = {name: getattr(self, name) for name in names}
+        taken = {}
+        for name, a in columns.items():
+            if a is not None and a.ndim == 1 and a.strides == (0,) and len(a):  # a constant stays one
+                taken[name] = np.broadcast_to(a[:1], (count,))
+        rest = [name for name, a in columns.items() if a is not None and name not in taken]
+        if rows.dtype == bool:  # the mask's indices found once for every column
+            taken.update(zip(rest, gather_rows([np.asarray(columns[c]) for c in rest], rows, count)))
+        else:
+            taken.update((c, np.asarray(columns[c])[rows]) for c in rest)
         return PolicyInput(
-            uid=pick(self.uid),
-            last_loss=pick(self.last_loss),
-            ema=pick(self.ema),
-            seen=pick(self.seen),
-            last_epoch=None if self.last_epoch is None else pick(self.last_epoch),
+            uid=taken["uid"],
+            last_loss=taken["last_loss"],
+            ema=taken["ema"],
+            seen=taken["seen"],
+            last_epoch=taken.get("last_epoch"),
             epoch=self.epoch,
             epochs=self.epochs,
             seed=self.seed,
             n_ref=self.n_ref,
             memo=memo,
-            loss_count=None if self.loss_count is None else pick(self.loss_count),
-            loss_mean=None if self.loss_mean is None else pick(self.loss_mean),
+            loss_count=taken.get("loss_count"),
+            loss_mean=taken.get("loss_mean"),
         )
 
     @classmethod

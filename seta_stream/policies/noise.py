@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import scatter_rows
 from .._kmeans1d import points1d, points1d_steps
 from .._mixture1d import Mixture, fit_two_gaussians
 from .._steps import Cut, Step, smallest, total
@@ -223,25 +224,28 @@ def _recheck(inp: PolicyInput, suspect: np.ndarray, m: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------- rows
 def _merge(n: int, rest: np.ndarray, r: PolicyResult, suspect: np.ndarray, recheck: np.ndarray) -> PolicyResult:
     """The rows of the whole input: the policy's result ``r`` on the rows ``rest`` (the
-    non-suspects: a bool mask, or their indices in ascending order), the suspects left out or
-    kept for re-checking with weight 0."""
+    non-suspects: a bool mask, or their indices in ascending order), the suspects (every other
+    row) left out or kept for re-checking with weight 0."""
     keep = np.zeros(n, dtype=bool)
-    keep[rest] = r.keep
-    keep |= recheck
     weight = np.zeros(n, dtype=np.float32)
-    weight[rest] = r.weight
-    reason = np.empty(n, dtype=np.int8)
-    reason[rest] = r.reason
-    reason[suspect] = reason_code("suspected_noise")
-    reason[recheck] = reason_code("noise_recheck")
+    # every row is a suspect or in ``rest``: the suspects' reason first, the others' over it
+    reason = np.full(n, reason_code("suspected_noise"), dtype=np.int8)
+    pairs = [(keep, r.keep), (weight, r.weight), (reason, r.reason)]
     cluster = None
     if r.cluster is not None:
         cluster = np.full(n, -1, dtype=np.int16)
-        cluster[rest] = r.cluster
+        pairs.append((cluster, r.cluster))
     score = None
     if r.score is not None:
         score = np.full(n, np.nan, dtype=np.float64)
-        score[rest] = r.score
+        pairs.append((score, r.score))
+    if rest.dtype == bool:
+        scatter_rows(pairs, rest)
+    else:
+        for dst, values in pairs:
+            dst[rest] = values
+    keep |= recheck
+    reason[recheck] = reason_code("noise_recheck")
     return PolicyResult(keep, weight, reason, r.summary, cluster, score, r.absent_rule)
 
 
