@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_compact import make_parts
-from common import OUT, Result, make_table_run, measure, tree_commit, tree_setup
+from common import OUT, Result, make_table_run, measure, path_label, tree_commit, tree_label, tree_setup
 
 
 def prepared(n: int, parts: int) -> Path:
@@ -71,7 +71,7 @@ def main() -> None:
         )
         rows.append(
             {
-                "tree": f"{name}: {tree}",
+                "tree": f"{name}: {tree_label(tree)}",
                 "commit": (tree_commit(tree) or "?")[:10],
                 "median_s": statistics.median(walls),
                 "min_s": min(walls),
@@ -82,12 +82,12 @@ def main() -> None:
     ratio = rows[1]["median_s"] / rows[0]["median_s"]
     print(f"B / A (medians): {ratio:.2f}x")
     res.write(
-        baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
+        baseline={"what": f"tree A ({tree_label(args.a)}), alternating with B in the same period", **rows[0]},
         rows=rows,
         peak_rss_mb=rows[1]["peak_rss_mb"],  # tree B's: the code measured against A
         figures={"b_over_a": ratio},
         notes=[f"B / A (medians of {args.rounds} alternating rounds): {ratio:.2f}x"],
-        params={k: str(v) for k, v in vars(args).items()},
+        params={k: path_label(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()},
     )
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench_plan import prepared
-from common import Result, measure, tree_commit, tree_setup
+from common import Result, measure, path_label, tree_commit, tree_label, tree_setup
 
 
 def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:
@@ -78,7 +78,7 @@ def main() -> None:
         )
         rows.append(
             {
-                "tree": f"{name}: {tree}",
+                "tree": f"{name}: {tree_label(tree)}",
                 "commit": (tree_commit(tree) or "?")[:10],
                 "epoch1_median_s": e1,
                 "epoch2_median_s": e2,
@@ -94,7 +94,7 @@ def main() -> None:
     rss_ratio = rows[1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
     print(f"B / A (medians): {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU, {rss_ratio:.2f}x peak RSS")
     res.write(
-        baseline={"what": f"tree A ({args.a}), alternating with B in the same period", **rows[0]},
+        baseline={"what": f"tree A ({tree_label(args.a)}), alternating with B in the same period", **rows[0]},
         rows=rows,
         peak_rss_mb=rows[1]["peak_rss_mb"],  # tree B's: the code measured against A
         figures={
@@ -108,7 +108,7 @@ def main() -> None:
             f"B / A (medians of {args.rounds} alternating rounds of two fresh-process plans each): {ratio:.2f}x "
             f"the wall time, {cpu_ratio:.2f}x the CPU time (all threads), {rss_ratio:.2f}x the peak RSS."
         ],
-        params={k: str(v) for k, v in vars(args).items()},
+        params={k: path_label(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()},
     )
 
 

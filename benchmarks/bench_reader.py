@@ -27,8 +27,8 @@ import random
 import shutil
 
 import webdataset as wds
-from bench_stage import fmt, mean_se, paired, plain_shards, rounds, verdict
-from common import OUT, ROOT, Result, load_info, machine
+from bench_stage import plain_shards, rounds
+from common import OUT, ROOT, Result, load_info, machine, mean_se, paired_ratio, path_label, ratio_note
 
 
 def stmj_shards(samples: int, shards: int, seed: int = 0) -> list[str]:
@@ -118,7 +118,7 @@ def main() -> None:
     for name, urls in sets.items():
         half = planned(name, urls, 0.5)
         variants = pipelines(urls, half, decode=name == "CIFAR-10")
-        results = rounds(variants, args.repeat)
+        results = rounds(variants, args.repeat, warm_up=True)
         n = sum(1 for u in urls for _ in wds.DataPipeline(wds.SimpleShardList([u]), wds.tarfile_to_samples()))
         for variant, rs in results.items():
             wall, wall_se = mean_se([r["wall_s"] for r in rs])
@@ -142,19 +142,15 @@ def main() -> None:
         ]
         for label, base, bar in targets:
             for key, unit in (("wall_s", "wall"), ("cpu_s", "CPU")):
-                m, se = mean_se(paired(results, base, "read_kept", key))
-                figures[f"{name}: read_kept / {label} ({unit})"] = {"mean": m, "se": se}
-                notes.append(
-                    f"{name}, 50% kept, no decode: read_kept {fmt(m, se)} {label} in {unit} time; "
-                    f"target >= {bar}x: {verdict(m, se, bar, False)}"
-                )
+                fig = paired_ratio(results, base, "read_kept", key)
+                figures[f"{name}: read_kept / {label} ({unit})"] = fig
+                text = f"{name}, 50% kept, no decode: read_kept against {label} in {unit} time"
+                notes.append(ratio_note(text, fig, bar, at_most=False))
         if name == "CIFAR-10":
-            m, se = mean_se(paired(results, "stream, decode all (unfiltered)", "read_kept + decode", "wall_s"))
-            figures[f"{name}: read_kept + decode / unfiltered"] = {"mean": m, "se": se}
-            notes.append(
-                f"{name}, 50% kept + JPEG decode: {fmt(m, se)} the unfiltered pipeline's samples/s; "
-                f"target >= 1.9x: {verdict(m, se, 1.9, False)}"
-            )
+            fig = paired_ratio(results, "stream, decode all (unfiltered)", "read_kept + decode", "wall_s")
+            figures[f"{name}: read_kept + decode / unfiltered"] = fig
+            text = f"{name}, 50% kept + JPEG decode: read_kept against the unfiltered pipeline's samples/s"
+            notes.append(ratio_note(text, fig, 1.9, at_most=False))
         shard_bytes = sum(os.path.getsize(u) for u in urls)
         kept, coalesced, reads, own = bytes_read(variants["read_kept"]())
         _, exact, exact_reads, _ = bytes_read(variants["read_kept (gap=0)"]())
@@ -189,14 +185,14 @@ def main() -> None:
             },
             max(1, args.repeat // 2),
         )
-        m, se = mean_se(paired(results, "stream", "read_kept", "wall_s"))
+        fig = paired_ratio(results, "stream", "read_kept", "wall_s")
         sweep.append(
             {
                 "keep fraction": f,
                 "read_kept wall s": mean_se([r["wall_s"] for r in results["read_kept"]])[0],
                 "stream + keep_filter wall s": mean_se([r["wall_s"] for r in results["stream"]])[0],
-                "ratio (mean)": m,
-                "ratio (SE)": se,
+                "ratio (mean)": fig["mean"],
+                "ratio (SE)": fig["se"],
             }
         )
     figures["keep fraction sweep (CIFAR-10)"] = sweep
@@ -227,7 +223,7 @@ def main() -> None:
         peak_rss_mb=max(r["peak RSS MB"] for r in rows),
         figures=figures,
         notes=notes,
-        params={"data": args.data, "rounds": args.repeat, "samples per set": total, "gap": 65536},
+        params={"data": path_label(args.data), "rounds": args.repeat, "samples per set": total, "gap": 65536},
     )
 
 

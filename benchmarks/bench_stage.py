@@ -3,20 +3,25 @@ into bench-out/; never copied into the repository).
 
 (a) Without decode, everything kept: CPU time of reading the tar shards with webdataset's reader
     (``wds.tarfile_to_samples``) and with OpenCLIP's (``tarfile_to_samples_nothrow``, copied
-    below), each with and without ``keep_filter`` after it (target: <= 3% more CPU), and of
+    in openclip_replica.py), each with and without ``keep_filter`` after it (target: <= 3% more CPU), and of
     ``kept_tar_samples`` (what ``attach`` puts in a ``wds.WebDataset``: a tar reader that yields
     what webdataset's does and skips the members of dropped samples) against webdataset's reader.
 (b) 50% kept, PIL JPEG decode after the stage, versus the same pipeline without the stage
     decoding everything (target: >= 1.5x the data-set samples processed per second).
 
 Every round runs every pipeline once, in the same process, the order reversed every other time
-(``--repeat`` rounds with decode, three times as many without: their differences are a few
-percent, so those run two shards at a time, every pipeline on two shards before the next two, and
-each (round, two shards) is one pair); each pipeline is compared with the baseline of the same
-round or pair (paired ratios: the machine's speed drifts between rounds, far less within one).
-(a') times keep_filter alone, over the samples of webdataset's reader held in memory, against the
-reader's CPU per sample. Reported: the mean ratio over the rounds or pairs and its standard error
-(SE); a target is met where the mean clears it by 2 SE. Peak RSS is each pipeline's own (the
+(``--repeat`` rounds with decode; ``--ab-rounds``, three times as many by default, without: their
+differences are a few percent, so those run two shards at a time, every pipeline on two shards
+before the next two, and each (round, two shards) is one pair); each pipeline is compared with the
+baseline of the same round or pair (paired ratios: the machine's speed drifts between rounds, far
+less within one). The pipelines compared without decode run next to each other: alternating A/B
+pairs, A first in one pair and B first in the next. Webdataset's reader also runs twice in a row
+(A/A): what the measurement gives where there is no difference. Before the rounds every pipeline
+runs once uncounted (a process's first pass pays one-off costs: pyarrow imports pandas on its
+first ``pa.array``, about 0.4 s here). (a') times keep_filter alone, over the samples of
+webdataset's reader held in memory, against the reader's CPU per sample. Reported: the mean
+ratio over the rounds or pairs and its standard error (SE), in CPU time (process_time) and wall
+time; a target is met where the mean clears it by 2 SE. Peak RSS is each pipeline's own (the
 process's peak reset before it, /proc/self/clear_refs) and the process's.
 
     python benchmarks/bench_stage.py --data ../shared/data/cifar10 --repeat 5
@@ -26,17 +31,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import glob
 import gzip
-import logging
-import math
 import os
 import shutil
 import time
 
 import webdataset as wds
-from common import OUT, ROOT, Result, load_info, machine
-from webdataset.tariterators import base_plus_ext, tar_file_expander, url_opener, valid_sample
+from common import OUT, ROOT, Result, fmt, load_info, machine, mean_se, paired_ratio, path_label, ratio_note
+from openclip_replica import tarfile_to_samples_nothrow
 
 
 def plain_shards(data: str, pattern: str = "train-*.tar.gz") -> list[str]:
@@ -53,43 +57,6 @@ def plain_shards(data: str, pattern: str = "train-*.tar.gz") -> list[str]:
     return urls
 
 
-# OpenCLIP's tar reader, as open_clip_train/data.py (open_clip_torch 3.3.0) defines it: a grouper
-# that never raises on a repeated file name. seta_stream.openclip.adapt puts keep_filter after it.
-# One line added (as tests/test_openclip.py has it): webdataset 1.x's end-of-shard marker is skipped
-# (OpenCLIP pins webdataset <= 0.2.86, which has none).
-def log_and_continue(exn):
-    logging.warning(f"Handling webdataset error ({exn!r}). Ignoring.")
-    return True
-
-
-def group_by_keys_nothrow(data, keys=base_plus_ext, lcase=True, suffixes=None, handler=None):
-    current_sample = None
-    for filesample in data:
-        if not filesample:  # added: webdataset 1.x's end-of-shard marker
-            continue
-        assert isinstance(filesample, dict)
-        fname, value = filesample["fname"], filesample["data"]
-        prefix, suffix = keys(fname)
-        if prefix is None:
-            continue
-        if lcase:
-            suffix = suffix.lower()
-        if current_sample is None or prefix != current_sample["__key__"] or suffix in current_sample:
-            if valid_sample(current_sample):
-                yield current_sample
-            current_sample = dict(__key__=prefix, __url__=filesample["__url__"])
-        if suffixes is None or suffix in suffixes:
-            current_sample[suffix] = value
-    if valid_sample(current_sample):
-        yield current_sample
-
-
-def tarfile_to_samples_nothrow(src, handler=log_and_continue):
-    streams = url_opener(src, handler=handler)
-    files = tar_file_expander(streams, handler=handler)
-    return group_by_keys_nothrow(files, handler=handler)
-
-
 # ---------------------------------------------------------------------------------- measuring
 def rss_kb(key: str) -> int:
     with contextlib.suppress(OSError):
@@ -102,6 +69,7 @@ def rss_kb(key: str) -> int:
 def run_pipeline(stages: list) -> dict:
     """CPU and wall seconds of one pass over a pipeline, its samples, and the peak RSS it reached
     above the RSS at its start (the process's peak is reset first where Linux allows it)."""
+    gc.collect()  # every pass starts with the garbage of the one before it collected
     with contextlib.suppress(OSError):
         open("/proc/self/clear_refs", "w").write("5")
     rss0 = rss_kb("VmRSS:")
@@ -117,12 +85,21 @@ def run_pipeline(stages: list) -> dict:
     }
 
 
-def rounds(variants: dict, repeat: int, parts: list[list[str]] | None = None) -> dict[str, list[dict]]:
+def rounds(
+    variants: dict, repeat: int, parts: list[list[str]] | None = None, warm_up: bool = False
+) -> dict[str, list[dict]]:
     """Every variant once a round, ``repeat`` rounds, the order reversed every other time. With
     ``parts`` (lists of shard URLs; the variants then take one) every variant runs on each part in
-    turn: one measurement per (round, part), the variants compared within one part close in time."""
+    turn: one measurement per (round, part), the variants compared within one part close in time.
+    Variants listed next to each other make alternating A/B pairs: one right after the other, A
+    first in one pair and B first in the next. ``warm_up``: every variant runs once on the first
+    part before the rounds, not counted (a process's first pass pays one-off costs: imports,
+    first calls of Arrow kernels, the page cache)."""
     out: dict[str, list[dict]] = {name: [] for name in variants}
     names = list(variants)
+    if warm_up:
+        for name in names:
+            run_pipeline(variants[name]() if parts is None else variants[name](parts[0]))
     for r in range(repeat):
         for k, part in enumerate(parts or [None]):
             for name in names if (r + k) % 2 == 0 else names[::-1]:
@@ -151,37 +128,13 @@ def stage_alone(stages: list, run: str, repeat: int) -> dict[str, list[float]]:
     return out
 
 
-def mean_se(values: list[float]) -> tuple[float, float | None]:
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return m, None
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
-    return m, math.sqrt(var / len(values))
-
-
-def paired(results: dict, a: str, b: str, key: str) -> list[float]:
-    """Per round: ``a``'s ``key`` over ``b``'s (the same round)."""
-    return [x[key] / y[key] for x, y in zip(results[a], results[b])]
-
-
-def verdict(m: float, se: float | None, bar: float, at_most: bool) -> str:
-    if se is None:
-        return "one round: no SE"
-    ok = m + 2 * se <= bar if at_most else m - 2 * se >= bar
-    return "met" if ok else "not met"
-
-
-def fmt(m: float, se: float | None, pct: bool = False) -> str:
-    if pct:
-        return f"{100 * m:+.1f}%" + (f" (SE {100 * se:.1f}%)" if se is not None else "")
-    return f"{m:.2f}x" + (f" (SE {se:.2f})" if se is not None else "")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/cifar10"))
-    p.add_argument("--repeat", type=int, default=5, help="rounds (every pipeline once a round)")
+    p.add_argument("--repeat", type=int, default=5, help="rounds with decode (every pipeline once a round)")
+    p.add_argument("--ab-rounds", type=int, default=None, help="rounds without decode (default 3 x --repeat)")
     args = p.parse_args()
+    ab_rounds = 3 * args.repeat if args.ab_rounds is None else args.ab_rounds
     res = Result("stage", title="The filter stage on CIFAR-10 train shards")
     import seta_stream as seta
     from seta_stream._listing import list_samples
@@ -206,7 +159,11 @@ def main() -> None:
     def kept(run: str, part: list[str] = urls) -> list:
         return [wds.SimpleShardList(part), seta.kept_tar_samples(run)]
 
-    no_decode = {  # two shards at a time (each a new iterator: the stage's start, ~1 ms, counts 5 times)
+    # two shards at a time (each a new iterator: the stage's start, ~0.5 ms, counts 5 times); pairs
+    # of neighbours: the reader read twice (A/A: what the measurement gives for no difference), and
+    # each reader without and with keep_filter (A/B)
+    no_decode = {
+        "read (again)": lambda part: src(part),
         "read": lambda part: src(part),
         "read + keep_filter (all kept)": lambda part: src(part) + [seta.keep_filter(full_run)],
         "OpenCLIP read": lambda part: openclip(part),
@@ -221,12 +178,13 @@ def main() -> None:
     }
     # (a)'s differences are a few percent of a few seconds: three times the rounds (they are cheap)
     parts = [urls[i : i + 2] for i in range(0, len(urls), 2)]
-    results = {**rounds(no_decode, 3 * args.repeat, parts), **rounds(decode, args.repeat)}
+    results = {**rounds(no_decode, ab_rounds, parts, warm_up=True), **rounds(decode, args.repeat, warm_up=True)}
     stage_us = stage_alone(src(), full_run, 3 * args.repeat)
     load = load_info()
 
     # (a): CPU overhead against the reader it follows; (b): speed-up in wall time against decoding everything
     overheads = [
+        ("webdataset's reader read twice (A/A: no difference)", "read (again)", "read"),
         ("keep_filter after webdataset's reader", "read + keep_filter (all kept)", "read"),
         ("keep_filter after OpenCLIP's reader", "OpenCLIP read + keep_filter (all kept)", "OpenCLIP read"),
         ("kept_tar_samples against webdataset's reader", "kept_tar_samples (all kept)", "read"),
@@ -245,7 +203,7 @@ def main() -> None:
     figures: dict = {}
     notes = []
     print(f"## The filter stage on CIFAR-10 train shards, {total:,} samples ({machine()})")
-    print(f"{3 * args.repeat} rounds without decode, {args.repeat} with; load average {load['loadavg']} at the end\n")
+    print(f"{ab_rounds} rounds without decode, {args.repeat} with; load average {load['loadavg']} at the end\n")
     rows = []
     for name, rs in results.items():
         if name in no_decode:  # one measurement per part: the sums over a round's parts
@@ -274,20 +232,24 @@ def main() -> None:
         print("| " + " | ".join(f"{v:,.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
     print()
     for label, a, b in overheads:
-        pairs = [x - 1 for x in paired(results, a, b, "cpu_s")]
-        m, se = mean_se(pairs)
-        median = sorted(pairs)[len(pairs) // 2]
-        figures[f"CPU overhead: {label}"] = {"mean": m, "se": se, "median": median, "pairs": len(pairs)}
+        cpu = paired_ratio(results, a, b, "cpu_s", overhead=True)
+        wall = paired_ratio(results, a, b, "wall_s", overhead=True)
+        us = mean_se([1e6 * (x["cpu_s"] - y["cpu_s"]) / y["samples"] for x, y in zip(results[a], results[b])])
+        figures[f"CPU overhead: {label}"] = cpu
+        figures[f"wall overhead: {label}"] = wall
+        figures[f"CPU us per sample added: {label}"] = {"mean": us[0], "se": us[1]}
+        control = b == "read" and a == "read (again)"
+        text = f"(a) CPU {'difference' if control else 'overhead'} of {label}, everything kept, no decode"
         notes.append(
-            f"(a) CPU overhead of {label}, everything kept, no decode: {fmt(m, se, True)}, median "
-            f"{100 * median:+.1f}% of {len(pairs)} pairs; "
-            f"target <= +3%: {verdict(m, se, 0.03, True)}"
+            ratio_note(text, cpu, None if control else 0.03, at_most=True, pct=True)
+            + f"; in wall time {fmt(wall['mean'], wall['se'], True)}; "
+            + f"{us[0]:+.2f} us of CPU a sample (SE {us[1] or 0:.2f})"
         )
     for label, a, b in speedups:
-        m, se = mean_se(paired(results, a, b, "wall_s"))
-        figures[f"speed-up: {label}"] = {"mean": m, "se": se}
-        target = "" if "vs all kept" in label else f"; target >= 1.5x: {verdict(m, se, 1.5, False)}"
-        notes.append(f"(b) {label}, data-set samples/s against the unfiltered pipeline: {fmt(m, se)}{target}")
+        fig = paired_ratio(results, a, b, "wall_s")
+        figures[f"speed-up: {label}"] = fig
+        text = f"(b) {label}, data-set samples/s against the unfiltered pipeline"
+        notes.append(ratio_note(text, fig, None if "vs all kept" in label else 1.5, at_most=False))
     m, se = mean_se(stage_us["keep_filter"])
     reader_us = 1e6 * next(r for r in rows if r["pipeline"] == "read")["CPU s (mean)"] / total
     figures["keep_filter alone, us of CPU per sample (all kept)"] = {"mean": m, "se": se}
@@ -303,7 +265,7 @@ def main() -> None:
     res.write(
         baseline={
             "what": "the same pipeline without the stage, in the same round (paired ratios)",
-            "read (CPU s, mean)": rows[0]["CPU s (mean)"],
+            "read (CPU s, mean)": next(r for r in rows if r["pipeline"] == "read")["CPU s (mean)"],
             "read + decode (wall s, mean)": next(r for r in rows if r["pipeline"] == "read + decode")["wall s (mean)"],
         },
         rows=rows,
@@ -311,9 +273,10 @@ def main() -> None:
         figures=figures,
         notes=notes,
         params={
-            "data": args.data,
+            "data": path_label(args.data),
             "rounds (decode)": args.repeat,
-            "rounds (no decode)": 3 * args.repeat,
+            "rounds (no decode)": ab_rounds,
+            "shards a pass without decode": 2,
             "samples": total,
             "shards": len(urls),
         },

@@ -232,6 +232,42 @@ def tree_commit(tree: Path) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
+def path_label(path: str | os.PathLike) -> str:
+    """A path as a result file names it: relative to the repository where it is inside it or
+    beside it (``bench-out/x``, ``../shared/data/cifar10``, ``.`` for the checkout itself), else
+    a neutral label (``<elsewhere>/NAME``): no folder of this machine goes into a committed file."""
+    text = os.fspath(path)
+    if "://" in text:  # a URL: not a path of this machine
+        return text
+    resolved = Path(text).expanduser().resolve()
+    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+        if resolved.is_relative_to(base):
+            rel = resolved.relative_to(base).as_posix()
+            return prefix + rel if rel != "." else (prefix.rstrip("/") or ".")
+    return f"<elsewhere>/{resolved.name}"
+
+
+def tree_label(tree: str | os.PathLike) -> str:
+    """A source tree of an A/B run as a result file names it: ``this checkout``, or the commit
+    checked out there (``tree at 1a2b3c4d5e``; the folder is this machine's: left out)."""
+    if Path(tree).resolve() == ROOT:
+        return "this checkout"
+    commit = tree_commit(Path(tree))
+    return f"tree at {commit[:10]}" if commit else path_label(tree)
+
+
+def _argv_labels(argv: list[str]) -> list[str]:
+    """The command line with every argument that names an existing path (or an absolute one)
+    as :func:`path_label` names it, ``--opt=PATH`` included."""
+    out = []
+    for arg in argv:
+        opt, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if value and ("/" in value or value in (".", "..")) and (os.path.isabs(value) or os.path.exists(value)):
+            value = path_label(value)
+        out.append(opt + eq + value)
+    return out
+
+
 def machine() -> str:
     import platform
 
@@ -348,6 +384,7 @@ class Result:
         script = Path(argv[0]).resolve() if argv else None
         if script is not None and script.is_relative_to(ROOT):
             argv[0] = str(script.relative_to(ROOT))
+        argv = argv[:1] + _argv_labels(argv[1:])  # no path of this machine in a committed file
         self.started = {
             "command": " ".join(shlex.quote(a) for a in ["python", *argv]),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -405,6 +442,54 @@ def _rounded(value, digits: int = 6):
     if isinstance(value, np.generic):
         return _rounded(value.item(), digits)
     return value
+
+
+# ---------------------------------------------------------------------------------- paired ratios
+def mean_se(values: list[float]) -> tuple[float, float | None]:
+    """The mean of ``values`` and its standard error (None for a single value)."""
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, None
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, (var / len(values)) ** 0.5
+
+
+def paired(results: dict, a: str, b: str, key: str) -> list[float]:
+    """Per pair (round, or round and part): ``a``'s ``key`` over ``b``'s, measured together."""
+    return [x[key] / y[key] for x, y in zip(results[a], results[b])]
+
+
+def verdict(m: float, se: float | None, bar: float, at_most: bool) -> str:
+    """Says "met" where the mean clears ``bar`` by 2 SE (``at_most``: m + 2 SE <= bar; else m - 2 SE >= bar)."""
+    if se is None:
+        return "one round: no SE"
+    ok = m + 2 * se <= bar if at_most else m - 2 * se >= bar
+    return "met" if ok else "not met"
+
+
+def fmt(m: float, se: float | None, pct: bool = False) -> str:
+    if pct:
+        return f"{100 * m:+.1f}%" + (f" (SE {100 * se:.1f}%)" if se is not None else "")
+    return f"{m:.2f}x" + (f" (SE {se:.2f})" if se is not None else "")
+
+
+def paired_ratio(results: dict, a: str, b: str, key: str, *, overhead: bool = False) -> dict:
+    """``a``'s ``key`` over ``b``'s, pair by pair (minus 1 with ``overhead``: the fraction ``a``
+    costs more): the mean over the pairs, its SE, the median and the number of pairs."""
+    values = [x - 1 for x in paired(results, a, b, key)] if overhead else paired(results, a, b, key)
+    m, se = mean_se(values)
+    return {"mean": m, "se": se, "median": sorted(values)[len(values) // 2], "pairs": len(values)}
+
+
+def ratio_note(text: str, fig: dict, bar: float | None, *, at_most: bool = True, pct: bool = False) -> str:
+    """One generated sentence: ``text``, the paired figure (mean, SE, median of n pairs) and
+    whether it meets the target (``<= bar`` with ``at_most``, else ``>= bar``; no target: None)."""
+    median = f"{100 * fig['median']:+.1f}%" if pct else f"{fig['median']:.2f}x"
+    out = f"{text}: {fmt(fig['mean'], fig['se'], pct)}, median {median} of {fig['pairs']} pairs"
+    if bar is None:
+        return out
+    bar_text = f"{100 * bar:+.0f}%" if pct else f"{bar}x"
+    return f"{out}; target {'<=' if at_most else '>='} {bar_text}: {verdict(fig['mean'], fig['se'], bar, at_most)}"
 
 
 def probe_sort(n: int = 15_000_000) -> dict:

@@ -6,7 +6,6 @@ tools/openclip_check.sh runs the same change on OpenCLIP's own code (docs/opencl
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import sys
@@ -18,9 +17,9 @@ import numpy as np
 import pytest
 import webdataset as wds
 from webdataset.filters import _shuffle
-from webdataset.tariterators import base_plus_ext, tar_file_expander, url_opener, valid_sample
 
 import seta_stream as seta
+from benchmarks.openclip_replica import log_and_continue, tarfile_to_samples_nothrow
 from seta_stream import openclip
 from seta_stream.errors import InvalidInputError, UnsupportedPipelineError
 from seta_stream.ids import sample_uid
@@ -31,9 +30,9 @@ torch = pytest.importorskip("torch")
 
 
 # ---------------------------------------------------------------- open_clip_train.data 3.3.0
-# The parts of get_wds_dataset's training pipeline, as OpenCLIP writes them; one line added in
-# group_by_keys_nothrow (marked) skips webdataset 1.x's end-of-shard marker, which OpenCLIP,
-# pinned to webdataset<=0.2.86, never meets.
+# The parts of get_wds_dataset's training pipeline, as OpenCLIP writes them; its tar reader
+# (log_and_continue, group_by_keys_nothrow, tarfile_to_samples_nothrow) is the copy in
+# benchmarks/openclip_replica.py, which bench_stage.py times.
 class SharedEpoch:
     def __init__(self, epoch=0):
         self.shared_epoch = Value("i", epoch)
@@ -43,40 +42,6 @@ class SharedEpoch:
 
     def get_value(self):
         return self.shared_epoch.value
-
-
-def log_and_continue(exn):
-    logging.warning(f"Handling webdataset error ({repr(exn)}). Ignoring.")
-    return True
-
-
-def group_by_keys_nothrow(data, keys=base_plus_ext, lcase=True, suffixes=None, handler=None):
-    current_sample = None
-    for filesample in data:
-        if not filesample:  # added: webdataset 1.x's end-of-shard marker
-            continue
-        assert isinstance(filesample, dict)
-        fname, value = filesample["fname"], filesample["data"]
-        prefix, suffix = keys(fname)
-        if prefix is None:
-            continue
-        if lcase:
-            suffix = suffix.lower()
-        if current_sample is None or prefix != current_sample["__key__"] or suffix in current_sample:
-            if valid_sample(current_sample):
-                yield current_sample
-            current_sample = dict(__key__=prefix, __url__=filesample["__url__"])
-        if suffixes is None or suffix in suffixes:
-            current_sample[suffix] = value
-    if valid_sample(current_sample):
-        yield current_sample
-
-
-def tarfile_to_samples_nothrow(src, handler=log_and_continue):
-    streams = url_opener(src, handler=handler)
-    files = tar_file_expander(streams, handler=handler)
-    samples = group_by_keys_nothrow(files, handler=handler)
-    return samples
 
 
 class detshuffle2(wds.PipelineStage):
