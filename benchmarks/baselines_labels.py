@@ -429,6 +429,8 @@ def paired(runs: dict, rate: float, a: str, b: str) -> list[tuple[int, float]]:
 
 def verdict(gaps: list[float]) -> tuple[str, str]:
     """(2 SE, verdict) of paired gaps against a bar of 0: "met" only where mean - 2 SE > 0."""
+    if gaps and not any(gaps):
+        return "0.00" if len(gaps) > 1 else "-", "the same accuracy" + (" (one seed)" if len(gaps) == 1 else "")
     if len(gaps) < 2:
         return "-", "one seed"
     m, se2 = float(np.mean(gaps)), 2 * float(np.std(gaps, ddof=1)) / math.sqrt(len(gaps))
@@ -450,6 +452,15 @@ def compute(runs: dict, rate: float, method: str, seed: int, n: int) -> tuple[fl
         folds = r["cleanlab"]["folds_samples_trained"]
         return (sum(folds) + r["samples_trained"]) / (r["schedule"] * n), len(folds) + 1
     return r["samples_trained"] / (r["schedule"] * n), 1
+
+
+def _largest_d(plans: list[dict]) -> str:
+    """'1.66 (0.41), e10': the plan with the largest Ashman's D, its upper weight and epoch."""
+    fitted = [p for p in plans if p["noise_separation"] is not None]
+    if not fitted:
+        return "-"
+    p = max(fitted, key=lambda p: p["noise_separation"])
+    return f"{p['noise_separation']:.2f} ({p['noise_upper_weight']:.2f}), e{p['epoch']}"
 
 
 def _entropy(rate: float) -> float:
@@ -579,7 +590,7 @@ def _study_a(runs: dict, n: int) -> list[str]:
           "| policy | baseline | per seed | mean | 2 SE | verdict |",
           "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for a in RULES:
-        for b in BASELINES:
+        for b in BASELINES if a == "rule" else ("full-es", "full", "cleanlab"):
             g = paired(runs, rate, a, b)
             if not g:
                 continue
@@ -590,7 +601,8 @@ def _study_a(runs: dict, n: int) -> list[str]:
     L += ["", "Finding the noisy samples (whole run: every sample any plan held as a suspect, `seta-stream suspects "
           "--truth`; cleanlab: the samples `find_label_issues` flagged):", "",
           "| method | seed | flagged | precision | recall | compute (trainings, samples trained / (E N)) | "
-          "plans with two modes |", "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+          "plans with two modes | largest D of a plan (its upper weight) |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for m in ("rule", "rule-random", "cleanlab"):
         for s in seeds_of(runs, rate):
             r = runs.get((rate, m, s))
@@ -600,11 +612,12 @@ def _study_a(runs: dict, n: int) -> list[str]:
             if m == "cleanlab":
                 d = r["cleanlab"]
                 L.append(f"| cleanlab {d['version']}, K={d['folds']} | {s} | {d['flagged']} | {_f(d['precision'], 3)} "
-                         f"| {_f(d['recall'], 3)} | {c[1]}, {c[0]:.3f} | - |")  # fmt: skip
+                         f"| {_f(d['recall'], 3)} | {c[1]}, {c[0]:.3f} | - | - |")  # fmt: skip
             else:
                 d = r["suspects"]
                 L.append(f"| {LABELS[m]} | {s} | {d['suspected']} | {_f(d['precision'], 3)} | {_f(d['recall'], 3)} | "
-                         f"{c[1]}, {c[0]:.3f} | {len(d['active_epochs'])} of {len(d['plans'])} |")  # fmt: skip
+                         f"{c[1]}, {c[0]:.3f} | {len(d['active_epochs'])} of {len(d['plans'])} | "
+                         f"{_largest_d(d['plans'])} |")  # fmt: skip
     return L + [""]
 
 

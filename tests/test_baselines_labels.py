@@ -111,3 +111,19 @@ def test_smoke_run_of_the_runner(tmp_path: Path) -> None:
     bl.run_all(ctx, [bl.Run(0.4, "oracle", 0)])
     assert ctx.path(bl.Run(0.4, "oracle", 0)).stat().st_mtime_ns == before
     assert not any("/" in json.dumps(r) and str(tmp_path) in json.dumps(r) for r in (full, rule, oracle, equal))
+
+
+def test_equal_compute_and_random_of_a_rule_that_pruned_nothing_are_full_data(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    pop = pa.table({"shard": ["a.tar"] * 10, "key": [f"{i:02d}" for i in range(10)]})
+    ctx = bl.Ctx(None, pop, results=tmp_path, out=tmp_path, epochs=3, folds=2)
+    assert bl.cfg_of(ctx, bl.Run(0.4, "equal", 1)) is None  # waits for the rule run of its seed
+    rule = ctx.path(bl.Run(0.4, "rule", 1))
+    rule.write_text(json.dumps({"samples_trained": 30, "pruned": 0.0}))
+    assert bl.cfg_of(ctx, bl.Run(0.4, "equal", 1)) == bl.cfg_of(ctx, bl.Run(0.4, "random-eq", 1)) == bl.SAME_AS_FULL
+    rule.write_text(json.dumps({"samples_trained": 25, "pruned": 1 / 6}))
+    cfg, exclude = bl.cfg_of(ctx, bl.Run(0.4, "equal", 1))
+    assert (cfg["policy"], cfg["budget"], cfg["n_epochs"], exclude) == ("full", 25, 3, None)
+    cfg, _ = bl.cfg_of(ctx, bl.Run(0.4, "random-eq", 1))
+    assert (cfg["policy"], cfg["params"]) == ("random", {"r": 0.1667})
