@@ -1,0 +1,68 @@
+"""benchmarks/cifar_gpu.py: the committed report is what its result file gives, and a tiny CPU run
+of the study's runner keeps its promises (the oracle, dynamic random and equal compute)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import cifar_gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data" / "cifar10"
+
+
+def test_committed_report_is_generated_from_the_result_file() -> None:
+    results = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
+    assert (ROOT / "docs" / "cifar-gpu.md").read_text() == cifar_gpu.report(results)
+
+
+def test_job_list_order_and_inputs() -> None:
+    jobs = cifar_gpu.job_list(("sym40",), (0,), 3)
+    ids = [j["id"] for j in jobs]
+    assert ids == [
+        "sym40-full-s0", "sym40-rule-s0", "sym40-oracle-s0", "sym40-dynrand-s0", "sym40-equal-s0",
+        "sym40-clfold0-s0", "sym40-clfold1-s0", "sym40-clfold2-s0", "sym40-clfold3-s0", "sym40-cleanlab-s0",
+    ]  # fmt: skip
+    needs = {j["id"]: j.get("needs") for j in jobs if j.get("needs")}
+    assert needs == {
+        "sym40-dynrand-s0": ["sym40-rule-s0"],
+        "sym40-equal-s0": ["sym40-rule-s0"],
+        "sym40-cleanlab-s0": [f"sym40-clfold{k}-s0" for k in range(4)],
+    }
+
+
+def test_folds_are_disjoint_and_cover_every_key() -> None:
+    keys = np.array([f"train_{i:06d}" for i in range(4000)])
+    folds = cifar_gpu.fold_of(keys, 4)
+    assert set(folds.tolist()) == {0, 1, 2, 3}
+    assert all(700 < (folds == k).sum() < 1300 for k in range(4))  # each key in exactly one fold
+
+
+@pytest.mark.slow
+def test_tiny_cpu_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "cifar_gpu.py"), "--model", "cnn", "--data", str(DATA),
+           "--out", str(out), "--kinds", "sym40", "--seeds", "0", "--jobs", "2", "--limit", "300", "--epochs", "2",
+           "--only=-(full|rule|oracle|dynrand|equal)-s0"]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert sorted(runs) == sorted(f"sym40-{m}-s0" for m in ("full", "rule", "oracle", "dynrand", "equal"))
+    assert {r["status"] for r in runs.values()} == {"done"}
+    cache = np.load(out / "work" / "cifar10.npz")
+    noisy = cifar_gpu.noisy_labels("sym40", cache["train_keys"], cache["train_y"]) != cache["train_y"]
+    full, rule, oracle = runs["sym40-full-s0"], runs["sym40-rule-s0"], runs["sym40-oracle-s0"]
+    assert full["population"] == 300 and [r["trained"] for r in full["rows"]] == [300, 300]
+    assert full["noisy_in_population"] == int(noisy.sum()) == round(0.4 * 300)
+    # the oracle trains exactly the clean samples, every epoch
+    assert oracle["population"] == 300 - int(noisy.sum()) and oracle["noisy_in_population"] == 0
+    assert [r["noisy_trained"] for r in oracle["rows"]] == [0, 0]
+    # dynamic random at the rule's pruned share; equal compute trains exactly the rule's samples
+    assert runs["sym40-dynrand-s0"]["params"] == {"r": round(rule["pruned"], 4)}
+    assert runs["sym40-equal-s0"]["trained"] == rule["trained"] == runs["sym40-equal-s0"]["budget"]
+    assert rule["params"] == {"noise": True} and rule["policy"] == "full"
