@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _state as run_state
-from ._arrays import group_order
+from ._arrays import column_to_numpy, group_order
 from ._engine import Engine, get_engine
 from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
@@ -118,6 +120,29 @@ def _normal_pages() -> Iterator[None]:
         yield
     finally:
         setter(previous)
+
+
+#: Modules planning imports on first use, in the order it needs them: polars (the sort of the
+#: losses) and pandas (which pyarrow imports at its first conversion between NumPy and Arrow).
+_LAZY_IMPORTS = ("polars", "pandas")
+
+
+def _warm_imports() -> None:
+    """Import :data:`_LAZY_IMPORTS` on a thread of their own while the table is read: in a
+    fresh process they cost 0.3 - 0.5 s of CPU (mostly pandas), which the reading threads and
+    then the policy waited for, one after the other (docs/benchmarks.md, "Planning"). A module
+    imported meanwhile by planning itself waits for this import (Python's per-module import
+    lock), so nothing is imported twice; one that cannot be imported is left to fail where it
+    is used."""
+    missing = [m for m in _LAZY_IMPORTS if m not in sys.modules]
+    if missing:
+        threading.Thread(target=_import_all, args=(missing,), name="seta-stream-imports").start()
+
+
+def _import_all(names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def _run(run: str | RunDir) -> RunDir:
@@ -298,6 +323,7 @@ def plan_epoch(
             )
         # bad parameters fail before any reading
         spec, params, safeguards = plan_params(cfg["policy"], **cfg["params"])
+        _warm_imports()
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
         check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
@@ -676,7 +702,7 @@ def _plan_columns(inp: PolicyInput, result: Any) -> dict[str, Any]:
 
 
 def _column(col: Any) -> np.ndarray:
-    return col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
+    return column_to_numpy(col)
 
 
 def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:

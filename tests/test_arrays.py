@@ -51,3 +51,50 @@ def test_gather_and_scatter_rows_are_boolean_indexing(block, share, monkeypatch)
     A.scatter_rows(list(zip(dst, got)), mask)
     for d, w in zip(dst, want):
         assert np.array_equal(d, w)
+
+
+def test_numeric_columns_convert_in_place_without_importing_pandas(tmp_path):
+    """Integer and floating-point chunks (sliced too) convert to the values pyarrow gives, as
+    read-only views of their buffers, and reading a Parquet file's numeric columns this way
+    imports no pandas (pyarrow's to_numpy does: a fresh planning process would wait for it);
+    the file is read by row group, as the table reader reads it (pq.read_table imports pandas)."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from seta_stream._arrays import column_to_numpy, copy_column_into
+
+    rng = np.random.default_rng(0)
+    types = [pa.uint64(), pa.int32(), pa.int8(), pa.float32(), pa.float64(), pa.int16()]
+    for t in types:
+        values = rng.integers(0, 100, 1000).astype(t.to_pandas_dtype())
+        chunk = pa.array(values, type=t).slice(7, 500)
+        got = column_to_numpy(chunk)
+        assert got.dtype == values.dtype and not got.flags.writeable
+        assert np.array_equal(got, values[7:507])
+        col = pa.chunked_array([chunk, pa.array(values[:3], type=t), pa.array([], type=t)])
+        assert np.array_equal(column_to_numpy(col), np.r_[values[7:507], values[:3]])
+        dst = np.zeros(600, dtype=values.dtype)
+        copy_column_into(dst, col)
+        assert np.array_equal(dst[:503], np.r_[values[7:507], values[:3]]) and not dst[503:].any()
+    assert column_to_numpy(pa.chunked_array([], type=pa.float32())).dtype == np.float32
+    with_nulls = pa.array([1.5, None, 2.5], type=pa.float32())
+    assert np.array_equal(column_to_numpy(with_nulls), [1.5, np.nan, 2.5], equal_nan=True)
+    assert column_to_numpy(pa.array([True, False])).tolist() == [True, False]
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"uid": np.arange(10, dtype=np.uint64), "loss": np.arange(10, dtype=np.float32)}), path)
+    code = f"""
+import sys
+import pyarrow.parquet as pq
+from seta_stream._arrays import column_to_numpy, copy_column_into
+import numpy as np
+t = pq.ParquetFile({str(path)!r}, memory_map=True).read_row_group(0, use_threads=False)
+out = np.zeros(10, np.float32)
+copy_column_into(out, t.column("loss"))
+print(int(column_to_numpy(t.column("uid")).sum()), float(out.sum()), "pandas" in sys.modules)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["45", "45.0", "False"]
