@@ -9,9 +9,9 @@ under ``docs/quality-runs/`` (all depths), read for two events:
 The curves: ``epochs[e].test_acc`` (the converged studies, the collapse experiments), ``rows[e].
 test_acc`` (the noise study's noisy-label runs with a per-epoch curve), and for image-text pairs
 the mean of ``rows[e].i2t_r1`` and ``rows[e].t2i_r1`` (the pairs study, the noise study, the scale
-check, the baselines study in ``baselines-pairs/``). Chance: CIFAR-10 10%, SST-2 50%, pairs 1 / the
-held-out pairs (``data.test``). Files without such a curve (the short study's runs record no per-epoch
-accuracy, calibrations, checks, replays) are counted and not read.
+check, the baselines studies in ``baselines-pairs/`` and ``baselines-labels/``). Chance: CIFAR-10
+10%, SST-2 50%, pairs 1 / the held-out pairs (``data.test``). Files without such a curve (the short
+study's runs record no per-epoch accuracy, calibrations, checks, replays) are counted and not read.
 
 A run with either event is *unstable*; the reports mark it with a dagger (:data:`MARK`) in every
 table that shows it and list its file under the table (:func:`footnote`).
@@ -144,8 +144,9 @@ def report_lines(found: dict[str, Any], reported: set[str] | None = None) -> lis
         f"`python -m benchmarks.instability` read all {found['files']} result files under `docs/quality-runs/` (every "
         f"study folder); {found['with_curve']} have a held-out metric after every epoch (the short study's files do "
         f"not). {len(runs)} of them collapsed to chance ({found['rule']['collapse']}) or dropped "
-        f"{100 * DROP:g} points or more in one epoch; every table of docs/quality.md, docs/quality-pairs.md and "
-        f"docs/baselines.md that shows such a run marks its row with {MARK}. The list (`docs/quality-runs/{OUT}`):",
+        f"{100 * DROP:g} points or more in one epoch; every table of docs/quality.md, docs/quality-pairs.md, "
+        f"docs/baselines.md and docs/baselines-labels.md that shows such a run marks its row with {MARK}. The list "
+        f"(`docs/quality-runs/{OUT}`):",
         "",
         "| file | policy | seed | metric | events |",
         "| --- | --- | --- | --- | --- |",
