@@ -123,20 +123,30 @@ def _normal_pages() -> Iterator[None]:
 
 
 #: Modules planning imports on first use, in the order it needs them: polars (the sort of the
-#: losses) and pandas (which pyarrow imports at its first conversion between NumPy and Arrow).
-_LAZY_IMPORTS = ("polars", "pandas")
+#: losses), pandas (which pyarrow imports at its first conversion between NumPy and Arrow) and
+#: pyarrow.dataset (which ``pq.read_table`` imports: the identity columns are read with it).
+_LAZY_IMPORTS = ("polars", "pandas", "pyarrow.dataset")
 
 
-def _warm_imports() -> None:
-    """Import :data:`_LAZY_IMPORTS` on a thread of their own while the table is read: in a
-    fresh process they cost 0.3 - 0.5 s of CPU (mostly pandas), which the reading threads and
-    then the policy waited for, one after the other (docs/benchmarks.md, "Planning"). A module
-    imported meanwhile by planning itself waits for this import (Python's per-module import
-    lock), so nothing is imported twice; one that cannot be imported is left to fail where it
-    is used."""
+@contextlib.contextmanager
+def _imports_beside() -> Iterator[None]:
+    """Import :data:`_LAZY_IMPORTS` on a thread of their own while planning reads the table: in
+    a fresh process they cost 0.3 - 0.5 s of CPU, which the reading threads, the policy and the
+    identities' thread waited for, one after the other (docs/benchmarks.md, "Planning"). A module
+    that planning imports meanwhile waits for this import (Python's per-module import lock), so
+    nothing is imported twice; one that cannot be imported is left to fail where it is used.
+    The thread is joined on the way out: no import is under way when planning returns (a
+    DataLoader forking its workers then would leave them an import lock nobody releases)."""
     missing = [m for m in _LAZY_IMPORTS if m not in sys.modules]
+    thread = None
     if missing:
-        threading.Thread(target=_import_all, args=(missing,), name="seta-stream-imports").start()
+        thread = threading.Thread(target=_import_all, args=(missing,), name="seta-stream-imports")
+        thread.start()
+    try:
+        yield
+    finally:
+        if thread is not None:
+            thread.join()
 
 
 def _import_all(names: list[str]) -> None:
@@ -323,35 +333,35 @@ def plan_epoch(
             )
         # bad parameters fail before any reading
         spec, params, safeguards = plan_params(cfg["policy"], **cfg["params"])
-        _warm_imports()
-        discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
-        check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
-        manifest = dict(run.read_json(MANIFEST, default=None) or {})
-        done = (batch_size, safeguards)
-        if run.buckets > 1:
-            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
-        if population is not None:
-            columns = _table_columns(spec, params)
-            table = load_table(run, columns=columns, manifest=manifest)
-            table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
-            numeric = {c: _column(table.column(c)) for c in columns if c not in ("shard", "key")}
-            ids = PlanIdentities(table.column("shard"), table.column("key"))
-            del table
-            result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
-            listed = True
-        else:
-            # the policy needs only the numeric columns; the identity columns are read on the
-            # other core while it runs (pyarrow and most NumPy loops release the GIL)
-            numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
-            with ThreadPoolExecutor(1) as pool:
-                reading = pool.submit(_read_identities, run, manifest)
+        with _imports_beside():
+            discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
+            check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
+            manifest = dict(run.read_json(MANIFEST, default=None) or {})
+            done = (batch_size, safeguards)
+            if run.buckets > 1:
+                return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
+            if population is not None:
+                columns = _table_columns(spec, params)
+                table = load_table(run, columns=columns, manifest=manifest)
+                table = _with_population(table, population, manifest.get("shard_locations") or {}, run)
+                numeric = {c: _column(table.column(c)) for c in columns if c not in ("shard", "key")}
+                ids = PlanIdentities(table.column("shard"), table.column("key"))
+                del table
                 result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
-                ids = reading.result()
-            listed = False
-        del numeric
-        held = [inp]  # _publish drops the input's columns once the summary has read them
-        del inp
-        return _publish(run, epoch, ids, result, held, guard, (cfg, params, done), state, manifest, listed)
+                listed = True
+            else:
+                # the policy needs only the numeric columns; the identity columns are read on the
+                # other core while it runs (pyarrow and most NumPy loops release the GIL)
+                numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
+                with ThreadPoolExecutor(1) as pool:
+                    reading = pool.submit(_read_identities, run, manifest)
+                    result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
+                    ids = reading.result()
+                listed = False
+            del numeric
+            held = [inp]  # _publish drops the input's columns once the summary has read them
+            del inp
+            return _publish(run, epoch, ids, result, held, guard, (cfg, params, done), state, manifest, listed)
 
 
 def _run_policy(

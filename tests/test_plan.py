@@ -237,3 +237,31 @@ def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path,
         assert seen[-1] is True and setter(True) is True
     finally:
         setter(before)
+
+
+def test_the_lazy_imports_are_done_when_planning_returns(tmp_path, monkeypatch):
+    """Planning imports polars and pandas on a thread of its own while it reads the table; the
+    thread is joined when planning ends (a fork then must not inherit an import under way), a
+    module that cannot be imported changes nothing, and a plan that exists imports nothing."""
+    import threading
+    import time
+
+    import seta_stream._plan as P
+
+    (tmp_path / "slow_import_probe.py").write_text("import time\ntime.sleep(0.5)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(P, "_LAZY_IMPORTS", ("no_such_module_anywhere", "slow_import_probe"))
+    monkeypatch.delitem(sys.modules, "slow_import_probe", raising=False)
+    started = time.perf_counter()
+    with P._imports_beside():
+        assert any(t.name == "seta-stream-imports" for t in threading.enumerate())
+    assert sys.modules["slow_import_probe"].DONE and time.perf_counter() - started >= 0.5
+    assert not any(t.name == "seta-stream-imports" for t in threading.enumerate())
+
+    run = seeded_run(tmp_path / "run", n=200)
+    monkeypatch.delitem(sys.modules, "slow_import_probe")
+    plan_epoch(run, 0, **SETA)
+    assert "slow_import_probe" in sys.modules  # imported, and joined, by the plan
+    monkeypatch.delitem(sys.modules, "slow_import_probe")
+    plan_epoch(run, 0)  # published already: returned as it is, without the imports
+    assert "slow_import_probe" not in sys.modules
