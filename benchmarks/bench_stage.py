@@ -101,9 +101,11 @@ def rounds(
         for name in names:
             run_pipeline(variants[name]() if parts is None else variants[name](parts[0]))
     for r in range(repeat):
+        t0 = time.perf_counter()
         for k, part in enumerate(parts or [None]):
             for name in names if (r + k) % 2 == 0 else names[::-1]:
                 out[name].append(run_pipeline(variants[name]() if part is None else variants[name](part)))
+        print(f"round {r + 1}/{repeat} of {len(names)} pipelines: {time.perf_counter() - t0:.1f} s", flush=True)
     return out
 
 
@@ -178,7 +180,8 @@ def main() -> None:
     }
     # (a)'s differences are a few percent of a few seconds: three times the rounds (they are cheap)
     parts = [urls[i : i + 2] for i in range(0, len(urls), 2)]
-    results = {**rounds(no_decode, ab_rounds, parts, warm_up=True), **rounds(decode, args.repeat, warm_up=True)}
+    # the decode rounds need no warm-up of their own: the rounds without decode warmed the process up
+    results = {**rounds(no_decode, ab_rounds, parts, warm_up=True), **rounds(decode, args.repeat)}
     stage_us = stage_alone(src(), full_run, 3 * args.repeat)
     load = load_info()
 
