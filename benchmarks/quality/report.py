@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import docs
 from .checks import finished_run_dirs, run_checks
 from .configs import run_id
 from .data import DATASETS
@@ -19,13 +20,8 @@ BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
 
 
 def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
-    """Replace what stands between the markers ``begin`` and ``end`` of ``doc`` by ``lines``."""
-    text = doc.read_text() if doc.exists() else f"# Accuracy under pruning\n\n{begin}\n{end}\n"
-    if begin not in text:
-        text += f"\n{begin}\n{end}\n"
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+    """``docs.splice`` into docs/quality.md (created with its title where missing)."""
+    docs.splice(doc, begin, end, lines, "Accuracy under pruning")
 
 
 def _vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:

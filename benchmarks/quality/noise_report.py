@@ -34,6 +34,8 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 from benchmarks.instability import write as write_instability
 
+from .layout import ROOT
+
 BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
 CONV_TOL = 1.0  # points of mean R@1: full data at 2E at most this far above E = stopped rising
 TARGET_R1_GAIN = 3.0  # points of mean R@1 above full data (20% mismatched)
@@ -1058,18 +1060,6 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
     return L
 
 
-def missing_runs(ctx: Any, files: dict) -> list[str]:
-    """The plan's runs with no finished result (pending ones named by what they wait for)."""
-    from benchmarks.noise_study import plan
-
-    have = {r["id"] for r in files["runs"]} | {c["id"] for c in files["crashed"] + files["cut"]}  # listed
-    return [
-        j.rid + (f" (its setting from `{j.needs[0]}`)" if j.kind == "pending" else "")
-        for j in plan(ctx)
-        if j.kind != "cal" and j.rid not in have
-    ]
-
-
 REPLICA = "noise-study-"  # a folder named so beside the study's folder: the pairs study on another machine
 
 
@@ -1095,9 +1085,9 @@ def pairs_markers(results: Path) -> tuple[str, str]:
     return f"<!-- noise:{results.name}:begin -->", f"<!-- noise:{results.name}:end -->"
 
 
-def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = None) -> None:
-    from benchmarks.noise_study import ROOT
-
+def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: Path | None = None,
+           labels_doc: Path | None = None) -> None:  # fmt: skip
+    """Every section of the noise study (``missing_runs(ctx, files)``: the plan's runs not in ``files``)."""
     files = load_files(ctx.results)
     missing = missing_runs(ctx, files)
     docs = (ctx.out / "docs") if ctx.smoke else ROOT / "docs"
