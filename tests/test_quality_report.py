@@ -1,5 +1,5 @@
 """The generated prose of the accuracy reports (benchmarks/quality reading, reading_short,
-report_collapses; benchmarks/pairs_study reading): exact sentences from synthetic run files, so
+report_collapses; benchmarks/quality/pairs reading): exact sentences from synthetic run files, so
 that a number in the prose cannot drift from the files, and collapsed runs are marked."""
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def _pair_run(seed: int, r1: list[float], share: list[float], kept_mis: list[flo
 
 
 def test_the_pairs_reading_gives_each_epoch_its_window_and_share_and_marks_the_collapse() -> None:
-    import benchmarks.pairs_study as ps
+    import benchmarks.quality.pairs as ps
 
     seta = [_pair_run(0, [0.2, 0.3, 0.017, 0.35], [0.2, 0.22, 0.94, 0.2], [1.0, 0.69, 0.94, 1.0]),
             _pair_run(1, [0.2, 0.3, 0.25, 0.33], [0.2, 0.21, 0.9, 0.2], [1.0, 0.7, 0.9, 1.0])]  # fmt: skip

@@ -309,25 +309,24 @@ def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Pat
 
 
 _WORKER = r"""
-import json, os, sys, time
+import os, sys, time
 from pathlib import Path
+import benchmarks.quality.harness as H
 import benchmarks.quality.study as study
-from benchmarks.quality.layout import Layout
+from benchmarks.quality.__main__ import parser
 
-root, E = Path(sys.argv[1]), 36
-layout = Layout(results=root / "results", out=root / "out", data=root / "data")
+root = Path(sys.argv[1])
 
-def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
+def fake_run(ctx, job, progress):
     with open(root / "log", "a") as f:
-        f.write(f"{os.getpid()} {rid}\n")
+        f.write(f"{os.getpid()} {job.rid}\n")
     time.sleep(0.3)  # long enough that the other process looks for work meanwhile
-    result = {"pruned": 0.3}
-    study.write_json(results / f"{rid}.json", result)
-    return result
+    return {"pruned": 0.3}
 
-study.run_one = fake_run_one
-args = type("A", (), {"seeds": 2, "only": None, "no_augment": False, "model": "cnn"})()
-study._converged_loop(args, layout, None, E, None)
+study.run = fake_run
+argv = ["--study", "converged", "--results", str(root / "results"), "--out", str(root / "out"), "--data",
+        str(root / "data"), "--procs", "2"]
+H.worker(study.context(parser().parse_args(argv)), study)
 """
 
 
@@ -358,8 +357,8 @@ def test_two_study_processes_share_the_plan_and_train_each_run_once(tmp_path: Pa
 _HOLDER = r"""
 import sys, time
 from pathlib import Path
-from benchmarks.quality.study import _claim
-held = _claim(Path(sys.argv[1]), wait=False)
+from benchmarks.quality.harness import claim
+held = claim(Path(sys.argv[1]), wait=False)
 print("held" if held else "refused", flush=True)
 time.sleep(60)
 """
@@ -370,18 +369,18 @@ def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from benchmarks.quality.study import _claim
+    from benchmarks.quality.harness import claim
 
     lock = tmp_path / "claims" / "run.lock"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        assert _claim(lock, wait=False) is None
+        assert claim(lock, wait=False) is None
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    mine = _claim(lock, wait=False)
+    mine = claim(lock, wait=False)
     assert mine is not None
     mine.close()
 

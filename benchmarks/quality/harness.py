@@ -44,7 +44,7 @@ from .layout import ROOT
 class Job:
     """One unit of work: a training run (``kind`` names its rate: ``pairs``, ``cifar10``, ``sst2``), a
     calibration (``cal``), or a run whose setting a calibration has not decided yet (``pending``:
-    never claimed)."""
+    never claimed; ``spec["wildcard"]``: it stands for runs not known yet, which ``--only`` may select)."""
 
     rid: str
     kind: str
@@ -181,7 +181,7 @@ def todo(ctx: Ctx, jobs: list[Job]) -> list[Job]:
     ``ctx.only``, the matching runs and what they need (calibrations, full data of seed 0), recursively."""
     if ctx.only:
         by_rid = {j.rid: j for j in jobs}
-        selected = [j for j in jobs if j.kind != "cal" and re.search(ctx.only, j.rid)]
+        selected = [j for j in jobs if j.kind != "cal" and (j.spec.get("wildcard") or re.search(ctx.only, j.rid))]
         wanted, stack = {j.rid for j in selected}, [n for j in selected for n in j.needs]
         while stack:
             n = stack.pop()
@@ -215,6 +215,7 @@ def execute(ctx: Ctx, job: Job, run: Any) -> None:
         return
     finally:
         signal.alarm(0)
+    result.setdefault("machine", machine())
     write_json(ctx.results / f"{job.rid}.json", result)
     print(f"   -> {job.rid} done in {time.perf_counter() - t0:.0f}s", flush=True)
 

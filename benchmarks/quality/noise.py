@@ -207,7 +207,7 @@ def _pairs_round(ctx: harness.Ctx, noise: float, seed: int, with_2e: bool) -> li
 
 
 def _labels_round(ctx: harness.Ctx, dataset: str, seed: int) -> list[Job]:
-    from benchmarks.quality.configs import NOISE_LABEL_FULL, noise_label_configs, run_id
+    from .configs import NOISE_LABEL_FULL, noise_label_configs, run_id
 
     full_rid = run_id(dataset, NOISE_LABEL_FULL, 0)
     jobs = []
@@ -236,7 +236,7 @@ def _labels_round(ctx: harness.Ctx, dataset: str, seed: int) -> list[Job]:
 
 def _labels_long_round(ctx: harness.Ctx, seed: int) -> list[Job]:
     """CIFAR-10's long schedule (``noise_label_long_configs``): full data, the rule alone on both scales."""
-    from benchmarks.quality.configs import noise_label_long_configs, run_id
+    from .configs import noise_label_long_configs, run_id
 
     cfgs = noise_label_long_configs()
     if ctx.smoke:
@@ -256,7 +256,7 @@ def _labels_long_round(ctx: harness.Ctx, seed: int) -> list[Job]:
 def _quality_calibration(dataset: str) -> dict | None:
     """The short study's calibration of ``dataset`` (SeTa's and InfoBatch's 50% settings, chosen
     on the training losses of its clean full run): the noisy-label runs use those settings."""
-    from benchmarks.quality.layout import Layout
+    from .layout import Layout
 
     p = Layout().results / f"{dataset}-calibration.json"
     return json.loads(p.read_text()) if p.exists() else None
@@ -394,7 +394,7 @@ def _example() -> Any:
 
 
 def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
-    from benchmarks.pairs_study import plan_checks
+    from .pairs import plan_checks
 
     tp = _example()
     noise, cfg, seed = job.spec["noise"], job.spec["cfg"], job.spec["seed"]
@@ -448,8 +448,8 @@ def label_dataset(ctx: harness.Ctx, name: str) -> tuple[Any, Any]:
 
 
 def train_labels_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
-    from benchmarks.quality.data import noise_offsets
-    from benchmarks.quality.train import train_run
+    from .data import noise_offsets
+    from .train import train_run
 
     ds, population = label_dataset(ctx, job.spec["dataset"])
     cfg, seed = job.spec["cfg"], job.spec["seed"]
@@ -626,7 +626,8 @@ def run_cal(ctx: harness.Ctx, job: Job) -> dict:
         import glob
 
         import seta_stream as seta
-        from benchmarks.pairs_study import calibrate
+
+        from .pairs import calibrate
 
         full_run = ctx.runs / spec["full"]
         population = seta.list_samples(sorted(glob.glob(str(pairs_data(ctx, spec["noise"]) / "train" / "*.tar"))))

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = replay(run, ns.TRAIN["epochs"], truth, key_only=False)
         out = RESULTS / f"replay-pairs-n{round(100 * args.noise)}-s{args.seed}.json"
     elif args.replay == "cifar10":
-        from benchmarks.quality.data import noise_offsets
+        from .data import noise_offsets
 
         ctx = ns.Ctx()
         ds, population = ns.label_dataset(ctx, "cifar10")

@@ -228,7 +228,10 @@ def plan(ctx: harness.Ctx) -> list[Job]:
             full0, cal = run_id(noise, FULL, 0), cal_name(noise)
             jobs += [Job(full0, "pairs", {"noise": noise, "cfg": FULL, "seed": 0}, (), DATA["train"] * TRAIN["epochs"]),
                      Job(cal, "cal", {"noise": noise, "full": full0}, (full0,))]  # fmt: skip
-            c = harness.load(ctx, cal)
+            if (c := harness.load(ctx, cal)) is None:  # the runs its settings decide, not known yet
+                jobs.append(
+                    Job(f"pairs-noise{round(noise * 100)}-tbd-seed{seed}", "pending", {"wildcard": True}, (cal,))
+                )
             for cfg in configs(c) if c else []:
                 jobs.append(Job(run_id(noise, cfg, seed), "pairs", {"noise": noise, "cfg": cfg, "seed": seed}, (cal,),
                                 DATA["train"] * TRAIN["epochs"]))  # fmt: skip

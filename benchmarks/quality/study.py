@@ -68,7 +68,8 @@ def short_plan(ctx: harness.Ctx) -> list[Job]:
     for name, seeds in order:
         full0, cal = run_id(name, FULL, 0), f"{name}-calibration"
         jobs += [_job(name, FULL, 0, full0), Job(cal, "cal", {"dataset": name, "full": full0}, (full0,))]
-        c = harness.load(ctx, cal)
+        if (c := harness.load(ctx, cal)) is None:  # the runs its settings decide, not known yet
+            jobs += [Job(f"{name}-tbd-s{s}", "pending", {"wildcard": True}, (cal,)) for s in seeds]
         jobs += [_job(name, cfg, s, run_id(name, cfg, s), (cal,)) for s in seeds for cfg in (configs(c) if c else [])]
     return list({j.rid: j for j in jobs}.values())
 
@@ -85,7 +86,7 @@ def converged_plan_jobs(ctx: harness.Ctx) -> list[Job]:
     c = harness.load(ctx, cal)
     measured = [r["pruned"] for x in (conv_pruned(E, c, augment, model) if c else [])
                 if (r := harness.load(ctx, conv_run_id(x, 0)))]  # fmt: skip
-    jobs = []
+    jobs = [] if c else [Job(f"cifar10-{E}-tbd", "pending", {"wildcard": True}, (cal,))]
     for cfg, seed in converged_plan(E, ctx.seeds, c, measured, augment, model):
         jobs.append(_job("cifar10", cfg, seed, conv_run_id(cfg, seed), (cal,) if cfg["policy"] != "full" else ()))
         if cfg == conv_full(E, E, augment, model) and seed == 0:
