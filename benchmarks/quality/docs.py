@@ -17,9 +17,34 @@ Every number in those sections comes from the run files; nothing is written by h
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+
+ORDER = {"full": 0, "random": 1, "static": 2, "infobatch": 3, "seta": 4, "es": 5, "eswp": 6}
+
+
+def load_results(folder: Path, prefixes: tuple[str, ...] = ("",)) -> list[dict]:
+    """Every run file (``*-s<seed>.json``, not a crashed or cut-short run's) directly in ``folder``
+    whose name starts with one of ``prefixes`` (other studies keep their files there too), in name order."""
+    paths = sorted(p for p in folder.glob("*-s[0-9]*.json") if not p.name.endswith((".crashed.json", ".cut.json")))
+    return [json.loads(p.read_text()) for p in paths if p.name.startswith(prefixes)]
+
+
+def group(results: list[dict]) -> dict[tuple, list[dict]]:
+    """(dataset, noisy, policy, label, params) -> the runs of that configuration (one per seed)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        key = (r["dataset"], r["noisy"], r["policy"], r["label"], json.dumps(r["params"], sort_keys=True))
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def scaled_mean(xs: list[float], scale: float = 100.0) -> float:
+    """The mean of the scaled values (percentages by default): the one mean every table cell and
+    every gap computed from those cells uses, so a gap and its two numbers round alike."""
+    return float((np.asarray(xs) * scale).mean())
 
 
 def splice(doc: Path, begin: str, end: str, lines: list[str], title: str = "", skip_missing: bool = False) -> None:
@@ -34,6 +59,11 @@ def splice(doc: Path, begin: str, end: str, lines: list[str], title: str = "", s
     head, _, rest = text.partition(begin)
     _, _, tail = rest.partition(end)
     doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+
+
+def row(cells: list[str]) -> str:
+    """A markdown table row."""
+    return "| " + " | ".join(cells) + " |"
 
 
 def and_list(items: list[str]) -> str:

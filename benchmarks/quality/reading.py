@@ -29,11 +29,11 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 
 from .configs import conv_run_id
+from .docs import ORDER, and_list, load_results
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
 from .report_converged import CURRENT, PAPER, PAPER_FULL, SAME_ORDER, SHARED, Study, _acc, other_share, studies
-from .results import ORDER, load_results
 
 RERUNS = "converged-reruns"
 CRITERION = 0.5  # full data has converged when every seed gains at most this from E to 2E
@@ -95,12 +95,6 @@ def side(p: dict[int, float]) -> str:
     if all(v > 0 for v in p.values()):
         return "above on every seed"
     return "seeds on both sides"
-
-
-def and_list(items: list[str]) -> str:
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 class Reading:

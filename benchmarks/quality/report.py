@@ -12,9 +12,9 @@ from . import docs
 from .checks import finished_run_dirs, run_checks
 from .configs import run_id
 from .data import DATASETS
+from .docs import ORDER, fmt_params, group, load_results, mean_sd, row
 from .layout import Layout
 from .plots import plot_short
-from .results import ORDER, fmt_params, group, load_results, mean_sd
 
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
 
@@ -70,7 +70,7 @@ def report_short(layout: Layout) -> None:
                 secs = float(np.min([r["seconds"] for r in rs]))  # other work on the VM only adds time
                 cells = [
                     k[2],
-                    fmt_params(rs[0]["params"]),
+                    fmt_params(rs[0]["params"], "defaults"),
                     str(len(rs)),
                     mean_sd([r["pruned"] for r in rs], digits=1),
                     mean_sd([r["pruned_backprop"] for r in rs], digits=1),
@@ -88,7 +88,7 @@ def report_short(layout: Layout) -> None:
             for k in keys:
                 r = groups[k][0]
                 kept_lines.append(
-                    f"| {k[2]} | {fmt_params(r['params'])} | "
+                    f"| {k[2]} | {fmt_params(r['params'], 'defaults')} | "
                     + " | ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
                     + " |"
                 )
@@ -101,8 +101,8 @@ def report_short(layout: Layout) -> None:
         c = json.loads(p.read_text())
         for policy, levels in c["levels"].items():
             for lv, v in levels.items():
-                data = p.name.split("-")[0]
-                cal.append(f"| {data} | {policy} | {lv}% | {fmt_params(v['params'])} | {100 * v['simulated']:.1f} |")
+                setting = fmt_params(v["params"], "defaults")
+                cal.append(row([p.name.split("-")[0], policy, f"{lv}%", setting, f"{100 * v['simulated']:.1f}"]))
     if cal:
         lines += [
             "### Settings chosen for the pruned levels (on training losses, `calibrate`)",

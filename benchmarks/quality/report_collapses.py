@@ -22,9 +22,9 @@ from .collapses import (
 )
 from .configs import conv_run_id
 from .data import DATASETS
+from .docs import load_results
 from .layout import Layout
 from .report import splice
-from .results import load_results
 
 MARKER = "collapses"
 # the folders of docs/quality-runs whose run files record a test accuracy after every epoch

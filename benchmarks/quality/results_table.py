@@ -14,9 +14,9 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 
 from .configs import conv_run_id
+from .docs import scaled_mean
 from .layout import Layout
 from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings
-from .results import scaled_mean
 
 
 def _row(rd: Reading, rs: list[dict]) -> str:
