@@ -141,57 +141,25 @@ def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
 
 # ------------------------------------------------------------------------------ settings
 def calibrate(full_run: Path, epochs: int) -> dict:
-    """SeTa and InfoBatch settings whose pruned % lands nearest 30/50%, on training losses only.
-
-    The plan of epoch e of the full run holds every pair's loss recorded in epoch e-1; the
-    policy is replayed over those losses (as its own plans would see them if every pair were
-    trained every epoch) for a grid of settings. Pruned runs see stale losses for the pairs they
-    skipped, so the measured % differs somewhat; the report shows the measured one.
-    """
+    """SeTa and InfoBatch settings whose pruned % lands nearest 30/50%, on training losses only
+    (``calibrate.choose``): the plan of epoch e of the full run holds every pair's loss recorded in
+    epoch e-1. Pruned runs see stale losses for the pairs they skipped, so the measured % differs
+    somewhat; the report shows the measured one."""
     import seta_stream as seta
-    from seta_stream.policies import PolicyInput, run_policy
 
-    base = seta.load_plan(str(full_run), 0, columns=["uid"])
-    uid = base.column("uid").to_numpy()
+    from .calibrate import choose
+
+    uid = seta.load_plan(str(full_run), 0, columns=["uid"]).column("uid").to_numpy()
     order = np.argsort(uid)
-    n = len(uid)
-    per_epoch = [np.full(n, np.nan, np.float32)]
+    lasts = [np.full(len(uid), np.nan, np.float32)]
     for e in range(1, epochs):
         t = seta.load_plan(str(full_run), e, columns=["uid", "loss"])
-        loss = np.full(n, np.nan, np.float32)
+        loss = np.full(len(uid), np.nan, np.float32)
         loss[order[np.searchsorted(uid[order], t.column("uid").to_numpy())]] = t.column("loss").to_numpy(
             zero_copy_only=False
         )
-        per_epoch.append(loss)
-
-    def simulate(policy: str, params: dict) -> float:
-        kept = 0
-        for e in range(epochs):
-            last = per_epoch[e]
-            seen = np.isfinite(last).astype(np.int32)
-            inp = PolicyInput(uid=uid, last_loss=last, ema=last.astype(np.float64), seen=seen,
-                              last_epoch=np.where(seen > 0, e - 1, -1).astype(np.int32), epoch=e, epochs=epochs,
-                              seed=0)  # fmt: skip
-            kept += int(run_policy(policy, inp, **params).keep.sum())
-        return 1 - kept / (n * epochs)
-
-    grids = {
-        "infobatch": [dict(r=r) for r in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
-        "seta": [
-            dict(r=r, k=k, alpha=a)
-            for r in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
-            for k in (5, 10)
-            for a in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-        ],
-    }
-    chosen: dict[str, Any] = {"source": full_run.name, "levels": {}}
-    for policy, grid in grids.items():
-        sims = [(simulate(policy, p), p) for p in grid]
-        for level in LEVELS:
-            # nearest; among near-equal (within 2 points) prefer small r and k=5 (the paper's ranges)
-            best = min(sims, key=lambda s: (round(abs(s[0] - level) / 0.02), s[1].get("r", 0), s[1].get("k", 0)))
-            chosen["levels"].setdefault(policy, {})[f"{int(level * 100)}"] = {"params": best[1], "simulated": best[0]}
-    return chosen
+        lasts.append(loss)
+    return choose(uid, lasts, LEVELS, 0.5, full_run.name)
 
 
 def configs(cal: dict) -> list[dict]:
