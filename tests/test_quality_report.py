@@ -26,6 +26,7 @@ from benchmarks.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa:
 from benchmarks.quality.layout import Layout  # noqa: E402
 from benchmarks.quality.reading import readings, report_readings, summary  # noqa: E402
 from benchmarks.quality.report_converged import report_converged  # noqa: E402
+from benchmarks.quality.results_table import report_results_table  # noqa: E402
 
 SETA = {"alpha": 0.5, "k": 10, "r": 0.2}
 
@@ -201,6 +202,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     layout.results_doc.write_text("# r\n<!-- quality-summary:begin -->\nold\n<!-- quality-summary:end -->\ntail\n")
     report_converged(layout)
     report_readings(layout)
+    report_results_table(layout)
     doc = layout.doc.read_text()
     assert (
         "| seta p50 † | alpha=0.5, k=10, r=0.2 | 2 | 50.0 ± 0.0 | 77.25 ± 0.35 | -2.25 | 2 | 79.75 ± 0.35 | -2.50 "
@@ -229,6 +231,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     ) in results
     report_converged(layout)
     report_readings(layout)
+    report_results_table(layout)
     assert layout.doc.read_text() == doc and layout.results_doc.read_text() == results  # byte for byte
 
 

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     if args.report_only and args.study is None:
-        from .docs import report_all
+        from .reports import report_all
 
         return report_all()
     args.study = args.study or "short"

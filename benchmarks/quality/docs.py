@@ -1,19 +1,4 @@
-"""The report layer: every generated section of the docs, and the helpers every study's report uses.
-
-``report_all`` rewrites, from the committed run files, every section the studies generate:
-
-* docs/quality.md: the short study (``report``, ``reading_short``), the converged study and its
-  same-order runs (``report_converged``, ``reading``: prose and the summary at the top), the
-  collapses (``report_collapses``), the noise rule on noisy labels and the instability scan
-  (``noise_report``, ``benchmarks.instability``);
-* docs/quality-pairs.md: the pairs study (``pairs``), the noise study on pairs and its replicas
-  (``noise_report``), the rule's scale (``noise_scale``);
-* docs/results.md: the tables of the converged study, the pairs study, the noise study and the
-  scale; README.md: the results table (``noise_report``);
-* the plots under docs/quality/.
-
-Every number in those sections comes from the run files; nothing is written by hand between markers.
-"""
+"""The report layer's helpers: result readers, splicing a generated section between its markers, tables, lists."""
 
 from __future__ import annotations
 
@@ -95,32 +80,3 @@ def epoch_table(keys: list, cells: list[list[str]], lead: list[str], E: int) -> 
     """A table of one row per configuration (``lead[i]``: its first cells joined) and a column per epoch."""
     head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
     return head + [f"| {lead[i]} | " + " | ".join(cells[i]) + " |" for i in range(len(keys))]
-
-
-def report_quality(layout: object | None = None) -> None:
-    """docs/quality.md's sections of the short and converged studies and the collapses, and
-    docs/results.md's table of the converged study (``python -m benchmarks.quality --study short --report-only``)."""
-    from .layout import Layout
-    from .reading import report_readings
-    from .reading_short import report_short_reading
-    from .report import report_short
-    from .report_collapses import report_collapses
-    from .report_converged import SAME_ORDER, report_converged
-
-    layout = layout or Layout()
-    report_short(layout)
-    report_converged(layout)
-    report_converged(layout, SAME_ORDER)
-    report_collapses(layout)
-    report_readings(layout)
-    report_short_reading(layout)
-
-
-def report_all() -> None:
-    """Every generated section of the docs, from the committed run files."""
-    from . import noise, noise_scale, pairs
-
-    report_quality()
-    noise.report(noise.Ctx())
-    pairs.report()
-    noise_scale.report()

@@ -348,3 +348,24 @@ def context(args: Any, results: Path, out: Path, **kw: Any) -> Ctx:
     ctx.started = args.started or ctx.started
     ctx.until = args.until or (ctx.started + args.deadline if args.deadline else None)
     return ctx
+
+
+_DATASETS: dict[str, Any] = {}
+
+
+def dataset(ctx: Ctx, name: str) -> tuple[Any, Any]:
+    """The data set ``name`` (prepared once per process; smoke: one shard, 3 epochs) and its population."""
+    if name not in _DATASETS:
+        from seta_stream import list_samples
+
+        from .data import DATASETS
+
+        ds = DATASETS[name](ctx.label_data, ctx.out)
+        with claim(ctx.out / "claims" / "prepare.lock", wait=True):
+            ds.prepare()  # once, if several processes start together
+        if ctx.smoke:
+            ds.train, ds.epochs = ds.train[:1], 3
+        if ctx.args is not None and getattr(ctx.args, "workers", 0):
+            ds.workers = ctx.args.workers
+        _DATASETS[name] = (ds, list_samples(ds.train))
+    return _DATASETS[name]

@@ -442,9 +442,7 @@ def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
 
 def label_dataset(ctx: harness.Ctx, name: str) -> tuple[Any, Any]:
     """The quality study's data set ``name`` (prepared once per process) and its population."""
-    from .study import dataset
-
-    return dataset(ctx, name)
+    return harness.dataset(ctx, name)
 
 
 def train_labels_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:

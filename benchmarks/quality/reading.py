@@ -685,13 +685,9 @@ def same_order_note(layout: Layout) -> list[str]:
 
 
 def report_readings(layout: Layout) -> None:
-    """Rewrite the generated prose of the converged study in docs/quality.md and its table in docs/results.md."""
+    """Rewrite the generated prose of the converged study in docs/quality.md (its table in docs/results.md:
+    ``results_table``, written by ``reports``)."""
     splice(layout.doc, "<!-- converged-reading:begin -->", "<!-- converged-reading:end -->", converged_reading(layout))
     splice(layout.doc, "<!-- same-order-note:begin -->", "<!-- same-order-note:end -->", same_order_note(layout))
     s = summary(layout)
     splice(layout.doc, "<!-- summary:begin -->", "<!-- summary:end -->", s)
-    from .results_table import results_lines  # it builds on this module
-
-    results = layout.results_doc
-    if results.exists() and "<!-- quality-summary:begin -->" in results.read_text():
-        splice(results, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", results_lines(layout))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
-from typing import Any
 
 from . import harness
 from .calibrate import calibrate
@@ -30,29 +29,11 @@ from .configs import (
     parse_order,
     run_id,
 )
-from .data import DATASETS
 from .harness import Job
 from .layout import Layout
 
 PRIOR_RATE = {"pairs": 1.6e-3, "cifar10": 1.0e-3, "sst2": 0.2e-3, "cal": 60.0}
 TRAIN_SIZE = {"cifar10": 45000, "sst2": 65000}
-_DATASETS: dict[str, Any] = {}
-
-
-def dataset(ctx: harness.Ctx, name: str) -> tuple[Any, Any]:
-    """The data set ``name`` (prepared once per process; smoke: one shard, 3 epochs) and its population."""
-    if name not in _DATASETS:
-        from seta_stream import list_samples
-
-        ds = DATASETS[name](ctx.label_data, ctx.out)
-        with harness.claim(ctx.out / "claims" / "prepare.lock", wait=True):
-            ds.prepare()  # once, if several processes start together
-        if ctx.smoke:
-            ds.train, ds.epochs = ds.train[:1], 3
-        if ctx.args is not None and getattr(ctx.args, "workers", 0):
-            ds.workers = ctx.args.workers
-        _DATASETS[name] = (ds, list_samples(ds.train))
-    return _DATASETS[name]
 
 
 def _job(name: str, cfg: dict, seed: int, rid: str, needs: tuple[str, ...] = ()) -> Job:
@@ -102,7 +83,7 @@ def run(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
     from .train import resume_path, train_run
 
     s = job.spec
-    ds, population = dataset(ctx, s["dataset"])
+    ds, population = harness.dataset(ctx, s["dataset"])
     if job.kind == "cal":
         full_dir = ctx.runs / s["full"]
         if not (full_dir / "state.json").exists():
@@ -136,7 +117,7 @@ def context(args: argparse.Namespace) -> harness.Ctx:
 
 
 def report(ctx: harness.Ctx) -> None:
-    from .docs import report_quality
+    from .reports import report_quality
 
     report_quality(layout(ctx.args))
 
