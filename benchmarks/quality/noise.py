@@ -19,7 +19,7 @@ real pipeline beside full data, dynamic random, SeTa and InfoBatch.
   and CIFAR-10 on a long schedule (20 epochs without augmentation: full data and the rule alone on
   both scales, the test accuracy after every epoch; ``noise_label_long_configs``).
 
-Settings are chosen on training signals only. SeTa's and InfoBatch's levels: ``pairs_study``'s
+Settings are chosen on training signals only. SeTa's and InfoBatch's levels: ``pairs``'s
 ``calibrate`` (the policy replayed over the per-pair losses of the full run of seed 0). The
 rule's combinations: the library itself is replayed over that run's recorded losses
 (:func:`replay`: a scratch run directory plans every epoch with the combined policy and is fed,
@@ -28,23 +28,13 @@ down-sampling ``r`` (SeTa: then its window ``alpha``) is searched until the simu
 lands nearest the level. So the rule's own removal enters as the rule measured it on the
 training losses; neither the held-out pairs nor the known noise rate are read.
 
-Runs: ``--jobs N`` processes (one torch thread and one loader worker each) take the next
-unclaimed job of the plan in priority order (a lock per job, held while it runs; the kernel
-drops it when a process dies), so the most informative runs finish first: full data at E and at
-2E of seed 0 on both sets (what the other runs wait for, and the longest runs), then 20%
+Runs (``harness``): the plan's priority order puts the most informative runs first: full data at E
+and at 2E of seed 0 on both sets (what the other runs wait for, and the longest runs), then 20%
 mismatched seed 0 (the rule alone, then the 30% and 50% levels), 0% mismatched seed 0, seed 1,
-the noisy-label runs, the remaining 2E runs. A run that needs a calibration waits for it; the
-calibrations are jobs of their own, taken as soon as full data of seed 0 is in. While runs wait
-for a calibration, a free process takes a job lower in the order only if enough processes are
-expected to be free for the waiting ones when they become ready (``pick``), and with
-``--deadline`` no job that is not expected to finish in time; at the deadline the running ones
-are stopped. Each finished run is a JSON file under ``docs/quality-runs/noise-study/`` with the
-machine it ran on (``software``, cores); a rerun skips finished runs (the study resumes). A run
-that crashed leaves ``<id>.crashed.json``, a run stopped at the deadline ``<id>.cut.json``:
-neither is a result, both are listed by the report, and both run again in a later invocation.
+the noisy-label runs, the remaining 2E runs. Calibrations are jobs of their own, taken as soon as
+full data of seed 0 is in. Each finished run is a JSON file under ``docs/quality-runs/noise-study/``.
 
-    python benchmarks/noise_study.py --jobs 14 --deadline 480        # a 16-core machine, one call
-    (= python -m benchmarks.quality --study noise ...; the runner: ``harness``)
+    python benchmarks/noise_study.py --jobs 14 --deadline 480        # = python -m benchmarks.quality --study noise
     python benchmarks/noise_study.py --only 'pairs-n20-.*-s0'         # 20% mismatched, seed 0
     python benchmarks/noise_study.py --smoke --jobs 1                 # the code paths, minutes
     python benchmarks/noise_study.py --report-only                    # the reports from the run files
@@ -56,7 +46,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -162,11 +151,9 @@ def _pairs_round(ctx: harness.Ctx, noise: float, seed: int, with_2e: bool) -> li
     base, rr, rs = (pairs_cal(noise, E, x) for x in ("base", "rule-random", "rule-seta"))
     if seed == 0:
         spec = {"study": "pairs", "noise": noise, "full": full_rid}
-        jobs += [
-            Job(base, "cal", {**spec, "name": "base"}, (full_rid,)),
-            Job(rr, "cal", {**spec, "name": "rule-random"}, (full_rid,)),
-            Job(rs, "cal", {**spec, "name": "rule-seta"}, (full_rid, base)),
-        ]
+        jobs += [Job(base, "cal", {**spec, "name": "base"}, (full_rid,)),
+                 Job(rr, "cal", {**spec, "name": "rule-random"}, (full_rid,)),
+                 Job(rs, "cal", {**spec, "name": "rule-seta"}, (full_rid, base))]  # fmt: skip
     jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", RULE, "rule", E), seed))
     # the rule alone with its mixture on the log1p scale (docs/algorithms.md §12.11), beside it
     jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {**RULE, "noise_scale": "log1p"}, "rule-log1p", E), seed))
@@ -217,14 +204,9 @@ def _labels_round(ctx: harness.Ctx, dataset: str, seed: int) -> list[Job]:
     n = {"cifar10": 45000, "sst2": 65000}[dataset] * (3 if ctx.smoke else {"cifar10": 6, "sst2": 5}[dataset])
     for cfg in noise_label_configs(quality_cal, rr["levels"]["50"]["params"] if rr else None):
         needs = (cal,) if cfg["label"].startswith("nz-rule-p") else ()
+        spec = {"dataset": dataset, "cfg": cfg, "seed": seed}  # kind: the data set, whose rate estimates it
         jobs.append(
-            Job(
-                run_id(dataset, cfg, seed),
-                "labels",
-                {"dataset": dataset, "cfg": cfg, "seed": seed},
-                needs,
-                n * (0.5 if cfg["policy"] != "full" else 1.0),
-            )
+            Job(run_id(dataset, cfg, seed), dataset, spec, needs, n * (0.5 if cfg["policy"] != "full" else 1.0))
         )
         if cfg == NOISE_LABEL_FULL and seed == 0:  # its calibration right after full data of seed 0
             jobs.append(Job(cal, "cal", {"study": "labels", "dataset": dataset, "full": full_rid}, (full_rid,)))
@@ -241,16 +223,8 @@ def _labels_long_round(ctx: harness.Ctx, seed: int) -> list[Job]:
     cfgs = noise_label_long_configs()
     if ctx.smoke:
         cfgs = [{**c, "n_epochs": 4} for c in cfgs]
-    return [
-        Job(
-            run_id("cifar10", c, seed),
-            "labels",
-            {"dataset": "cifar10", "cfg": c, "seed": seed},
-            (),
-            45000 * c["n_epochs"] * (0.9 if c["params"] else 1.0),
-        )
-        for c in cfgs
-    ]
+    return [Job(run_id("cifar10", c, seed), "cifar10", {"dataset": "cifar10", "cfg": c, "seed": seed}, (),
+                45000 * c["n_epochs"] * (0.9 if c["params"] else 1.0)) for c in cfgs]  # fmt: skip
 
 
 def _quality_calibration(dataset: str) -> dict | None:
@@ -319,16 +293,10 @@ def suspect_stats(ids: list, reasons: list[str], truth: set) -> dict:
     sus = {i for i, r in zip(ids, reasons) if r in SUSPECT_REASONS}
     out = {i for i, r in zip(ids, reasons) if r == SUSPECT_REASONS[0]}
     hit, out_hit = len(sus & truth), len(out & truth)
-    return {
-        "suspected": len(sus),
-        "left_out": len(out),
-        "rechecked": len(sus) - len(out),
-        "suspected_noisy": hit,
-        "precision": hit / len(sus) if sus else None,
-        "recall": hit / len(truth) if truth else None,
-        "left_out_precision": out_hit / len(out) if out else None,
-        "left_out_recall": out_hit / len(truth) if truth else None,
-    }
+    return {"suspected": len(sus), "left_out": len(out), "rechecked": len(sus) - len(out), "suspected_noisy": hit,
+            "precision": hit / len(sus) if sus else None, "recall": hit / len(truth) if truth else None,
+            "left_out_precision": out_hit / len(out) if out else None,
+            "left_out_recall": out_hit / len(truth) if truth else None}  # fmt: skip
 
 
 def _summary_noise(run_dir: str, epoch: int) -> dict:
@@ -357,15 +325,9 @@ def plan_noise(run_dir: str, epochs: int, truth: set, key_only: bool = False) ->
         ids = keys if key_only else list(zip(t.column("shard").to_pylist(), keys))
         keep = t.column("keep").to_numpy(zero_copy_only=False)
         noisy = np.fromiter((i in truth for i in ids), bool, len(ids))
-        rows.append(
-            {
-                "epoch": e,
-                **suspect_stats(ids, t.column("reason").to_pylist(), truth),
-                **_summary_noise(run_dir, e),
-                "plan_kept": int(keep.sum()),
-                "plan_noisy_kept": int((keep & noisy).sum()),
-            }
-        )
+        rows.append({"epoch": e, **suspect_stats(ids, t.column("reason").to_pylist(), truth),
+                     **_summary_noise(run_dir, e), "plan_kept": int(keep.sum()),
+                     "plan_noisy_kept": int((keep & noisy).sum())})  # fmt: skip
     return rows
 
 
@@ -385,31 +347,15 @@ machine = harness.machine
 
 
 # ------------------------------------------------------------------------------ one run
-def _example() -> Any:
-    if str(ROOT / "examples") not in sys.path:
-        sys.path.insert(0, str(ROOT / "examples"))
-    import train_pairs
-
-    return train_pairs
-
-
 def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
-    from .pairs import plan_checks
+    from .pairs import import_example, plan_checks
 
-    tp = _example()
+    tp = import_example()
     noise, cfg, seed = job.spec["noise"], job.spec["cfg"], job.spec["seed"]
     data = pairs_data(ctx, noise)
     run_dir = str(ctx.runs / job.rid)
-    T = TRAIN
-    args = argparse.Namespace(
-        data=str(data),
-        seed=seed,
-        quiet=True,
-        epochs=cfg["epochs"],
-        batch_size=T["batch_size"],
-        lr=T["lr"],
-        workers=T["workers"],
-    )
+    args = argparse.Namespace(data=str(data), seed=seed, quiet=True, epochs=cfg["epochs"],
+                              batch_size=TRAIN["batch_size"], lr=TRAIN["lr"], workers=TRAIN["workers"])  # fmt: skip
 
     def log(line: str) -> None:
         progress.append(line)
@@ -421,20 +367,10 @@ def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
     checks = plan_checks(run_dir, delivered, truth)
     noise_rows = plan_noise(run_dir, cfg["epochs"], truth)
     rows = [{**r, **c, **nz} for r, c, nz in zip(res.pop("rows"), checks, noise_rows)]
-    result = {
-        "study": "noise-pairs",
-        "id": job.rid,
-        "status": run_status(rows, cfg["epochs"], "loss", "delivered_equals_plan"),
-        "noise": noise,
-        "E": ctx.epochs,
-        **cfg,
-        **res,
-        "rows": rows,
-        "data": {**ctx.data, "noise": noise},
-        "train": {**TRAIN, "epochs": cfg["epochs"]},
-        "machine": machine(),
-        "library_rev": os.environ.get("STUDY_REV", "working tree"),
-    }
+    result = {"study": "noise-pairs", "id": job.rid, "status": run_status(rows, cfg["epochs"], "loss",
+              "delivered_equals_plan"), "noise": noise, "E": ctx.epochs, **cfg, **res, "rows": rows,
+              "data": {**ctx.data, "noise": noise}, "train": {**TRAIN, "epochs": cfg["epochs"]}, "machine": machine(),
+              "library_rev": os.environ.get("STUDY_REV", "working tree")}  # fmt: skip
     if seed != 0:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result
@@ -455,19 +391,11 @@ def train_labels_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
     truth = set(noise_offsets(population, ds.classes))
     run_dir = str(ctx.runs / job.rid)
     noise_rows = plan_noise(run_dir, len(result["epochs"]), truth, key_only=True)
-    rows = [
-        {**e, **nz, "delivered_equals_plan": e["streamed"] == e["kept"]}
-        for e, nz in zip(result.pop("epochs"), noise_rows)
-    ]
-    out = {
-        "study": "noise-labels",
-        "id": job.rid,
-        "status": run_status(rows, cfg.get("n_epochs", ds.epochs), "train_loss", "delivered_equals_plan"),
-        **result,
-        "rows": rows,
-        "noisy_in_data": len(truth) / max(rows[0]["n"], 1),
-        "machine": machine(),
-    }
+    rows = [{**e, **nz, "delivered_equals_plan": e["streamed"] == e["kept"]}
+            for e, nz in zip(result.pop("epochs"), noise_rows)]  # fmt: skip
+    out = {"study": "noise-labels", "id": job.rid, "status": run_status(rows, cfg.get("n_epochs", ds.epochs),
+           "train_loss", "delivered_equals_plan"), **result, "rows": rows,
+           "noisy_in_data": len(truth) / max(rows[0]["n"], 1), "machine": machine()}  # fmt: skip
     out.pop("software", None)
     if seed != 0:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -490,14 +418,8 @@ def _epoch_losses(full_run: Path, epochs: int) -> list[tuple[np.ndarray, list[st
         if not files:
             raise SystemExit(f"{full_run}: no recorded losses of epoch {e}; the calibration needs the run directory")
         t = pa.concat_tables([pq.read_table(f, columns=["shard", "key", "loss"]) for f in files])
-        out.append(
-            (
-                sample_uids(t.column("shard"), t.column("key")),
-                t.column("shard").to_pylist(),
-                t.column("key").to_pylist(),
-                t.column("loss").to_numpy(zero_copy_only=False),
-            )
-        )
+        out.append((sample_uids(t.column("shard"), t.column("key")), t.column("shard").to_pylist(),
+                    t.column("key").to_pylist(), t.column("loss").to_numpy(zero_copy_only=False)))  # fmt: skip
     return out
 
 
@@ -640,13 +562,8 @@ def run_cal(ctx: harness.Ctx, job: Job) -> dict:
         ds, population = label_dataset(ctx, spec["dataset"])
         losses = _epoch_losses(ctx.runs / spec["full"], ds.epochs)
         out = calibrate_rule(losses, population, scratch, "random", (0.5,))
-    return {
-        **out,
-        "id": job.rid,
-        "source": spec["full"],
-        "seconds": round(time.perf_counter() - t0, 1),
-        "machine": machine(),
-    }
+    return {**out, "id": job.rid, "source": spec["full"], "seconds": round(time.perf_counter() - t0, 1),
+            "machine": machine()}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ the study's hooks (harness)

@@ -59,7 +59,7 @@ TRAIN = dict(epochs=6, batch_size=128, lr=2e-3, workers=1, threads=1)
 PRIOR_RATE = {"pairs": 1.6e-3, "cal": 60.0}
 
 
-def _import_example() -> Any:
+def import_example() -> Any:
     if str(ROOT / "examples") not in sys.path:
         sys.path.insert(0, str(ROOT / "examples"))
     import train_pairs
@@ -117,7 +117,7 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
 
 
 def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
-    tp = _import_example()
+    tp = import_example()
     data = data_dir(out, noise)
     rid = run_id(noise, cfg, seed)
     run_dir = str(out / "runs" / rid)
