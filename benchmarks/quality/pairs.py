@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from benchmarks.instability import MARK, footnote, unstable
 
 from . import harness
 from .collapses import collapse_epochs, window
-from .docs import and_list, fmt_params, mean_sd, splice
+from .docs import and_list, fmt_params, mean_sd, row, splice
 from .harness import Job
 from .layout import ROOT
 
@@ -306,73 +307,35 @@ def report(ctx: harness.Ctx | None = None) -> None:
             secs = float(np.min([r["seconds"] for r in rs]))
             trained = sum(row["trained"] for r in rs for row in r["rows"])
             mism = sum(row["mismatched_trained"] for r in rs for row in r["rows"])
-            cells = [
-                k[1] + _mark(rs),
-                fmt_params(rs[0]["params"]),
-                str(len(rs)),
-                mean_sd([r["pruned"] for r in rs], digits=1),
-                mean_sd([r["i2t_r1"] for r in rs], digits=1),
-                mean_sd([r["t2i_r1"] for r in rs], digits=1),
-                mean_sd([r["i2t_r5"] for r in rs], digits=1),
-                mean_sd([r["t2i_r5"] for r in rs], digits=1),
-                _vs_random(groups, noise, rs),
-                f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
-                _collapse_cell(groups, noise, rs),
-                f"{secs:.0f}",
-                f"{secs / full_s:.2f}" if full_s else "-",
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(row([k[1] + _mark(rs), fmt_params(rs[0]["params"]), str(len(rs)),
+                              *(mean_sd([r[c] for r in rs], digits=1) for c in ("pruned", "i2t_r1", "t2i_r1", "i2t_r5",
+                                                                                "t2i_r5")),
+                              _vs_random(groups, noise, rs), f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
+                              _collapse_cell(groups, noise, rs), f"{secs:.0f}",
+                              f"{secs / full_s:.2f}" if full_s else "-"]))  # fmt: skip
         lines.append("")
         note = _unstable_note([groups[k] for k in keys])
         lines += note
-        E = len(groups[keys[0]][0]["rows"])
-        head = "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |"
-        sep = "| --- | --- |" + " --- |" * E
-        lines += ["Kept fraction per epoch (plan, mean over seeds):", "", head, sep]
-        for k in keys:
-            rs = groups[k]
-            lines.append(
-                f"| {k[1]}{_mark(rs)} | {fmt_params(rs[0]['params'])} | "
-                + " | ".join(f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in rs]):.2f}" for e in range(E))
-                + " |"
-            )
-        lines += ["", *note]
+
+        def loss_cell(rs: list[dict], e: int) -> str:
+            a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
+            b = [r["checks"][e]["plan_loss_clean"] for r in rs]
+            return "-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}"
+
+        t = partial(_table, groups, keys, note)
+        lines += t(
+            "Kept fraction per epoch (plan, mean over seeds):",
+            lambda rs, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in rs]):.2f}",
+        )
         if noise:
-            lines += [
+            lines += t(
                 f"Share of mismatched pairs among the pairs each policy trained on, per epoch (%, mean over "
                 f"seeds; counted from the keys the loader delivered against `noise.parquet`; "
                 f"{round(noise * 100)}% of the training set):",
-                "",
-                head,
-                sep,
-            ]
-            for k in keys:
-                rs = groups[k]
-                lines.append(
-                    f"| {k[1]}{_mark(rs)} | {fmt_params(rs[0]['params'])} | "
-                    + " | ".join(
-                        f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in rs]):.1f}" for e in range(E)
-                    )
-                    + " |"
-                )
-            lines += [
-                "",
-                *note,
-                "Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when last "
-                "trained; e0 has none), mean over seeds:",
-                "",
-                head,
-                sep,
-            ]
-            for k in keys:
-                rs = groups[k]
-                cells = []
-                for e in range(E):
-                    a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
-                    b = [r["checks"][e]["plan_loss_clean"] for r in rs]
-                    cells.append("-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}")
-                lines.append(f"| {k[1]}{_mark(rs)} | {fmt_params(rs[0]['params'])} | " + " | ".join(cells) + " |")
-            lines += ["", *note]
+                lambda rs, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in rs]):.1f}",
+            )
+            lines += t("Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when "
+                       "last trained; e0 has none), mean over seeds:", loss_cell)  # fmt: skip
         if noise:
             lines += _per_epoch_table(groups, keys)
         _plot(noise, groups, keys, doc)
@@ -382,19 +345,12 @@ def report(ctx: harness.Ctx | None = None) -> None:
         c = json.loads(p.read_text())
         for policy, levels in c["levels"].items():
             for lv, v in levels.items():
-                cal.append(
-                    f"| {p.name.split('-')[1]} | {policy} | {lv}% | {fmt_params(v['params'])} "
-                    f"| {100 * v['simulated']:.1f} |"
-                )
+                cal.append(row([p.name.split("-")[1], policy, f"{lv}%", fmt_params(v["params"]),
+                                f"{100 * v['simulated']:.1f}"]))  # fmt: skip
     if cal:
-        lines += [
-            "### Settings chosen for the pruned levels (on training losses of the full run, seed 0)",
-            "",
-            "| data | policy | level | setting | simulated pruned % |",
-            "| --- | --- | --- | --- | --- |",
-            *cal,
-            "",
-        ]
+        lines += ["### Settings chosen for the pruned levels (on training losses of the full run, seed 0)", "",
+                  "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,
+                  ""]  # fmt: skip
     revs = sorted({r.get("library_rev", "?") for r in results})
     machines = sorted({", ".join(f"{k} {v}" for k, v in r["software"].items()) if r.get("software") else
                        "not recorded" for r in results})  # fmt: skip
@@ -671,6 +627,15 @@ def summary_lines(groups: dict) -> list[str]:
 def _style(key: tuple) -> dict:
     """One colour per policy (as in the recall panel); dashed for its 50% setting."""
     return {"color": f"C{ORDER[key[1]]}", "ls": "--" if key[2] == "p50" else "-"}
+
+
+def _table(groups: dict, keys: list, note: list[str], title: str, cell: Any) -> list[str]:
+    """A table with a column per epoch: ``cell(runs, epoch)`` for each configuration of ``keys``."""
+    E = len(groups[keys[0]][0]["rows"])
+    return [title, "", "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |",
+            "| --- | --- |" + " --- |" * E,
+            *(row([f"{k[1]}{_mark(groups[k])}", fmt_params(groups[k][0]["params"]), *(cell(groups[k], e)
+                   for e in range(E))]) for k in keys), "", *note]  # fmt: skip
 
 
 def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
