@@ -35,7 +35,7 @@ from benchmarks.instability import MARK, footnote, unstable
 from benchmarks.instability import write as write_instability
 
 from . import docs
-from .docs import fmt_params, mean_sd, row
+from .docs import fmt_params, interp_gap, mean_sd, row
 from .layout import ROOT
 
 BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
@@ -200,9 +200,8 @@ def vs_random(rs: list[dict], full: list[dict], randoms: list[list[dict]], value
         pts = ([(0.0, value(f[s]))] if s in f else []) + [
             (g[s]["pruned"], value(g[s])) for g in map(by_seed, randoms) if s in g
         ]
-        pts.sort()
-        if len(pts) >= 2 and pts[0][0] <= r["pruned"] <= pts[-1][0]:
-            out[s] = value(r) - float(np.interp(r["pruned"], [p[0] for p in pts], [p[1] for p in pts]))
+        if (v := interp_gap(r["pruned"], value(r), pts)) is not None:
+            out[s] = v
     return Gap(out)
 
 

@@ -42,7 +42,7 @@ from benchmarks.instability import MARK, footnote, unstable
 
 from . import harness
 from .collapses import collapse_epochs, window
-from .docs import and_list, fmt_params, mean_sd, row, splice
+from .docs import and_list, fmt_params, interp_gap, mean_sd, row, splice
 from .harness import Job
 from .layout import ROOT
 
@@ -253,12 +253,9 @@ def _vs_random(groups: dict, noise: float, rs: list[dict]) -> str:
         return "-"
     pts = [(0.0, groups.get((noise, "full", "full", "{}")))]
     pts += [(float(np.mean([r["pruned"] for r in g])), g) for k, g in groups.items() if k[:2] == (noise, "random")]
-    pts = sorted((x, float(np.mean([_r1(r) for r in g]))) for x, g in pts if g)
-    x = float(np.mean([r["pruned"] for r in rs]))
-    if len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
-        return "-"
-    ref = float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
-    return f"{100 * (float(np.mean([_r1(r) for r in rs])) - ref):+.1f}"
+    r1 = [(p, float(np.mean([_r1(r) for r in g]))) for p, g in pts if g]
+    v = interp_gap(float(np.mean([r["pruned"] for r in rs])), float(np.mean([_r1(r) for r in rs])), r1)
+    return "-" if v is None else f"{100 * v:+.1f}"
 
 
 def report(ctx: harness.Ctx | None = None) -> None:

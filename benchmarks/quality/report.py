@@ -12,7 +12,7 @@ from . import docs
 from .checks import finished_run_dirs, run_checks
 from .configs import run_id
 from .data import DATASETS
-from .docs import ORDER, fmt_params, group, load_results, mean_sd, row
+from .docs import ORDER, fmt_params, group, interp_gap, load_results, mean_sd, row
 from .layout import Layout
 from .plots import plot_short
 
@@ -27,17 +27,15 @@ def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
 def _vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:
     """Test accuracy minus dynamic random's (clean labels), linearly interpolated at the same
     measured pruned % (ES/ESWP: back-propagated %) between random's points and full data (0%)."""
+    policy = rs[0]["policy"]
+    if policy in ("full", "random") or rs[0]["noisy"]:  # random runs have clean labels
+        return "-"
     pts = [(0.0, groups.get((dataset, False, "full", "full", "{}")))]
     pts += [(r[0]["pruned"], r) for k, r in groups.items() if k[:3] == (dataset, False, "random")]
-    pts = sorted((x, float(np.mean([r["test_acc"] for r in g]))) for x, g in pts if g)
-    policy = rs[0]["policy"]
-    if len(pts) < 2 or policy in ("full", "random") or rs[0]["noisy"]:  # random runs have clean labels
-        return "-"
     x = float(np.mean([r["pruned_backprop" if policy in ("es", "eswp") else "pruned"] for r in rs]))
-    if not pts[0][0] <= x <= pts[-1][0]:
-        return "-"
-    ref = float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
-    return f"{100 * (float(np.mean([r['test_acc'] for r in rs])) - ref):+.2f}"
+    acc = [(p, float(np.mean([r["test_acc"] for r in g]))) for p, g in pts if g]
+    v = interp_gap(x, float(np.mean([r["test_acc"] for r in rs])), acc)
+    return "-" if v is None else f"{100 * v:+.2f}"
 
 
 def report_short(layout: Layout) -> None:

@@ -29,7 +29,7 @@ from .configs import (
     converged_plan,
     model_of,
 )
-from .docs import ORDER, fmt_params, load_results, mean_sd, scaled_mean
+from .docs import ORDER, fmt_params, interp_gap, load_results, mean_sd, scaled_mean
 from .layout import Layout
 from .machine import machine_of
 from .plots import plot_curves, plot_vs_pruned
@@ -307,11 +307,9 @@ class Study:
         pts = [(0.0, self.full_acc)] if self.full_acc is not None else []
         pts += [(float(np.mean([r["pruned"] for r in g])), _acc(g)) for g in self.groups.values()
                 if g[0]["policy"] == "random"]  # fmt: skip
-        pts.sort()
-        x = float(np.mean([r["pruned"] for r in rs]))
-        if rs[0]["policy"] in ("full", "random") or len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
+        if rs[0]["policy"] in ("full", "random"):
             return None
-        return _acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
+        return interp_gap(float(np.mean([r["pruned"] for r in rs])), _acc(rs), pts)
 
     def vs_random(self, rs: list[dict]) -> str:
         v = self.vs_random_value(rs)
