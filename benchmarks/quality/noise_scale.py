@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import write_json
 from seta_stream._kmeans1d import points1d
 from seta_stream._mixture1d import fit_two_gaussians
 from seta_stream.policies.noise import NoiseFit, on_scale
@@ -335,12 +336,12 @@ def main(argv: list[str] | None = None) -> None:
             p.error("--variant or --replay")
         res = train(args.variant, args.seed, args.noise, args.random, args.epochs)
         out = RESULTS / f"{res['id']}.json"
-        out.write_text(json.dumps(res, indent=1) + "\n")
+        write_json(out, res)
         for r in res["rows"]:
             print(r["epoch"], r.get("suspected"), r.get("precision"), r.get("recall"), r["mismatched_share"],
                   r["i2t_r1"], r["t2i_r1"])  # fmt: skip
         return
-    out.write_text(json.dumps({"run": str(run.relative_to(ROOT)), "rows": rows}, indent=1) + "\n")
+    write_json(out, {"run": str(run.relative_to(ROOT)), "rows": rows})
     for r in rows:
         print(json.dumps(r))
 
