@@ -364,6 +364,38 @@ time.sleep(60)
 """
 
 
+def test_the_short_study_plan_waits_for_its_calibration_and_only_pulls_in_what_a_run_needs(tmp_path: Path) -> None:
+    """The short study through the runner: before the calibration exists its runs are one placeholder
+    per seed (which ``--only`` may select, pulling in full data of seed 0 and the calibration), after
+    it the configurations it decides; a result file (not a crashed one) marks a run done."""
+    import benchmarks.quality.harness as H
+    import benchmarks.quality.study as study
+    from benchmarks.quality.__main__ import parser
+    from benchmarks.quality.configs import configs, run_id
+
+    argv = ["--datasets", "sst2", "--seeds", "2", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o")]
+    ctx = study.context(parser().parse_args([*argv, "--only", "sst2-clean-random-p30"]))
+    ctx.results.mkdir(parents=True)
+    jobs = study.plan(ctx)
+    assert [(j.rid, j.kind, j.needs) for j in jobs] == [
+        ("sst2-clean-full-full-default-s0", "sst2", ()),
+        ("sst2-calibration", "cal", ("sst2-clean-full-full-default-s0",)),
+        ("sst2-tbd-s0", "pending", ("sst2-calibration",)),
+        ("sst2-tbd-s1", "pending", ("sst2-calibration",)),
+    ]
+    assert [j.rid for j in H.todo(ctx, jobs)] == [j.rid for j in jobs]
+    H.write_json(ctx.results / "sst2-calibration.json", CAL)
+    H.write_json(ctx.results / "sst2-clean-full-full-default-s0.json", {"pruned": 0.0})
+    (ctx.results / "sst2-clean-random-p30-r0.3-s1.crashed.json").write_text(json.dumps({"invocation": 0.0}))
+    jobs = study.plan(ctx)
+    rids = [j.rid for j in jobs]
+    runs = [run_id("sst2", c, s) for s in (0, 1) for c in configs(CAL)]  # full data of seed 0: once, first
+    assert rids == ["sst2-clean-full-full-default-s0", "sst2-calibration", *runs[1:]] and len(set(rids)) == len(rids)
+    # a crash of an earlier invocation does not hold its run back
+    assert [j.rid for j in H.todo(ctx, jobs)] == ["sst2-clean-random-p30-r0.3-s0", "sst2-clean-random-p30-r0.3-s1"]
+    assert all(j.needs == ("sst2-calibration",) for j in jobs[2:])
+
+
 def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
     import signal
     import subprocess
