@@ -74,9 +74,3 @@ def interp_gap(x: float, value: float, pts: list[tuple[float, float]]) -> float 
     if len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
         return None
     return value - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
-
-
-def epoch_table(keys: list, cells: list[list[str]], lead: list[str], E: int) -> list[str]:
-    """A table of one row per configuration (``lead[i]``: its first cells joined) and a column per epoch."""
-    head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
-    return head + [f"| {lead[i]} | " + " | ".join(cells[i]) + " |" for i in range(len(keys))]
