@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.worker:
         return harness.worker(ctx, study)
-    harness.launch(ctx, study, ["--study", args.study, *[a for a in argv if a != args.study or True]], args.jobs)
+    harness.launch(ctx, study, ["--study", args.study, *argv], args.jobs)
     study.after(ctx)
     if not args.no_report:
         study.report(ctx)

@@ -57,40 +57,30 @@ def report_short(layout: Layout) -> None:
             full = groups.get((dataset, noisy, "full", "full", "{}"))
             full_s = np.min([r["seconds"] for r in full]) if full else None
             title = f"{dataset}, {'40% noisy labels' if noisy else 'clean labels'}"
-            lines += [f"### {title}", ""]
-            lines += [
-                "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % | test acc % "
-                "| val acc % | wall s (fastest seed) | time vs full | test acc vs dynamic random at that pruned % |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            ]
+            lines += [f"### {title}", "", "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % "
+                      "| test acc % | val acc % | wall s (fastest seed) | time vs full | test acc vs dynamic random at "
+                      "that pruned % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
             for k in keys:
                 rs = groups[k]
                 secs = float(np.min([r["seconds"] for r in rs]))  # other work on the VM only adds time
-                cells = [
-                    k[2],
-                    fmt_params(rs[0]["params"], "defaults"),
-                    str(len(rs)),
-                    mean_sd([r["pruned"] for r in rs], digits=1),
-                    mean_sd([r["pruned_backprop"] for r in rs], digits=1),
-                    mean_sd([r["test_acc"] for r in rs]),
-                    mean_sd([r["val_acc"] for r in rs]),
-                    f"{secs:.0f}",
-                    f"{secs / full_s:.2f}" if full_s else "-",
-                    _vs_random(groups, dataset, rs),
-                ]
-                lines.append("| " + " | ".join(cells) + " |")
-            lines.append("")
+                lines.append(row([k[2], fmt_params(rs[0]["params"], "defaults"), str(len(rs)),
+                                  mean_sd([r["pruned"] for r in rs], digits=1),
+                                  mean_sd([r["pruned_backprop"] for r in rs], digits=1),
+                                  mean_sd([r["test_acc"] for r in rs]), mean_sd([r["val_acc"] for r in rs]),
+                                  f"{secs:.0f}", f"{secs / full_s:.2f}" if full_s else "-",
+                                  _vs_random(groups, dataset, rs)]))  # fmt: skip
             n_ep = len(groups[keys[0]][0]["epochs"])
-            kept_lines = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |"]
-            kept_lines.append("| --- | --- |" + " --- |" * n_ep)
+            lines += ["", f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", "",
+                      "| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |",
+                      "| --- | --- |" + " --- |" * n_ep]  # fmt: skip
             for k in keys:
                 r = groups[k][0]
-                kept_lines.append(
-                    f"| {k[2]} | {fmt_params(r['params'], 'defaults')} | "
-                    + " | ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
-                    + " |"
+                lines.append(
+                    row(
+                        [k[2], fmt_params(r["params"], "defaults"), *(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])]
+                    )
                 )
-            lines += [f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", ""] + kept_lines + [""]
+            lines.append("")
             name = f"{dataset}-{'noisy' if noisy else 'clean'}"
             plot_short(layout.plots / f"{name}.png", dataset, noisy, groups, keys)
             lines += [f"![{title}](quality/{name}.png)", ""]
@@ -102,25 +92,15 @@ def report_short(layout: Layout) -> None:
                 setting = fmt_params(v["params"], "defaults")
                 cal.append(row([p.name.split("-")[0], policy, f"{lv}%", setting, f"{100 * v['simulated']:.1f}"]))
     if cal:
-        lines += [
-            "### Settings chosen for the pruned levels (on training losses, `calibrate`)",
-            "",
-            "| data | policy | level | setting | simulated pruned % |",
-            "| --- | --- | --- | --- | --- |",
-            *cal,
-            "",
-        ]
+        lines += ["### Settings chosen for the pruned levels (on training losses, `calibrate`)", "",
+                  "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,
+                  ""]  # fmt: skip
     if checks_path.exists():
         c = json.loads(checks_path.read_text())
-        lines += [
-            "### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)",
-            "",
-            f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) and "
-            f"{len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
-            "losses landing on their own keys): "
-            + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."),
-            "",
-            *[f"* {x}" for x in c["problems"][:50]],
-            "",
-        ]
+        lines += ["### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)", "",
+                  f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) "
+                  f"and {len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
+                  "losses landing on their own keys): "
+                  + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."), "",
+                  *[f"* {x}" for x in c["problems"][:50]], ""]  # fmt: skip
     splice(layout.doc, BEGIN, END, lines)
