@@ -205,8 +205,8 @@ def params_for(ctx: Ctx, noise: float, seed: int, m: Method) -> tuple[dict, int 
 
 def train(ctx: Ctx, noise: float, seed: int, m: Method) -> dict | None:
     """Train one run and write its result file; None where it must wait for rule + random."""
-    from benchmarks.pairs_study import plan_checks
     from benchmarks.quality.machine import software
+    from benchmarks.quality.pairs import plan_checks
 
     if str(ROOT / "examples") not in sys.path:
         sys.path.insert(0, str(ROOT / "examples"))

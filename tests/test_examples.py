@@ -311,7 +311,7 @@ def test_the_demo_trains_the_noise_studys_calibrated_setting_into_the_run_direct
     cal = json.loads((ROOT / "docs/quality-runs/noise-study-2core/pairs-n20-E10-cal-rule-random.json").read_text())
     assert (args.policy, cal["levels"]["30"]["params"]) == ("random", tp.policy_params(args))
     # the study's data and schedule, which that calibration replayed
-    import benchmarks.noise_study as ns
+    import benchmarks.quality.noise as ns
 
     data, train = ns.DATA, ns.TRAIN
     assert (

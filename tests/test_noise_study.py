@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import noise_report as nr
-from benchmarks import noise_study as ns
+from benchmarks.quality import harness as H
+from benchmarks.quality import noise as ns
+from benchmarks.quality import noise_report as nr
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = {"cpu": "Test CPU", "cores": 16, "torch": "2.13.0", "cpu_capability": "AVX2", "torch_threads": 1}
@@ -197,12 +198,12 @@ def test_the_plan_puts_the_core_comparison_first_and_waits_for_calibrations(tmp_
     assert len({j.rid for j in jobs}) == len(jobs)
     # --only keeps the selected runs and what they need that is not done (the calibration is)
     ctx.only = r"pairs-n20-E4-seta-p30-.*-s1"
-    assert [j.rid for j in ns.todo(ctx)] == [
+    assert [j.rid for j in H.todo(ctx, ns.plan(ctx))] == [
         "pairs-n20-E4-full-full-default-s0",
         "pairs-n20-E4-seta-p30-alpha0.6-k5-r0.0-s1",
     ]
     (ctx.results / "pairs-n20-E4-cal-base.json").unlink()
-    assert [j.rid for j in ns.todo(ctx)] == [
+    assert [j.rid for j in H.todo(ctx, ns.plan(ctx))] == [
         "pairs-n20-E4-full-full-default-s0",
         "pairs-n20-E4-cal-base",
         "pairs-n20-E4-seta-p30-tbd-s1",
@@ -215,12 +216,12 @@ def test_backfilling_keeps_processes_for_the_runs_that_wait_for_a_calibration(tm
     now = time.time()
     held = []
     for rid in ("pairs-n20-E4-full-full-default-s0", "pairs-n20-E4-full-full2E-default-s0"):  # "two other processes"
-        held.append(ns._claim(ctx.claims / f"{rid}.lock", wait=False))
+        held.append(H.claim(ctx.claims / f"{rid}.lock", wait=False))
         (ctx.claims / f"{rid}.started").write_text(repr(now))
     try:
-        picked = [j.rid for j in ns.pick(ctx, ns.todo(ctx), now)]
+        picked = [j.rid for j in H.pick(ctx, H.todo(ctx, ns.plan(ctx)), now, ns.PRIOR_RATE)]
         ctx.procs = 20  # enough processes free by then: nothing is held back
-        many = [j.rid for j in ns.pick(ctx, ns.todo(ctx), now)]
+        many = [j.rid for j in H.pick(ctx, H.todo(ctx, ns.plan(ctx)), now, ns.PRIOR_RATE)]
     finally:
         for h in held:
             assert h is not None
@@ -237,20 +238,21 @@ def test_backfilling_keeps_processes_for_the_runs_that_wait_for_a_calibration(tm
 _WORKER = r"""
 import json, os, sys, time
 from pathlib import Path
-import benchmarks.noise_study as ns
+import benchmarks.quality.noise as ns
+from benchmarks.quality import harness as H
 
 root = Path(sys.argv[1])
 CAL_BASE, CAL_RULE = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 
-def fake_execute(ctx, job):
+def fake_execute(ctx, job, run):
     with open(root / "log", "a") as f:
-        f.write(f"{os.getpid()} {job.rid} {' '.join(n for n in job.needs if not ns.done(ctx, n))}\n")
+        f.write(f"{os.getpid()} {job.rid} {' '.join(n for n in job.needs if not H.done(ctx, n))}\n")
     time.sleep(0.05)
     out = CAL_BASE if job.rid.endswith("cal-base") else CAL_RULE if "-cal-" in job.rid else {"id": job.rid}
-    ns.write_json(ctx.results / f"{job.rid}.json", out)
+    H.write_json(ctx.results / f"{job.rid}.json", out)
 
-ns.execute = fake_execute
-ns.worker(ns.Ctx(results=root / "results", out=root / "out", epochs=4, labels=False, procs=2))
+H.execute = fake_execute
+H.worker(ns.Ctx(results=root / "results", out=root / "out", epochs=4, labels=False, procs=2), ns)
 """
 
 
@@ -278,13 +280,14 @@ def test_a_crash_and_a_deadline_leave_files_that_are_not_results(tmp_path: Path,
         raise ValueError("boom")
 
     monkeypatch.setattr(ns, "train_pairs_job", crash)
-    monkeypatch.setattr(ns, "machine", lambda: MACHINE)
-    ns.execute(ctx, job)
+    monkeypatch.setattr(H, "machine", lambda: MACHINE)
+    H.execute(ctx, job, ns.run)
     crashed = json.loads((ctx.results / f"{job.rid}.crashed.json").read_text())
     assert (crashed["status"], crashed["epochs_done"]) == ("crashed", 1) and "ValueError: boom" in crashed["error"]
-    assert not ns.done(ctx, job.rid) and ns._failed_here(ctx, job.rid)
-    assert job.rid not in [j.rid for j in ns.todo(ctx)]  # not again in this invocation
-    assert job.rid in [j.rid for j in ns.todo(ns.Ctx(results=ctx.results, out=ctx.out, epochs=4, labels=False))]
+    assert not H.done(ctx, job.rid) and H.failed_here(ctx, job.rid)
+    assert job.rid not in [j.rid for j in H.todo(ctx, ns.plan(ctx))]  # not again in this invocation
+    later = ns.Ctx(results=ctx.results, out=ctx.out, epochs=4, labels=False)  # the next invocation
+    assert job.rid in [j.rid for j in H.todo(later, ns.plan(later))]
 
     def slow(ctx: ns.Ctx, job: ns.Job, progress: list) -> dict:
         progress.append("epoch 0")
@@ -293,12 +296,12 @@ def test_a_crash_and_a_deadline_leave_files_that_are_not_results(tmp_path: Path,
 
     import signal
 
-    signal.signal(signal.SIGALRM, ns._on_alarm)
+    signal.signal(signal.SIGALRM, H.on_alarm)
     monkeypatch.setattr(ns, "train_pairs_job", slow)
     ctx.until = time.time() + 1
-    ns.execute(ctx, job)
+    H.execute(ctx, job, ns.run)
     cut = json.loads((ctx.results / f"{job.rid}.cut.json").read_text())
-    assert (cut["status"], cut["epochs_done"]) == ("cut_short", 1) and not ns.done(ctx, job.rid)
+    assert (cut["status"], cut["epochs_done"]) == ("cut_short", 1) and not H.done(ctx, job.rid)
 
 
 # ------------------------------------------------------------------------------ the report
@@ -443,7 +446,7 @@ def _synthetic(tmp_path: Path, change: Callable[[list[dict]], None] | None = Non
         json.dumps({"id": "pairs-n20-E4-random-p30-r0.3-s2", "status": "cut_short", "epochs_done": 1})
     )
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=False)
-    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    ns.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
     return (tmp_path / "pairs.md").read_text()
 
 
@@ -519,7 +522,7 @@ def test_a_clean_pairs_run_worse_than_random_beyond_the_noise_misses_by_how_much
             row["suspected"] = 0
         (res / f"{silent['id']}.json").write_text(json.dumps(silent))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=False)
-    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    ns.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
     lines = (tmp_path / "pairs.md").read_text().splitlines()
     assert (
         "| clean pairs: mean R@1 no worse than dynamic random at the same pruned % | rule + random noise=True, r=0.3 "
@@ -649,7 +652,7 @@ def test_the_noisy_label_report_says_whether_the_rule_beats_full_data(tmp_path: 
         ):
             (res / f"{r['id']}.json").write_text(json.dumps(r))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
-    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    ns.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
     lines = (tmp_path / "labels.md").read_text().splitlines()
     assert lines[3] == (
         "10 finished noisy-label runs enter the tables below; the runs of each data set ran on one machine "
@@ -734,7 +737,7 @@ def test_the_long_noisy_label_schedule_is_its_own_comparison_with_its_curve(tmp_
         for r in short + long:
             (res / f"{r['id']}.json").write_text(json.dumps(r))
     ctx = ns.Ctx(results=res, out=tmp_path / "out", epochs=4, labels=True)
-    nr.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
+    ns.report(ctx, tmp_path / "pairs.md", tmp_path / "labels.md")
     lines = (tmp_path / "labels.md").read_text().splitlines()
     heads = [x for x in lines if x.startswith("#### ")]
     assert heads == [
@@ -790,7 +793,7 @@ def test_a_replica_on_another_machine_gets_a_section_of_its_own(tmp_path: Path) 
     assert nr.pairs_folders(rep) == [rep]
     assert nr.pairs_markers(rep) == ("<!-- noise:noise-study-2core:begin -->", "<!-- noise:noise-study-2core:end -->")
     doc = tmp_path / "pairs.md"
-    nr.report(ns.Ctx(results=main, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
+    ns.report(ns.Ctx(results=main, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
     text = doc.read_text()
     head, _, tail = text.partition("<!-- noise:noise-study-2core:begin -->")
     assert "2 finished pairs runs enter the tables below; all ran on one machine: Test CPU, 16 cores" in head
@@ -801,7 +804,7 @@ def test_a_replica_on_another_machine_gets_a_section_of_its_own(tmp_path: Path) 
     # the replica's report alone rewrites its own section, nothing else
     r = pairs_run(0.2, "random", "p30", {"r": 0.3}, 0, 20.0, 0.3, machine=other)
     (rep / f"{r['id']}.json").write_text(json.dumps(r))
-    nr.report(ns.Ctx(results=rep, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
+    ns.report(ns.Ctx(results=rep, out=tmp_path / "out", epochs=4, labels=False), doc, tmp_path / "labels.md")
     head2, _, tail2 = doc.read_text().partition("<!-- noise:noise-study-2core:begin -->")
     assert head2 == head
     assert "3 finished pairs runs enter the tables below; all ran on one machine: Other CPU, 2 cores" in tail2

@@ -1,5 +1,5 @@
 """The generated prose of the accuracy reports (benchmarks/quality reading, reading_short,
-report_collapses; benchmarks/pairs_study reading): exact sentences from synthetic run files, so
+report_collapses; benchmarks/quality/pairs reading): exact sentences from synthetic run files, so
 that a number in the prose cannot drift from the files, and collapsed runs are marked."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from benchmarks.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa:
 from benchmarks.quality.layout import Layout  # noqa: E402
 from benchmarks.quality.reading import readings, report_readings, summary  # noqa: E402
 from benchmarks.quality.report_converged import report_converged  # noqa: E402
+from benchmarks.quality.results_table import report_results_table  # noqa: E402
 
 SETA = {"alpha": 0.5, "k": 10, "r": 0.2}
 
@@ -201,6 +202,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     layout.results_doc.write_text("# r\n<!-- quality-summary:begin -->\nold\n<!-- quality-summary:end -->\ntail\n")
     report_converged(layout)
     report_readings(layout)
+    report_results_table(layout)
     doc = layout.doc.read_text()
     assert (
         "| seta p50 † | alpha=0.5, k=10, r=0.2 | 2 | 50.0 ± 0.0 | 77.25 ± 0.35 | -2.25 | 2 | 79.75 ± 0.35 | -2.50 "
@@ -229,6 +231,7 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
     ) in results
     report_converged(layout)
     report_readings(layout)
+    report_results_table(layout)
     assert layout.doc.read_text() == doc and layout.results_doc.read_text() == results  # byte for byte
 
 
@@ -292,7 +295,7 @@ def _pair_run(seed: int, r1: list[float], share: list[float], kept_mis: list[flo
 
 
 def test_the_pairs_reading_gives_each_epoch_its_window_and_share_and_marks_the_collapse() -> None:
-    import benchmarks.pairs_study as ps
+    import benchmarks.quality.pairs as ps
 
     seta = [_pair_run(0, [0.2, 0.3, 0.017, 0.35], [0.2, 0.22, 0.94, 0.2], [1.0, 0.69, 0.94, 1.0]),
             _pair_run(1, [0.2, 0.3, 0.25, 0.33], [0.2, 0.21, 0.9, 0.2], [1.0, 0.7, 0.9, 1.0])]  # fmt: skip

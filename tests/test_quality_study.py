@@ -309,25 +309,24 @@ def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Pat
 
 
 _WORKER = r"""
-import json, os, sys, time
+import os, sys, time
 from pathlib import Path
+import benchmarks.quality.harness as H
 import benchmarks.quality.study as study
-from benchmarks.quality.layout import Layout
+from benchmarks.quality.__main__ import parser
 
-root, E = Path(sys.argv[1]), 36
-layout = Layout(results=root / "results", out=root / "out", data=root / "data")
+root = Path(sys.argv[1])
 
-def fake_run_one(ds, cfg, seed, rid, results, layout, population, args):
+def fake_run(ctx, job, progress):
     with open(root / "log", "a") as f:
-        f.write(f"{os.getpid()} {rid}\n")
+        f.write(f"{os.getpid()} {job.rid}\n")
     time.sleep(0.3)  # long enough that the other process looks for work meanwhile
-    result = {"pruned": 0.3}
-    study.write_json(results / f"{rid}.json", result)
-    return result
+    return {"pruned": 0.3}
 
-study.run_one = fake_run_one
-args = type("A", (), {"seeds": 2, "only": None, "no_augment": False, "model": "cnn"})()
-study._converged_loop(args, layout, None, E, None)
+study.run = fake_run
+argv = ["--study", "converged", "--results", str(root / "results"), "--out", str(root / "out"), "--data",
+        str(root / "data"), "--procs", "2"]
+H.worker(study.context(parser().parse_args(argv)), study)
 """
 
 
@@ -358,11 +357,43 @@ def test_two_study_processes_share_the_plan_and_train_each_run_once(tmp_path: Pa
 _HOLDER = r"""
 import sys, time
 from pathlib import Path
-from benchmarks.quality.study import _claim
-held = _claim(Path(sys.argv[1]), wait=False)
+from benchmarks.quality.harness import claim
+held = claim(Path(sys.argv[1]), wait=False)
 print("held" if held else "refused", flush=True)
 time.sleep(60)
 """
+
+
+def test_the_short_study_plan_waits_for_its_calibration_and_only_pulls_in_what_a_run_needs(tmp_path: Path) -> None:
+    """The short study through the runner: before the calibration exists its runs are one placeholder
+    per seed (which ``--only`` may select, pulling in full data of seed 0 and the calibration), after
+    it the configurations it decides; a result file (not a crashed one) marks a run done."""
+    import benchmarks.quality.harness as H
+    import benchmarks.quality.study as study
+    from benchmarks.quality.__main__ import parser
+    from benchmarks.quality.configs import configs, run_id
+
+    argv = ["--datasets", "sst2", "--seeds", "2", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o")]
+    ctx = study.context(parser().parse_args([*argv, "--only", "sst2-clean-random-p30"]))
+    ctx.results.mkdir(parents=True)
+    jobs = study.plan(ctx)
+    assert [(j.rid, j.kind, j.needs) for j in jobs] == [
+        ("sst2-clean-full-full-default-s0", "sst2", ()),
+        ("sst2-calibration", "cal", ("sst2-clean-full-full-default-s0",)),
+        ("sst2-tbd-s0", "pending", ("sst2-calibration",)),
+        ("sst2-tbd-s1", "pending", ("sst2-calibration",)),
+    ]
+    assert [j.rid for j in H.todo(ctx, jobs)] == [j.rid for j in jobs]
+    H.write_json(ctx.results / "sst2-calibration.json", CAL)
+    H.write_json(ctx.results / "sst2-clean-full-full-default-s0.json", {"pruned": 0.0})
+    (ctx.results / "sst2-clean-random-p30-r0.3-s1.crashed.json").write_text(json.dumps({"invocation": 0.0}))
+    jobs = study.plan(ctx)
+    rids = [j.rid for j in jobs]
+    runs = [run_id("sst2", c, s) for s in (0, 1) for c in configs(CAL)]  # full data of seed 0: once, first
+    assert rids == ["sst2-clean-full-full-default-s0", "sst2-calibration", *runs[1:]] and len(set(rids)) == len(rids)
+    # a crash of an earlier invocation does not hold its run back
+    assert [j.rid for j in H.todo(ctx, jobs)] == ["sst2-clean-random-p30-r0.3-s0", "sst2-clean-random-p30-r0.3-s1"]
+    assert all(j.needs == ("sst2-calibration",) for j in jobs[2:])
 
 
 def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
@@ -370,18 +401,18 @@ def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from benchmarks.quality.study import _claim
+    from benchmarks.quality.harness import claim
 
     lock = tmp_path / "claims" / "run.lock"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        assert _claim(lock, wait=False) is None
+        assert claim(lock, wait=False) is None
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    mine = _claim(lock, wait=False)
+    mine = claim(lock, wait=False)
     assert mine is not None
     mine.close()
 

@@ -13,9 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import benchmarks.noise_report as nr  # noqa: E402
-import benchmarks.noise_scale_check as nsc  # noqa: E402
-import benchmarks.pairs_study as ps  # noqa: E402
+import benchmarks.quality.noise_report as nr  # noqa: E402
+import benchmarks.quality.noise_scale as nsc  # noqa: E402
+import benchmarks.quality.pairs as ps  # noqa: E402
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "torch": "2.13.0", "cpu_capability": "AVX2"}
 

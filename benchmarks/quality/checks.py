@@ -161,8 +161,8 @@ def run_checks(dirs: list[Path], results: list[dict]) -> dict:
 
 if __name__ == "__main__":
     from .configs import run_id
+    from .docs import load_results
     from .layout import Layout
-    from .results import load_results
 
     layout = Layout()
     runs = Path(sys.argv[1]) if len(sys.argv) > 1 else layout.runs

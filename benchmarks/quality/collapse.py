@@ -205,6 +205,7 @@ RUNS = {
 def main(argv: list[str] | None = None) -> None:
     import torch
 
+    from benchmarks.common import write_json
     from seta_stream import list_samples
 
     from .configs import conv_cfg, conv_run_id
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     resume_path(runs, rid).unlink(missing_ok=True)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{rid}.json").write_text(json.dumps(result, indent=1))
+    write_json(out / f"{rid}.json", result)  # whole (a temp file, then a rename)
     print(f"-> {out / (rid + '.json')}", flush=True)
 
 

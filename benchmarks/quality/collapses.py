@@ -100,16 +100,6 @@ def dip_epochs(metric: list[float], chance: float) -> list[int]:
     return out
 
 
-def collapsed_seeds(runs: list[dict], trace_of: Callable[[dict], Trace | None]) -> dict[int, list[int]]:
-    """seed -> its collapse epochs, for the runs of one configuration that collapsed."""
-    out = {}
-    for r in runs:
-        t = trace_of(r)
-        if t is not None and (es := collapse_epochs(t.metric, t.chance)):
-            out[r["seed"]] = es
-    return out
-
-
 def seta_window(params: dict, epoch: int, phase: str) -> str:
     """SeTa's window in the plan of ``epoch`` by algorithms.md §3.2 (k' = k: the losses of
     thousands of samples have k distinct values): clusters s..s+w-1 of k, 0 the easiest."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .results import ORDER, fmt_params
+from .docs import ORDER, fmt_params
 
 
 def _pyplot():  # type: ignore[no-untyped-def]
@@ -41,7 +41,7 @@ def plot_short(path: Path, dataset: str, noisy: bool, groups: dict, keys: list) 
     for k in keys:
         r = groups[k][0]
         b.plot([e["epoch"] for e in r["epochs"]], [e["kept"] / e["n"] for e in r["epochs"]], marker=".",
-               label=f"{k[2]} {fmt_params(r['params'])}")  # fmt: skip
+               label=f"{k[2]} {fmt_params(r['params'], 'defaults')}")  # fmt: skip
     b.set_xlabel("epoch")
     b.set_ylabel("kept fraction (plan)")
     b.set_title("kept fraction per epoch")

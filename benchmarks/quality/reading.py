@@ -29,11 +29,11 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 
 from .configs import conv_run_id
+from .docs import ORDER, and_list, load_results
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
 from .report_converged import CURRENT, PAPER, PAPER_FULL, SAME_ORDER, SHARED, Study, _acc, other_share, studies
-from .results import ORDER, load_results
 
 RERUNS = "converged-reruns"
 CRITERION = 0.5  # full data has converged when every seed gains at most this from E to 2E
@@ -95,12 +95,6 @@ def side(p: dict[int, float]) -> str:
     if all(v > 0 for v in p.values()):
         return "above on every seed"
     return "seeds on both sides"
-
-
-def and_list(items: list[str]) -> str:
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 class Reading:
@@ -691,13 +685,9 @@ def same_order_note(layout: Layout) -> list[str]:
 
 
 def report_readings(layout: Layout) -> None:
-    """Rewrite the generated prose of the converged study in docs/quality.md and its table in docs/results.md."""
+    """Rewrite the generated prose of the converged study in docs/quality.md (its table in docs/results.md:
+    ``results_table``, written by ``reports``)."""
     splice(layout.doc, "<!-- converged-reading:begin -->", "<!-- converged-reading:end -->", converged_reading(layout))
     splice(layout.doc, "<!-- same-order-note:begin -->", "<!-- same-order-note:end -->", same_order_note(layout))
     s = summary(layout)
     splice(layout.doc, "<!-- summary:begin -->", "<!-- summary:end -->", s)
-    from .results_table import results_lines  # it builds on this module
-
-    results = layout.results_doc
-    if results.exists() and "<!-- quality-summary:begin -->" in results.read_text():
-        splice(results, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", results_lines(layout))

@@ -12,9 +12,9 @@ import math
 import numpy as np
 
 from .data import DATASETS
+from .docs import and_list, group, load_results, scaled_mean
 from .layout import Layout
 from .report import _vs_random, splice
-from .results import group, load_results, scaled_mean
 
 DISPLAY = {
     "full": "full data",
@@ -77,10 +77,6 @@ class Short:
     @staticmethod
     def last_loss(rs: list[dict]) -> float:
         return float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))
-
-
-def and_list(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
 def _j(xs: list[str], sep: str = " / ") -> str:

@@ -8,40 +8,34 @@ from pathlib import Path
 
 import numpy as np
 
+from . import docs
 from .checks import finished_run_dirs, run_checks
 from .configs import run_id
 from .data import DATASETS
+from .docs import ORDER, fmt_params, group, interp_gap, load_results, mean_sd, row
 from .layout import Layout
 from .plots import plot_short
-from .results import ORDER, fmt_params, group, load_results, mean_sd
 
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
 
 
 def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
-    """Replace what stands between the markers ``begin`` and ``end`` of ``doc`` by ``lines``."""
-    text = doc.read_text() if doc.exists() else f"# Accuracy under pruning\n\n{begin}\n{end}\n"
-    if begin not in text:
-        text += f"\n{begin}\n{end}\n"
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+    """``docs.splice`` into docs/quality.md (created with its title where missing)."""
+    docs.splice(doc, begin, end, lines, "Accuracy under pruning")
 
 
 def _vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:
     """Test accuracy minus dynamic random's (clean labels), linearly interpolated at the same
     measured pruned % (ES/ESWP: back-propagated %) between random's points and full data (0%)."""
+    policy = rs[0]["policy"]
+    if policy in ("full", "random") or rs[0]["noisy"]:  # random runs have clean labels
+        return "-"
     pts = [(0.0, groups.get((dataset, False, "full", "full", "{}")))]
     pts += [(r[0]["pruned"], r) for k, r in groups.items() if k[:3] == (dataset, False, "random")]
-    pts = sorted((x, float(np.mean([r["test_acc"] for r in g]))) for x, g in pts if g)
-    policy = rs[0]["policy"]
-    if len(pts) < 2 or policy in ("full", "random") or rs[0]["noisy"]:  # random runs have clean labels
-        return "-"
     x = float(np.mean([r["pruned_backprop" if policy in ("es", "eswp") else "pruned"] for r in rs]))
-    if not pts[0][0] <= x <= pts[-1][0]:
-        return "-"
-    ref = float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
-    return f"{100 * (float(np.mean([r['test_acc'] for r in rs])) - ref):+.2f}"
+    acc = [(p, float(np.mean([r["test_acc"] for r in g]))) for p, g in pts if g]
+    v = interp_gap(x, float(np.mean([r["test_acc"] for r in rs])), acc)
+    return "-" if v is None else f"{100 * v:+.2f}"
 
 
 def report_short(layout: Layout) -> None:
@@ -63,40 +57,30 @@ def report_short(layout: Layout) -> None:
             full = groups.get((dataset, noisy, "full", "full", "{}"))
             full_s = np.min([r["seconds"] for r in full]) if full else None
             title = f"{dataset}, {'40% noisy labels' if noisy else 'clean labels'}"
-            lines += [f"### {title}", ""]
-            lines += [
-                "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % | test acc % "
-                "| val acc % | wall s (fastest seed) | time vs full | test acc vs dynamic random at that pruned % |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            ]
+            lines += [f"### {title}", "", "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % "
+                      "| test acc % | val acc % | wall s (fastest seed) | time vs full | test acc vs dynamic random at "
+                      "that pruned % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
             for k in keys:
                 rs = groups[k]
                 secs = float(np.min([r["seconds"] for r in rs]))  # other work on the VM only adds time
-                cells = [
-                    k[2],
-                    fmt_params(rs[0]["params"]),
-                    str(len(rs)),
-                    mean_sd([r["pruned"] for r in rs], digits=1),
-                    mean_sd([r["pruned_backprop"] for r in rs], digits=1),
-                    mean_sd([r["test_acc"] for r in rs]),
-                    mean_sd([r["val_acc"] for r in rs]),
-                    f"{secs:.0f}",
-                    f"{secs / full_s:.2f}" if full_s else "-",
-                    _vs_random(groups, dataset, rs),
-                ]
-                lines.append("| " + " | ".join(cells) + " |")
-            lines.append("")
+                lines.append(row([k[2], fmt_params(rs[0]["params"], "defaults"), str(len(rs)),
+                                  mean_sd([r["pruned"] for r in rs], digits=1),
+                                  mean_sd([r["pruned_backprop"] for r in rs], digits=1),
+                                  mean_sd([r["test_acc"] for r in rs]), mean_sd([r["val_acc"] for r in rs]),
+                                  f"{secs:.0f}", f"{secs / full_s:.2f}" if full_s else "-",
+                                  _vs_random(groups, dataset, rs)]))  # fmt: skip
             n_ep = len(groups[keys[0]][0]["epochs"])
-            kept_lines = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |"]
-            kept_lines.append("| --- | --- |" + " --- |" * n_ep)
+            lines += ["", f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", "",
+                      "| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |",
+                      "| --- | --- |" + " --- |" * n_ep]  # fmt: skip
             for k in keys:
                 r = groups[k][0]
-                kept_lines.append(
-                    f"| {k[2]} | {fmt_params(r['params'])} | "
-                    + " | ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
-                    + " |"
+                lines.append(
+                    row(
+                        [k[2], fmt_params(r["params"], "defaults"), *(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])]
+                    )
                 )
-            lines += [f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", ""] + kept_lines + [""]
+            lines.append("")
             name = f"{dataset}-{'noisy' if noisy else 'clean'}"
             plot_short(layout.plots / f"{name}.png", dataset, noisy, groups, keys)
             lines += [f"![{title}](quality/{name}.png)", ""]
@@ -105,28 +89,18 @@ def report_short(layout: Layout) -> None:
         c = json.loads(p.read_text())
         for policy, levels in c["levels"].items():
             for lv, v in levels.items():
-                data = p.name.split("-")[0]
-                cal.append(f"| {data} | {policy} | {lv}% | {fmt_params(v['params'])} | {100 * v['simulated']:.1f} |")
+                setting = fmt_params(v["params"], "defaults")
+                cal.append(row([p.name.split("-")[0], policy, f"{lv}%", setting, f"{100 * v['simulated']:.1f}"]))
     if cal:
-        lines += [
-            "### Settings chosen for the pruned levels (on training losses, `calibrate`)",
-            "",
-            "| data | policy | level | setting | simulated pruned % |",
-            "| --- | --- | --- | --- | --- |",
-            *cal,
-            "",
-        ]
+        lines += ["### Settings chosen for the pruned levels (on training losses, `calibrate`)", "",
+                  "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,
+                  ""]  # fmt: skip
     if checks_path.exists():
         c = json.loads(checks_path.read_text())
-        lines += [
-            "### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)",
-            "",
-            f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) and "
-            f"{len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
-            "losses landing on their own keys): "
-            + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."),
-            "",
-            *[f"* {x}" for x in c["problems"][:50]],
-            "",
-        ]
+        lines += ["### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)", "",
+                  f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) "
+                  f"and {len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
+                  "losses landing on their own keys): "
+                  + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."), "",
+                  *[f"* {x}" for x in c["problems"][:50]], ""]  # fmt: skip
     splice(layout.doc, BEGIN, END, lines)

@@ -22,9 +22,9 @@ from .collapses import (
 )
 from .configs import conv_run_id
 from .data import DATASETS
+from .docs import load_results
 from .layout import Layout
 from .report import splice
-from .results import load_results
 
 MARKER = "collapses"
 # the folders of docs/quality-runs whose run files record a test accuracy after every epoch
@@ -69,7 +69,7 @@ def layout_root() -> Path:
 
 def pairs_trace(r: dict, lr: Callable[[int, float], Callable[[float], float]]) -> Trace:
     """The trace of a pairs-study result: mean recall@1 (i2t, t2i) after every epoch."""
-    from benchmarks.pairs_study import run_id
+    from .pairs import run_id
 
     rows = r["rows"]
     noise = round(100 * r["noise"])

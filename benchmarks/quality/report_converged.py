@@ -29,11 +29,11 @@ from .configs import (
     converged_plan,
     model_of,
 )
+from .docs import ORDER, fmt_params, interp_gap, load_results, mean_sd, scaled_mean
 from .layout import Layout
 from .machine import machine_of
 from .plots import plot_curves, plot_vs_pruned
 from .report import splice
-from .results import ORDER, fmt_params, load_results, mean_sd, scaled_mean
 
 
 @dataclass(frozen=True)
@@ -307,11 +307,9 @@ class Study:
         pts = [(0.0, self.full_acc)] if self.full_acc is not None else []
         pts += [(float(np.mean([r["pruned"] for r in g])), _acc(g)) for g in self.groups.values()
                 if g[0]["policy"] == "random"]  # fmt: skip
-        pts.sort()
-        x = float(np.mean([r["pruned"] for r in rs]))
-        if rs[0]["policy"] in ("full", "random") or len(pts) < 2 or not pts[0][0] <= x <= pts[-1][0]:
+        if rs[0]["policy"] in ("full", "random"):
             return None
-        return _acc(rs) - float(np.interp(x, [p[0] for p in pts], [p[1] for p in pts]))
+        return interp_gap(float(np.mean([r["pruned"] for r in rs])), _acc(rs), pts)
 
     def vs_random(self, rs: list[dict]) -> str:
         v = self.vs_random_value(rs)
@@ -323,7 +321,7 @@ class Study:
         cells = [
             (f"full, {r0['n_epochs']} epochs" if is_full else f"{r0['policy']} {r0['label']}")
             + (f" {MARK}" if any(unstable(r) for r in rs) else ""),  # instability scan
-            "-" if is_full else fmt_params(r0["params"]),
+            "-" if is_full else fmt_params(r0["params"], "defaults"),
             str(len(rs)),
             _full_pruned(r0["n_epochs"], E) if is_full else mean_sd([r["pruned"] for r in rs], digits=1),
             mean_sd([r["test_acc"] for r in rs]),
@@ -447,7 +445,7 @@ class Study:
         L = ["Kept fraction per epoch (plan of seed 0):", ""]
         for r in sorted(guided, key=lambda r: (ORDER[r["policy"]], r["label"])):
             es = self.collapsed.get(conv_run_id(r, r["seed"]), [])
-            L.append(f"* {r['policy']} {r['label']} ({fmt_params(r['params'])}): "
+            L.append(f"* {r['policy']} {r['label']} ({fmt_params(r['params'], 'defaults')}): "
                      + " ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
                      + (f" (collapsed after epoch {', '.join(map(str, es))})" if es else ""))  # fmt: skip
         return L + [""]
@@ -460,7 +458,7 @@ class Study:
              "| --- | --- | --- | --- |"]  # fmt: skip
         for policy, levels in self.cal["levels"].items():
             for lv, v in levels.items():
-                L.append(f"| {policy} | {lv}% | {fmt_params(v['params'])} | {100 * v['simulated']:.1f} |")
+                L.append(f"| {policy} | {lv}% | {fmt_params(v['params'], 'defaults')} | {100 * v['simulated']:.1f} |")
         return L + [""]
 
     def checks(self) -> list[str]:

@@ -14,9 +14,9 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 
 from .configs import conv_run_id
+from .docs import scaled_mean, splice
 from .layout import Layout
 from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings
-from .results import scaled_mean
 
 
 def _row(rd: Reading, rs: list[dict]) -> str:
@@ -84,3 +84,9 @@ def results_lines(layout: Layout) -> list[str]:
     files = [f"{r.s.section.folder}/{conv_run_id(x, x['seed'])}.json" for r in rd for rs in r.pruned for x in rs
              if unstable(x)]  # fmt: skip
     return [*L, "", *([footnote(files), ""] if files else []), *[_facts(r) for r in rd]]
+
+
+def report_results_table(layout: Layout) -> None:
+    """Rewrite docs/results.md's table of the converged study (where the doc has its markers)."""
+    splice(layout.results_doc, "<!-- quality-summary:begin -->", "<!-- quality-summary:end -->", results_lines(layout),
+           skip_missing=True)  # fmt: skip

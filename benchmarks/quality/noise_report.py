@@ -34,6 +34,10 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 from benchmarks.instability import write as write_instability
 
+from . import docs
+from .docs import fmt_params, interp_gap, mean_sd, row
+from .layout import ROOT
+
 BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
 CONV_TOL = 1.0  # points of mean R@1: full data at 2E at most this far above E = stopped rising
 TARGET_R1_GAIN = 3.0  # points of mean R@1 above full data (20% mismatched)
@@ -41,6 +45,10 @@ TARGET_PRUNED = 0.25  # ... while training at least 25% fewer pairs
 TARGET_MISMATCHED = 0.05  # share of mismatched pairs trained once the warm-up is over
 TARGET_PR = 0.9  # precision and recall of the suspected set
 ORDER = {"full": 0, "random": 1, "seta": 2, "infobatch": 3}
+TARGET_HEAD = [
+    "| target | configuration | measured (mean over seeds; per seed) | verdict |",
+    "| --- | --- | --- | --- |",
+]
 RUN_STEM = re.compile(r"^(pairs|cifar10|sst2)-.*-s\d+$")
 
 
@@ -192,19 +200,13 @@ def vs_random(rs: list[dict], full: list[dict], randoms: list[list[dict]], value
         pts = ([(0.0, value(f[s]))] if s in f else []) + [
             (g[s]["pruned"], value(g[s])) for g in map(by_seed, randoms) if s in g
         ]
-        pts.sort()
-        if len(pts) >= 2 and pts[0][0] <= r["pruned"] <= pts[-1][0]:
-            out[s] = value(r) - float(np.interp(r["pruned"], [p[0] for p in pts], [p[1] for p in pts]))
+        if (v := interp_gap(r["pruned"], value(r), pts)) is not None:
+            out[s] = v
     return Gap(out)
 
 
 def ms(xs: list[float], digits: int = 1) -> str:
-    a = np.asarray(xs, dtype=np.float64)
-    return f"{a.mean():.{digits}f} ± {a.std(ddof=1):.{digits}f}" if len(a) > 1 else f"{a.mean():.{digits}f}"
-
-
-def fmt_params(p: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(p.items())) or "-"
+    return mean_sd(xs, 1.0, digits)
 
 
 def is_rule(r: dict) -> bool:
@@ -282,35 +284,23 @@ def _setting(k: tuple) -> str:
 def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     machines, used, left_out = split_runs(files)
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
-    lines = [
-        f"{len(pairs)} finished pairs runs enter the tables below"
-        + (f"; all ran on one machine: {machines.get('noise-pairs')}." if pairs else ".")
-    ]
+    lines = [f"{len(pairs)} finished pairs runs enter the tables below"
+             + (f"; all ran on one machine: {machines.get('noise-pairs')}." if pairs else ".")]  # fmt: skip
     if pairs:
         E, d, t = pairs[0]["E"], pairs[0]["data"], pairs[0]["train"]
         rule = next((r["params"] for r in pairs if r["label"] == "rule"), None)
-        lines += [
-            "",
-            f"Set-up of these runs: {d['train']:,} training pairs in shards of {d['shard_size']:,}, "
-            f"{d['test']:,} clean held-out pairs, {d['size']}x{d['size']} images; E = {E} epochs "
-            f"(full data also at 2E = {2 * E}), batch {t['batch_size']}, peak lr {t['lr']}, "
-            f"{t['workers']} loader worker and 1 torch thread per run"
-            + (f"; the rule alone: `full` with `{json.dumps(rule, sort_keys=True)}`." if rule else "."),
-        ]
-    lines += [
-        "",
-        *_loader_lines(files, machines, "noise-pairs", "pairs"),
-        *_rule_lines(),
-        *e_choice_lines(ctx.results, ctx.epochs),
-    ]
+        lines += ["", f"Set-up of these runs: {d['train']:,} training pairs in shards of {d['shard_size']:,}, "
+                  f"{d['test']:,} clean held-out pairs, {d['size']}x{d['size']} images; E = {E} epochs "
+                  f"(full data also at 2E = {2 * E}), batch {t['batch_size']}, peak lr {t['lr']}, "
+                  f"{t['workers']} loader worker and 1 torch thread per run"
+                  + (f"; the rule alone: `full` with `{json.dumps(rule, sort_keys=True)}`." if rule else "."),
+                  ]  # fmt: skip
+    lines += ["", *_loader_lines(files, machines, "noise-pairs", "pairs"), *_rule_lines(),
+              *e_choice_lines(ctx.results, ctx.epochs)]  # fmt: skip
     for noise in (0.2, 0.0):
-        rs = [r for r in pairs if r["noise"] == noise]
-        if rs:
+        if rs := [r for r in pairs if r["noise"] == noise]:
             lines += _pairs_level(rs, noise)
-    lines += _pairs_targets(pairs)
-    lines += _cal_lines(files["cal"], "pairs")
-    lines += _left_out_lines(left_out, missing)
-    return lines
+    return lines + _pairs_targets(pairs) + _cal_lines(files["cal"], "pairs") + _left_out_lines(left_out, missing)
 
 
 def _loader_lines(files: dict, machines: dict[str, str | None], study: str, what: str) -> list[str]:
@@ -321,11 +311,8 @@ def _loader_lines(files: dict, machines: dict[str, str | None], study: str, what
         return []
     bad = [f"`{r['id']}` e{x['epoch']}" for r in runs for x in r["rows"] if not x.get("delivered_equals_plan")]
     n = sum(len(r["rows"]) for r in runs)
-    return [
-        f"**Loader vs plan:** in {n - len(bad)} of {n} run-epochs the loader delivered exactly the plan's kept "
-        f"{what}" + (f" (not in {', '.join(bad[:20])})." if bad else "."),
-        "",
-    ]
+    return [f"**Loader vs plan:** in {n - len(bad)} of {n} run-epochs the loader delivered exactly the plan's kept "
+            f"{what}" + (f" (not in {', '.join(bad[:20])})." if bad else "."), ""]  # fmt: skip
 
 
 def e_choice_lines(results: Path, E: int) -> list[str]:
@@ -335,11 +322,8 @@ def e_choice_lines(results: Path, E: int) -> list[str]:
     files = sorted((results / "e-choice").glob("*.json"))
     if not files:
         return []
-    out = [
-        "**How E was chosen:** before the study, full data was trained for one long schedule on the development "
-        "machine; its mean R@1 after every epoch (these runs are not compared with the study's):",
-        "",
-    ]
+    out = ["**How E was chosen:** before the study, full data was trained for one long schedule on the development "
+           "machine; its mean R@1 after every epoch (these runs are not compared with the study's):", ""]  # fmt: skip
     verdicts = []
     for p in sorted(files, key=lambda p: -json.loads(p.read_text())["data"]["noise"]):
         r = json.loads(p.read_text())
@@ -347,32 +331,25 @@ def e_choice_lines(results: Path, E: int) -> list[str]:
         stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
         d = r["data"]
         name = f"{round(100 * d['noise'])}% mismatched"
-        out.append(
-            f"* {name}, {d['train']:,} pairs, {len(curve)} epochs, seed {r['seed']} "
-            f"({machine_name(r.get('machine'))}): " + ", ".join(f"{x:.1f}" for x in curve) + ". No later epoch is "
-            f"more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} of "
-            f"its {len(curve)} epochs."
-        )
-        verdicts.append(
-            f"covers the {stop + 1} epochs the {name} set rose for"
-            if stop + 1 <= E
-            else f"is shorter than the {stop + 1} epochs the {name} set rose for: its comparisons are before "
-            "convergence (the 2E check below measures by how much)"
-        )
+        out.append(f"* {name}, {d['train']:,} pairs, {len(curve)} epochs, seed {r['seed']} "
+                   f"({machine_name(r.get('machine'))}): " + ", ".join(f"{x:.1f}" for x in curve) + ". No later epoch "
+                   f"is more than {CONV_TOL:.1f} point above epoch {stop} ({curve[stop]:.1f}): R@1 rose for {stop + 1} "
+                   f"of its {len(curve)} epochs.")  # fmt: skip
+        verdicts.append(f"covers the {stop + 1} epochs the {name} set rose for" if stop + 1 <= E else
+                        f"is shorter than the {stop + 1} epochs the {name} set rose for: its comparisons are before "
+                        "convergence (the 2E check below measures by how much)")  # fmt: skip
     return out + ["", f"The study's E = {E} " + "; it ".join(verdicts) + ".", ""]
 
 
 def _rule_lines() -> list[str]:
-    return [
+    return [  # fmt: skip
         "A run enters the tables only if it finished its schedule with finite losses and its loader "
         "delivered exactly each plan's kept samples; crashed runs, runs cut short at a deadline, diverged "
         "runs and runs from another machine are listed at the end, not averaged in. Gaps are paired by seed: "
         "mean over the seeds of (run - reference on the same seed), per-seed gaps in brackets; *beyond the "
         "noise* = every seed the same sign and |mean| > 2 SE (SE = SD of the per-seed gaps / sqrt(seeds)). A "
         "target is *met* only where mean - 2 SE clears its bar (mean + 2 SE for a bar to stay under); where only "
-        "the mean clears it: *mean above (under), not resolved*; one seed: *open (1 seed)*.",
-        "",
-    ]
+        "the mean clears it: *mean above (under), not resolved*; one seed: *open (1 seed)*.", ""]  # fmt: skip
 
 
 def _convergence(rs: list[dict], noise: float) -> list[str]:
@@ -381,33 +358,23 @@ def _convergence(rs: list[dict], noise: float) -> list[str]:
     if not full:
         return []
     E = full[0]["E"]
-    out = [
-        f"**Convergence, {round(100 * noise)}% mismatched:** full data's mean R@1 (i2t and t2i) after every epoch:",
-        "",
-    ]
+    out = [f"**Convergence, {round(100 * noise)}% mismatched:** full data's mean R@1 (i2t and t2i) after every epoch:",
+           ""]  # fmt: skip
     width = max(len(r["rows"]) for r in full + full2)
     out += ["| run | seed | " + " | ".join(f"e{e}" for e in range(width)) + " |", "| --- | --- |" + " --- |" * width]
     for r in full + full2:
         cells = [f"{50 * (x['i2t_r1'] + x['t2i_r1']):.1f}" for x in r["rows"]] + [""] * (width - len(r["rows"]))
-        out.append(
-            f"| {'E' if r['label'] == 'full' else '2E'} = {len(r['rows'])} | {r['seed']} | " + " | ".join(cells) + " |"
-        )
+        out.append(row([f"{'E' if r['label'] == 'full' else '2E'} = {len(r['rows'])}", str(r["seed"]), *cells]))
     out.append("")
     gap = paired(full2, full, r1)
     if gap.n:
         a = np.mean([r1(r) for r in full if r["seed"] in gap.per_seed])
         b = np.mean([r1(r) for r in full2 if r["seed"] in gap.per_seed])
-        verdict = (
-            f"at most {CONV_TOL:.1f} point: full data's R@1 has stopped rising at E"
-            if gap.mean <= CONV_TOL
-            else f"**more than {CONV_TOL:.1f} point: full data's R@1 is still rising at E** (a longer E is "
-            "needed for the comparisons to be at convergence)"
-        )
-        out += [
-            f"Full data at E = {E}: {a:.1f}, at 2E = {2 * E}: {b:.1f} (mean R@1 over seeds "
-            f"{', '.join(str(s) for s in gap.per_seed)}); 2E - E {gap.text()}: {verdict}.",
-            "",
-        ]
+        verdict = (f"at most {CONV_TOL:.1f} point: full data's R@1 has stopped rising at E" if gap.mean <= CONV_TOL
+                   else f"**more than {CONV_TOL:.1f} point: full data's R@1 is still rising at E** (a longer E is "
+                   "needed for the comparisons to be at convergence)")  # fmt: skip
+        out += [f"Full data at E = {E}: {a:.1f}, at 2E = {2 * E}: {b:.1f} (mean R@1 over seeds "
+                f"{', '.join(str(s) for s in gap.per_seed)}); 2E - E {gap.text()}: {verdict}.", ""]  # fmt: skip
     else:
         out += [f"Full data at 2E = {2 * E} is not in yet: convergence not shown.", ""]
     return out
@@ -421,32 +388,19 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
     groups = group([r for r in rs if r["label"].endswith("2E") and r["label"] != "full2E"])
     if not groups:
         return []
-    out = [
-        f"The rule alone at 2E = {2 * rs[0]['E']} epochs, beside full data at 2E (same seeds):",
-        "",
-        "| policy | setting | seeds | pruned % | mean R@1 | mean R@1 vs full data at 2E "
-        "| suspected pairs (most in a plan) | mismatched % of trained pairs after warm-up "
-        "| suspected set: precision / recall (last epoch) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    out = [f"The rule alone at 2E = {2 * rs[0]['E']} epochs, beside full data at 2E (same seeds):", "",
+           "| policy | setting | seeds | pruned % | mean R@1 | mean R@1 vs full data at 2E "
+           "| suspected pairs (most in a plan) | mismatched % of trained pairs after warm-up "
+           "| suspected set: precision / recall (last epoch) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for k in _sorted_keys(groups):
         g = groups[k]
         _, _, after, _, prec, rec = _rule_cells(g)
         most = [max(x.get("suspected") or 0 for x in r["rows"]) for r in g]
-        out.append(
-            "| "
-            + " | ".join(
-                [
-                    *_lead_cells(k, g),
-                    ms([r1(r) for r in g]),
-                    paired(g, full2, r1).text(),
-                    ", ".join(str(m) for m in most),
-                    "-" if not noise else _f(None if after is None else 100 * after, ".1f"),
-                    f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if noise else "-",
-                ]
-            )
-            + " |"
-        )
+        share = "-" if not noise else _f(None if after is None else 100 * after, ".1f")
+        out.append(row([*_lead_cells(k, g), ms([r1(r) for r in g]), paired(g, full2, r1).text(),
+                        ", ".join(str(m) for m in most), share, f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if noise
+                        else "-"]))  # fmt: skip
     note = _unstable_note(list(groups.values()))
     return [*out, "", *note, *([""] if note else [])]
 
@@ -489,32 +443,23 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     groups = group(main)
     full = groups.get(("full", "full", "{}"), [])
     randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
-    lines += [
-        "| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
-        "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
-        "| suspected set: precision / recall (last epoch of the rule) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines += ["| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
+              "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
+              "| suspected set: precision / recall (last epoch of the rule) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     keys = _sorted_keys(groups)
     for k in keys:
         g = groups[k]
         rule, share, after, la, prec, rec = _rule_cells(g)
-        cells = [
-            *_lead_cells(k, g),
-            *(ms([100 * r[c] for r in g]) for c in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")),
+        sus = f"{_f(mean_or_none([x.get('suspected') if x else None for x in la]), '.0f')} suspected"
+        lines.append(row([
+            *_lead_cells(k, g), *(ms([100 * r[c] for r in g]) for c in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")),
             "-" if k[0] == "full" and not rule else paired(g, full, r1).text(),
-            "-"
-            if (k[0] == "random" and not rule) or k == ("full", "full", "{}")
+            "-" if (k[0] == "random" and not rule) or k == ("full", "full", "{}")
             else vs_random(g, full, randoms, r1).text(),
             ("-" if not noise else f"{100 * share:.1f}" if share is not None else "-")
             + (f" / {100 * after:.1f}" if rule and noise and after is not None else ""),
-            f"{_f(prec, '.2f')} / {_f(rec, '.2f')}"
-            if rule and noise
-            else (
-                f"{_f(mean_or_none([x.get('suspected') if x else None for x in la]), '.0f')} suspected" if rule else "-"
-            ),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+            f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule and noise else (sus if rule else "-")]))  # fmt: skip
     lines.append("")
     if note := _unstable_note([groups[k] for k in keys]):
         lines += [*note, ""]
@@ -540,10 +485,8 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
         lambda g, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in g]):.2f}",
     )
     if noise:
-        lines += table(
-            "Mismatched % of the pairs the loader delivered, per epoch (mean over seeds):",
-            lambda g, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in g]):.1f}",
-        )
+        lines += table("Mismatched % of the pairs the loader delivered, per epoch (mean over seeds):",
+                       lambda g, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in g]):.1f}")  # fmt: skip
 
     def pr(g: list[dict], e: int) -> str:
         rows = [r["rows"][e] for r in g]
@@ -555,15 +498,10 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
 
     if not any(is_rule(g[0]) for g in groups.values()):
         return lines
-    lines += table(
-        "Suspected pairs per epoch"
-        + (": count: precision/recall against `noise.parquet`" if noise else " (every one a clean pair)")
-        + " (mean over seeds; the plan's rows with reason `suspected_noise` "
-        "or `noise_recheck`):",
-        pr,
-        only_rule=True,
-    )
-    return lines
+    return lines + table("Suspected pairs per epoch" + (": count: precision/recall against `noise.parquet`" if noise
+                                                        else " (every one a clean pair)")
+                         + " (mean over seeds; the plan's rows with reason `suspected_noise` or `noise_recheck`):",
+                         pr, only_rule=True)  # fmt: skip
 
 
 def _pairs_targets(pairs: list[dict]) -> list[str]:
@@ -574,73 +512,42 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
     rule20 = {k: v for k, v in g20.items() if is_rule(v[0])}
     # 1. R@1 at least 3 points above full data while training at least 25% fewer pairs
     cands = [(k, v) for k, v in rule20.items() if np.mean([r["pruned"] for r in v]) >= TARGET_PRUNED]
+    what = "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)"
     if not full20 or not rule20:
-        rows.append(
-            [
-                "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
-                "-",
-                "not measured (runs missing)",
-                "open",
-            ]
-        )
+        rows.append([what, "-", "not measured (runs missing)", "open"])
     elif not cands:
         most = max(rule20.items(), key=lambda kv: np.mean([r["pruned"] for r in kv[1]]))
-        rows.append(
-            [
-                "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
-                _name(most[0]),
-                f"no rule run pruned 25% (most: {100 * np.mean([r['pruned'] for r in most[1]]):.1f}%)",
-                f"missed by {100 * (TARGET_PRUNED - np.mean([r['pruned'] for r in most[1]])):.1f} points of pruned %",
-            ]
-        )
+        p = np.mean([r["pruned"] for r in most[1]])
+        rows.append([what, _name(most[0]), f"no rule run pruned 25% (most: {100 * p:.1f}%)",
+                     f"missed by {100 * (TARGET_PRUNED - p):.1f} points of pruned %"])  # fmt: skip
     else:  # every rule configuration that pruned enough, none picked by its R@1
         for k in _sorted_keys(dict(cands)):
             v = dict(cands)[k]
             gap = paired(v, full20, r1)
-            pruned = 100 * np.mean([r["pruned"] for r in v])
-            rows.append(
-                [
-                    "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)",
-                    f"{_marked(k, v)} {_setting(k)}",
-                    f"{gap.text()} points at {pruned:.1f}% pruned ({gap.noise_text()})",
-                    _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points"),
-                ]
-            )
+            rows.append([what, f"{_marked(k, v)} {_setting(k)}", f"{gap.text()} points at "
+                         f"{100 * np.mean([r['pruned'] for r in v]):.1f}% pruned ({gap.noise_text()})",
+                         _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points")])  # fmt: skip
     # 2-4. per rule configuration: mismatched share after warm-up, precision, recall
     for k in _sorted_keys(rule20):
         v = rule20[k]
         share = [noisy_share(active_epochs(r)) for r in v]
         la = [last_active(r) for r in v]
         name = f"{_marked(k, v)} {_setting(k)}"
+        what = "mismatched < 5% of trained pairs after the warm-up"
         if any(s is None for s in share):
-            rows.append(
-                ["mismatched < 5% of trained pairs after the warm-up", name, "the rule never became active", "missed"]
-            )
+            rows.append([what, name, "the rule never became active", "missed"])
         else:
-            m = float(np.mean(share))
             verdict = _verdict(share, TARGET_MISMATCHED, "points", scale=100, under=True)
-            rows.append(
-                [
-                    "mismatched < 5% of trained pairs after the warm-up",
-                    name,
-                    f"{100 * m:.1f}% ({', '.join(f'{100 * s:.1f}' for s in share)})",
-                    verdict + (_under_from(v) if verdict.startswith("missed") else ""),
-                ]
-            )
+            per = ", ".join(f"{100 * s:.1f}" for s in share)
+            rows.append([what, name, f"{100 * float(np.mean(share)):.1f}% ({per})",
+                         verdict + (_under_from(v) if verdict.startswith("missed") else "")])  # fmt: skip
         for what in ("precision", "recall"):
             vals = [x.get(what) if x else None for x in la]
             if any(x is None for x in vals):
                 rows.append([f"{what} of the suspected set >= 0.9", name, "no suspected set", "missed"])
                 continue
-            m = float(np.mean(vals))
-            rows.append(
-                [
-                    f"{what} of the suspected set >= 0.9",
-                    name,
-                    f"{m:.3f} ({', '.join(f'{x:.3f}' for x in vals)})",
-                    _verdict(vals, TARGET_PR, ""),
-                ]
-            )
+            rows.append([f"{what} of the suspected set >= 0.9", name, f"{float(np.mean(vals)):.3f} "
+                         f"({', '.join(f'{x:.3f}' for x in vals)})", _verdict(vals, TARGET_PR, "")])  # fmt: skip
     # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
     n0 = [r for r in pairs if r["noise"] == 0.0 and not r["label"].endswith("2E")]
     g0 = group(n0)
@@ -658,27 +565,15 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         elif gap.n < 2:
             rows.append([what, name, f"{gap.text()} points (1 seed)", "open (1 seed)"])
         elif gap.mean < 0 and gap.beyond_noise():
-            rows.append(
-                [
-                    what,
-                    name,
-                    f"{gap.text()} points ({gap.noise_text()})",
-                    f"missed: {-gap.mean:.1f} points below, beyond the noise" + _silent(v, k),
-                ]
-            )
+            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})",
+                         f"missed: {-gap.mean:.1f} points below, beyond the noise" + _silent(v, k)])  # fmt: skip
         else:
             verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
             if verdict.startswith("missed"):  # below, within the noise
                 verdict = "mean below, not resolved" + _silent(v, k)
             rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict])
-    out = [
-        "#### Targets (issue 26)",
-        "",
-        "| target | configuration | measured (mean over seeds; per seed) | verdict |",
-        "| --- | --- | --- | --- |",
-    ]
     note = _unstable_note(list(rule20.values()) + [v for v in g0.values() if is_rule(v[0])])
-    return out + ["| " + " | ".join(r) + " |" for r in rows] + [""] + ([*note, ""] if note else [])
+    return ["#### Targets (issue 26)", "", *TARGET_HEAD, *map(row, rows), "", *([*note, ""] if note else [])]
 
 
 def _silent(v: list[dict], k: tuple) -> str:
@@ -781,22 +676,10 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     machines, used, left_out = split_runs(files)
     runs = [r for r in used if r.get("study") == "noise-labels"]
     where = sorted({(r["dataset"], machines.get(comparison_group(r))) for r in runs})
-    lines = [
-        f"{len(runs)} finished noisy-label runs enter the tables below"
-        + (
-            (
-                "; the runs of each data set ran on one machine ("
-                + "; ".join(f"{d}: {m}" for d, m in where)
-                + "), and only runs of one data set and schedule are compared"
-            )
-            if runs
-            else ""
-        )
-        + ".",
-        "",
-        *_loader_lines(files, machines, "noise-labels", "samples"),
-        *_rule_lines(),
-    ]
+    each = "; ".join(f"{d}: {m}" for d, m in where)
+    lines = [f"{len(runs)} finished noisy-label runs enter the tables below" + (f"; the runs of each data set ran on "
+             f"one machine ({each}), and only runs of one data set and schedule are compared" if runs else "") + ".",
+             "", *_loader_lines(files, machines, "noise-labels", "samples"), *_rule_lines()]  # fmt: skip
     targets: list[list[str]] = []
     target_groups: list[list[dict]] = []
     sections = sorted({(r["dataset"], schedule(r)) for r in runs})  # cifar10 before sst2, short before long
@@ -806,37 +689,28 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         full_key = next((k for k in groups if k[0] == "full" and k[2] == "{}"), None)
         full = groups.get(full_key, []) if full_key else []
         randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
-        lines += [
-            f"#### {dataset}, 40% noisy labels ({E} epochs{'' if augmented else ', no augmentation'})",
-            "",
-            "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
-            "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
-            "| suspected set: precision / recall (last epoch of the rule) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
+        lines += [f"#### {dataset}, 40% noisy labels ({E} epochs{'' if augmented else ', no augmentation'})", "",
+                  "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
+                  "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
+                  "| suspected set: precision / recall (last epoch of the rule) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         keys = _sorted_keys(groups)
         for k in keys:
             g = groups[k]
             rule, share, after, la, prec, rec = _rule_cells(g)
-            cells = [
-                *_lead_cells(k, g),
-                ms([100 * r["test_acc"] for r in g], 2),
-                ms([100 * r["val_acc"] for r in g], 2),
+            lines.append(row([
+                *_lead_cells(k, g), ms([100 * r["test_acc"] for r in g], 2), ms([100 * r["val_acc"] for r in g], 2),
                 "-" if k == full_key else paired(g, full, acc).text(2),
                 "-" if (k[0] == "random" and not rule) or k == full_key else vs_random(g, full, randoms, acc).text(2),
                 f"{_f(None if share is None else 100 * share, '.1f')}"
                 + (f" / {_f(None if after is None else 100 * after, '.1f')}" if rule else ""),
-                f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule else "-",
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+                f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule else "-"]))  # fmt: skip
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
-                verdict = (
-                    _verdict(list(gap.per_seed.values()), 0.0, "points", strict=True, digits=2) if gap.n else "open"
-                )
+                v = _verdict(list(gap.per_seed.values()), 0.0, "points", strict=True, digits=2) if gap.n else "open"
                 targets.append(
-                    [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", verdict]
+                    [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", v]
                 )
                 target_groups.append(g)
         note = _unstable_note([groups[k] for k in keys])
@@ -845,29 +719,22 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         lines += ["Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):", "", *head]
         for k in keys:
             g = groups[k]
-            cells = [
-                f"{100 * np.mean([r['rows'][e]['plan_noisy_kept'] / max(r['rows'][e]['plan_kept'], 1) for r in g]):.1f}"
+            share = [
+                np.mean([r["rows"][e]["plan_noisy_kept"] / max(r["rows"][e]["plan_kept"], 1) for r in g])
                 for e in range(E)
             ]
-            lines.append(f"| {_marked(k, g)} | {_setting(k)} | " + " | ".join(cells) + " |")
+            lines.append(row([_marked(k, g), _setting(k), *(f"{100 * x:.1f}" for x in share)]))
         lines += ["", *note, *([""] if note else [])]
         lines += _curve_lines(groups, keys, E)
     if targets:
-        lines += [
-            "#### Target (issue 26)",
-            "",
-            "| target | configuration | measured (mean over seeds; per seed) | verdict |",
-            "| --- | --- | --- | --- |",
-            *["| " + " | ".join(t) + " |" for t in targets],
-            "",
-        ]
+        lines += ["#### Target (issue 26)", "", *TARGET_HEAD, *map(row, targets), ""]
         if note := _unstable_note(target_groups):
             lines += [*note, ""]
-    lines += _cal_lines(files["cal"], "labels")
-    lines += _left_out_lines(
-        [x for x in left_out if not x.startswith("`pairs-")], [x for x in missing if not x.startswith("pairs-")]
+    left, todo = (
+        [x for x in left_out if not x.startswith("`pairs-")],
+        [x for x in missing if not x.startswith("pairs-")],
     )
-    return lines
+    return lines + _cal_lines(files["cal"], "labels") + _left_out_lines(left, todo)
 
 
 def schedule(r: dict) -> tuple[int, bool]:
@@ -901,13 +768,7 @@ def _curve_lines(groups: dict, keys: list[tuple], E: int) -> list[str]:
 
 # ------------------------------------------------------------------------------ writing
 def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> None:
-    """Replace what stands between ``begin`` and ``end`` in ``doc`` (appending both where absent)."""
-    text = doc.read_text() if doc.exists() else ""
-    if begin not in text:
-        text = text.rstrip("\n") + f"\n\n{begin}\n{end}\n"
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    doc.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+    docs.splice(doc, begin, end, lines)
 
 
 # docs/results.md's summary of the targets (README's results table: TABLE_BEGIN)
@@ -1058,18 +919,6 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
     return L
 
 
-def missing_runs(ctx: Any, files: dict) -> list[str]:
-    """The plan's runs with no finished result (pending ones named by what they wait for)."""
-    from benchmarks.noise_study import plan
-
-    have = {r["id"] for r in files["runs"]} | {c["id"] for c in files["crashed"] + files["cut"]}  # listed
-    return [
-        j.rid + (f" (its setting from `{j.needs[0]}`)" if j.kind == "pending" else "")
-        for j in plan(ctx)
-        if j.kind != "cal" and j.rid not in have
-    ]
-
-
 REPLICA = "noise-study-"  # a folder named so beside the study's folder: the pairs study on another machine
 
 
@@ -1095,9 +944,9 @@ def pairs_markers(results: Path) -> tuple[str, str]:
     return f"<!-- noise:{results.name}:begin -->", f"<!-- noise:{results.name}:end -->"
 
 
-def report(ctx: Any, pairs_doc: Path | None = None, labels_doc: Path | None = None) -> None:
-    from benchmarks.noise_study import ROOT
-
+def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: Path | None = None,
+           labels_doc: Path | None = None) -> None:  # fmt: skip
+    """Every section of the noise study (``missing_runs(ctx, files)``: the plan's runs not in ``files``)."""
     files = load_files(ctx.results)
     missing = missing_runs(ctx, files)
     docs = (ctx.out / "docs") if ctx.smoke else ROOT / "docs"
