@@ -18,17 +18,24 @@ Also, with ``--sklearn``, the reference's clustering call (scikit-learn ``KMeans
 random_state=0)`` on ``--baseline-n`` losses, extrapolated linearly to N; the reference's whole
 step measured 285 s and 16.2 GB at 15M, algorithms.md §11).
 
-    python benchmarks/bench_plan.py --n 15000000 --repeat 7 [--sklearn]
+With ``--codecs``, the plan.parquet parts of the last SeTa plan are encoded again on one thread
+with the format's writer options (docs/format.md: LZ4, dictionary pages for shard and reason,
+statistics for loss, cluster and weight) and with other codecs, each part the best of 3: the CPU
+planning spends on them and the bytes every plan keeps on disk (result file plan-codecs-N).
+
+    python benchmarks/bench_plan.py --n 15000000 --repeat 7 [--sklearn] [--codecs]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
+from pathlib import Path
 
-from common import OUT, Result, machine, make_table_run, measure, table_files_code
+from common import OUT, Result, machine, make_table_run, measure, own_peak_rss_mb, table_files_code
 
 SETA = "dict(r=0.0, k={k}, alpha=0.5{extra})"
 
@@ -59,6 +66,92 @@ def floor_code(run) -> tuple[str, str]:
     return code, setup
 
 
+#: plan.parquet's writer options as docs/format.md gives them, and the variants --codecs compares.
+FORMAT_OPTIONS = {
+    "compression": "lz4",
+    "use_dictionary": ["shard", "reason"],
+    "write_statistics": ["loss", "cluster", "weight"],
+    "write_batch_size": 1 << 16,
+    "max_rows_per_page": 1 << 20,
+}
+PLAN_COLUMNS = ["shard", "key", "uid", "loss", "cluster", "keep", "weight", "reason"]
+CODECS = {
+    "lz4 (the format's)": {},
+    "uncompressed": {"compression": "none"},
+    "key uncompressed, other columns lz4": {"compression": {c: "none" if c == "key" else "lz4" for c in PLAN_COLUMNS}},
+    "key lz4, other columns uncompressed": {"compression": {c: "lz4" if c == "key" else "none" for c in PLAN_COLUMNS}},
+    "snappy": {"compression": "snappy"},
+    "zstd level 1": {"compression": "zstd", "compression_level": 1},
+}
+
+
+def codec_rows(folder: Path, scratch: Path, reps: int = 3) -> list[dict]:
+    """Encode every part of the plan.parquet ``folder`` with each of :data:`CODECS` on this
+    thread (each part the best of ``reps``): CPU and wall seconds, bytes, and the time to read
+    the folder back with pyarrow."""
+    import pyarrow.parquet as pq
+
+    parts = sorted(folder.glob("part-*.parquet"))
+    tables = [pq.read_table(p) for p in parts]
+    meta = pq.ParquetFile(parts[0]).metadata.row_group(0)
+    written = {meta.column(i).path_in_schema: meta.column(i).compression for i in range(meta.num_columns)}
+    assert set(written.values()) == {"LZ4_RAW"} or set(written.values()) == {"LZ4"}, written  # the format's
+    rows = []
+    for name, extra in CODECS.items():
+        out = scratch / f"codec-{len(rows)}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        cpu = wall = 0.0
+        for i, table in enumerate(tables):
+            best_cpu = best_wall = float("inf")
+            for _ in range(reps):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                pq.write_table(table, out / f"part-{i:05d}.parquet", **{**FORMAT_OPTIONS, **extra})
+                best_cpu, best_wall = min(best_cpu, time.thread_time() - c0), min(best_wall, time.perf_counter() - t0)
+            cpu, wall = cpu + best_cpu, wall + best_wall
+        size = sum(os.path.getsize(p) for p in out.iterdir())
+        t0 = time.perf_counter()
+        assert pq.read_table(out).num_rows == sum(t.num_rows for t in tables)
+        rows.append(
+            {
+                "what": name,
+                "encode_cpu_s": cpu,
+                "encode_wall_s": wall,
+                "mb": size / 1e6,
+                "read_s": time.perf_counter() - t0,
+            }
+        )
+        shutil.rmtree(out)
+    for row in rows:
+        row["cpu_vs_lz4"] = row["encode_cpu_s"] / rows[0]["encode_cpu_s"]
+        row["size_vs_lz4"] = row["mb"] / rows[0]["mb"]
+    return rows
+
+
+def write_codecs(args, run: Path, epoch: int) -> None:
+    """The --codecs result file (plan-codecs-N): :func:`codec_rows` of epoch ``epoch``'s plan."""
+    res = Result(f"plan-codecs-{args.n}", title=f"plan.parquet's codec: encoding one plan of {args.n:,} rows")
+    rows = codec_rows(run / "plans" / f"epoch={epoch}" / "plan.parquet", OUT / f"plan-codecs-{args.n}")
+    base, other = rows[0], {r["what"]: r for r in rows}
+    key_none = other["key uncompressed, other columns lz4"]
+    none = other["uncompressed"]
+    notes = [
+        f"Encoding the {args.n:,} rows of one SeTa plan on one thread: LZ4 (the format's) "
+        f"{base['encode_cpu_s']:.2f} s of CPU and {base['mb']:,.0f} MB; uncompressed {none['cpu_vs_lz4']:.2f}x "
+        f"the CPU and {none['size_vs_lz4']:.2f}x the bytes; the key column alone uncompressed "
+        f"{key_none['cpu_vs_lz4']:.2f}x the CPU and {key_none['size_vs_lz4']:.2f}x the bytes."
+    ]
+    print("\n".join(f"{r['what']}: cpu {r['encode_cpu_s']:.2f} s, {r['mb']:.0f} MB" for r in rows))
+    res.write(
+        baseline=base,
+        rows=rows,
+        peak_rss_mb=own_peak_rss_mb()["process_mb"],
+        figures={r["what"]: {k: v for k, v in r.items() if k != "what"} for r in rows},
+        notes=notes,
+        params=vars(args),
+    )
+
+
 def summarize(name: str, runs: list[dict]) -> dict:
     walls = [r["wall_s"] for r in runs]
     return {
@@ -81,6 +174,7 @@ def main() -> None:
     p.add_argument("--sklearn", action="store_true", help="also time scikit-learn's KMeans (the reference's call)")
     p.add_argument("--baseline-n", type=int, default=1_000_000, help="samples for the scikit-learn call")
     p.add_argument("--result", default=None, help="result file name (default plan-N)")
+    p.add_argument("--codecs", action="store_true", help="also compare plan.parquet's codecs (plan-codecs-N)")
     args = p.parse_args()
     res = Result(args.result or f"plan-{args.n}", title=f"Planning one SeTa epoch of {args.n:,} samples")
     run = prepared(args.n)
@@ -169,6 +263,8 @@ def main() -> None:
         notes=notes,
         params=vars(args),
     )
+    if args.codecs:
+        write_codecs(args, run, 2 * args.repeat - 1)  # the last SeTa plan
 
 
 if __name__ == "__main__":

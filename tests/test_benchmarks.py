@@ -33,7 +33,11 @@ BENCH = ROOT / "benchmarks"
 #: script -> (arguments at a tiny size, result files it writes, how it runs: "here" or "subprocess").
 #: "{data}" is a folder of two tiny CIFAR-like train-*.tar.gz shards (JPEG images).
 RUNS: dict[str, tuple[list[str], list[str], str]] = {
-    "bench_plan.py": (["--n", "12000", "--repeat", "1", "--idle", "0"], ["plan-12000"], "here"),
+    "bench_plan.py": (
+        ["--n", "12000", "--repeat", "1", "--idle", "0", "--codecs"],
+        ["plan-12000", "plan-codecs-12000"],
+        "here",
+    ),
     "ab_plan.py": ([".", ".", "--rounds", "1", "--n", "12000", "--idle", "0"], ["ab-plan-12000"], "here"),
     "bench_compact.py": (["--n", "12000", "--parts", "3"], ["compact-12000"], "here"),
     "ab_compact.py": (
