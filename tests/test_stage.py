@@ -357,12 +357,8 @@ def test_readers_hash_no_sample_of_a_shard_kept_whole_one_by_one(tmp_path, shard
     (slow_again, slow_again_counts), (fast, fast_counts) = _both(shards, run)
     assert calls == []
     assert fast == slow == slow_again
-    assert fast_counts == slow_counts == slow_again_counts == {
-        "kept": 120,
-        "dropped": 0,
-        "absent_kept": 10 + 30,
-        "absent_dropped": 0,
-    }
+    expected = {"kept": 120, "dropped": 0, "absent_kept": 10 + 30, "absent_dropped": 0}
+    assert fast_counts == slow_counts == slow_again_counts == expected
     assert {s["__weight__"] for s in fast} == {1.0}
 
 
