@@ -528,7 +528,7 @@ def report(ctx: Ctx) -> str:
                 k = len(per)
                 if per:
                     mean, se2 = stats(per)
-                    cells.append(f"{mean:+.1f} (2 SE {_se(se2)})")
+                    cells.append(f"{mean:+.1f} (" + ("one seed" if se2 is None else f"2 SE {se2:.1f}") + ")")
             if cells:
                 L.append(f"| {names[m.name]} | {k} | {cells[0]} | {cells[1]} |")
         L.append("")
