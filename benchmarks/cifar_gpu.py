@@ -322,6 +322,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
         "status": "running",
         "device": dev,
         "model": model_name,
+        "dataset": "cifar10",
     }
     if method == "cleanlab":
         result.update(

@@ -91,16 +91,20 @@ def scan(root: Path = RESULTS) -> dict[str, Any]:
     runs, with_curve = [], 0
     for p in files:
         try:
-            d = json.loads(p.read_text())
+            doc = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        f = findings(d, p.name)
-        if f is None:
-            continue
-        with_curve += 1
-        if f["collapse_epochs"] or f["drops"]:
-            runs.append({"file": p.relative_to(root).as_posix(), "policy": d.get("policy"), "label": d.get("label"),
-                         "seed": d.get("seed"), **f})  # fmt: skip
+        # a file of many runs ({"meta", "runs": {id: run}}, benchmarks/cifar_gpu.py) is read run by run
+        many = isinstance(doc, dict) and isinstance(doc.get("runs"), dict)
+        for rid, d in doc["runs"].items() if many else [(None, doc)]:
+            f = findings(d, p.name)
+            if f is None:
+                continue
+            with_curve += 1
+            if f["collapse_epochs"] or f["drops"]:
+                where = p.relative_to(root).as_posix() + (f"#{rid}" if many else "")
+                runs.append({"file": where, "policy": d.get("policy"), "label": d.get("label"), "seed": d.get("seed"),
+                             **f})  # fmt: skip
     return {
         "rule": {
             "collapse": f"held-out metric at most chance + {100 * MARGIN:g} points after an epoch at least chance + "

@@ -1,4 +1,4 @@
-"""The generated tables of README and docs/results.md: README's results table (noise_report), the
+"""The generated tables of docs/results.md: the table against full data's last epoch (noise_report), the
 pairs study's summary (pairs_study) and the scale check's tables (noise_scale_check), from
 synthetic run files whose numbers are worked out by hand here."""
 
@@ -91,8 +91,8 @@ def test_readme_table_names_the_baseline_and_gives_each_seed_and_the_spread(tmp_
     assert lines[-2] == (
         "* Pairs: 500 generated image-text pairs, E = 3, 19 finished runs on one machine (Test CPU, 2 cores, torch "
         "2.13.0 (AVX2)), `docs/noise-study-2core/`; mean R@1 of image-to-text and text-to-image on 50 clean held-out "
-        "pairs. Every configuration and target: [docs/quality-pairs.md](docs/quality-pairs.md), summed up in "
-        "[docs/results.md](docs/results.md)."
+        "pairs. Every configuration and target: [quality-pairs.md](quality-pairs.md), summed up in "
+        "the tables below."
     )
     assert lines[-1].startswith("* CIFAR-10: 4 runs on one machine (Test CPU, 2 cores, torch 2.13.0 (AVX2)), "
                                 "`docs/noise-study/`, test accuracy;")  # fmt: skip

@@ -771,7 +771,7 @@ def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> N
     docs.splice(doc, begin, end, lines)
 
 
-# docs/results.md's summary of the targets (README's results table: TABLE_BEGIN)
+# docs/results.md's summary of the targets (its table against full data's last epoch: TABLE_BEGIN)
 README_BEGIN, README_END = "<!-- noise-summary:begin -->", "<!-- noise-summary:end -->"
 
 
@@ -852,7 +852,8 @@ def _row_acc(r: dict, e: int) -> float | None:
 
 
 def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Path, root: Path) -> list[str]:
-    """README's results table: on pairs with 20% mismatched captions (the study with the most finished
+    """docs/results.md's table against full data's last epoch (README's before the baseline studies):
+    on pairs with 20% mismatched captions (the study with the most finished
     pairs runs) full data, the rule alone, pruning alone and the rule with pruning on top at the 30%
     level, the rule with pruning at 50%; the rule alone on clean pairs; CIFAR-10 with 40% noisy labels
     on the long schedule (``files``, the run files of the folder ``labels``). Each against full data
@@ -910,12 +911,12 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         L.append(f"* Pairs: {d['train']:,} generated image-text pairs, E = {len(pairs[0]['rows'])}, {n} finished "
                  f"runs on one machine ({machines.get('noise-pairs')}), `{where(folder)}`; mean R@1 of image-to-text "
                  f"and text-to-image on {d['test']:,} clean held-out pairs. Every configuration and target: "
-                 "[docs/quality-pairs.md](docs/quality-pairs.md), summed up in "
-                 "[docs/results.md](docs/results.md).")  # fmt: skip
+                 "[quality-pairs.md](quality-pairs.md), summed up in "
+                 "the tables below.")  # fmt: skip
     if lbase and long:
         L.append(f"* CIFAR-10: {len(lab)} runs on one machine ({lmachines.get('noise-labels/cifar10')}), "
                  f"`{where(labels)}`, test accuracy; the 6-epoch schedule and SST-2: "
-                 "[docs/quality.md](docs/quality.md#the-noise-rule-on-noisy-labels).")  # fmt: skip
+                 "[quality.md](quality.md#the-noise-rule-on-noisy-labels).")  # fmt: skip
     return L
 
 
@@ -967,7 +968,8 @@ def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: 
         results = docs / "results.md"
         if results.exists() and README_BEGIN in results.read_text():
             splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END)
-        if readme.exists() and TABLE_BEGIN in readme.read_text():
-            splice(readme, results_table(studies, files, ctx.results, ROOT), TABLE_BEGIN, TABLE_END)
+        # the noise study's table against full data's last epoch (README's headline is benchmarks/headline.py's)
+        if results.exists() and TABLE_BEGIN in results.read_text():
+            splice(results, results_table(studies, files, ctx.results, ROOT), TABLE_BEGIN, TABLE_END)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))
