@@ -60,6 +60,7 @@ from .policies import (
     plan_partitioned,
     summarize,
 )
+from .policies.noise import narrow_reads
 from .policies.safeguards import check_batch_size, final_batch_warning
 from .policies.steps import PlanContext
 
@@ -352,7 +353,8 @@ def plan_epoch(
             else:
                 # the policy needs only the numeric columns; the identity columns are read on the
                 # other core while it runs (pyarrow and most NumPy loops release the GIL)
-                numeric = load_numeric(run, spec.table_columns(params), manifest=manifest)
+                columns = spec.table_columns(params)
+                numeric = load_numeric(run, columns, manifest=manifest, dtypes=narrow_reads(spec.columns, params))
                 with ThreadPoolExecutor(1) as pool:
                     reading = pool.submit(_read_identities, run, manifest)
                     result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)

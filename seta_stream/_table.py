@@ -257,10 +257,15 @@ def load_table_keys(run: str | RunDir, manifest: dict[str, Any] | None = None) -
 
 
 def load_numeric(
-    run: str | RunDir, columns: list[str], *, manifest: dict[str, Any] | None = None
+    run: str | RunDir,
+    columns: list[str],
+    *,
+    manifest: dict[str, Any] | None = None,
+    dtypes: dict[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """Numeric columns of the current table (or of ``manifest``'s) as contiguous NumPy arrays
-    (no nulls), the buckets one after the other.
+    (no nulls), the buckets one after the other; ``dtypes``: columns to convert to another
+    dtype as they are read (NumPy's cast, value by value: float64 to float32 rounds to nearest).
 
     Read row group by row group into preallocated arrays, so the table's Arrow buffers and
     the NumPy copies never coexist whole (planning reads 15M rows this way).
@@ -270,7 +275,8 @@ def load_numeric(
     m = read_manifest(run) if manifest is None else manifest
     buckets = table_buckets(m)
     total = sum(b.rows for b in buckets)
-    out = {f.name: np.empty(total, dtype=f.type.to_pandas_dtype()) for f in fields}
+    dtypes = dtypes or {}
+    out = {f.name: np.empty(total, dtype=dtypes.get(f.name, f.type.to_pandas_dtype())) for f in fields}
     o = 0
     for bucket in buckets:
         views = {name: col[o : o + bucket.rows] for name, col in out.items()}
@@ -319,7 +325,8 @@ def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: di
         if present:
             group = pf.read_row_group(i, columns=present, use_threads=False)
             for name in present:
-                copy_column_into(out[name][o:], group.column(name))
+                with np.errstate(over="ignore"):  # a value beyond a narrower dtype (dtypes) becomes inf
+                    copy_column_into(out[name][o:], group.column(name))
             del group
         o += meta.row_group(i).num_rows
 

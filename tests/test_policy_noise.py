@@ -393,3 +393,48 @@ def test_a_run_whose_table_has_no_history_yet_suspects_nothing(tmp_path):
         pq.write_table(pq.read_table(path).drop_columns(["loss_count", "loss_mean", "loss_m2"]), path)
     s = plan_epoch(run, 3, policy="full", params={"noise": True}, epochs=6, seed=1)
     assert (s["noise_test"], s["noise_candidates"], s["noise_suspected"], s["kept"]) == ("too_few", 0, 0, 600)
+
+
+def test_the_planner_may_read_loss_mean_as_float32_only_when_the_rule_is_its_only_reader():
+    """narrow_reads: loss_mean as float32 for the wrapped policies with noise=True (the rule
+    reads float32(loss_mean) alone), nothing without the rule or when the policy itself declares
+    loss_mean; and the candidates' scores are the same from either column."""
+    from seta_stream.policies import plan_params
+    from seta_stream.policies.noise import candidate_scores, narrow_reads, with_noise_columns
+
+    for name, params in [
+        ("seta", dict(r=0.1, k=5, alpha=0.5)),
+        ("random", dict(r=0.3)),
+        ("infobatch", {}),
+        ("full", {}),
+    ]:
+        spec, p, _ = plan_params(name, **params, noise=True)
+        assert narrow_reads(spec.columns, p) == {"loss_mean": np.dtype(np.float32)}
+        spec, p, _ = plan_params(name, **params)
+        assert narrow_reads(spec.columns, p) == {}
+    spec, p, _ = plan_params("seta", r=0.1, k=5, alpha=0.5, noise=True)
+    reads_history = with_noise_columns(lambda q: {"uid", "loss_mean"})
+    assert narrow_reads(reads_history, p) == {}
+    assert narrow_reads(lambda q: {"uid"}, p) == {}  # not a with_noise_columns declaration
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    mean = np.r_[rng.lognormal(size=n - 4) * 3, [1e39, -1e39, np.nan, 2.0**-140]]  # beyond float32, subnormal
+    base = dict(
+        uid=np.arange(n, dtype=np.uint64),
+        last_loss=rng.lognormal(size=n).astype(np.float32),
+        ema=np.full(n, np.nan),
+        seen=np.full(n, 2, np.int32),
+        last_epoch=None,
+        epoch=2,
+        epochs=10,
+        seed=0,
+        loss_count=np.full(n, 2, np.int32),
+    )
+    for scale in ("loss", "log1p"):
+        wide = candidate_scores(PolicyInput(**base, loss_mean=mean), 2, scale)
+        with np.errstate(over="ignore"):  # the planner's read makes the same cast (inf beyond float32)
+            as_read = mean.astype(np.float32)
+        narrow = candidate_scores(PolicyInput(**base, loss_mean=as_read), 2, scale)
+        assert np.array_equal(wide[0], narrow[0]) and wide[0].sum() == n - 3
+        assert np.array_equal(wide[1].view(np.uint32), narrow[1].view(np.uint32))

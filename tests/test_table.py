@@ -462,3 +462,20 @@ def test_a_table_written_before_the_history_columns_opens_and_starts_its_history
         2.0,
     )
     assert (rows["y"]["seen"], rows["y"]["loss_count"]) == (1, 0) and np.isnan(rows["y"]["loss_mean"])
+
+
+def test_load_numeric_converts_the_columns_given_dtypes_as_numpy_casts(tmp_path):
+    """load_numeric(dtypes=...): a float64 column read into float32 holds NumPy's cast of every
+    value (rounded to nearest, inf beyond float32's range); the other columns keep the table's
+    dtypes."""
+    from conftest import seeded_run
+
+    from seta_stream._table import load_numeric
+
+    run = seeded_run(tmp_path / "run", n=300)
+    wide = load_numeric(run, ["uid", "last_loss", "ema"])
+    narrow = load_numeric(run, ["uid", "last_loss", "ema"], dtypes={"ema": np.float32})
+    assert narrow["ema"].dtype == np.float32 and wide["ema"].dtype == np.float64
+    assert np.array_equal(narrow["ema"], wide["ema"].astype(np.float32), equal_nan=True)
+    assert narrow["uid"].dtype == np.uint64 and np.array_equal(narrow["uid"], wide["uid"])
+    assert np.array_equal(narrow["last_loss"], wide["last_loss"], equal_nan=True)

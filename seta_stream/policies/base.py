@@ -93,7 +93,9 @@ class PolicyInput:
     #: (``policies.steps.memo``); None: derive them each time.
     memo: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     loss_count: np.ndarray | None = None  # int32[N], finite records folded (None: 0 for every row)
-    loss_mean: np.ndarray | None = None  # float64[N], their mean (None: NaN for every row)
+    #: float64[N], their mean (None: NaN for every row); float32 when the planner reads it for the
+    #: noise rule alone, which reads only float32(loss_mean) (``noise.narrow_reads``)
+    loss_mean: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.uid)
