@@ -8,7 +8,11 @@ persistent loss, which the noise rule finds) written as ``LossRecorder`` writes 
 compacted by ``compact()``, so the table, its keys file and manifest are those of a training run.
 
 Each repetition plans the next epoch of the run in a fresh process (a new plan directory, as in
-training): SeTa (r=0, k, alpha=0.5), then the same with ``noise=True``, then the baseline. The
+training): SeTa (r=0, k, alpha=0.5), then the same with ``noise=True``, then the baseline. A
+plan's folder is removed once measured (``--keep-plans`` keeps them): 14 plans of about 460 MB
+each, written within a few minutes, filled this VM's page cache, and the later plans then paid
+for reclaiming it (each repetition slower than the one before, while the floor, which writes
+nothing, stayed flat), which a training run, one plan an epoch, does not. The
 baseline is the floor the issue names, in its own fresh process: a ``np.sort`` of the N float32
 losses after reading the columns a SeTa plan reads (``pq.read_table`` of uid, last_loss and seen,
 memory-mapped). Ratios are medians against medians of the same run. Peak RSS is the child's
@@ -175,6 +179,7 @@ def main() -> None:
     p.add_argument("--baseline-n", type=int, default=1_000_000, help="samples for the scikit-learn call")
     p.add_argument("--result", default=None, help="result file name (default plan-N)")
     p.add_argument("--codecs", action="store_true", help="also compare plan.parquet's codecs (plan-codecs-N)")
+    p.add_argument("--keep-plans", action="store_true", help="keep every measured plan's folder (page cache fills)")
     args = p.parse_args()
     res = Result(args.result or f"plan-{args.n}", title=f"Planning one SeTa epoch of {args.n:,} samples")
     run = prepared(args.n)
@@ -193,6 +198,8 @@ def main() -> None:
             code = f"s = plan_epoch(run, {e}, policy='seta', params={params}, epochs={epochs}, seed=0, force=True)"
             time.sleep(args.idle)
             samples[name].append(measure(code, setup))
+            if not args.keep_plans and not (args.codecs and i == args.repeat - 1 and name == "seta"):
+                shutil.rmtree(run / "plans" / f"epoch={e}")
         time.sleep(args.idle)
         samples["floor"].append(measure(*floor))
         if args.sklearn:
