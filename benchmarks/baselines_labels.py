@@ -540,6 +540,7 @@ def render(data: dict[str, Any]) -> str:
             "no longer grows with the schedule).",
             "",
         ]
+    L += _summary(runs, n)
     # ----------------------------------------------------------------- study A
     L += _study_a(runs, n)
     L += _study_b(runs)
@@ -557,6 +558,48 @@ def _missing(runs: dict) -> list[str]:
     return ["## Not run", "", f"{len(left)} runs of the plan have no result file (not trained when this report was "
             "generated; `python -m benchmarks.baselines_labels run` trains them, skipping the finished ones): "
             + ", ".join(f"`{r.rid(E)}`" for r in left) + ".", ""]  # fmt: skip
+
+
+def _mean_gap(runs: dict, rate: float, a: str, b: str) -> str:
+    g = [x for _, x in paired(runs, rate, a, b)]
+    if not g:
+        return "-"
+    se2, v = verdict(g)
+    return f"{np.mean(g):+.2f} points ({len(g)} seed{'s' if len(g) > 1 else ''}" + (
+        f", 2 SE {se2}: {v})" if len(g) > 1 else ")"
+    )
+
+
+def _summary(runs: dict, n: int) -> list[str]:
+    """The findings in a few lines, every number from the tables below."""
+    rate = 0.4
+    rules = [r for (ra, m, _), r in runs.items() if m in RULES and ra == rate]
+    if not rules:
+        return []
+    plans = sum(len(r["suspects"]["plans"]) for r in rules)
+    active = sum(len(r["suspects"]["active_epochs"]) for r in rules)
+    L = ["## Summary", "",
+         f"* **40% noisy labels**: the rule's two-mode test passed in {active} of the {plans} plans of its runs (the "
+         f"rule alone and with random){', so it left nothing out' if not active else ''}; the rule alone minus full data at its last epoch: "
+         f"{_mean_gap(runs, rate, 'rule', 'full')}; minus full data early-stopped on the noisy validation split: "
+         f"{_mean_gap(runs, rate, 'rule', 'full-es')}. The oracle filter minus early-stopped full data: "
+         f"{_mean_gap(runs, rate, 'oracle', 'full-es')}."]  # fmt: skip
+    cl = [r for (ra, m, _), r in runs.items() if m == "cleanlab" and ra == rate]
+    if cl:
+        c = [compute(runs, rate, "cleanlab", r["seed"], n) for r in cl]
+        L.append(
+            f"* **cleanlab** ({cl[0]['cleanlab']['folds']}-fold out-of-sample probabilities, `find_label_issues` at "
+            f"its defaults, retrained on the rest): precision {_span([r['cleanlab']['precision'] for r in cl], 3)}, "
+            f"recall {_span([r['cleanlab']['recall'] for r in cl], 3)} of the noisy samples, "
+            f"{c[0][1]} trainings and {_span([x[0] for x in c])} x the samples of one full training; minus full data "
+            f"early-stopped: {_mean_gap(runs, rate, 'cleanlab', 'full-es')}; minus the rule alone: "
+            f"{_mean_gap(runs, rate, 'cleanlab', 'rule')}."
+        )
+    low = sorted({k[0] for k in runs if k[0] < 0.4})
+    if low:
+        L.append("* **Low rates**: t" + _rate_reading(runs, sorted({k[0] for k in runs if k[1] == "rule"})).split(";")[0][1:]
+                 + " (section B).")  # fmt: skip
+    return L + [""]
 
 
 def _method_table(runs: dict, rate: float, methods: tuple[str, ...], n: int) -> list[str]:
