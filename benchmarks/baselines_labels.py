@@ -578,9 +578,10 @@ def _summary(runs: dict, n: int) -> list[str]:
         return []
     plans = sum(len(r["suspects"]["plans"]) for r in rules)
     active = sum(len(r["suspects"]["active_epochs"]) for r in rules)
+    nothing = "" if active else ", so it left nothing out"
     L = ["## Summary", "",
          f"* **40% noisy labels**: the rule's two-mode test passed in {active} of the {plans} plans of its runs (the "
-         f"rule alone and with random){', so it left nothing out' if not active else ''}; the rule alone minus full data at its last epoch: "
+         f"rule alone and with random){nothing}; the rule alone minus full data at its last epoch: "
          f"{_mean_gap(runs, rate, 'rule', 'full')}; minus full data early-stopped on the noisy validation split: "
          f"{_mean_gap(runs, rate, 'rule', 'full-es')}. The oracle filter minus early-stopped full data: "
          f"{_mean_gap(runs, rate, 'oracle', 'full-es')}."]  # fmt: skip
@@ -597,8 +598,8 @@ def _summary(runs: dict, n: int) -> list[str]:
         )
     low = sorted({k[0] for k in runs if k[0] < 0.4})
     if low:
-        L.append("* **Low rates**: t" + _rate_reading(runs, sorted({k[0] for k in runs if k[1] == "rule"})).split(";")[0][1:]
-                 + " (section B).")  # fmt: skip
+        reading = _rate_reading(runs, sorted({k[0] for k in runs if k[1] == "rule"}))
+        L.append("* **Low rates**: t" + reading.split(";")[0][1:] + " (section B).")
     return L + [""]
 
 
