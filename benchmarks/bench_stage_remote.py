@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from common import OUT, ROOT, Result, machine, make_table_run, st_mj_identities
+from common import OUT, ROOT, Result, machine, make_table_run, path_label, st_mj_identities
 
 SHARD = 5000
 READ = 10
@@ -289,71 +289,105 @@ def main() -> None:
                 results[mode].append(r)
     times = lookup_times(local, str(OUT / "stage-remote-earlier") if earlier else None, shard_names, args.repeat)
 
-    print(f"## Stage on an object store: {args.n:,} samples, {args.policy} plan, one worker reading {READ} shards")
-    print(f"({machine()})\n")
-    print("| plan file | bytes |\n| --- | --- |")
-    for k, v in sizes.items():
-        print(f"| {k} | {v:,} |")
-    print("\n| worker | samples out | plan bytes fetched (GETs) | peak RSS MB | RSS after imports MB | wall s |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    summary = {}
-    rows = []
+    report(res, args, sizes, results, times, earlier)
+
+
+def report(res: Result, args: argparse.Namespace, sizes: dict, results: dict, times: dict, earlier: bool) -> None:
+    """Print the tables and write the result file: one row per worker (the best of its runs), the
+    plan files' sizes and the decision lookup's times as generated notes."""
+    title = (
+        f"Stage on an object store: {args.n:,} samples, {args.policy} plan, "
+        f"one worker reading {READ} shards of {SHARD:,} samples"
+    )
+    res.title = title
+    print(f"## {title}\n({machine()})\n")
+    rows, summary = [], {}
     for mode, rs in results.items():
-        best = min(rs, key=lambda r: r["rss_mb"])
-        fetched = sum(b for _, b in best["fetched"].values())
-        gets = sum(n for n, _ in best["fetched"].values())
+        best = min(rs, key=lambda r: r["rss_mb"])  # plan bytes were the same in every run
+        by_file = {path.split("/plans/")[1]: nb for path, nb in sorted(best["fetched"].items())}
+        fetched = sum(b for _, b in by_file.values())
+        gets = sum(n for n, _ in by_file.values())
         wall = min(r["wall_s"] for r in rs)
-        summary[mode] = (fetched, best["rss_mb"], wall)
+        summary[mode] = {"fetched": fetched, "gets": gets, "rss": best["rss_mb"], "wall": wall, "by_file": by_file}
         rows.append(
             {
                 "worker": mode,
                 "samples out": best["samples"],
                 "plan bytes fetched": fetched,
                 "plan GETs": gets,
+                "fetched by file, bytes (GETs)": "; ".join(
+                    f"{os.path.basename(f)} {b:,} ({n})" for f, (n, b) in by_file.items()
+                )
+                or "-",
                 "peak RSS MB": best["rss_mb"],
                 "RSS after imports MB": best["rss_imports_mb"],
                 "wall s (best)": wall,
             }
         )
-        print(
-            f"| {mode} | {best['samples']:,} | {fetched:,} ({gets}) | {best['rss_mb']:.1f} | "
-            f"{best['rss_imports_mb']:.1f} | {wall:.2f} |"
-        )
-        for path, (n, b) in sorted(best["fetched"].items()):
-            print(f"|   {path.split('/plans/')[1]} | | {b:,} ({n}) | | | |")
-    print()
-    notes = [
-        f"stage: plan bytes fetched {summary['stage'][0] / 1e6:.3f} MB (target <= 1 MB)",
-        f"stage: peak RSS {summary['stage'][1] - summary['no stage'][1]:+.1f} MB against the same worker "
-        "without the stage (target <= +50 MB)",
-    ]
-    if earlier:
+    base = summary["no stage"]
+    for row in rows:
+        row["peak RSS vs no stage MB"] = row["peak RSS MB"] - base["rss"]
+    print("| " + " | ".join(rows[0]) + " |\n|" + " --- |" * len(rows[0]))
+    for row in rows:
+        cells = [
+            f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()
+        ]
+        print("| " + " | ".join(cells) + " |")
+
+    stage = summary["stage"]
+    plan_n = args.n  # with --run: the plan's own n (its summary.json)
+    file_notes = "; ".join(f"{k} {v:,} ({v / plan_n:.3g} bytes a sample)" for k, v in sizes.items())
+    notes = [f"Plan files ({plan_n:,} samples): {file_notes}."]
+    stage_file = next((f for f in stage["by_file"] if os.path.basename(f).startswith("stage")), None)
+    if stage_file is not None:
+        n, b = stage["by_file"][stage_file]
         notes.append(
-            f"earlier layout: plan bytes fetched {summary['earlier layout'][0] / 1e6:.1f} MB, peak RSS "
-            f"{summary['earlier layout'][1] - summary['no stage'][1]:+.1f} MB"
+            f"stage: {n} range requests of {os.path.basename(stage_file)} for {READ} shards opened, "
+            f"{b / n / 1e3:.1f} KB each ({SHARD:,} samples a shard); plan bytes fetched in all "
+            f"{stage['fetched'] / 1e6:.3f} MB (target <= 1 MB)"
         )
+    notes.append(
+        f"stage: peak RSS {stage['rss'] - base['rss']:+.1f} MB against the same worker without the stage "
+        "(target <= +50 MB)"
+    )
+    if earlier:
+        old = summary["earlier layout"]
+        notes.append(
+            f"earlier layout: plan bytes fetched {old['fetched'] / 1e6:.1f} MB in {old['gets']} GETs, "
+            f"peak RSS {old['rss'] - base['rss']:+.1f} MB against the worker without the stage"
+        )
+    per_sample = base["wall"] / max(1, results["no stage"][0]["samples"])
+    lookup = []
+    for k, v in times.items():
+        lookup.append(f"{k} {v * 1e6:.3f} us per sample" if k.endswith("get") else f"{k} {v * 1e3:.2f} ms per shard")
+    notes.append(f"Decision lookup on the local plan, one process, best of {args.repeat}: " + "; ".join(lookup) + ".")
+    get_uid = times["by uid (stage.arrow): get"]
+    notes.append(
+        f"by uid, per sample: {get_uid * 1e6:.2f} us, {100 * get_uid / per_sample:.1f}% of the worker's "
+        f"{per_sample * 1e6:.0f} us a sample without the stage (reading tar shards, no decode)"
+    )
+    if earlier:
+        ratio = get_uid / times["by key (earlier layout): get"]
+        notes.append(f"decision lookup by uid / by key (earlier layout), per sample: {ratio:.1f}x")
     for line in notes:
         print(line)
-    print("\n| decision lookup | time |\n| --- | --- |")
-    for k, v in times.items():
-        unit = (v * 1e6, "us per sample") if k.endswith("get") else (v * 1e3, "ms per shard")
-        print(f"| {k} | {unit[0]:.3f} {unit[1]} |")
-    if earlier:
-        ratio = times["by uid (stage.arrow): get"] / times["by key (earlier layout): get"]
-        print(f"\nlookup by uid / by key, per sample: {ratio:.1f}x")
-        notes.append(f"decision lookup by uid / by key (earlier layout), per sample: {ratio:.1f}x")
-    base = next(r for r in rows if r["worker"] == "no stage")
     res.write(
         baseline={
             "what": "the same worker process reading the same shards without the stage (wds.WebDataset alone)",
-            "peak RSS MB": base["peak RSS MB"],
-            "wall s (best)": base["wall s (best)"],
+            "peak RSS MB": base["rss"],
+            "wall s (best)": base["wall"],
         },
         rows=rows,
-        peak_rss_mb=max(r["peak RSS MB"] for r in rows),
-        figures={"plan file bytes": sizes, "decision lookup s": times},
+        peak_rss_mb=stage["rss"],
+        figures={"plan file bytes": sizes, "decision lookup s": times, "worker s per sample without stage": per_sample},
         notes=notes,
-        params={"n": args.n, "policy": args.policy, "repeat": args.repeat, "shards read": READ, "run": args.run},
+        params={
+            "n": args.n,
+            "policy": args.policy,
+            "repeat": args.repeat,
+            "shards read": READ,
+            "run": path_label(args.run) if args.run else None,
+        },
     )
 
 
