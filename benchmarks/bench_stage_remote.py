@@ -344,11 +344,12 @@ def report(res: Result, args: argparse.Namespace, sizes: dict, results: dict, ti
         notes.append(
             f"stage: {n} range requests of {os.path.basename(stage_file)} for {READ} shards opened, "
             f"{b / n / 1e3:.1f} KB each ({SHARD:,} samples a shard); plan bytes fetched in all "
-            f"{stage['fetched'] / 1e6:.3f} MB (target <= 1 MB)"
+            f"{stage['fetched'] / 1e6:.3f} MB; target <= 1 MB: {'met' if stage['fetched'] <= 1e6 else 'not met'}"
         )
+    added = stage["rss"] - base["rss"]
     notes.append(
-        f"stage: peak RSS {stage['rss'] - base['rss']:+.1f} MB against the same worker without the stage "
-        "(target <= +50 MB)"
+        f"stage: peak RSS {added:+.1f} MB against the same worker without the stage (the lowest of "
+        f"{args.repeat} runs each); target <= +50 MB: {'met' if added <= 50 else 'not met'}"
     )
     if earlier:
         old = summary["earlier layout"]
