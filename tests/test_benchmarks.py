@@ -194,6 +194,11 @@ def test_script_runs_at_a_tiny_size(script: str, bench_env: dict[str, str], monk
         assert len(res["load_start"]["loadavg"]) == 3
         assert res["baseline"] and res["baseline"].get("what")
         assert res["rows"] and all(isinstance(r, dict) and r for r in res["rows"])
+        if script == "bench_stage_remote.py":  # --no-earlier: the worker without and with the stage, 10 shards
+            assert [r["worker"] for r in res["rows"]] == ["no stage", "stage"]
+            assert [r["samples out"] for r in res["rows"]][0] == 50_000
+            # summary.json and shards.arrow once, one range of stage.arrow per planned shard (3 of 12,000 samples)
+            assert res["rows"][0]["plan GETs"] == 0 and res["rows"][1]["plan GETs"] == 2 + 3
 
 
 def test_report_renders_and_checks_result_blocks(tmp_path: Path) -> None:
