@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ._arrays import float32_array
 from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
 from ._runfs import RunDir, write_arrow
 from .errors import PlanMissingError, RunFormatError
@@ -543,7 +544,7 @@ class _StageFile:
         self.stage = None if meta is None else json.loads(meta)
         if self.stage is not None:
             self.schema = _stage_schema(self.stage["columns"])
-            self.weights = pa.array(self.stage.get("weights") or [], pa.float32())
+            self.weights = float32_array(self.stage.get("weights") or [])
             self.ranges = {s: (o, n) for s, o, n in zip(cols["shard"], cols["offset"], cols["length"])}
         self._map: pa.Buffer | None = None
 
