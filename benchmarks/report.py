@@ -82,6 +82,10 @@ TARGETS: list[tuple] = [
      lambda r: _lower(r["figures"]["CIFAR-10: read_kept / kept_tar_samples (wall)"]), 1.5, "x", ">="),
     ("read_kept at 50% kept, no decode, ST+MJ-sized: over streaming + keep_filter, mean - 2 SE", "35", "reader",
      lambda r: _lower(r["figures"]["ST+MJ-sized: read_kept / streaming + keep_filter (wall)"]), 6, "x", ">="),
+    ("the stage on an object store at 15M (SeTa plan): plan bytes fetched by a worker reading 10 shards", "15",
+     "stage-remote-15000000", lambda r: _row(r, worker="stage")["plan bytes fetched"] / 1e6, 1.0, "MB"),
+    ("the stage on an object store at 15M (SeTa plan): peak RSS against the worker without it", "15",
+     "stage-remote-15000000", lambda r: _row(r, worker="stage")["peak RSS vs no stage MB"], 50, "MB"),
     ("read_kept at 50% kept, no decode, ST+MJ-sized: over kept_tar_samples, mean - 2 SE", "35", "reader",
      lambda r: _lower(r["figures"]["ST+MJ-sized: read_kept / kept_tar_samples (wall)"]), 1.5, "x", ">="),
 ]  # fmt: skip
