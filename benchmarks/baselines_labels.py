@@ -658,7 +658,7 @@ def _study_a(runs: dict, n: int) -> list[str]:
             gaps = [x for _, x in g]
             se2, v = verdict(gaps)
             if len(gaps) >= 2 and any(gaps) and abs(float(np.mean(gaps))) <= float(se2):
-                v += " (within 2 SE: a third seed)"
+                v += " (within 2 SE: a third seed)" if len(gaps) == 2 else f" (within 2 SE with {len(gaps)} seeds)"
             L.append(f"| {LABELS[a]} | {LABELS[b]} | " + ", ".join(f"{x:+.2f} (s{s})" for s, x in g)
                      + f" | {np.mean(gaps):+.2f} | {se2} | {v} |")  # fmt: skip
     L += ["", "Finding the noisy samples (whole run: every sample any plan held as a suspect, `seta-stream suspects "
