@@ -116,6 +116,8 @@ def block() -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows():
+        if not r["es"]:  # no run of full data beside it yet: no comparison to show
+            continue
         se2, verdict = _verdict(r["es"])
         share = f"{np.mean(r['share']):.2f}" if r["share"] else "-"
         link = f"[{Path(r['doc']).name}]({r['doc']})"
