@@ -47,6 +47,8 @@ for e in range(epochs):
                   **boundary})
 pruner.close()
 json.dump(stats, open(os.path.join(out, f"rank{rank}.json"), "w"))
+if dist:  # a gloo group left to the interpreter's exit can abort the process ("terminate called ...")
+    torch.distributed.destroy_process_group()
 """.replace("ROOT", repr(str(ROOT)))
 
 
