@@ -566,7 +566,8 @@ def summary_lines(ctx: Ctx, runs: dict) -> list[str]:
             se = "" if g["se2"] is None else f", 2 SE {g['se2']:.1f}"
             parts.append(f"{g['label']} {g['mean']:+.1f}{se}: {verdict(g['mean'], g['se2'])}")
         k = len({s for s in seeds if (noise, "rule-random", s) in runs})
-        out.append(f"* {pct(noise)}% mismatched ({k} seed{'s' if k != 1 else ''}): " + "; ".join(parts) + ".")
+        body = "; ".join(parts) if parts else "no baseline run of a seed with rule + random has finished yet"
+        out.append(f"* {pct(noise)}% mismatched ({k} seed{'s' if k != 1 else ''}): {body}.")
     return out or ["* no finished run yet."]
 
 
