@@ -562,17 +562,23 @@ def early_stopped(r: dict) -> dict:
     return max(r["rows"], key=lambda row: (row["val_acc"], -row["epoch"]))
 
 
-def gpu_floor(runs: dict) -> float | None:
-    """The largest final test-accuracy difference between two runs that trained the same samples in
-    the same order with the same seed (the rule where it never fired, and full data): what the GPU's
-    non-deterministic kernels alone give. None without such a pair."""
-    diffs = []
+def identical_runs(runs: dict) -> dict[tuple[str, int], float]:
+    """(kind, seed) -> the final test-accuracy difference between the rule's run and full data's
+    where both trained the same samples in the same order with the same seed (the rule never
+    fired): what the GPU's non-deterministic kernels alone give."""
+    out = {}
     for r in runs.values():
         f = runs.get(f"{r['kind']}-full-s{r['seed']}")
         if r["method"] != "rule" or not f or not r.get("rows") or len(r["rows"]) != len(f.get("rows", [])):
             continue
         if all(a["kept"] == b["kept"] and a["learnt"] == b["learnt"] for a, b in zip(f["rows"], r["rows"])):
-            diffs.append(abs(f["rows"][-1]["test_acc"] - r["rows"][-1]["test_acc"]))
+            out[(r["kind"], r["seed"])] = abs(f["rows"][-1]["test_acc"] - r["rows"][-1]["test_acc"])
+    return out
+
+
+def gpu_floor(runs: dict) -> float | None:
+    """The largest difference of :func:`identical_runs`: the GPU's run-to-run floor. None without such a pair."""
+    diffs = identical_runs(runs).values()
     return max(diffs) if diffs else None
 
 
@@ -716,15 +722,9 @@ def readings(kind: str, rs: dict, seeds: list[int]) -> list[str]:
             f"{last['suspected']:,} suspected (precision {last['precision']:.3f}), {last['learnt']:,} samples learnt "
             f"from of 45,000 ({45000 - r['noisy_in_population']:,} are clean)."
         )
-    full = [rs[("full", s)] for s in seeds if ("full", s) in rs]
-    rule = [rs[("rule", s)] for s in seeds if ("rule", s) in rs]
-    same = [
-        (f, r)
-        for f, r in zip(full, rule)
-        if all(a["kept"] == b["kept"] and a["learnt"] == b["learnt"] for a, b in zip(f["rows"], r["rows"]))
-    ]
-    if same:
-        diffs = [abs(f["rows"][-1]["test_acc"] - r["rows"][-1]["test_acc"]) for f, r in same]
+    same = identical_runs({r["id"]: r for r in rs.values()})
+    diffs = [same[(kind, s)] for s in seeds if (kind, s) in same]
+    if diffs:
         out.append(
             f"- Where the rule never fired, its runs trained the same samples in the same order as full data, yet "
             f"their final test accuracies differ by {', '.join(f'{100 * x:.2f}' for x in diffs)} points: the "
