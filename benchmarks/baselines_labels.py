@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import instability
-from benchmarks.common import write_json
+from benchmarks.common import gap_verdict, write_json
 from benchmarks.quality.configs import NOISE_RULE
 from benchmarks.quality.data import Sst2, noise_offsets, symmetric_offsets
 from benchmarks.quality.layout import Layout
@@ -431,15 +431,10 @@ def paired(runs: dict, rate: float, a: str, b: str) -> list[tuple[int, float]]:
     return out
 
 
-def verdict(gaps: list[float]) -> tuple[str, str]:
-    """(2 SE, verdict) of paired gaps against a bar of 0: "met" only where mean - 2 SE > 0."""
-    if gaps and not any(gaps):
-        return "0.00" if len(gaps) > 1 else "-", "the same accuracy" + (" (one seed)" if len(gaps) == 1 else "")
-    if len(gaps) < 2:
-        return "-", "one seed"
-    m, se2 = float(np.mean(gaps)), 2 * float(np.std(gaps, ddof=1)) / math.sqrt(len(gaps))
-    v = "met" if m - se2 > 0 else "mean above, not resolved" if m > 0 else "below"
-    return f"{se2:.2f}", v
+def se2_verdict(gaps: list[float]) -> tuple[str, str]:
+    """(2 SE as the tables print it, verdict) of paired gaps against 0: :func:`benchmarks.common.gap_verdict`."""
+    _, se2, v = gap_verdict(gaps)
+    return ("-" if se2 is None else f"{se2:.2f}"), v
 
 
 def compute(runs: dict, rate: float, method: str, seed: int, n: int) -> tuple[float, int] | None:
@@ -497,9 +492,10 @@ def render(data: dict[str, Any]) -> str:
         "the small-final-batch remedy (loss over the nominal batch size). The validation labels carry the same",
         "noise as the training labels (the same key-hash corruption at the same rate), as a practitioner's would.",
         "Gaps are paired by seed, in points of test accuracy; 2 SE = 2 sd / sqrt(seeds) of the paired gaps;",
-        'the verdict is "met" only where mean - 2 SE > 0, "mean above, not resolved" where only the mean is,',
-        '"below" otherwise. Compute is the samples trained (forward and backward passes, the rule\'s weight-0',
-        "re-checks included) over E x N.",
+        'the verdict is "met" only where mean - 2 SE > 0, "below" where mean + 2 SE < 0, "mean above (below),',
+        'not resolved" where 0 lies within mean ± 2 SE, "at the bar" where every gap is 0 (the same accuracy),',
+        '"one seed: ..." where one seed has both runs. Compute is the samples trained (forward and backward',
+        "passes, the rule's weight-0 re-checks included) over E x N.",
         "",
     ]
     every = list(runs.values()) + ([pilot] if pilot else [])
@@ -566,7 +562,7 @@ def _mean_gap(runs: dict, rate: float, a: str, b: str) -> str:
     g = [x for _, x in paired(runs, rate, a, b)]
     if not g:
         return "-"
-    se2, v = verdict(g)
+    se2, v = se2_verdict(g)
     return f"{np.mean(g):+.2f} points ({len(g)} seed{'s' if len(g) > 1 else ''}" + (
         f", 2 SE {se2}: {v})" if len(g) > 1 else ")"
     )
@@ -626,7 +622,7 @@ def _method_table(runs: dict, rate: float, methods: tuple[str, ...], n: int) -> 
                 extra = " (= full data)"
             cells.append(_f(x) + extra)
         gaps = [g for _, g in paired(runs, rate, m, "oracle")] if m != "oracle" else []
-        gap = f"{np.mean(gaps):+.2f}, {verdict(gaps)[0]}" if gaps else "-"
+        gap = f"{np.mean(gaps):+.2f}, {se2_verdict(gaps)[0]}" if gaps else "-"
         comp = [c for s in seeds if (c := compute(runs, rate, m, s, n)) is not None]
         L.append(f"| {name} | " + " | ".join(cells) + f" | {np.mean(got):.2f} | {gap} | "
                  f"{np.mean([c[0] for c in comp]):.3f} | {comp[0][1]} |")  # fmt: skip
@@ -656,9 +652,7 @@ def _study_a(runs: dict, n: int) -> list[str]:
             if not g:
                 continue
             gaps = [x for _, x in g]
-            se2, v = verdict(gaps)
-            if len(gaps) >= 2 and any(gaps) and abs(float(np.mean(gaps))) <= float(se2):
-                v += " (within 2 SE: a third seed)" if len(gaps) == 2 else f" (within 2 SE with {len(gaps)} seeds)"
+            se2, v = se2_verdict(gaps)
             L.append(f"| {LABELS[a]} | {LABELS[b]} | " + ", ".join(f"{x:+.2f} (s{s})" for s, x in g)
                      + f" | {np.mean(gaps):+.2f} | {se2} | {v} |")  # fmt: skip
     L += ["", "Finding the noisy samples (whole run: every sample any plan held as a suspect, `seta-stream suspects "
@@ -760,7 +754,7 @@ def _study_b(runs: dict) -> list[str]:
             g = paired(runs, rate, "rule", b)
             if g:
                 gaps = [x for _, x in g]
-                se2, v = verdict(gaps)
+                se2, v = se2_verdict(gaps)
                 L.append(f"* the rule alone - {LABELS[b]}: " + ", ".join(f"{x:+.2f} (s{s})" for s, x in g)
                          + f"; mean {np.mean(gaps):+.2f}, 2 SE {se2}: {v}")  # fmt: skip
         L.append("")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -52,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import write_json  # noqa: E402  (after the path set-up above)
+from benchmarks.common import gap_verdict, write_json  # noqa: E402  (after the path set-up above)
 
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-pairs"
 OUT = ROOT / "bench-out" / "baselines-pairs"
@@ -335,22 +334,13 @@ COMPARISONS = (
 )
 
 
-def stats(values: list[float]) -> tuple[float, float | None]:
-    """(mean, 2 SE) of paired gaps; 2 SE is None for one seed."""
-    mean = float(np.mean(values))
-    se2 = 2 * float(np.std(values, ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else None
-    return mean, se2
-
-
-def verdict(mean: float, se2: float | None) -> str:
-    """ "met" where mean - 2 SE clears 0, "mean above, not resolved" where only the mean does, else "below"."""
-    if se2 is None:
-        return "one seed, no SE"
-    if mean - se2 > 0:
-        return "met"
-    if mean > 0:
-        return f"mean above, not resolved (mean - 2 SE = {mean - se2:+.1f})"
-    return f"below (mean + 2 SE = {mean + se2:+.1f})"
+def verdict_text(g: dict) -> str:
+    """:func:`~benchmarks.common.gap_verdict`'s verdict of a row of :func:`gaps`, with the bound of mean ± 2 SE
+    nearer 0 where the gap is not met."""
+    if g["verdict"] == "met" or g["se2"] is None:
+        return g["verdict"]
+    bound = g["mean"] - g["se2"] if g["mean"] > 0 else g["mean"] + g["se2"]
+    return f"{g['verdict']} (mean {'-' if g['mean'] > 0 else '+'} 2 SE = {bound:+.1f})"
 
 
 def gaps(runs: dict, noise: float, seeds: list[int], own: str = "final") -> list[dict]:
@@ -366,9 +356,10 @@ def gaps(runs: dict, noise: float, seeds: list[int], own: str = "final") -> list
             if a and b:
                 per[s] = a[own] - b[kind if own == "final" else "es"]
         if per:
-            mean, se2 = stats(list(per.values()))
+            mean, se2, v = gap_verdict(list(per.values()))
             label = label if own == "final" else label.replace(", last epoch", "").replace(", early-stopped", "")
-            out.append({"baseline": base, "kind": kind, "label": label, "per": per, "mean": mean, "se2": se2})
+            out.append({"baseline": base, "kind": kind, "label": label, "per": per, "mean": mean, "se2": se2,
+                        "verdict": v})  # fmt: skip
     return out
 
 
@@ -507,7 +498,7 @@ def report(ctx: Ctx) -> str:
                 mark = f" {MARK}" if any(runs[(noise, b, s)]["unstable"] for s in g["per"]
                                          for b in ("rule-random", g["baseline"])) else ""  # fmt: skip
                 L.append(f"| {g['label']}{mark} | {len(g['per'])} | {_seeds(g['per'])} | {g['mean']:+.1f} | "
-                         f"{_se(g['se2'])} | {verdict(g['mean'], g['se2'])} |")  # fmt: skip
+                         f"{_se(g['se2'])} | {verdict_text(g)} |")  # fmt: skip
         L += [
             "",
             "### Every method against the oracle filter",
@@ -527,7 +518,7 @@ def report(ctx: Ctx) -> str:
                        if (noise, m.name, s) in runs and (noise, "oracle", s) in runs]  # fmt: skip
                 k = len(per)
                 if per:
-                    mean, se2 = stats(per)
+                    mean, se2, _ = gap_verdict(per)
                     cells.append(f"{mean:+.1f} (" + ("one seed" if se2 is None else f"2 SE {se2:.1f}") + ")")
             if cells:
                 L.append(f"| {names[m.name]} | {k} | {cells[0]} | {cells[1]} |")
@@ -564,7 +555,7 @@ def summary_lines(ctx: Ctx, runs: dict) -> list[str]:
             if g["baseline"] == "rule":
                 continue
             se = "" if g["se2"] is None else f", 2 SE {g['se2']:.1f}"
-            parts.append(f"{g['label']} {g['mean']:+.1f}{se}: {verdict(g['mean'], g['se2'])}")
+            parts.append(f"{g['label']} {g['mean']:+.1f}{se}: {verdict_text(g)}")
         k = len({s for s in seeds if (noise, "rule-random", s) in runs})
         body = "; ".join(parts) if parts else "no baseline run of a seed with rule + random has finished yet"
         out.append(f"* {pct(noise)}% mismatched ({k} seed{'s' if k != 1 else ''}): {body}.")

@@ -583,19 +583,11 @@ def gpu_floor(runs: dict) -> float | None:
 
 
 def _gap_line(name: str, gaps: list[float], floor: float | None) -> str:
-    from benchmarks.common import mean_se
+    from benchmarks.common import gap_verdict
 
-    m, se = mean_se(gaps)
+    m, se2, v = gap_verdict(gaps, floor=floor)
     per = ", ".join(f"{100 * g:+.2f}" for g in gaps)
-    if se is None:
-        return f"| {name} | {per} | {100 * m:+.2f} | - | one seed |"
-    if m - 2 * se <= 0 <= m + 2 * se:
-        v = "not resolved"
-    elif floor is not None and abs(m) <= floor:
-        v = "within the GPU's run-to-run floor"
-    else:
-        v = "above (mean - 2 SE > 0)" if m > 0 else "below (mean + 2 SE < 0)"
-    return f"| {name} | {per} | {100 * m:+.2f} | {200 * se:.2f} | {v} |"
+    return f"| {name} | {per} | {100 * m:+.2f} | {'-' if se2 is None else f'{100 * se2:.2f}'} | {v} |"
 
 
 def report(results_path: Path) -> str:

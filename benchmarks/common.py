@@ -459,12 +459,46 @@ def paired(results: dict, a: str, b: str, key: str) -> list[float]:
     return [x[key] / y[key] for x, y in zip(results[a], results[b])]
 
 
-def verdict(m: float, se: float | None, bar: float, at_most: bool) -> str:
-    """Says "met" where the mean clears ``bar`` by 2 SE (``at_most``: m + 2 SE <= bar; else m - 2 SE >= bar)."""
-    if se is None:
-        return "one round: no SE"
-    ok = m + 2 * se <= bar if at_most else m - 2 * se >= bar
-    return "met" if ok else "not met"
+def gap_verdict(
+    gaps: list[float], bar: float = 0.0, floor: float | None = None, *, at_most: bool = False, unit: str = "seed"
+) -> tuple[float, float | None, str]:
+    """(mean, 2 SE, verdict) of per-seed gaps (or per-round values) against ``bar``: the one verdict rule and
+    wording of every report. SE = sample standard deviation (ddof 1) / sqrt(n); 2 SE is None for one value.
+
+    The verdict is one of (``bar`` is cleared in the direction that is good: above it; ``at_most``: under it):
+
+    * ``met``: the mean clears the bar by 2 SE (mean - 2 SE > bar; ``at_most``: mean + 2 SE < bar);
+    * ``below``: mean + 2 SE < bar (not ``at_most``); ``above``: mean - 2 SE > bar (``at_most``);
+    * ``mean above, not resolved`` / ``mean below, not resolved``: the bar is within mean ± 2 SE, the mean on
+      that side of it (``mean at the bar, not resolved`` where the mean equals it);
+    * ``at the bar``: every value equals the bar (2 SE = 0: e.g. two identical runs);
+    * ``one seed: mean above, not resolved`` (``below``, ``at the bar``): one value, no SE (``unit`` names it:
+      ``one round: ...``);
+    * ``within the run-to-run floor``: with a ``floor``, where the mean is resolved from the bar (met, below or
+      above) but |mean| <= floor: no larger than two identical runs differ, so not read as a gap.
+    """
+    m, se = mean_se(list(gaps))
+    se2 = None if se is None else 2 * se
+    return m, se2, verdict_of(m, se2, bar, floor, at_most=at_most, unit=unit)
+
+
+def verdict_of(
+    m: float, se2: float | None, bar: float = 0.0, floor: float | None = None, *, at_most: bool = False,
+    unit: str = "seed",
+) -> str:  # fmt: skip
+    """:func:`gap_verdict`'s verdict from the mean ``m`` and 2 SE ``se2`` (None: one value) where only those are
+    kept (a result file's paired figure)."""
+    side = "above" if m > bar else "below" if m < bar else "at the bar"
+    if se2 is None:
+        return f"one {unit}: mean {side}, not resolved"
+    if se2 == 0 and m == bar:
+        return "at the bar"
+    good, bad = (m + se2 < bar, m - se2 > bar) if at_most else (m - se2 > bar, m + se2 < bar)
+    if not (good or bad):
+        return f"mean {side}, not resolved"
+    if floor is not None and abs(m) <= floor:
+        return "within the run-to-run floor"
+    return "met" if good else ("above" if at_most else "below")
 
 
 def fmt(m: float, se: float | None, pct: bool = False) -> str:
@@ -489,7 +523,12 @@ def ratio_note(text: str, fig: dict, bar: float | None, *, at_most: bool = True,
     if bar is None:
         return out
     bar_text = f"{100 * bar:+.0f}%" if pct else f"{bar}x"
-    return f"{out}; target {'<=' if at_most else '>='} {bar_text}: {verdict(fig['mean'], fig['se'], bar, at_most)}"
+    return f"{out}; target {'<=' if at_most else '>='} {bar_text}: {_ratio_verdict(fig, bar, at_most)}"
+
+
+def _ratio_verdict(fig: dict, bar: float, at_most: bool) -> str:
+    se2 = None if fig["se"] is None else 2 * fig["se"]
+    return verdict_of(fig["mean"], se2, bar, at_most=at_most, unit="round")
 
 
 def probe_sort(n: int = 15_000_000) -> dict:

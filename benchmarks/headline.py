@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -33,18 +32,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import baselines_labels, baselines_pairs, cifar_gpu  # noqa: E402
+from benchmarks.common import gap_verdict  # noqa: E402
 
 README = ROOT / "README.md"
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 CIFAR = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
-
-
-def _verdict(gaps: list[float]) -> tuple[str, str]:
-    """(2 SE, verdict) of paired gaps against 0."""
-    if len(gaps) < 2:
-        return "-", "one seed"
-    m, se2 = float(np.mean(gaps)), 2 * float(np.std(gaps, ddof=1)) / math.sqrt(len(gaps))
-    return f"{se2:.1f}", "above" if m - se2 > 0 else "below" if m + se2 < 0 else "not resolved"
 
 
 def _cell(gaps: list[float]) -> str:
@@ -107,8 +99,8 @@ def block() -> str:
         " the split is taken from the training shards and is as noisy as they are, never the test split), and"
         " minus the oracle filter (full data"
         " without the known noisy samples: what a perfect detector reaches); points of the metric, the mean"
-        " over seeds paired by seed, each seed's in brackets; *verdict*: above where mean - 2 SE > 0, below where"
-        " mean + 2 SE < 0, else not resolved.",
+        " over seeds paired by seed, each seed's in brackets; *verdict*: met where mean - 2 SE > 0, below where"
+        " mean + 2 SE < 0, else mean above (below), not resolved.",
         "",
         "| data | model | configuration | samples trained / full data's | minus early-stopped full data | 2 SE"
         " | verdict | minus the oracle filter | seeds | details |",
@@ -117,7 +109,8 @@ def block() -> str:
     for r in rows():
         if not r["es"]:  # no run of full data beside it yet: no comparison to show
             continue
-        se2, verdict = _verdict(r["es"])
+        _, se2, verdict = gap_verdict(r["es"])
+        se2 = "-" if se2 is None else f"{se2:.1f}"
         share = f"{np.mean(r['share']):.2f}" if r["share"] else "-"
         link = f"[{Path(r['doc']).name}]({r['doc']})"
         cells = [r["data"], r["model"], r["config"], share, f"{_cell(r['es'])} {r['metric']}", se2, verdict,

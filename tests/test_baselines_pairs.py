@@ -42,12 +42,21 @@ def test_early_stopping_takes_the_first_of_tied_best_validation_epochs() -> None
 
 
 def test_verdicts_follow_mean_and_two_se() -> None:
-    assert bp.verdict(3.0, 1.0) == "met"
-    assert bp.verdict(0.5, 1.0) == "mean above, not resolved (mean - 2 SE = -0.5)"
-    assert bp.verdict(-2.0, 1.0) == "below (mean + 2 SE = -1.0)"
-    assert bp.verdict(2.0, None) == "one seed, no SE"
-    mean, se2 = bp.stats([1.0, 3.0])
-    assert (mean, round(se2, 6)) == (2.0, 2.0)
+    def row(mean: float, se2: float | None, v: str) -> dict:
+        return {"mean": mean, "se2": se2, "verdict": v}
+
+    assert bp.verdict_text(row(3.0, 1.0, "met")) == "met"
+    assert bp.verdict_text(row(0.5, 1.0, "mean above, not resolved")) == "mean above, not resolved (mean - 2 SE = -0.5)"
+    v = "mean below, not resolved"
+    assert bp.verdict_text(row(-0.5, 1.0, v)) == f"{v} (mean + 2 SE = +0.5)"
+    assert bp.verdict_text(row(-2.0, 1.0, "below")) == "below (mean + 2 SE = -1.0)"
+    v = "one seed: mean above, not resolved"
+    assert bp.verdict_text(row(2.0, None, v)) == v
+    # gaps() takes mean, 2 SE and the words from common.gap_verdict: gaps 1 and 3: mean 2, SE = sd / sqrt(2) = 1
+    runs = {(0.2, "rule-random", s): {"final": f, "es": f} for s, f in ((0, 11.0), (1, 13.0))}
+    runs |= {(0.2, "full", s): {"final": 10.0, "es": 10.0} for s in (0, 1)}
+    (g,) = [g for g in bp.gaps(runs, 0.2, [0, 1]) if (g["baseline"], g["kind"]) == ("full", "final")]
+    assert (g["mean"], round(g["se2"], 6), g["verdict"]) == (2.0, 2.0, "mean above, not resolved")
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +138,7 @@ def test_the_report_of_the_tiny_runs_holds_their_paired_gaps(tiny) -> None:
     text = bp.report(ctx)
     r1 = {k: bp.r1(d["rows"][-1]) for k, d in runs.items()}
     gap = r1["pairs-n20-rule-random-s0"] - r1["pairs-n20-full-equal-s0"]
-    assert f"| full data, equal compute | 1 | {gap:+.1f} (s0) | {gap:+.1f} | n/a (one seed) | one seed, no SE |" in text
+    words = f"one seed: mean {'above' if gap > 0 else 'below' if gap < 0 else 'at the bar'}, not resolved"
+    assert f"| full data, equal compute | 1 | {gap:+.1f} (s0) | {gap:+.1f} | n/a (one seed) | {words} |" in text
     assert "Not run (cut by the time limit or not reached): none." in text
     assert "* 20% mismatched (1 seed): " in text

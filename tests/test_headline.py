@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from benchmarks import headline
+from benchmarks.common import gap_verdict
 
 
 def test_readme_headline_is_generated_from_the_result_files() -> None:
@@ -11,9 +12,11 @@ def test_readme_headline_is_generated_from_the_result_files() -> None:
     assert headline.splice(text, headline.block()) == text
 
 
-def test_verdict_rule() -> None:
-    assert headline._verdict([1.0]) == ("-", "one seed")
-    assert headline._verdict([3.0, 3.2]) == ("0.2", "above")
-    assert headline._verdict([-3.0, -3.2]) == ("0.2", "below")
-    assert headline._verdict([3.0, -1.0]) == ("4.0", "not resolved")
+def test_verdict_column_is_common_gap_verdict() -> None:
+    rows = [r for r in headline.rows() if r["es"]]
+    table = [line for line in headline.block().splitlines() if line.startswith("| ") and "[" in line]
+    assert len(table) == len(rows) > 0
+    for r, line in zip(rows, table):
+        _, se2, words = gap_verdict(r["es"])
+        assert line.split(" | ")[5:7] == ["-" if se2 is None else f"{se2:.1f}", words]
     assert headline._cell([1.0, -0.5]) == "+0.2 (+1.0, -0.5)"
