@@ -63,6 +63,10 @@ VAL_SHARD = -1  # the last training shard (sorted by name) is the validation spl
 #: (mismatched share, seed) in queue order; the last is run only where a 40% gap is within 2 SE
 ROUNDS = ((0.2, 0), (0.2, 1), (0.2, 2), (0.4, 0), (0.4, 1))
 EXTRA = (0.4, 2)
+#: (mismatched share, seed) of the low shares, after the rounds: does the rule find a few percent of mismatched
+#: pairs? Only :data:`LOW_METHODS` run there (the rule alone against full data, early-stopped or not).
+LOW_ROUNDS = ((0.03, 0), (0.03, 1), (0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1))
+LOW_METHODS = ("full", "rule")
 
 
 def calibrated_r() -> float:
@@ -105,6 +109,7 @@ class Ctx:
     train: dict = field(default_factory=lambda: dict(TRAIN))
     rounds: tuple = ROUNDS
     extra: tuple | None = EXTRA
+    low: tuple = LOW_ROUNDS
     r: float = field(default_factory=calibrated_r)
     quiet: bool = False
 
@@ -176,11 +181,15 @@ def drop_pairs(src: Path, dst: Path, keys: set[str]) -> None:
 
 # ------------------------------------------------------------------------------------ the runs
 def queue(ctx: Ctx) -> list[tuple[float, int, Method]]:
-    """Every run in order: the rounds, then the extra round where a 40% gap is within 2 SE."""
+    """Every run in order: the rounds, the extra round where a 40% gap is within 2 SE, then the low shares'
+    runs of :data:`LOW_METHODS`."""
     rounds = list(ctx.rounds)
     if ctx.extra and ctx.extra not in rounds and needs_extra(ctx, ctx.extra[0]):
         rounds.append(ctx.extra)
-    return [(noise, seed, m) for noise, seed in rounds for m in methods(ctx.r)]
+    low = [m for m in methods(ctx.r) if m.name in LOW_METHODS]
+    return [(noise, seed, m) for noise, seed in rounds for m in methods(ctx.r)] + [
+        (noise, seed, m) for noise, seed in ctx.low for m in low
+    ]
 
 
 def needs_extra(ctx: Ctx, noise: float) -> bool:
@@ -319,7 +328,26 @@ def read(ctx: Ctx) -> dict[tuple[float, str, int], dict]:
             "machine": d["machine"],
             "epochs": len(d["rows"]),
             "length": d["schedule_epochs"],
+            "plans": plan_readings(d["rows"]),
         }
+    return out
+
+
+def plan_readings(rows: list[dict]) -> list[dict]:
+    """Per epoch, what the rule left out and how much of it was mismatched: the suspected pairs are every pair
+    not learnt from (the rule alone keeps every other pair with weight 1; its re-checks have weight 0), so
+    precision = mismatched among them / suspected and recall = mismatched among them / all mismatched pairs
+    (the epoch-0 plan trains every pair). Empty for a run whose rows carry no ``noise_suspected``."""
+    if not rows or "noise_suspected" not in rows[0] or rows[0]["kept"] != rows[0]["n"]:
+        return []
+    total = rows[0]["mismatched_trained"]
+    out = []
+    for r in rows:
+        out_n, caught = r["n"] - r["learnt"], total - r["mismatched_learnt"]
+        if r["noise_suspected"] and out_n != r["noise_suspected"]:
+            raise ValueError(f"epoch {r['epoch']}: {r['noise_suspected']} suspected, {out_n} pairs not learnt from")
+        out.append({"epoch": r["epoch"], "suspected": r["noise_suspected"], "mismatched": total,
+                    "precision": caught / out_n if out_n else None, "recall": caught / total if total else None})  # fmt: skip
     return out
 
 
@@ -403,6 +431,7 @@ def report(ctx: Ctx) -> str:
     D, T = ctx.data, ctx.train
     vals = sorted({v["val_shard"] for v in runs.values()}) or ["none yet"]
     levels = sorted({n for n, _ in ctx.rounds} | ({ctx.extra[0]} if ctx.extra else set()))
+    low = sorted({n for n, _ in ctx.low} - set(levels))
     threads = sorted({v["machine"]["torch_threads"] for v in runs.values()})
     L = [
         "# Baselines: the noise rule on web pairs against what a reviewer would set beside it",
@@ -422,13 +451,14 @@ def report(ctx: Ctx) -> str:
         f"{', '.join(map(str, threads)) or 'n/a'}, {T['workers']} loader worker, one run at a time. "
         "In short (rule + random's last epoch minus each baseline, R@1 points, mean over seeds, 2 SE):",
         "",
-        *summary_lines(ctx, runs),
+        *summary_lines(ctx, runs, levels),
+        *low_summary(runs, low),
         "",
         "## What was run",
         "",
         f"* **Data**: `tools/make_pair_shards.py --train {D['train']} --test {D['test']} --shard-size "
         f"{D['shard_size']} --size {D['size']} --seed {D['seed']}` with "
-        + " and ".join(f"`--noise {n}`" for n in levels)
+        + ", ".join(f"`--noise {n}`" for n in low + levels)
         + " (the same images; only the mismatched captions differ)."
         " Test R@1: the mean of image-to-text and text-to-image "
         f"recall@1 on the {D['test']:,} clean held-out pairs, in %.",
@@ -523,6 +553,7 @@ def report(ctx: Ctx) -> str:
             if cells:
                 L.append(f"| {names[m.name]} | {k} | {cells[0]} | {cells[1]} |")
         L.append("")
+    L += low_section(runs, low)
     L += ["## Runs unstable, failed or not run", ""]
     L.append(f"* Unstable ({MARK}): " + (", ".join(f"`{f}`" for f in unstable) if unstable else "none") + ".")
     L.append("* A check failed (delivered pairs not the plan's, or a non-finite loss): "
@@ -544,11 +575,11 @@ def report(ctx: Ctx) -> str:
     return "\n".join(L) + "\n"
 
 
-def summary_lines(ctx: Ctx, runs: dict) -> list[str]:
-    """One list item per mismatched share: rule + random against early-stopped full data, full data's last epoch,
-    equal compute, dynamic random and the oracle filter."""
+def summary_lines(ctx: Ctx, runs: dict, levels: list[float]) -> list[str]:
+    """One list item per mismatched share of the rounds: rule + random against early-stopped full data, full
+    data's last epoch, equal compute, dynamic random and the oracle filter."""
     out = []
-    for noise in sorted({n for (n, _, _) in runs}):
+    for noise in sorted({n for (n, _, _) in runs} & set(levels)):
         seeds = sorted({s for (n, _, s) in runs if n == noise})
         parts = []
         for g in gaps(runs, noise, seeds):
@@ -566,6 +597,88 @@ def write_report(ctx: Ctx, doc: Path = DOC) -> str:
     text = report(ctx)
     doc.write_text(text)
     return text
+
+
+
+# ------------------------------------------------------------------------------------ the low shares
+def low_rows(runs: dict, noise: float) -> list[dict]:
+    """Per seed with both runs at a low share: the rule's plans (active, last suspected, precision, recall) and
+    its last epoch's R@1 against full data's last epoch and early-stopped."""
+    out = []
+    for s in sorted({s for (n, m, s) in runs if n == noise and m == "rule"}):
+        rule, full = runs[(noise, "rule", s)], runs.get((noise, "full", s))
+        if full is None:
+            continue
+        active = [p["epoch"] for p in rule["plans"] if p["suspected"]]
+        last = rule["plans"][-1] if rule["plans"] else None
+        out.append({"seed": s, "rule": rule, "full": full, "active": active, "plans": len(rule["plans"]), "last": last,
+                    "vs_final": rule["final"] - full["final"], "vs_es": rule["final"] - full["es"]})  # fmt: skip
+    return out
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def low_section(runs: dict, low: list[float]) -> list[str]:
+    """The section on the low mismatched shares: does the rule fire, whom does it leave out, what it costs."""
+    if not low:
+        return []
+    L = [
+        "## Low mismatched shares: does the rule find them?",
+        "",
+        "The rule alone (`full`, `noise=True`) against full data at " + ", ".join(f"{pct(n)}%" for n in low)
+        + " mismatched, the same schedule, validation split and seeds as above. Per run: the epochs whose plan "
+        "left pairs out as suspected (the rule active), the last plan's suspected pairs, the share of them that "
+        "is mismatched (precision) and the share of the mismatched pairs among them (recall), and the last "
+        "epoch's test R@1 against full data's (last epoch and early-stopped, R@1 points).",
+        "",
+        "| mismatched | seed | plans with the rule active | suspected, last plan (mismatched in the data) | precision | recall | "
+        "rule, last epoch | full data, last epoch | full data, early-stopped | rule minus early-stopped |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for noise in low:
+        for r in low_rows(runs, noise):
+            last = r["last"] or {}
+            epochs = ", ".join(map(str, r["active"])) if r["active"] else "none"
+            L.append(f"| {pct(noise)}% | {r['seed']} | {len(r['active'])} of {r['plans']} (epochs {epochs}) | "
+                     f"{last.get('suspected', 0):,} ({last.get('mismatched', 0):,}) | "
+                     f"{_share(last.get('precision'))} | {_share(last.get('recall'))} | {r['rule']['final']:.1f} | "
+                     f"{r['full']['final']:.1f} | {r['full']['es']:.1f} ({r['full']['es_epoch']}) | "
+                     f"{r['vs_es']:+.1f} |")  # fmt: skip
+    L += ["", "Paired gaps over seeds (rule alone minus full data, R@1 points):", ""]
+    L += ["| mismatched | seeds | against full data's last epoch: mean, verdict | "
+          "against full data early-stopped: mean, verdict |", "| --- | --- | --- | --- |"]  # fmt: skip
+    for noise in low:
+        rows = low_rows(runs, noise)
+        if not rows:
+            L.append(f"| {pct(noise)}% | 0 | no pair of finished runs yet | |")
+            continue
+        cells = []
+        for key in ("vs_final", "vs_es"):
+            mean, se2 = stats([r[key] for r in rows])
+            cells.append(f"{mean:+.1f}{'' if se2 is None else f' (2 SE {se2:.1f})'}, {verdict(mean, se2)}")
+        L.append(f"| {pct(noise)}% | {len(rows)} | {cells[0]} | {cells[1]} |")
+    return L + [""]
+
+
+def low_summary(runs: dict, low: list[float]) -> list[str]:
+    """One list item for the low shares: in how many plans the rule fired, and the gap to early-stopped full data."""
+    parts = []
+    for noise in low:
+        rows = low_rows(runs, noise)
+        if not rows:
+            continue
+        active = sum(len(r["active"]) for r in rows)
+        plans = sum(r["plans"] for r in rows)
+        mean, se2 = stats([r["vs_es"] for r in rows])
+        se = "" if se2 is None else f", 2 SE {se2:.1f}"
+        seeds = f"{len(rows)} seed{'s' if len(rows) != 1 else ''}"
+        parts.append(f"{pct(noise)}% ({seeds}): active in {active} of {plans} plans, {mean:+.1f}{se} against "
+                     "early-stopped full data")  # fmt: skip
+    if not parts:
+        return []
+    return ["* The rule alone at low mismatched shares (its own section below): " + "; ".join(parts) + "."]
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def tiny(tmp_path_factory):
         train=dict(epochs=EPOCHS, batch_size=B, lr=2e-3, workers=1),
         rounds=((0.2, 0),),
         extra=None,
+        low=((0.05, 0),),
         r=0.19,
         quiet=True,
     )
@@ -85,7 +86,7 @@ def tiny(tmp_path_factory):
 def test_the_runner_trains_the_registry_in_order_once(tiny) -> None:
     ctx, first, second, runs = tiny
     names = ["rule-random", "full", "oracle", "full-equal", "random-same", "rule"]
-    assert first == [f"pairs-n20-{m}-s0" for m in names]
+    assert first == [f"pairs-n20-{m}-s0" for m in names] + ["pairs-n5-full-s0", "pairs-n5-rule-s0"]
     assert second == []  # every result file exists: nothing is trained again
     assert {d["status"] for d in runs.values()} == {"ok"}
     for rid, d in runs.items():
@@ -142,3 +143,30 @@ def test_the_report_of_the_tiny_runs_holds_their_paired_gaps(tiny) -> None:
     assert f"| full data, equal compute | 1 | {gap:+.1f} (s0) | {gap:+.1f} | n/a (one seed) | {words} |" in text
     assert "Not run (cut by the time limit or not reached): none." in text
     assert "* 20% mismatched (1 seed): " in text
+
+
+def test_plan_readings_count_the_pairs_not_learnt_from_as_the_suspects() -> None:
+    row = dict(epoch=0, n=100, kept=100, learnt=100, mismatched_trained=10, mismatched_learnt=10, noise_suspected=0)
+    rows = [row, {**row, "epoch": 1, "kept": 88, "learnt": 84, "mismatched_learnt": 3, "noise_suspected": 16}]
+    assert bp.plan_readings(rows) == [
+        {"epoch": 0, "suspected": 0, "mismatched": 10, "precision": None, "recall": 0.0},
+        {"epoch": 1, "suspected": 16, "mismatched": 10, "precision": 7 / 16, "recall": 0.7},
+    ]
+    assert bp.plan_readings([{k: v for k, v in row.items() if k != "noise_suspected"}]) == []
+    with pytest.raises(ValueError, match="epoch 1: 15 suspected, 16 pairs not learnt from"):
+        bp.plan_readings([row, {**rows[1], "noise_suspected": 15}])
+
+
+@pytest.mark.slow
+def test_the_low_share_section_sets_the_rule_beside_full_data(tiny) -> None:
+    ctx, _, _, runs = tiny
+    text = bp.report(ctx)
+    rule, full = runs["pairs-n5-rule-s0"], runs["pairs-n5-full-s0"]
+    final, es = bp.r1(rule["rows"][-1]), [bp.r1(r) for r in full["rows"]]
+    best = bp.early_stop_epoch(full["rows"])
+    # 2 epochs with noise_warmup = 2: no plan can suspect a pair yet
+    assert (
+        f"| 5% | 0 | 0 of {EPOCHS} (epochs none) | 0 (10) | n/a | 0.000 | {final:.1f} | {es[-1]:.1f} | "
+        f"{es[best]:.1f} ({best}) | {final - es[best]:+.1f} |"
+    ) in text
+    assert "* The rule alone at low mismatched shares (its own section below): 5% (1 seed): active in 0 of 2 plans" in text
