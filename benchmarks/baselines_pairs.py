@@ -656,8 +656,8 @@ def low_section(runs: dict, low: list[float]) -> list[str]:
             continue
         cells = []
         for key in ("vs_final", "vs_es"):
-            mean, se2 = stats([r[key] for r in rows])
-            cells.append(f"{mean:+.1f}{'' if se2 is None else f' (2 SE {se2:.1f})'}, {verdict(mean, se2)}")
+            mean, se2, v = gap_verdict([r[key] for r in rows])
+            cells.append(f"{mean:+.1f}{'' if se2 is None else f' (2 SE {se2:.1f})'}, {v}")
         L.append(f"| {pct(noise)}% | {len(rows)} | {cells[0]} | {cells[1]} |")
     return L + [""]
 
@@ -671,7 +671,7 @@ def low_summary(runs: dict, low: list[float]) -> list[str]:
             continue
         active = sum(len(r["active"]) for r in rows)
         plans = sum(r["plans"] for r in rows)
-        mean, se2 = stats([r["vs_es"] for r in rows])
+        mean, se2, _ = gap_verdict([r["vs_es"] for r in rows])
         se = "" if se2 is None else f", 2 SE {se2:.1f}"
         seeds = f"{len(rows)} seed{'s' if len(rows) != 1 else ''}"
         parts.append(f"{pct(noise)}% ({seeds}): active in {active} of {plans} plans, {mean:+.1f}{se} against "
