@@ -584,15 +584,15 @@ def test_verdicts(values: list[float], verdict: str) -> None:
     assert nr._verdict(values, 3.0, "points") == verdict
 
 
-def test_verdicts_on_a_bar_to_stay_under_and_a_strict_one() -> None:
+def test_verdicts_on_a_bar_to_stay_under_and_at_the_bar() -> None:
     assert nr._verdict([0.03, 0.035], 0.05, "points", scale=100, under=True) == "met"
     assert nr._verdict([0.02, 0.06], 0.05, "points", scale=100, under=True) == (
         "mean under, not resolved (mean + 2 SE = 8.0 points)")  # fmt: skip
     assert nr._verdict([0.06, 0.06], 0.05, "points", scale=100, under=True) == "missed by 1.0 points"
-    assert nr._verdict([0.5, -0.5], 0.0, "points", strict=True, digits=2) == "missed by 0.00 points"
-    assert nr._verdict([1.0, 1.0], 0.0, "points", strict=True) == "met"
-    assert nr._verdict([0.0, 0.0], 0.0, "points", strict=True) == "missed by 0.0 points"
-    assert nr._verdict([0.0, 0.0], 0.0, "points") == "met"  # no worse than: at the bar
+    assert nr._verdict([0.5, -0.5], 0.0, "points", digits=2) == "missed by 0.00 points"
+    assert nr._verdict([1.0, 1.0], 0.0, "points") == "met"
+    assert nr._verdict([0.0, 0.0], 0.0, "points") == "at the bar"  # identical runs: neither met nor missed
+    assert nr._verdict([1.0, 3.0], 1.0, "points") == "mean above, not resolved (mean - 2 SE = 0.0 points)"
 
 
 def labels_run(dataset, policy, label, params, seed, acc, pruned, *, noisy_after=0.4, prec=None, rec=None) -> dict:

@@ -571,18 +571,21 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
             verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
             if verdict.startswith("missed"):  # below, within the noise
                 verdict = "mean below, not resolved" + _silent(v, k)
+            elif verdict == "at the bar":
+                verdict += _silent(v, k)
             rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict])
     note = _unstable_note(list(rule20.values()) + [v for v in g0.values() if is_rule(v[0])])
     return ["#### Targets (issue 26)", "", *TARGET_HEAD, *map(row, rows), "", *([*note, ""] if note else [])]
 
 
 def _silent(v: list[dict], k: tuple) -> str:
-    """Why a rule configuration on clean pairs missed, where the rule suspected nothing in any plan:
-    its plans are the policy's own at that setting, so the gap is the policy's, not the rule's."""
+    """Why a rule configuration on clean pairs missed or sits at the bar, where the rule suspected nothing
+    in any plan: its plans are the policy's own at that setting, so the gap is the policy's, not the rule's."""
     if any(x.get("suspected") for r in v for x in r["rows"]):
         return ""
     p = {a: b for a, b in json.loads(k[2]).items() if not a.startswith("noise")}
-    return f"; the rule suspected nothing in any plan: these are {k[0]}'s own plans at {fmt_params(p)}"
+    own = "full data's own plans" if k[0] == "full" else f"{k[0]}'s own plans at {fmt_params(p)}"
+    return f"; the rule suspected nothing in any plan: these are {own}"
 
 
 def _under_from(v: list[dict]) -> str:
@@ -600,12 +603,13 @@ def _under_from(v: list[dict]) -> str:
 
 
 def _verdict(values: list[float], target: float, unit: str, scale: float = 1.0, under: bool = False,
-             strict: bool = False, digits: int | None = None) -> str:  # fmt: skip
+             digits: int | None = None) -> str:  # fmt: skip
     """The verdict on a target from the per-seed values (or per-seed gaps): *met* only where the mean
-    clears ``target`` by 2 SE (mean - 2 SE >= target; ``under``: mean + 2 SE < target; ``strict``:
-    mean - 2 SE > target), *mean above (under), not resolved* where only the mean clears it, *missed by*
-    how much where the mean does not; open with fewer than 2 seeds. SE = SD (ddof 1) / sqrt(seeds): with
-    2 seeds, half their difference, so 2 SE is the difference between the seeds."""
+    clears ``target`` by 2 SE (mean - 2 SE > target; ``under``: mean + 2 SE < target), *at the bar* where
+    every value equals it (identical runs: 2 SE = 0, as in ``common.gap_verdict``), *mean above (under),
+    not resolved* where only the mean clears it, *missed by* how much where the mean does not; open with
+    fewer than 2 seeds. SE = SD (ddof 1) / sqrt(seeds): with 2 seeds, half their difference, so 2 SE is
+    the difference between the seeds."""
     if len(values) < 2:
         return "open (1 seed)"
     a = np.asarray(values, dtype=np.float64)
@@ -618,9 +622,11 @@ def _verdict(values: list[float], target: float, unit: str, scale: float = 1.0, 
         if m < target:
             return f"mean under, not resolved (mean + 2 SE = {(m + two_se) * scale:.{digits}f}{u})"
         return f"missed by {(m - target) * scale:.{digits}f}{u}"
-    if m - two_se > target or (m - two_se == target and not strict):
+    if two_se == 0 and m == target:
+        return "at the bar"
+    if m - two_se > target:
         return "met"
-    if m > target or (m == target and not strict):
+    if m > target:
         return f"mean above, not resolved (mean - 2 SE = {(m - two_se) * scale:.{digits}f}{u})"
     return f"missed by {(target - m) * scale:.{digits}f}{u}"
 
@@ -708,7 +714,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
-                v = _verdict(list(gap.per_seed.values()), 0.0, "points", strict=True, digits=2) if gap.n else "open"
+                v = _verdict(list(gap.per_seed.values()), 0.0, "points", digits=2) if gap.n else "open"
                 targets.append(
                     [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", v]
                 )
