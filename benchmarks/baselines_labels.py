@@ -16,9 +16,12 @@ after every epoch. Studies (:func:`registry`):
 * **B**, low noise rates (3% and 10% wrong labels, the same key-hash corruption at a lower rate;
   and 5% and 20% for the rule alone): full data, the rule alone and the oracle.
 
+Runs go through the studies' one runner (``benchmarks/quality/harness.py``: claims, resume by
+result file, whole-file writes with the machine, ``.crashed`` files): :func:`plan` and :func:`run`.
 Each finished run is one JSON file in ``docs/quality-runs/baselines-labels/`` (the machine
 recorded, per-epoch curves); a rerun skips finished runs, and a killed run resumes from its last
-finished epoch (``train_run``'s checkpoint). One run at a time, one torch thread.
+finished epoch (``train_run``'s checkpoint). One run at a time, one torch thread. ``--only``
+selects runs by id, with the runs whose figures they take (the rule run of their seed, the folds).
 
     python -m benchmarks.baselines_labels run            # the whole plan, resumable
     python -m benchmarks.baselines_labels report         # docs/baselines-labels.md from the result files
@@ -30,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import re
 import shutil
 import sys
 import zlib
@@ -41,15 +42,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import instability
-from benchmarks.common import gap_verdict, write_json
-from benchmarks.quality.configs import NOISE_RULE
-from benchmarks.quality.data import Sst2, noise_offsets, symmetric_offsets
-from benchmarks.quality.layout import Layout
-from benchmarks.quality.machine import machine_of
-from benchmarks.quality.pipeline import eval_batches, evaluate
-
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import instability  # noqa: E402  (after the path set-up above)
+from benchmarks.common import gap_verdict  # noqa: E402
+from benchmarks.quality import harness  # noqa: E402
+from benchmarks.quality.configs import NOISE_RULE  # noqa: E402
+from benchmarks.quality.data import Sst2, noise_offsets, symmetric_offsets  # noqa: E402
+from benchmarks.quality.harness import Job  # noqa: E402
+from benchmarks.quality.layout import Layout  # noqa: E402
+from benchmarks.quality.machine import machine_of  # noqa: E402
+from benchmarks.quality.pipeline import eval_batches, evaluate  # noqa: E402
+
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-labels"
 OUT = ROOT / "bench-out" / "baselines-labels"
 DOC = ROOT / "docs" / "baselines-labels.md"
@@ -61,6 +67,7 @@ RULE_RANDOM = {"r": 0.19, "noise": True}  # the pairs study's rule + random sett
 LOW_RATES = (0.03, 0.10)
 EXTRA_RATES = (0.05, 0.20)  # the rule alone, to find the rate from which it acts
 SUSPECT_REASONS = ("suspected_noise", "noise_recheck")
+PRIOR_RATE = {"sst2": 0.2e-3, "cal": 60.0}  # seconds per trained sample (the runner's deadline estimate)
 
 
 @dataclass(frozen=True)
@@ -111,10 +118,11 @@ class Probe:
     probabilities (kept: the last epoch's are the fold's out-of-sample predictions)."""
 
     def __init__(self, ds: Any, val_noise: dict[str, int], held_out: frozenset[str] | None,
-                 train_noise: dict[str, int]) -> None:  # fmt: skip
+                 train_noise: dict[str, int], progress: list[str] | None = None) -> None:  # fmt: skip
         self.val = list(eval_batches(ds, ds.val, noise=val_noise))
         self.held = list(eval_batches(ds, ds.train, noise=train_noise, keys=held_out)) if held_out else None
         self.probs: tuple[list[str], np.ndarray, np.ndarray] | None = None
+        self.progress = [] if progress is None else progress  # a line per epoch (the runner's epochs done)
 
     def train_batch(self, *args: Any) -> bool:
         return True
@@ -129,18 +137,22 @@ class Probe:
             model.train()
             self.probs = ([k for _, _, ks in self.held for k in ks],
                           np.asarray([int(v) for _, ys, _ in self.held for v in ys]), np.concatenate(p))  # fmt: skip
-        return {"val_acc": evaluate(model, self.val, device)}
+        val = evaluate(model, self.val, device)
+        self.progress.append(f"epoch {len(self.progress)}: validation accuracy {val:.4f}")
+        return {"val_acc": val}
 
 
 @dataclass
-class Ctx:
-    """Where a study reads and writes, and its size (the smoke test uses a tiny one)."""
+class Ctx(harness.Ctx):
+    """The runner's context at the study's defaults: where it reads and writes, its data set and
+    population, and its size (the smoke test uses a tiny one)."""
 
-    ds: Any
-    population: Any
     results: Path = RESULTS
     out: Path = OUT
     epochs: int = E
+    seeds: int = SEEDS
+    ds: Any = None
+    population: Any = None
     folds: int = K
     keep_runs: bool = False
 
@@ -256,34 +268,50 @@ def history_signal(run_dir: Path, epochs: int, noisy: set[str]) -> list[dict]:
     return out
 
 
-def train_one(ctx: Ctx, run: Run) -> dict | None:
-    """Train ``run`` unless its result file exists; its result (None while it waits for another)."""
+def plan(ctx: Ctx) -> list[Job]:
+    """:func:`registry` as the runner's jobs: dynamic random at the rule's pruned % and equal compute need
+    the rule run of their seed (and are none where it pruned nothing: :data:`SAME_AS_FULL`), cleanlab its
+    folds."""
+    jobs = []
+    for r in registry(ctx.seeds, ctx.folds):
+        needs: tuple[str, ...] = ()
+        if r.method in ("random-eq", "equal"):
+            if cfg_of(ctx, r) == SAME_AS_FULL:
+                continue
+            needs = (Run(r.rate, "rule", r.seed).rid(ctx.epochs),)
+        elif r.method == "cleanlab":
+            needs = tuple(Run(r.rate, f"fold{k}", r.seed).rid(ctx.epochs) for k in range(ctx.folds))
+        spec = {"rate": r.rate, "method": r.method, "seed": r.seed}
+        jobs.append(Job(r.rid(ctx.epochs), "sst2", spec, needs, ctx.epochs * len(ctx.population)))
+    return jobs
+
+
+def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
+    """Train one job of :func:`plan`; its result (the runner writes it, with the machine)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     import seta_stream as seta
     from benchmarks.quality.train import resume_path, train_run
 
-    if (done := ctx.load(run)) is not None and not (run.method.startswith("fold") and not ctx.probs_path(run).exists()):
-        return done
-    spec = cfg_of(ctx, run)
-    if spec is None:
-        return None
-    if spec == SAME_AS_FULL:
-        return {"id": run.rid(ctx.epochs), "same_as": "full"}
-    assert isinstance(spec, tuple)
+    this = Run(job.spec["rate"], job.spec["method"], job.spec["seed"])
+    spec = cfg_of(ctx, this)
+    if not isinstance(spec, tuple):  # the runner's needs are done: cleanlab lacks a fold's probabilities
+        folds = [Run(this.rate, f"fold{k}", this.seed) for k in range(ctx.folds)]
+        lost = [f"{f.rid(ctx.epochs)}.json" for f in folds if not ctx.probs_path(f).exists()]
+        raise RuntimeError(f"{job.rid}: the out-of-sample probabilities of {', '.join(lost)} are missing from "
+                           f"{ctx.out / 'probs'}; delete those result files to train the folds again")  # fmt: skip
     cfg, exclude = spec
-    rid = run.rid(ctx.epochs)
-    print(f"== {rid}", flush=True)
-    train_noise = noisy_keys(ctx, run.rate)
+    rid = job.rid
+    train_noise = noisy_keys(ctx, this.rate)
     val_keys = seta.list_samples(ctx.ds.val).column("key").to_pylist()
-    val_noise = symmetric_offsets(val_keys, ctx.ds.classes, run.rate)
-    held = exclude if run.method.startswith("fold") else None
-    probe = Probe(ctx.ds, val_noise, held, train_noise)
-    runs = ctx.out / "runs"
-    result = train_run(ctx.ds, cfg, run.seed, runs, ctx.population, rid, probe=probe, exclude=exclude)
+    val_noise = symmetric_offsets(val_keys, ctx.ds.classes, this.rate)
+    held = exclude if this.method.startswith("fold") else None
+    probe = Probe(ctx.ds, val_noise, held, train_noise, progress)
+    runs = ctx.runs
+    result = train_run(ctx.ds, cfg, this.seed, runs, ctx.population, rid, probe=probe, exclude=exclude)
     truth = set(train_noise)
-    out: dict[str, Any] = {"study": "baselines-labels", "id": rid, "method": run.method, "rate": run.rate,
+    out: dict[str, Any] = {"study": "baselines-labels", "id": rid, "method": this.method, "rate": this.rate,
                            "schedule": ctx.epochs, **result}  # fmt: skip
     out["samples_trained"] = sum(e["backprop"] for e in result["epochs"])
     out["excluded"] = len(exclude or ())
@@ -291,34 +319,31 @@ def train_one(ctx: Ctx, run: Run) -> dict | None:
     out["noisy_in_train"] = len(truth)
     out["val_noisy"] = len(val_noise)
     run_dir = runs / rid
-    if run.method in ("full",):
+    if this.method in ("full",):
         out["signal"] = history_signal(run_dir, len(result["epochs"]), truth)
     if cfg["params"].get("noise"):
         from seta_stream.inspect import suspect_report
 
         names = ctx.population.filter(pa.compute.is_in(ctx.population.column("key"), pa.array(sorted(truth))))
-        tpath = ctx.out / f"truth-n{round(100 * run.rate)}.parquet"
+        tpath = ctx.out / f"truth-n{round(100 * this.rate)}.parquet"
         pq.write_table(names.select(["shard", "key"]), tpath)
         rep = suspect_report(str(run_dir), truth=str(tpath))
         out["suspects"] = {k: rep[k] for k in ("plans", "active_epochs", "suspected", "left_out", "true_positives",
                                                "precision", "recall", "truth_in_plans")}  # fmt: skip
-    if run.method.startswith("fold"):
+    if this.method.startswith("fold"):
         assert probe.probs is not None
         keys, labels, probs = probe.probs
-        ctx.probs_path(run).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(ctx.probs_path(run), keys=np.asarray(keys), labels=labels, probs=probs)
+        ctx.probs_path(this).parent.mkdir(parents=True, exist_ok=True)
+        np.savez(ctx.probs_path(this), keys=np.asarray(keys), labels=labels, probs=probs)
         out["held_out"] = len(keys)
-    if run.method == "cleanlab":
-        found = cleanlab_issues(ctx, run)
+    if this.method == "cleanlab":
+        found = cleanlab_issues(ctx, this)
         assert found is not None
-        folds = [ctx.load(Run(run.rate, f"fold{k}", run.seed)) for k in range(ctx.folds)]
+        folds = [ctx.load(Run(this.rate, f"fold{k}", this.seed)) for k in range(ctx.folds)]
         out["cleanlab"] = {"version": _version("cleanlab"), "folds": ctx.folds, "call": "find_label_issues(labels, "
                            "pred_probs) at its defaults", **detection(set(found["flagged_keys"]), truth),
                            "folds_samples_trained": [f["samples_trained"] for f in folds if f]}  # fmt: skip
-    import torch
-
-    out["machine"] = {**out.pop("software"), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    write_json(ctx.path(run), out)
+    out.pop("software")  # the runner adds the machine (the same software, cores, torch threads)
     resume_path(runs, rid).unlink(missing_ok=True)
     if not ctx.keep_runs:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -332,21 +357,6 @@ def _version(pkg: str) -> str:
     return version(pkg)
 
 
-def run_all(ctx: Ctx, plan: list[Run], only: str | None = None) -> None:
-    """Train every run of ``plan`` without a result file, in order; a run waiting for another is
-    retried after each pass until none can start."""
-    left = [r for r in plan if not (only and not re.search(only, r.rid(ctx.epochs)))]
-    while left:
-        waiting = []
-        for run in left:
-            if train_one(ctx, run) is None:
-                waiting.append(run)
-        if len(waiting) == len(left):
-            print(f"== {len(waiting)} runs wait for runs outside this selection", flush=True)
-            return
-        left = waiting
-
-
 def context(seeds: int = SEEDS) -> Ctx:
     import seta_stream as seta
 
@@ -354,7 +364,7 @@ def context(seeds: int = SEEDS) -> Ctx:
     ds = Sst2(layout.data, OUT)
     ds.prepare()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    return Ctx(ds, seta.list_samples(ds.train))
+    return Ctx(ds=ds, population=seta.list_samples(ds.train), seeds=seeds)
 
 
 # ------------------------------------------------------------------------------------ report
@@ -373,16 +383,19 @@ BASELINES = ("full-es", "full", "random-eq", "equal", "cleanlab")
 
 
 def load_all(folder: Path) -> dict[str, Any]:
-    """The study's result files: ``runs`` (rate, method, seed) -> result, and the schedule pilot."""
+    """The study's result files: ``runs`` (rate, method, seed) -> result, the schedule pilot, and the
+    runner's crashed and cut-short runs without a result (``unfinished``)."""
     runs, pilot = {}, None
     for p in sorted(folder.glob("*.json")):
+        if p.name.endswith((".crashed.json", ".cut.json")):
+            continue
         d = json.loads(p.read_text())
         d["_file"] = p.name
         if p.name.startswith("schedule-"):
             pilot = d
         else:
             runs[(d["rate"], d["method"], d["seed"])] = d
-    return {"runs": runs, "pilot": pilot}
+    return {"runs": runs, "pilot": pilot, "unfinished": harness.unfinished(folder)}
 
 
 def schedule_choice(signal: list[dict]) -> int:
@@ -543,6 +556,8 @@ def render(data: dict[str, Any]) -> str:
     L += _study_a(runs, n)
     L += _study_b(runs)
     L += _missing(runs)
+    if data.get("unfinished"):
+        L += ["Crashed or cut short (run again by the next invocation): " + "; ".join(data["unfinished"]) + ".", ""]
     return "\n".join(L).rstrip("\n") + "\n"
 
 
@@ -765,15 +780,15 @@ def _study_b(runs: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("what", choices=("run", "report"))
-    ap.add_argument("--only", help="a regular expression: only the runs whose id it finds (run)")
+    ap.add_argument("--only", help="a regular expression: only the runs whose id it finds, and those whose "
+                    "figures they take (run)")  # fmt: skip
     ap.add_argument("--seeds", type=int, default=SEEDS)
     ap.add_argument("--check", action="store_true", help="report: exit 1 if docs/baselines-labels.md differs")
     args = ap.parse_args(argv)
     if args.what == "run":
-        import torch
-
-        torch.set_num_threads(1)
-        run_all(context(), registry(args.seeds), args.only)
+        ctx = context(args.seeds)
+        ctx.only = args.only
+        harness.worker(ctx, sys.modules[__name__])  # one process, one torch thread
         return 0
     text = render(load_all(RESULTS))
     if args.check:

@@ -23,11 +23,14 @@ worker, one run at a time):
 cleanlab needs class labels and predicted class probabilities; image-text pairs have neither, so it is not
 run here (the labelled data sets are another study's).
 
-Each run is ``docs/quality-runs/baselines-pairs/<id>.json`` (per-epoch test and validation recalls, pairs
-trained, the machine); a rerun skips finished runs, so the queue resumes after a kill. ``--report-only``
-writes docs/baselines.md from the result files alone.
+Runs go through the studies' one runner (``benchmarks/quality/harness.py``: claims, resume by result file,
+whole-file writes with the machine, ``.crashed`` files). Each run is
+``docs/quality-runs/baselines-pairs/<id>.json`` (per-epoch test and validation recalls, pairs trained, the
+machine); a rerun skips finished runs, so the queue resumes after a kill. ``--report-only`` writes
+docs/baselines.md from the result files alone.
 
     python benchmarks/baselines_pairs.py                   # the queue (resumes), then the report
+    python benchmarks/baselines_pairs.py --limit 600       # start no run after 600 minutes
     python benchmarks/baselines_pairs.py --report-only     # docs/baselines.md from the result files
 """
 
@@ -40,8 +43,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import gap_verdict, write_json  # noqa: E402  (after the path set-up above)
+from benchmarks.common import gap_verdict  # noqa: E402  (after the path set-up above)
+from benchmarks.quality import harness  # noqa: E402
+from benchmarks.quality.harness import Job, load  # noqa: E402
 
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-pairs"
 OUT = ROOT / "bench-out" / "baselines-pairs"
@@ -67,6 +70,7 @@ EXTRA = (0.4, 2)
 #: pairs? Only :data:`LOW_METHODS` run there (the rule alone against full data, early-stopped or not).
 LOW_ROUNDS = ((0.03, 0), (0.03, 1), (0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1))
 LOW_METHODS = ("full", "rule")
+PRIOR_RATE = {"pairs": 1.6e-3, "cal": 60.0}  # seconds per trained pair (the runner's deadline estimate)
 
 
 def calibrated_r() -> float:
@@ -102,7 +106,9 @@ def methods(r: float) -> list[Method]:
 
 
 @dataclass
-class Ctx:
+class Ctx(harness.Ctx):
+    """The runner's context at the study's defaults: its data set, schedule and queue."""
+
     results: Path = RESULTS
     out: Path = OUT
     data: dict = field(default_factory=lambda: dict(DATA))
@@ -120,11 +126,6 @@ def pct(x: float) -> int:
 
 def run_id(noise: float, method: str, seed: int) -> str:
     return f"pairs-n{pct(noise)}-{method}-s{seed}"
-
-
-def load(ctx: Ctx, rid: str) -> dict | None:
-    p = ctx.results / f"{rid}.json"
-    return json.loads(p.read_text()) if p.exists() else None
 
 
 # ------------------------------------------------------------------------------------ the data
@@ -211,26 +212,38 @@ def params_for(ctx: Ctx, noise: float, seed: int, m: Method) -> tuple[dict, int 
     return dict(m.params), ref["pairs_trained"]
 
 
-def train(ctx: Ctx, noise: float, seed: int, m: Method) -> dict | None:
-    """Train one run and write its result file; None where it must wait for rule + random."""
-    from benchmarks.quality.machine import software
+def plan(ctx: Ctx) -> list[Job]:
+    """:func:`queue` as the runner's jobs; equal compute and dynamic random need rule + random of their seed."""
+    pairs = (ctx.data["train"] - ctx.data["shard_size"]) * ctx.train["epochs"]  # less the validation shard
+    return [Job(run_id(noise, m.name, seed), "pairs", {"noise": noise, "method": m.name, "seed": seed},
+                (run_id(noise, "rule-random", seed),) if m.matches else (), pairs)
+            for noise, seed, m in queue(ctx)]  # fmt: skip
+
+
+def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
+    """Train one job of :func:`plan`; its result (the runner writes it, with the machine)."""
     from benchmarks.quality.pairs import plan_checks
 
     if str(ROOT / "examples") not in sys.path:
         sys.path.insert(0, str(ROOT / "examples"))
-    import torch
     import train_pairs as tp
 
+    noise, seed = job.spec["noise"], job.spec["seed"]
+    (m,) = [m for m in methods(ctx.r) if m.name == job.spec["method"]]
     got = params_for(ctx, noise, seed, m)
     if got is None:
-        return None
+        raise RuntimeError(f"{job.rid}: {run_id(noise, 'rule-random', seed)}.json, whose figures it takes, is missing")
     params, budget = got
     views = prepare(ctx, noise)
-    rid = run_id(noise, m.name, seed)
-    T = ctx.train
+    rid, T = job.rid, ctx.train
     args = argparse.Namespace(data=str(views[m.data]), seed=seed, quiet=True, **T)
-    run_dir = ctx.out / "runs" / rid
-    log = (lambda line: None) if ctx.quiet else (lambda line: print(f"  {rid}: {line.strip()}", flush=True))
+    run_dir = ctx.runs / rid
+
+    def log(line: str) -> None:
+        progress.append(line.strip())
+        if not ctx.quiet:
+            print(f"  {rid}: {line.strip()}", flush=True)
+
     res = tp.run(args, m.policy, params, str(run_dir), keep_keys=True, log=log, val=views["val"], budget=budget)
     truth = tp.load_noise(str(views[m.data]))
     checks = plan_checks(str(run_dir), res.pop("delivered"), truth)
@@ -263,32 +276,9 @@ def train(ctx: Ctx, noise: float, seed: int, m: Method) -> dict | None:
             "train_pairs": rows[0]["n"],
         },  # fmt: skip
         "train": {**T, "epochs": T["epochs"]},
-        "machine": {**software(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()},
     }
-    ctx.results.mkdir(parents=True, exist_ok=True)
-    write_json(ctx.results / f"{rid}.json", result)
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
-
-
-def run_queue(ctx: Ctx, limit_s: float | None = None) -> list[str]:
-    """Train every run of :func:`queue` whose result file is missing, in order, one at a time; returns the
-    ids trained. A run waiting for rule + random of its seed (crashed) is skipped; ``limit_s``: start none
-    after that many seconds."""
-    t0, trained = time.time(), []
-    while True:
-        todo = [(n, s, m) for n, s, m in queue(ctx) if load(ctx, run_id(n, m.name, s)) is None]
-        ready = [j for j in todo if params_for(ctx, *j) is not None and run_id(j[0], j[2].name, j[1]) not in trained]
-        if not ready or (limit_s is not None and time.time() - t0 > limit_s):
-            return trained
-        noise, seed, m = ready[0]
-        rid = run_id(noise, m.name, seed)
-        print(f"[{time.strftime('%H:%M:%S')}] {rid}", flush=True)
-        try:
-            train(ctx, noise, seed, m)
-        except Exception:  # noqa: BLE001 - a crashed run is reported and the queue goes on
-            traceback.print_exc()
-        trained.append(rid)
 
 
 # ------------------------------------------------------------------------------------ readings
@@ -347,7 +337,8 @@ def plan_readings(rows: list[dict]) -> list[dict]:
         if r["noise_suspected"] and out_n != r["noise_suspected"]:
             raise ValueError(f"epoch {r['epoch']}: {r['noise_suspected']} suspected, {out_n} pairs not learnt from")
         out.append({"epoch": r["epoch"], "suspected": r["noise_suspected"], "mismatched": total,
-                    "precision": caught / out_n if out_n else None, "recall": caught / total if total else None})  # fmt: skip
+                    "precision": caught / out_n if out_n else None,
+                    "recall": caught / total if total else None})  # fmt: skip
     return out
 
 
@@ -398,10 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     ctx = Ctx()
     if not a.report_only:
-        import torch
-
-        torch.set_num_threads(1)
-        run_queue(ctx, None if a.limit is None else 60 * a.limit)
+        ctx.last_start = None if a.limit is None else ctx.started + 60 * a.limit
+        harness.worker(ctx, sys.modules[__name__])  # one process, one torch thread
     write_report(ctx)
     return 0
 
@@ -563,6 +552,8 @@ def report(ctx: Ctx) -> str:
         + (", ".join(f"`{r}`" for r in missing) if missing else "none")
         + "."
     )
+    if unfinished := harness.unfinished(ctx.results):  # the runner's .crashed/.cut files
+        L.append("* Crashed or cut short (run again by the next invocation): " + "; ".join(unfinished) + ".")
     L += [
         "",
         "## Reproduce",
@@ -599,7 +590,6 @@ def write_report(ctx: Ctx, doc: Path = DOC) -> str:
     return text
 
 
-
 # ------------------------------------------------------------------------------------ the low shares
 def low_rows(runs: dict, noise: float) -> list[dict]:
     """Per seed with both runs at a low share: the rule's plans (active, last suspected, precision, recall) and
@@ -627,13 +617,15 @@ def low_section(runs: dict, low: list[float]) -> list[str]:
     L = [
         "## Low mismatched shares: does the rule find them?",
         "",
-        "The rule alone (`full`, `noise=True`) against full data at " + ", ".join(f"{pct(n)}%" for n in low)
+        "The rule alone (`full`, `noise=True`) against full data at "
+        + ", ".join(f"{pct(n)}%" for n in low)
         + " mismatched, the same schedule, validation split and seeds as above. Per run: the epochs whose plan "
         "left pairs out as suspected (the rule active), the last plan's suspected pairs, the share of them that "
         "is mismatched (precision) and the share of the mismatched pairs among them (recall), and the last "
         "epoch's test R@1 against full data's (last epoch and early-stopped, R@1 points).",
         "",
-        "| mismatched | seed | plans with the rule active | suspected, last plan (mismatched in the data) | precision | recall | "
+        "| mismatched | seed | plans with the rule active | suspected, last plan (mismatched in the data) | "
+        "precision | recall | "
         "rule, last epoch | full data, last epoch | full data, early-stopped | rule minus early-stopped |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

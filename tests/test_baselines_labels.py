@@ -67,7 +67,8 @@ def test_smoke_run_of_the_runner(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     ds = _shards(tmp_path)
     pop = seta.list_samples(ds.train)
-    ctx = bl.Ctx(ds, pop, results=tmp_path / "results", out=tmp_path / "out", epochs=3, folds=2, keep_runs=True)
+    ctx = bl.Ctx(results=tmp_path / "results", out=tmp_path / "out", epochs=3, seeds=1, ds=ds, population=pop,
+                 folds=2, keep_runs=True)  # fmt: skip
     ctx.results.mkdir()
     all_keys = set(pop.column("key").to_pylist())
     noisy = set(bl.noisy_keys(ctx, 0.4))
@@ -77,7 +78,10 @@ def test_smoke_run_of_the_runner(tmp_path: Path) -> None:
         t = seta.load_plan(str(ctx.out / "runs" / run.rid(3)), epoch, columns=["key", "keep"])
         return {k for k, keep in zip(t.column("key").to_pylist(), t.column("keep").to_pylist()) if keep}
 
-    bl.run_all(ctx, [bl.Run(0.4, m, 0) for m in ("full", "rule", "oracle", "fold0", "fold1")])
+    # the studies' runner takes the plan's jobs that --only selects, in the registry's order
+    ctx.only = "n40-E3-(full|rule|oracle|fold0|fold1)-s0$"
+    ran = bl.harness.worker(ctx, bl)
+    assert ran == [bl.Run(0.4, m, 0).rid(3) for m in ("full", "rule", "oracle", "fold0", "fold1")]
     # the oracle trains exactly the samples whose labels are clean, in every epoch
     oracle = ctx.load(bl.Run(0.4, "oracle", 0))
     assert oracle["excluded"] == oracle["excluded_noisy"] == len(noisy)
@@ -101,14 +105,16 @@ def test_smoke_run_of_the_runner(tmp_path: Path) -> None:
     # equal compute: exactly the rule run's samples trained (made uneven here: 2 epochs and 37 samples)
     path = ctx.path(bl.Run(0.4, "rule", 0))
     path.write_text(json.dumps({**rule, "samples_trained": 2 * 288 + 37}))
-    bl.run_all(ctx, [bl.Run(0.4, "equal", 0)])
+    ctx.only = "n40-E3-equal-s0$"
+    assert bl.harness.worker(ctx, bl) == ["sst2-n40-E3-equal-s0"]
     equal = ctx.load(bl.Run(0.4, "equal", 0))
     assert equal["samples_trained"] == 2 * 288 + 37
     assert [e["backprop"] for e in equal["epochs"]] == [288, 288, 37]
     assert equal["budget"] == 2 * 288 + 37 and equal["n_epochs"] == 3
     # a finished run is not trained again
     before = ctx.path(bl.Run(0.4, "oracle", 0)).stat().st_mtime_ns
-    bl.run_all(ctx, [bl.Run(0.4, "oracle", 0)])
+    ctx.only = "n40-E3-oracle-s0$"
+    assert bl.harness.worker(ctx, bl) == []
     assert ctx.path(bl.Run(0.4, "oracle", 0)).stat().st_mtime_ns == before
     assert not any("/" in json.dumps(r) and str(tmp_path) in json.dumps(r) for r in (full, rule, oracle, equal))
 
@@ -117,7 +123,7 @@ def test_equal_compute_and_random_of_a_rule_that_pruned_nothing_are_full_data(tm
     import pyarrow as pa
 
     pop = pa.table({"shard": ["a.tar"] * 10, "key": [f"{i:02d}" for i in range(10)]})
-    ctx = bl.Ctx(None, pop, results=tmp_path, out=tmp_path, epochs=3, folds=2)
+    ctx = bl.Ctx(results=tmp_path, out=tmp_path, epochs=3, population=pop, folds=2)
     assert bl.cfg_of(ctx, bl.Run(0.4, "equal", 1)) is None  # waits for the rule run of its seed
     rule = ctx.path(bl.Run(0.4, "rule", 1))
     rule.write_text(json.dumps({"samples_trained": 30, "pruned": 0.0}))
@@ -127,3 +133,31 @@ def test_equal_compute_and_random_of_a_rule_that_pruned_nothing_are_full_data(tm
     assert (cfg["policy"], cfg["budget"], cfg["n_epochs"], exclude) == ("full", 25, 3, None)
     cfg, _ = bl.cfg_of(ctx, bl.Run(0.4, "random-eq", 1))
     assert (cfg["policy"], cfg["params"]) == ("random", {"r": 0.1667})
+
+
+def test_the_plan_needs_the_rule_and_the_folds_and_the_report_lists_a_crashed_run(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    pop = pa.table({"shard": ["a.tar"] * 10, "key": [f"{i:02d}" for i in range(10)]})
+    ctx = bl.Ctx(results=tmp_path / "results", out=tmp_path / "out", epochs=3, seeds=1, population=pop, folds=2)
+    ctx.results.mkdir()
+    jobs = {j.rid: j.needs for j in bl.plan(ctx)}
+    assert list(jobs) == [r.rid(3) for r in bl.registry(1, 2)]
+    assert {k: v for k, v in jobs.items() if v} == {
+        "sst2-n40-E3-random-eq-s0": ("sst2-n40-E3-rule-s0",),
+        "sst2-n40-E3-equal-s0": ("sst2-n40-E3-rule-s0",),
+        "sst2-n40-E3-cleanlab-s0": ("sst2-n40-E3-fold0-s0", "sst2-n40-E3-fold1-s0"),
+    }
+    # a rule that pruned nothing: dynamic random at its pruned % and equal compute are full data's run
+    ctx.path(bl.Run(0.4, "rule", 0)).write_text(json.dumps({"samples_trained": 30, "pruned": 0.0}))
+    assert [r for r in (j.rid for j in bl.plan(ctx)) if "-eq" in r or "equal" in r] == []
+
+    def crash(ctx: bl.Ctx, job: bl.Job, progress: list[str]) -> dict:
+        raise RuntimeError("no sentences")
+
+    ctx.path(bl.Run(0.4, "rule", 0)).unlink()
+    bl.harness.execute(ctx, bl.plan(ctx)[0], crash)  # the runner's own crash file
+    data = bl.load_all(ctx.results)
+    line = "`sst2-n40-E3-full-s0`: crashed after 0 epochs (RuntimeError: no sentences); no result"
+    assert (data["runs"], data["unfinished"]) == ({}, [line])
+    assert f"\nCrashed or cut short (run again by the next invocation): {line}.\n" in bl.render(data)

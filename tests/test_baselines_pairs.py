@@ -76,8 +76,8 @@ def tiny(tmp_path_factory):
         r=0.19,
         quiet=True,
     )
-    first = bp.run_queue(ctx)
-    second = bp.run_queue(ctx)
+    first = bp.harness.worker(ctx, bp)  # the studies' runner: the ids it ran, in order
+    second = bp.harness.worker(ctx, bp)
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "results").glob("*.json")}
     return ctx, first, second, runs
 
@@ -169,4 +169,28 @@ def test_the_low_share_section_sets_the_rule_beside_full_data(tiny) -> None:
         f"| 5% | 0 | 0 of {EPOCHS} (epochs none) | 0 (10) | n/a | 0.000 | {final:.1f} | {es[-1]:.1f} | "
         f"{es[best]:.1f} ({best}) | {final - es[best]:+.1f} |"
     ) in text
-    assert "* The rule alone at low mismatched shares (its own section below): 5% (1 seed): active in 0 of 2 plans" in text
+    low = "* The rule alone at low mismatched shares (its own section below): 5% (1 seed): active in 0 of 2 plans"
+    assert low in text
+
+
+def test_the_plan_needs_rule_random_and_the_report_lists_a_crashed_run(tmp_path: Path) -> None:
+    ctx = bp.Ctx(results=tmp_path / "results", out=tmp_path / "out", rounds=((0.2, 1),), extra=None, low=(), r=0.19)
+    rr = ("pairs-n20-rule-random-s1",)
+    assert [(j.rid, j.needs) for j in bp.plan(ctx)] == [
+        ("pairs-n20-rule-random-s1", ()), ("pairs-n20-full-s1", ()), ("pairs-n20-oracle-s1", ()),
+        ("pairs-n20-full-equal-s1", rr), ("pairs-n20-random-same-s1", rr), ("pairs-n20-rule-s1", ()),
+    ]  # fmt: skip
+    ctx.last_start = ctx.started  # --limit: no run starts after it
+    assert bp.harness.worker(ctx, bp) == [] and list(ctx.results.iterdir()) == []
+
+    def crash(ctx: bp.Ctx, job: bp.Job, progress: list[str]) -> dict:
+        progress.append("epoch 0")
+        raise RuntimeError("no pairs")
+
+    bp.harness.execute(ctx, bp.plan(ctx)[1], crash)  # the runner's own crash file
+    assert [p.name for p in ctx.results.iterdir()] == ["pairs-n20-full-s1.crashed.json"]
+    assert bp.read(ctx) == {}
+    text = bp.report(ctx)
+    assert ("* Crashed or cut short (run again by the next invocation): `pairs-n20-full-s1`: crashed after 1 epoch "
+            "(RuntimeError: no pairs); no result.\n") in text  # fmt: skip
+    assert "pairs-n20-full-s1`, `pairs-n20-oracle-s1" in text  # still not run

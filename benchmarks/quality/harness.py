@@ -13,7 +13,7 @@ once) and ``run(ctx, job, progress) -> dict`` (one job's result). The runner:
   with the machine it ran on (``machine``);
 * **deadline** (``ctx.until``): no job starts that is not expected to end by then (seconds per
   trained sample measured by this invocation's files, the study's priors before), and a running
-  one is stopped there (SIGALRM);
+  one is stopped there (SIGALRM); ``ctx.last_start``: no job starts after it, a running one ends;
 * **order**: a job waiting for its needs (a calibration, full data of seed 0) keeps the processes
   it will want: a lower job starts only if enough processes are expected free when it is ready.
 """
@@ -66,6 +66,7 @@ class Ctx:
     only: str | None = None
     procs: int = 1  # processes taking jobs (--jobs)
     until: float | None = None  # wall-clock time after which nothing runs (--deadline)
+    last_start: float | None = None  # wall-clock time after which no job starts; a running one ends
     started: float = field(default_factory=time.time)
     smoke: bool = False
     data: dict = field(default_factory=dict)
@@ -220,6 +221,27 @@ def execute(ctx: Ctx, job: Job, run: Any) -> None:
     print(f"   -> {job.rid} done in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
+def unfinished(results: Path) -> list[str]:
+    """The ``.crashed.json`` and ``.cut.json`` files of ``results`` whose run has no result file, as a report
+    lists them: "`<id>`: crashed after k epochs (the error's last line); no result" or "... cut short at the
+    deadline after k epochs; no result" (name order)."""
+    out = []
+    for p in sorted(results.glob("*.json")) if results.exists() else []:
+        stem, _, what = p.name[: -len(".json")].rpartition(".")
+        if what not in ("crashed", "cut") or (results / f"{stem}.json").exists():
+            continue
+        c = json.loads(p.read_text())
+        k = int(c.get("epochs_done", 0))
+        epochs = f"{k} epoch" + ("" if k == 1 else "s")
+        if what == "cut":
+            out.append(f"`{stem}`: cut short at the deadline after {epochs}; no result")
+            continue
+        lines = [x for x in str(c.get("error", "")).strip().splitlines() if x.strip()]
+        last = lines[-1].strip().replace("|", "/").replace("`", "'")[:160] if lines else "no message"
+        out.append(f"`{stem}`: crashed after {epochs} ({last}); no result")
+    return out
+
+
 def on_alarm(signum: int, frame: Any) -> None:
     raise CutShort()
 
@@ -286,16 +308,18 @@ def pick(ctx: Ctx, left: list[Job], now: float, prior: dict[str, float]) -> list
     return out
 
 
-def worker(ctx: Ctx, study: Any) -> None:
-    """Take the next unclaimed job ``pick`` allows until none is left (or the deadline)."""
+def worker(ctx: Ctx, study: Any) -> list[str]:
+    """Take the next unclaimed job ``pick`` allows until none is left (or the deadline); returns the
+    ids of the jobs this process ran, in order (crashed and cut ones included)."""
     import torch
 
     torch.set_num_threads(getattr(ctx.args, "threads", 1) or 1)
     signal.signal(signal.SIGALRM, on_alarm)
     ctx.results.mkdir(parents=True, exist_ok=True)
+    ran: list[str] = []
     while True:
-        if ctx.until is not None and time.time() >= ctx.until:
-            return
+        if any(t is not None and time.time() >= t for t in (ctx.until, ctx.last_start)):
+            return ran
         with claim(ctx.claims / "plan.lock", wait=True):
             left = todo(ctx, study.plan(ctx))
             held, job = None, None
@@ -310,13 +334,14 @@ def worker(ctx: Ctx, study: Any) -> None:
             if others:
                 time.sleep(2.0)
                 continue
-            return
+            return ran
         with held:
             if not done(ctx, job.rid):  # another process may have finished it meanwhile
                 execute(ctx, job, study.run)
+                ran.append(job.rid)
 
 
-def launch(ctx: Ctx, study: Any, argv: list[str], jobs: int) -> None:
+def launch(ctx: Ctx, study: Any, argv: list[str], jobs: int) -> list[str] | None:
     """Run the study: this process alone (``jobs`` <= 1), or ``jobs`` worker processes of the same
     command (``argv``, the study's own arguments) sharing the plan."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
