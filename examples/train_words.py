@@ -70,7 +70,9 @@ def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, s
         wds.WebDataset(urls, shardshuffle=len(urls), detshuffle=True, seed=seed, empty_check=False), run_dir
     )  # (1) skip unkept shards/samples before decode; attach __weight__
     ds = (
-        ds.shuffle(1000)
+        # a new sample order every epoch, the same for a seed (runs of one seed are paired by it):
+        # detshuffle seeds by seed + epoch; shuffle(1000) without a seed differs from run to run
+        ds.compose(wds.detshuffle(1000, seed=seed))
         .decode("l8")
         .to_tuple("png", "cls", "__key__", "__url__", "__weight__")
         .map_tuple(to_tensor, int)
