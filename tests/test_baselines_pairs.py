@@ -166,7 +166,7 @@ def test_the_low_share_section_sets_the_rule_beside_full_data(tiny) -> None:
     best = bp.early_stop_epoch(full["rows"])
     # 2 epochs with noise_warmup = 2: no plan can suspect a pair yet
     assert (
-        f"| 5% | 0 | 0 of {EPOCHS} (epochs none) | 0 (10) | n/a | 0.000 | {final:.1f} | {es[-1]:.1f} | "
+        f"| 5% | 0 | 0 of {EPOCHS} (epochs none) | none | 0 (10) | n/a | 0.000 | {final:.1f} | {es[-1]:.1f} | "
         f"{es[best]:.1f} ({best}) | {final - es[best]:+.1f} |"
     ) in text
     low = "* The rule alone at low mismatched shares (its own section below): 5% (1 seed): active in 0 of 2 plans"
