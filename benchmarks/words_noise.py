@@ -19,6 +19,7 @@ writes with the machine, ``.crashed`` files); result files ``docs/quality-runs/w
 ``--report-only`` writes docs/words-noise.md from them alone.
 
     python benchmarks/words_noise.py                  # the runs whose result file is missing, then the page
+                                                      # (start it twice to train two runs at a time)
     python benchmarks/words_noise.py --report-only    # docs/words-noise.md from the result files
 """
 
@@ -70,14 +71,20 @@ def plan(ctx: harness.Ctx) -> list[Job]:
 
 
 def data_dir(ctx: harness.Ctx, share: float) -> Path:
-    """The generated set at ``share`` wrong labels (made once)."""
+    """The generated set at ``share`` wrong labels (made once, under a lock: several processes may share the
+    plan, each a ``python benchmarks/words_noise.py`` of the same folders)."""
     d, D = ctx.out / f"data-n{pct(share)}", ctx.data["set"]
+    with harness.claim(ctx.claims / f"data-n{pct(share)}.lock", wait=True):
+        _generate(d, share, D)
+    return d
+
+
+def _generate(d: Path, share: float, D: dict) -> None:
     if not (d / "info.json").exists():
         args = ["--out", d, "--train", D["train"], "--test", D["test"], "--seed", D["seed"], "--label-noise", share]
         args += ["--workers", 1]
         cmd = [sys.executable, str(ROOT / "tools" / "make_word_shards.py"), *map(str, args)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return d
 
 
 def wrong_labels(data: Path) -> set[tuple[str, str]]:
