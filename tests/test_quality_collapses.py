@@ -139,3 +139,13 @@ def test_the_committed_scan_is_current_and_names_every_collapse() -> None:
     r = files["noise-study-2core/pairs-n20-E10-seta-p50-alpha0.4-k10-r0.1-s0.json"]
     assert (r["collapse_epochs"], r["drops"]) == ([6], [])
     assert not any(r["policy"] == "full" and r["label"] in ("full", None) for r in committed["runs"])
+
+
+def test_the_scan_reads_the_word_image_runs_against_their_chance() -> None:
+    from benchmarks import instability as ins
+
+    run = {"study": "words-noise", "rows": [{"acc": 0.5}, {"acc": 0.8}, {"acc": 0.02}]}
+    assert ins.curve(run, "words-n3-full-s0.json") == ([0.5, 0.8, 0.02], 0.02, "test accuracy")
+    found = ins.findings(run, "words-n3-full-s0.json")
+    assert found["collapse_epochs"] == [2] and found["drops"]
+    assert ins.curve({"study": "other", "rows": [{"acc": 0.5}]}, "x.json") is None
