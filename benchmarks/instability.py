@@ -55,14 +55,13 @@ def curve(d: Any, name: str = "") -> tuple[list[float], float, str] | None:
         if not test:
             return None
         return [0.5 * (x["i2t_r1"] + x["t2i_r1"]) for x in rows], 1.0 / test, "mean R@1"
-    if d.get("study") == "words-noise" and all("acc" in x for x in rows):  # the word-image demo's training
-        return [x["acc"] for x in rows], CHANCE["words"], "test accuracy"
-    if all("test_acc" in x for x in rows):
+    key = next((k for k in ("test_acc", "acc") if all(k in x for x in rows)), None)
+    if key is not None:
         dataset = d.get("dataset") or name.split("-", 1)[0].removeprefix("collapse")
         chance = CHANCE.get(dataset) or CHANCE.get(name.removeprefix("collapse-").split("-", 1)[0])
         if chance is None:
             return None
-        return [x["test_acc"] for x in rows], chance, "test accuracy"
+        return [x[key] for x in rows], chance, "test accuracy"
     return None
 
 

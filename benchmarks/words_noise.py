@@ -105,29 +105,23 @@ def wrong_labels(data: Path) -> set[tuple[str, str]]:
 
 def plan_readings(run_dir: Path, epochs: int, wrong: set[tuple[str, str]]) -> list[dict]:
     """Per planned epoch: the rule's test and what it left out (suspected or kept to re-check), with precision
-    and recall against ``wrong``."""
-    import seta_stream as seta
+    and recall against ``wrong``: the noise study's reading of a plan (``quality.noise.plan_noise``), in the
+    fields this study's result files keep."""
+    from benchmarks.quality.noise import plan_noise
 
-    out = []
-    for e in range(epochs):
-        s = seta.load_summary(str(run_dir), e)
-        plan = seta.load_plan(str(run_dir), e, columns=["shard", "key", "reason"])
-        reason = plan.column("reason").cast("string").to_pylist()
-        out_set = {(sh, k) for sh, k, r in zip(plan.column("shard").to_pylist(), plan.column("key").to_pylist(), reason)
-                   if r in ("suspected_noise", "noise_recheck")}  # fmt: skip
-        caught = len(out_set & wrong)
-        comp = s.get("noise_components") or {}
-        out.append({
-            "epoch": e,
-            "test": s.get("noise_test"),
-            "active": bool(s.get("noise_active")),
-            "separation": s.get("noise_separation"),
-            "upper_weight": (comp.get("weight") or [None, None])[1],
-            "suspected": len(out_set),
-            "precision": caught / len(out_set) if out_set else None,
-            "recall": caught / len(wrong) if wrong else None,
-        })  # fmt: skip
-    return out
+    return [
+        {
+            "epoch": r["epoch"],
+            "test": r["noise_test"],
+            "active": bool(r["noise_active"]),
+            "separation": r["noise_separation"],
+            "upper_weight": r["noise_upper_weight"],
+            "suspected": r["suspected"],
+            "precision": r["precision"],
+            "recall": r["recall"],
+        }
+        for r in plan_noise(str(run_dir), epochs, wrong)
+    ]
 
 
 def run(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:

@@ -144,8 +144,8 @@ def test_the_committed_scan_is_current_and_names_every_collapse() -> None:
 def test_the_scan_reads_the_word_image_runs_against_their_chance() -> None:
     from benchmarks import instability as ins
 
-    run = {"study": "words-noise", "rows": [{"acc": 0.5}, {"acc": 0.8}, {"acc": 0.02}]}
+    run = {"study": "words-noise", "dataset": "words", "rows": [{"acc": 0.5}, {"acc": 0.8}, {"acc": 0.02}]}
     assert ins.curve(run, "words-n3-full-s0.json") == ([0.5, 0.8, 0.02], 0.02, "test accuracy")
     found = ins.findings(run, "words-n3-full-s0.json")
     assert found["collapse_epochs"] == [2] and found["drops"]
-    assert ins.curve({"study": "other", "rows": [{"acc": 0.5}]}, "x.json") is None
+    assert ins.curve({"study": "other", "rows": [{"acc": 0.5}]}, "x.json") is None  # no data set: no chance
