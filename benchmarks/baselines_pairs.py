@@ -318,7 +318,7 @@ def read(ctx: Ctx) -> dict[tuple[float, str, int], dict]:
             "machine": d["machine"],
             "epochs": len(d["rows"]),
             "length": d["schedule_epochs"],
-            "plans": plan_readings(d["rows"]),
+            "plans": plan_readings(d["rows"]) if d["method"] == "rule" else [],  # valid for the rule alone
         }
     return out
 
@@ -327,7 +327,8 @@ def plan_readings(rows: list[dict]) -> list[dict]:
     """Per epoch, what the rule left out and how much of it was mismatched: the suspected pairs are every pair
     not learnt from (the rule alone keeps every other pair with weight 1; its re-checks have weight 0), so
     precision = mismatched among them / suspected and recall = mismatched among them / all mismatched pairs
-    (the epoch-0 plan trains every pair). Empty for a run whose rows carry no ``noise_suspected``."""
+    (the epoch-0 plan trains every pair). Only for the rule alone: with a policy that prunes too, the pairs not
+    learnt from are not the suspects. Empty for a run whose rows carry no ``noise_suspected``."""
     if not rows or "noise_suspected" not in rows[0] or rows[0]["kept"] != rows[0]["n"]:
         return []
     total = rows[0]["mismatched_trained"]
