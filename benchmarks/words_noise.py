@@ -188,7 +188,6 @@ def report(ctx: harness.Ctx) -> str:
     machines = sorted({f"{v['machine']['cpu']}, {v['machine']['cores']} cores, torch {v['machine']['torch']}"
                        for v in runs.values() if "machine" in v})  # fmt: skip
     missing = [j.rid for j in plan(ctx) if not (ctx.results / f"{j.rid}.json").exists()]
-    crashed = sorted(p.name for p in ctx.results.glob("*.crashed.json")) if ctx.results.exists() else []
     L = [
         "# Does the noise rule find wrong labels in the word-image demo's data?",
         "",
@@ -250,7 +249,8 @@ def report(ctx: harness.Ctx) -> str:
             )
     L += ["", "In short:", "", *(summary or ["* no finished pair of runs yet."]), ""]
     L += ["## Runs failed or not run", ""]
-    L.append("* Crashed: " + (", ".join(f"`{c}`" for c in crashed) if crashed else "none") + ".")
+    unfinished = harness.unfinished(ctx.results)  # the runner's .crashed/.cut files without a result
+    L.append("* Crashed or cut short: " + ("; ".join(unfinished) if unfinished else "none") + ".")
     L.append("* Not run (cut or not reached): " + (", ".join(f"`{r}`" for r in missing) if missing else "none") + ".")
     L += ["", "## Reproduce", "", "```",
           "python benchmarks/words_noise.py                 # the runs whose result file is missing, then this page",
