@@ -11,8 +11,8 @@ One table, generated from the result files of the three baseline studies (issue 
 Each row: the samples trained against full data's, and the paired gaps (per seed, mean, 2 SE)
 of the method's last epoch against full data early-stopped on a held-out validation split
 (full data at its best validation epoch) and against the oracle filter (full data without the
-known noisy samples, last epoch). Verdict against 0: "above" where mean - 2 SE > 0, "below"
-where mean + 2 SE < 0, else "not resolved"; one seed: no verdict.
+known noisy samples, last epoch). The verdict against early-stopped full data is
+``benchmarks.common.gap_verdict``'s (met, below, mean above/below, not resolved, at the bar, one seed).
 
     python benchmarks/headline.py           # rewrite README.md's block
     python benchmarks/headline.py --check   # exit 1 if the block differs
