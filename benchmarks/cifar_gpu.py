@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.quality.data import NOISE_SEED, _hash01, asymmetric_offsets, noise_offsets  # noqa: E402
+from benchmarks.quality.data import NOISE_SEED, asymmetric_offsets, hash01, noise_offsets  # noqa: E402
 
 B, LR, WD, EPOCHS, FOLDS = 512, 0.2, 5e-4, 15, 4
 SEEDS = (0, 1)
@@ -169,7 +169,7 @@ def noisy_labels(kind: str, keys: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def fold_of(keys: np.ndarray, folds: int) -> np.ndarray:
     """Fold of every key for cleanlab's cross-validation: a hash of the key (fixed, seed-free)."""
-    return np.array([int(_hash01(k, NOISE_SEED + 7) * folds) for k in keys.tolist()], dtype=np.int64)
+    return np.array([int(hash01(k, NOISE_SEED + 7) * folds) for k in keys.tolist()], dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------------ jobs

@@ -14,7 +14,7 @@ import pytest
 
 from seta_stream import RunDir, load_table, plan_epoch
 from seta_stream._kmeans1d import _sorted_sum_cells, sum_cells
-from seta_stream._plans import _FEW_WEIGHTS, _few_codes, weight_codes
+from seta_stream._plans import FEW_WEIGHTS, few_codes, weight_codes
 from seta_stream.policies import PolicyInput
 from seta_stream.policies import noise as noise_rule
 
@@ -31,7 +31,7 @@ def _bits(values: list[float]) -> list[int]:
         [1.0, 0.0, 0.0, 1.0],
         [0.0, -0.0, 1.0, -0.0, 0.0],  # two zeros: two weights, as dictionary_encode numbers them
         [2.5, float("nan"), 2.5, float("nan"), 0.25],
-        [float(i % _FEW_WEIGHTS) for i in range(3 * (1 << 20) + 5)],  # new weights in later blocks
+        [float(i % FEW_WEIGHTS) for i in range(3 * (1 << 20) + 5)],  # new weights in later blocks
     ],
 )
 def test_weight_codes_number_weights_as_dictionary_encode(weights: list[float]) -> None:
@@ -45,8 +45,8 @@ def test_weight_codes_number_weights_as_dictionary_encode(weights: list[float]) 
 
 def test_weight_codes_with_many_weights_fall_back() -> None:
     nan_payloads = np.array([0x7FC00000, 0x7FC00001], dtype=np.uint32).view(np.float32)
-    w = pa.array(np.concatenate([np.arange(_FEW_WEIGHTS - 1, dtype=np.float32), nan_payloads]))
-    assert _few_codes(w) is None  # 7 numbers and two NaNs of other bits: 9 weights
+    w = pa.array(np.concatenate([np.arange(FEW_WEIGHTS - 1, dtype=np.float32), nan_payloads]))
+    assert few_codes(w) is None  # 7 numbers and two NaNs of other bits: 9 weights
     values, columns = weight_codes(w)
     ref = pc.dictionary_encode(w)
     assert _bits(values) == _bits(ref.dictionary.to_pylist())

@@ -63,12 +63,12 @@ def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
 def test_kept_rows_per_shard_are_counted_alike_for_large_and_small_shards(sizes):
     """shards.arrow's kept counts: shards of 256 rows or more on average are counted one by
     one, many small ones by reduceat; both give each range's kept rows."""
-    from seta_stream._plans import _kept_per_shard
+    from seta_stream._plans import kept_per_shard
 
     stops = np.cumsum(sizes)
     starts = stops - np.array(sizes)
     keep = np.random.default_rng(len(sizes)).random(int(stops[-1])) < 0.4
-    got = _kept_per_shard(keep, starts, stops)
+    got = kept_per_shard(keep, starts, stops)
     assert got.dtype == np.int64
     assert got.tolist() == [int(keep[a:b].sum()) for a, b in zip(starts, stops)]
 

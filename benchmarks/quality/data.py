@@ -81,7 +81,7 @@ class Sst2(Dataset):
 DATASETS: dict[str, type[Dataset]] = {"cifar10": Cifar, "sst2": Sst2}
 
 
-def _hash01(text: str, salt: int) -> float:
+def hash01(text: str, salt: int) -> float:
     return zlib.crc32(f"{salt}:{text}".encode()) / 2**32
 
 
@@ -100,9 +100,9 @@ def symmetric_offsets(keys: list[str], classes: int, rate: float = NOISE, seed: 
     first in the order of a hash of (seed, key). The order does not depend on ``rate``, so a
     lower rate corrupts a subset of a higher rate's samples, each with the same offset."""
     keys = sorted(keys)
-    order = sorted(keys, key=lambda k: (_hash01(k, seed), k))
+    order = sorted(keys, key=lambda k: (hash01(k, seed), k))
     chosen = order[: round(rate * len(keys))]
-    return {k: 1 + int(_hash01(k, seed + 1) * (classes - 1)) for k in chosen}
+    return {k: 1 + int(hash01(k, seed + 1) * (classes - 1)) for k in chosen}
 
 
 # CIFAR-10's class-dependent flips (the asymmetric noise of the noisy-label literature):
@@ -123,6 +123,6 @@ def asymmetric_offsets(keys: list[str], labels: list[int], rate: float, seed: in
     out: dict[str, int] = {}
     for source, target in ASYMMETRIC_FLIPS.items():
         members = sorted(k for k, y in zip(keys, labels) if y == source)
-        order = sorted(members, key=lambda k: (_hash01(k, seed), k))
+        order = sorted(members, key=lambda k: (hash01(k, seed), k))
         out.update((k, target) for k in order[: round(rate * len(members))])
     return out
