@@ -45,6 +45,7 @@ from .collapses import collapse_epochs, window
 from .docs import and_list, fmt_params, interp_gap, mean_sd, row, splice
 from .harness import Job
 from .layout import ROOT
+from .reading_short import DISPLAY
 
 RESULTS = ROOT / "docs" / "quality-runs"
 DOC = ROOT / "docs" / "quality-pairs.md"
@@ -232,14 +233,22 @@ def after(ctx: harness.Ctx) -> None:
 
 
 # ---------------------------------------------------------------------------------- report
+GUIDED = ("seta", "infobatch")  # the loss-guided policies
+
+
 def _r1(r: dict) -> float:
     return 0.5 * (r["i2t_r1"] + r["t2i_r1"])
+
+
+def _key(noise: float, cfg: dict) -> tuple:
+    """The key of a configuration (or of one of its runs) in ``_groups``."""
+    return noise, cfg["policy"], cfg["label"], json.dumps(cfg["params"], sort_keys=True)
 
 
 def _groups(results: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["noise"], r["policy"], r["label"], json.dumps(r["params"], sort_keys=True)), []).append(r)
+        groups.setdefault(_key(r["noise"], r), []).append(r)
     return groups
 
 
@@ -247,15 +256,41 @@ def _keys(groups: dict, noise: float) -> list[tuple]:
     return sorted((k for k in groups if k[0] == noise), key=lambda k: (ORDER[k[1]], k[2]))
 
 
+def _guided(groups: dict, noise: float, policies: tuple[str, ...] = GUIDED) -> list[list[dict]]:
+    """The runs of each configuration of ``policies`` at ``noise``, in table order."""
+    return [groups[k] for k in _keys(groups, noise) if k[1] in policies]
+
+
 def _vs_random(groups: dict, noise: float, rs: list[dict]) -> str:
     """Mean R@1 minus dynamic random's at the same measured pruned % (linear between its points and full)."""
     if rs[0]["policy"] in ("full", "random"):
         return "-"
-    pts = [(0.0, groups.get((noise, "full", "full", "{}")))]
+    pts = [(0.0, groups.get(_key(noise, FULL)))]
     pts += [(float(np.mean([r["pruned"] for r in g])), g) for k, g in groups.items() if k[:2] == (noise, "random")]
     r1 = [(p, float(np.mean([_r1(r) for r in g]))) for p, g in pts if g]
     v = interp_gap(float(np.mean([r["pruned"] for r in rs])), float(np.mean([_r1(r) for r in rs])), r1)
     return "-" if v is None else f"{100 * v:+.1f}"
+
+
+def _gaps(groups: dict) -> list[tuple[float, list[dict], str]]:
+    """(noise, runs, ``_vs_random``) of every loss-guided configuration inside dynamic random's points."""
+    return [(n, rs, v) for n in NOISE_LEVELS for rs in _guided(groups, n) if (v := _vs_random(groups, n, rs)) != "-"]
+
+
+def _kept(rs: list[dict], e: int) -> float:
+    """The plan's kept fraction in epoch ``e``, mean over seeds."""
+    return float(np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]))
+
+
+def _mismatched(rs: list[dict], e: int) -> float:
+    """The mismatched share (%) of the pairs trained in epoch ``e``, mean over seeds."""
+    return float(100 * np.mean([r["rows"][e]["mismatched_share"] for r in rs]))
+
+
+def _loss_cell(rs: list[dict], e: int) -> str:
+    a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
+    b = [r["checks"][e]["plan_loss_clean"] for r in rs]
+    return "-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}"
 
 
 def report(ctx: harness.Ctx | None = None) -> None:
@@ -266,20 +301,14 @@ def report(ctx: harness.Ctx | None = None) -> None:
         return
     groups = _groups(results)
     missing = _missing(groups, results_dir)
+    bad = [f"{r['policy']} {fmt_params(r['params'])} noise {r['noise']} seed {r['seed']} epoch {c['epoch']}"
+           for r in results for c in r["checks"] if not c["delivered_equals_plan"]]  # fmt: skip
+    n_epochs = sum(len(r["checks"]) for r in results)
     lines = [
         f"{len(results)} finished runs ({len(NOISE_LEVELS)} noise levels x up to {1 + 3 * len(LEVELS)} settings x "
         f"{SEEDS} seeds; one run where a setting serves both pruned levels). "
         + ("Still missing (the study resumes with them): " + "; ".join(missing) + "." if missing else "None missing."),
         "",
-    ]
-    bad = [
-        f"{r['policy']} {fmt_params(r['params'])} noise {r['noise']} seed {r['seed']} epoch {c['epoch']}"
-        for r in results
-        for c in r["checks"]
-        if not c["delivered_equals_plan"]
-    ]
-    n_epochs = sum(len(r["checks"]) for r in results)
-    lines += [
         f"**Loader vs plan:** in {n_epochs - len(bad)} of {n_epochs} run-epochs the loader delivered exactly "
         "the plan's kept pairs (same (shard, key) set, each once)"
         + (": mismatches in " + "; ".join(bad[:20]) + "." if bad else "."),
@@ -290,10 +319,11 @@ def report(ctx: harness.Ctx | None = None) -> None:
         if not keys:
             continue
         title = f"{round(noise * 100)}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
-        full = groups.get((noise, "full", "full", "{}"))
+        full = groups.get(_key(noise, FULL))
         full_s = float(np.min([r["seconds"] for r in full])) if full else None
-        lines += [f"### {title}", ""]
         lines += [
+            f"### {title}",
+            "",
             "| policy | setting | seeds | pruned % (measured) | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i "
             "| mean R@1 vs dynamic random | mismatched % of trained pairs | collapsed seeds (epoch, mean R@1) "
             "| wall s (fastest seed) | time vs full |",
@@ -310,31 +340,20 @@ def report(ctx: harness.Ctx | None = None) -> None:
                               _vs_random(groups, noise, rs), f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
                               _collapse_cell(groups, noise, rs), f"{secs:.0f}",
                               f"{secs / full_s:.2f}" if full_s else "-"]))  # fmt: skip
-        lines.append("")
         note = _unstable_note([groups[k] for k in keys])
-        lines += note
-
-        def loss_cell(rs: list[dict], e: int) -> str:
-            a = [r["checks"][e]["plan_loss_mismatched"] for r in rs]
-            b = [r["checks"][e]["plan_loss_clean"] for r in rs]
-            return "-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}"
-
+        lines += ["", *note]
         t = partial(_table, groups, keys, note)
-        lines += t(
-            "Kept fraction per epoch (plan, mean over seeds):",
-            lambda rs, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in rs]):.2f}",
-        )
+        lines += t("Kept fraction per epoch (plan, mean over seeds):", lambda rs, e: f"{_kept(rs, e):.2f}")
         if noise:
             lines += t(
                 f"Share of mismatched pairs among the pairs each policy trained on, per epoch (%, mean over "
                 f"seeds; counted from the keys the loader delivered against `noise.parquet`; "
                 f"{round(noise * 100)}% of the training set):",
-                lambda rs, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in rs]):.1f}",
+                lambda rs, e: f"{_mismatched(rs, e):.1f}",
             )
             lines += t("Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when "
-                       "last trained; e0 has none), mean over seeds:", loss_cell)  # fmt: skip
-        if noise:
-            lines += _per_epoch_table(groups, keys)
+                       "last trained; e0 has none), mean over seeds:", _loss_cell)  # fmt: skip
+            lines += _per_epoch_table(groups, noise)
         _plot(noise, groups, keys, doc)
         lines += [f"![{title}](quality/pairs-noise{round(noise * 100)}.png)", ""]
     cal = []
@@ -388,23 +407,30 @@ def _collapsed(rs: list[dict]) -> dict[int, list[int]]:
     return {r["seed"]: es for r in rs if (es := collapse_epochs(_curve(r), _chance(r)))}
 
 
+def _fallen(rs: list[dict]) -> list[tuple[int, int, float]]:
+    """(seed, epoch, mean R@1 %) of every epoch in which a seed of ``rs`` fell to chance."""
+    by = {r["seed"]: r for r in rs}
+    return [(s, e, 100 * _curve(by[s])[e]) for s, es in _collapsed(rs).items() for e in es]
+
+
 def _collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
     bad = _collapsed(rs)
     if not bad:
         return "-"
-    by = {r["seed"]: r for r in rs}
-    at = "; ".join(f"s{s}: " + ", ".join(f"e{e} {100 * _curve(by[s])[e]:.1f}%" for e in es) for s, es in bad.items())
+    fallen = _fallen(rs)
+    at = "; ".join(f"s{s}: " + ", ".join(f"e{e} {v:.1f}%" for s2, e, v in fallen if s2 == s) for s in bad)
     rest = [r for r in rs if r["seed"] not in bad]
     if not rest:
         return f"**{at}**; without them: no seed left"
     return f"**{at}**; without them: mean R@1 {100 * float(np.mean([_r1(r) for r in rest])):.1f}"
 
 
-def _window(policy: str, params: dict, epoch: int, phase: str) -> str:
-    return window(policy, params, epoch, phase)
+def _prune_epochs(rs: list[dict]) -> list[int]:
+    """The epochs after the first in which the policy of ``rs`` pruned (its first run's phases)."""
+    return [e for e in range(1, len(rs[0]["rows"])) if rs[0]["rows"][e]["phase"] == "prune"]
 
 
-def _per_epoch_table(groups: dict, keys: list) -> list[str]:
+def _per_epoch_table(groups: dict, noise: float) -> list[str]:
     """Per epoch and seed, for SeTa and InfoBatch: the window (rule), the share of mismatched pairs
     among those trained, the shares of mismatched and of clean pairs the plan kept, mean R@1."""
     L = [
@@ -417,38 +443,32 @@ def _per_epoch_table(groups: dict, keys: list) -> list[str]:
         "| clean pairs kept % | mean R@1 % after the epoch |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for k in keys:
-        rs = sorted(groups[k], key=lambda r: r["seed"])
-        if rs[0]["policy"] not in ("seta", "infobatch"):
-            continue
-        bad = _collapsed(rs)
+    for rs in _guided(groups, noise):
+        rs = sorted(rs, key=lambda r: r["seed"])
+        policy, params, bad = rs[0]["policy"], rs[0]["params"], _collapsed(rs)
         for e in range(len(rs[0]["rows"])):
-            phase = rs[0]["rows"][e]["phase"]
-            mism = " / ".join(f"{100 * r['rows'][e]['mismatched_share']:.1f}" for r in rs)
-            kept_m = " / ".join(f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}" for r in rs)
-            kept_c = " / ".join(f"{100 * r['checks'][e]['kept_share_clean']:.0f}" for r in rs)
-            r1 = " / ".join(
-                f"**{100 * _curve(r)[e]:.1f}**" if e in bad.get(r["seed"], []) else f"{100 * _curve(r)[e]:.1f}"
+            per_seed = [
+                [f"{100 * r['rows'][e]['mismatched_share']:.1f}",
+                 f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}",
+                 f"{100 * r['checks'][e]['kept_share_clean']:.0f}",
+                 ("**{:.1f}**" if e in bad.get(r["seed"], []) else "{:.1f}").format(100 * _curve(r)[e])]
                 for r in rs
-            )
-            window = _window(k[1], rs[0]["params"], e, phase)
-            L.append(
-                f"| {k[1]}{_mark(rs)} | {fmt_params(rs[0]['params'])} | {e} | {window} | {mism} | {kept_m} | {kept_c} "
-                f"| {r1} |"
-            )
-    return L + ["", *_unstable_note([groups[k] for k in keys if groups[k][0]["policy"] in ("seta", "infobatch")])]
+            ]  # fmt: skip
+            window_e = window(policy, params, e, rs[0]["rows"][e]["phase"])
+            L.append(row([policy + _mark(rs), fmt_params(params), str(e), window_e,
+                          *(" / ".join(cells) for cells in zip(*per_seed))]))  # fmt: skip
+    return L + ["", *_unstable_note(_guided(groups, noise))]
 
 
 def _missing(groups: dict, results: Path) -> list[str]:
     out = []
     for noise in NOISE_LEVELS:
         cal_path = results / f"{cal_name(noise)}.json"
-        cfgs = configs(json.loads(cal_path.read_text())) if cal_path.exists() else None
-        if cfgs is None:
+        if not cal_path.exists():
             out.append(f"every run at {round(noise * 100)}% mismatched")
             continue
-        for c in cfgs:
-            have = len(groups.get((noise, c["policy"], c["label"], json.dumps(c["params"], sort_keys=True)), []))
+        for c in configs(json.loads(cal_path.read_text())):
+            have = len(groups.get(_key(noise, c), []))
             if have < SEEDS:
                 out.append(f"{c['policy']} {fmt_params(c['params'])} at {round(noise * 100)}% ({SEEDS - have} seed(s))")
     return out
@@ -456,9 +476,7 @@ def _missing(groups: dict, results: Path) -> list[str]:
 
 def _name(rs: list[dict]) -> str:
     r0 = rs[0]
-    p = fmt_params(r0["params"]).replace("=", " = ")
-    names = {"full": "full data", "random": "dynamic random", "seta": "SeTa", "infobatch": "InfoBatch"}
-    return f"{names.get(r0['policy'], r0['policy'])} ({p})"
+    return f"{DISPLAY.get(r0['policy'], r0['policy'])} ({fmt_params(r0['params']).replace('=', ' = ')})"
 
 
 def _mean_r1(rs: list[dict]) -> float:
@@ -475,8 +493,11 @@ def _shares(rs: list[dict], e: int) -> tuple[float, list[float]]:
     return float(np.mean(per)), per
 
 
-def _guided(groups: dict, noise: float, policy: str) -> list[list[dict]]:
-    return [groups[k] for k in _keys(groups, noise) if k[1] == policy]
+def _plan_losses(full: list[dict]) -> tuple[list[float], list[float]]:
+    """Full data's mean plan loss of mismatched and of clean pairs in each epoch after the first (mean over seeds)."""
+    epochs = range(1, len(full[0]["rows"]))
+    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in epochs]
+    return mis, [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in epochs]
 
 
 def _vs_random_value(groups: dict, noise: float, rs: list[dict]) -> str:
@@ -484,7 +505,7 @@ def _vs_random_value(groups: dict, noise: float, rs: list[dict]) -> str:
     v = _vs_random(groups, noise, rs)
     if v != "-":
         return f"{v} against dynamic random at the same pruned %"
-    rnd = [groups[k] for k in _keys(groups, noise) if k[1] == "random"]
+    rnd = _guided(groups, noise, ("random",))
     if not rnd:
         return ""
     near = min(rnd, key=lambda g: abs(_pruned(g) - _pruned(rs)))
@@ -495,23 +516,21 @@ def _vs_random_value(groups: dict, noise: float, rs: list[dict]) -> str:
 def reading(groups: dict) -> list[str]:
     """'What the measurements say', numbers from the run files (means over seeds unless per seed)."""
     noisy = max(NOISE_LEVELS)
-    full = groups.get((noisy, "full", "full", "{}"))
+    full = groups.get(_key(noisy, FULL))
     if not full:
         return []
     E = len(full[0]["rows"])
-    L = []
-    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in range(1, E)]
-    cln = [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in range(1, E)]
-    L += [
+    mis, cln = _plan_losses(full)
+    L = [
         f"* **The per-pair contrastive loss finds the mismatched pairs.** In full data's plans (epochs 1-{E - 1}, "
         f"mean over seeds) a mismatched pair's last loss is {min(mis):.2f}-{max(mis):.2f} while a clean pair's "
         f"falls from {cln[0]:.2f} to {cln[-1]:.2f} (the loss table above): although the loss of a pair depends on "
         "the rest of its batch, it ranks pairs by how well their image and caption match, which is the difficulty "
         "a pruning policy is meant to see.",
     ]
-    ib = _guided(groups, noisy, "infobatch")
+    ib = _guided(groups, noisy, ("infobatch",))
     if ib:
-        prune = [e for e in range(1, E) if ib[0][0]["rows"][e]["phase"] == "prune"]
+        prune = _prune_epochs(ib[0])
         kept_m = [100 * r["checks"][e]["kept_share_mismatched"] for rs in ib for r in rs for e in prune]
         tops = [f"{_shares(rs, prune[-1])[0]:.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib]
         L.append(
@@ -520,16 +539,16 @@ def reading(groups: dict) -> list[str]:
             f"mismatched pairs, and their share of the pairs it trained climbs epoch after epoch to "
             f"{and_list(tops)} in e{prune[-1]}, against {100 * noisy:.0f}% in the data."
         )
-    for rs in _guided(groups, noisy, "seta"):
+    for rs in _guided(groups, noisy, ("seta",)):
         p = rs[0]["params"]
-        prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
+        prune = _prune_epochs(rs)
         items = []
         for e in prune:
             m, per = _shares(rs, e)
             kept = [100 * r["checks"][e]["kept_share_mismatched"] for r in rs]
-            items.append(f"e{e} {_window('seta', p, e, 'prune')}: {m:.1f}% ({' / '.join(f'{x:.1f}' for x in per)}), "
+            items.append(f"e{e} {window('seta', p, e, 'prune')}: {m:.1f}% ({' / '.join(f'{x:.1f}' for x in per)}), "
                          f"keeping {' / '.join(f'{x:.0f}' for x in kept)}% of the mismatched pairs")  # fmt: skip
-        hard = [e for e in prune if "hard end" in _window("seta", p, e, "prune")]
+        hard = [e for e in prune if "hard end" in window("seta", p, e, "prune")]
         top = max(prune, key=lambda e: _shares(rs, e)[0])
         text = (f"* **SeTa ({fmt_params(p).replace('=', ' = ')}) trains on a share of mismatched pairs that swings "
                 f"with its window**, by epoch (mean over seeds, then per seed): {'; '.join(items)}. ")  # fmt: skip
@@ -542,30 +561,23 @@ def reading(groups: dict) -> list[str]:
         bad = _collapsed(rs)
         if bad:
             by = {r["seed"]: r for r in rs}
-            text += ("; after it the mean R@1 of " + and_list(
-                [f"seed {s} fell to {100 * _curve(by[s])[e]:.1f}% (e{e})" for s, es in bad.items() for e in es])
-                + f", chance being {100 * _chance(rs[0]):.1f}%: a collapse, from which every seed recovered by the "
-                "last epoch" if all(_curve(by[s])[-1] > _curve(by[s])[es[0] - 1] for s, es in bad.items())
-                else "; after it the mean R@1 fell to chance")  # fmt: skip
+            text += ("; after it the mean R@1 of " + and_list([f"seed {s} fell to {v:.1f}% (e{e})" for s, e, v in
+                     _fallen(rs)]) + f", chance being {100 * _chance(rs[0]):.1f}%: a collapse, from which every seed "
+                     "recovered by the last epoch" if all(_curve(by[s])[-1] > _curve(by[s])[es[0] - 1] for s, es in
+                     bad.items()) else "; after it the mean R@1 fell to chance")  # fmt: skip
         L.append(text + ".")
     # retrieval
     parts = []
     for noise in NOISE_LEVELS:
-        keys = [k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")]
-        items = []
-        for k in keys:
-            rs = groups[k]
-            mark = " [collapsed]" if _collapsed(rs) else ""
-            items.append(f"{_name(rs)} at {_pruned(rs):.1f}% pruned {_vs_random_value(groups, noise, rs)}{mark}")
+        items = [f"{_name(rs)} at {_pruned(rs):.1f}% pruned {_vs_random_value(groups, noise, rs)}"
+                 + (" [collapsed]" if _collapsed(rs) else "") for rs in _guided(groups, noise)]  # fmt: skip
         if items:
             title = f"{round(noise * 100)}% mismatched" if noise else "Clean pairs"
             parts.append(f"{title}: " + "; ".join(items))
     spreads = [abs(_r1(g[0]) - _r1(g[1])) * 100 for g in groups.values() if len(g) == 2]
     text = "* **Retrieval** (mean R@1, points): " + ". ".join(parts) + "."
     if spreads:
-        gaps = [float(v) for n in NOISE_LEVELS for k in _keys(groups, n) if k[1] in ("seta", "infobatch")
-                and (v := _vs_random(groups, n, groups[k])) != "-"]  # fmt: skip
-        beat = any(g > max(spreads) for g in gaps)
+        beat = any(float(v) > max(spreads) for _, _, v in _gaps(groups))
         text += (f" Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
                  "R@1; " + ("a loss-guided setting beat dynamic random by more." if beat else
                             "no loss-guided setting beat dynamic random by more than that."))  # fmt: skip
@@ -576,47 +588,37 @@ def reading(groups: dict) -> list[str]:
 def summary_lines(groups: dict) -> list[str]:
     """docs/results.md's section on the pairs study: a sentence and two tables, numbers from the run files."""
     noisy = max(NOISE_LEVELS)
-    full = groups.get((noisy, "full", "full", "{}"))
+    full = groups.get(_key(noisy, FULL))
     if not full:
         return []
-    E = len(full[0]["rows"])
-    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in range(1, E)]
-    cln = [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in range(1, E)]
-    L = [f"`benchmarks/pairs_study.py` ({full[0]['data']['train']:,} pairs, {E} epochs, {len(full)} seeds; tables, "
-         "plots and the per-epoch shares: [docs/quality-pairs.md](quality-pairs.md)). **Mismatched pairs** have the "
-         f"highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against {cln[-1]:.1f}-{cln[0]:.1f} for "
-         "clean pairs once training has begun), so the per-pair loss finds them, but the policies treat high loss as "
-         f"informative. With {100 * noisy:.0f}% mismatched pairs, what the loss-guided policies trained in their "
-         "pruning epochs:", "",
+    mis, cln = _plan_losses(full)
+    L = [f"`benchmarks/pairs_study.py` ({full[0]['data']['train']:,} pairs, {len(full[0]['rows'])} epochs, "
+         f"{len(full)} seeds; tables, plots and the per-epoch shares: [docs/quality-pairs.md](quality-pairs.md)). "
+         f"**Mismatched pairs** have the highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against "
+         f"{cln[-1]:.1f}-{cln[0]:.1f} for clean pairs once training has begun), so the per-pair loss finds them, but "
+         f"the policies treat high loss as informative. With {100 * noisy:.0f}% mismatched pairs, what the "
+         "loss-guided policies trained in their pruning epochs:", "",
          "| policy (setting) | mismatched % of the pairs trained in its pruning epochs | mean R@1 |",
          "| --- | --- | --- |"]  # fmt: skip
-    for rs in _guided(groups, noisy, "infobatch"):
-        last = max(e for e in range(E) if rs[0]["rows"][e]["phase"] == "prune")
+    for rs in _guided(groups, noisy, ("infobatch",)):
+        last = _prune_epochs(rs)[-1]
         L.append(f"| {_name(rs)}{_mark(rs)} | up to {_shares(rs, last)[0]:.1f} (it prunes only below-mean pairs) | - |")
-    for rs in _guided(groups, noisy, "seta"):
-        prune = [e for e in range(1, E) if rs[0]["rows"][e]["phase"] == "prune"]
-        sh = [_shares(rs, e)[0] for e in prune]
-        bad = _collapsed(rs)
+    for rs in _guided(groups, noisy, ("seta",)):
+        sh = [_shares(rs, e)[0] for e in _prune_epochs(rs)]
         fell = "-"
-        if bad:
-            by = {r["seed"]: r for r in rs}
-            at = ", ".join(f"{100 * _curve(by[s])[e]:.1f}%" for s, es in bad.items() for e in es)
+        if _collapsed(rs):
+            at = ", ".join(f"{v:.1f}%" for _, _, v in _fallen(rs))
             fell = f"fell to chance after its {max(sh):.1f}% epoch (seed by seed: {at})"
         L.append(
             f"| {_name(rs)}{_mark(rs)} | {min(sh):.1f} to {max(sh):.1f}, depending on the epoch's window | {fell} |"
         )
-    rows = []
-    for noise in NOISE_LEVELS:
-        for k in (k for k in _keys(groups, noise) if k[1] in ("seta", "infobatch")):
-            if (v := _vs_random(groups, noise, groups[k])) != "-":
-                data = "clean pairs" if not noise else f"{100 * noise:.0f}% mismatched"
-                rows.append(f"| {data} | {_name(groups[k])}{_mark(groups[k])} | {_pruned(groups[k]):.1f} | {v} |")
+    rows = [f"| {f'{100 * n:.0f}% mismatched' if n else 'clean pairs'} | {_name(rs)}{_mark(rs)} | {_pruned(rs):.1f} "
+            f"| {v} |" for n, rs, v in _gaps(groups)]  # fmt: skip
     if rows:
         L += ["", "Against dynamic random at the same pruned % (mean R@1, points):", "",
               "| data | policy (setting) | pruned % | mean R@1 minus dynamic random's |", "| --- | --- | --- | --- |",
               *rows]  # fmt: skip
-    marked = [rs for n in NOISE_LEVELS for k in _keys(groups, n) if k[1] in ("seta", "infobatch") for rs in [groups[k]]]
-    if note := _unstable_note(marked):
+    if note := _unstable_note([rs for n in NOISE_LEVELS for rs in _guided(groups, n)]):
         L += ["", *note[:-1]]
     return L
 
@@ -643,7 +645,7 @@ def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 3 if noise else 2, figsize=(16 if noise else 11, 4.5))
-    a, b = axes[0], axes[1]
+    a = axes[0]
     by_policy: dict[str, list] = {}
     for k in keys:
         rs = groups[k]
@@ -660,31 +662,22 @@ def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
     a.set_title(f"{round(noise * 100)}% mismatched: R@1 vs pruned")
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
-    for k in keys:
-        rs = groups[k]
-        E = len(rs[0]["rows"])
-        b.plot(range(E), [np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]) for e in range(E)],
-               marker=".", label=f"{k[1]} {fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
-    b.set_xlabel("epoch")
-    b.xaxis.set_major_locator(MaxNLocator(integer=True))
-    b.set_ylabel("kept fraction (plan)")
-    b.set_title("kept fraction per epoch")
-    b.grid(alpha=0.3)
-    b.legend(fontsize=6)
-    if noise:
-        c = axes[2]
+    # per epoch: the kept fraction; with mismatched pairs, also their share of the pairs trained
+    panels = [(_kept, "kept fraction (plan)", "kept fraction per epoch"),
+              (_mismatched, "mismatched % of trained pairs", "share of mismatched pairs trained on")]  # fmt: skip
+    for ax, (value, ylabel, title) in zip(axes[1:], panels):
         for k in keys:
             rs = groups[k]
-            E = len(rs[0]["rows"])
-            c.plot(range(E), [100 * np.mean([r["rows"][e]["mismatched_share"] for r in rs]) for e in range(E)],
-                   marker=".", label=f"{k[1]} {fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
-        c.axhline(100 * noise, color="gray", ls="--", lw=1)
-        c.set_xlabel("epoch")
-        c.xaxis.set_major_locator(MaxNLocator(integer=True))
-        c.set_ylabel("mismatched % of trained pairs")
-        c.set_title("share of mismatched pairs trained on")
-        c.grid(alpha=0.3)
-        c.legend(fontsize=6)
+            ax.plot(range(len(rs[0]["rows"])), [value(rs, e) for e in range(len(rs[0]["rows"]))], marker=".",
+                    label=f"{k[1]} {fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
+        if value is _mismatched:
+            ax.axhline(100 * noise, color="gray", ls="--", lw=1)
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     (doc.parent / "quality").mkdir(exist_ok=True)
     fig.savefig(doc.parent / "quality" / f"pairs-noise{round(noise * 100)}.png", dpi=90)
