@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.instability import MARK, footnote, unstable
+from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
 from . import harness
-from .collapses import collapse_epochs, window
+from .collapses import window
 from .docs import and_list, fmt_params, interp_gap, mean_sd, row, splice
 from .harness import Job
 from .layout import ROOT
@@ -393,24 +393,15 @@ def _unstable_note(rss: list[list[dict]]) -> list[str]:
     return [footnote(files), ""] if files else []
 
 
-def _curve(r: dict) -> list[float]:
-    """Mean held-out R@1 (i2t, t2i) after every epoch."""
-    return [0.5 * (row["i2t_r1"] + row["t2i_r1"]) for row in r["rows"]]
-
-
-def _chance(r: dict) -> float:
-    return 1.0 / r["data"]["test"]
-
-
 def _collapsed(rs: list[dict]) -> dict[int, list[int]]:
-    """seed -> the epochs its mean R@1 fell to chance (collapses.collapse_epochs)."""
-    return {r["seed"]: es for r in rs if (es := collapse_epochs(_curve(r), _chance(r)))}
+    """seed -> the epochs its mean R@1 (the instability scan's ``curve``) fell to chance."""
+    return {r["seed"]: es for r in rs if (es := findings(r)["collapse_epochs"])}
 
 
 def _fallen(rs: list[dict]) -> list[tuple[int, int, float]]:
     """(seed, epoch, mean R@1 %) of every epoch in which a seed of ``rs`` fell to chance."""
     by = {r["seed"]: r for r in rs}
-    return [(s, e, 100 * _curve(by[s])[e]) for s, es in _collapsed(rs).items() for e in es]
+    return [(s, e, 100 * curve(by[s])[0][e]) for s, es in _collapsed(rs).items() for e in es]
 
 
 def _collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
@@ -451,7 +442,7 @@ def _per_epoch_table(groups: dict, noise: float) -> list[str]:
                 [f"{100 * r['rows'][e]['mismatched_share']:.1f}",
                  f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}",
                  f"{100 * r['checks'][e]['kept_share_clean']:.0f}",
-                 ("**{:.1f}**" if e in bad.get(r["seed"], []) else "{:.1f}").format(100 * _curve(r)[e])]
+                 ("**{:.1f}**" if e in bad.get(r["seed"], []) else "{:.1f}").format(100 * curve(r)[0][e])]
                 for r in rs
             ]  # fmt: skip
             window_e = window(policy, params, e, rs[0]["rows"][e]["phase"])
@@ -562,8 +553,8 @@ def reading(groups: dict) -> list[str]:
         if bad:
             by = {r["seed"]: r for r in rs}
             text += ("; after it the mean R@1 of " + and_list([f"seed {s} fell to {v:.1f}% (e{e})" for s, e, v in
-                     _fallen(rs)]) + f", chance being {100 * _chance(rs[0]):.1f}%: a collapse, from which every seed "
-                     "recovered by the last epoch" if all(_curve(by[s])[-1] > _curve(by[s])[es[0] - 1] for s, es in
+                     _fallen(rs)]) + f", chance being {100 * curve(rs[0])[1]:.1f}%: a collapse, from which every seed "
+                     "recovered by the last epoch" if all(curve(by[s])[0][-1] > curve(by[s])[0][es[0] - 1] for s, es in
                      bad.items()) else "; after it the mean R@1 fell to chance")  # fmt: skip
         L.append(text + ".")
     # retrieval
@@ -623,11 +614,6 @@ def summary_lines(groups: dict) -> list[str]:
     return L
 
 
-def _style(key: tuple) -> dict:
-    """One colour per policy (as in the recall panel); dashed for its 50% setting."""
-    return {"color": f"C{ORDER[key[1]]}", "ls": "--" if key[2] == "p50" else "-"}
-
-
 def _table(groups: dict, keys: list, note: list[str], title: str, cell: Any) -> list[str]:
     """A table with a column per epoch: ``cell(runs, epoch)`` for each configuration of ``keys``."""
     E = len(groups[keys[0]][0]["rows"])
@@ -666,10 +652,10 @@ def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
     panels = [(_kept, "kept fraction (plan)", "kept fraction per epoch"),
               (_mismatched, "mismatched % of trained pairs", "share of mismatched pairs trained on")]  # fmt: skip
     for ax, (value, ylabel, title) in zip(axes[1:], panels):
-        for k in keys:
-            rs = groups[k]
-            ax.plot(range(len(rs[0]["rows"])), [value(rs, e) for e in range(len(rs[0]["rows"]))], marker=".",
-                    label=f"{k[1]} {fmt_params(rs[0]['params'])}", **_style(k))  # fmt: skip
+        for k in keys:  # one colour per policy (as in the recall panel); dashed for its 50% setting
+            rs, epochs = groups[k], range(len(groups[k][0]["rows"]))
+            ax.plot(epochs, [value(rs, e) for e in epochs], marker=".", color=f"C{ORDER[k[1]]}",
+                    ls="--" if k[2] == "p50" else "-", label=f"{k[1]} {fmt_params(rs[0]['params'])}")  # fmt: skip
         if value is _mismatched:
             ax.axhline(100 * noise, color="gray", ls="--", lw=1)
         ax.set_xlabel("epoch")
