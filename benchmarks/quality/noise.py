@@ -72,6 +72,8 @@ NOISE_LEVELS = (0.2, 0.0)
 LEVELS = (0.3, 0.5)
 SEEDS = 2
 RULE: dict[str, Any] = {"noise": True}  # the rule at its defaults (warm-up, re-check share)
+# the rule alone, and with its mixture on the log1p scale (docs/algorithms.md §12.11) beside it
+RULE_ALONE = ((RULE, "rule"), ({**RULE, "noise_scale": "log1p"}, "rule-log1p"))
 SUSPECT_REASONS = ("suspected_noise", "noise_recheck")  # the suspected set of a plan
 LABEL_SEEDS = {"cifar10": 2, "sst2": 5}  # as the short study's noisy-label runs (SST-2: 5)
 LABEL_FIRST_SEEDS = 2  # label seeds before the remaining 2E runs; SST-2's others come last
@@ -145,51 +147,38 @@ def _pending(rid: str, cal: str) -> Job:
 def _pairs_round(ctx: harness.Ctx, noise: float, seed: int, with_2e: bool) -> list[Job]:
     """One noise level and seed, in priority order (seed 0: its calibrations right after full data)."""
     E = ctx.epochs
-    full = pairs_cfg("full", {}, "full", E)
-    full_rid = pairs_rid(noise, E, full, 0)
-    jobs = [_pairs_job(ctx, noise, full, seed)]
-    base, rr, rs = (pairs_cal(noise, E, x) for x in ("base", "rule-random", "rule-seta"))
+    full_rid = pairs_rid(noise, E, pairs_cfg("full", {}, "full", E), 0)
+    cals = {name: pairs_cal(noise, E, name) for name in ("base", "rule-random", "rule-seta")}
+    jobs = [_pairs_job(ctx, noise, pairs_cfg("full", {}, "full", E), seed)]
     if seed == 0:
         spec = {"study": "pairs", "noise": noise, "full": full_rid}
-        jobs += [Job(base, "cal", {**spec, "name": "base"}, (full_rid,)),
-                 Job(rr, "cal", {**spec, "name": "rule-random"}, (full_rid,)),
-                 Job(rs, "cal", {**spec, "name": "rule-seta"}, (full_rid, base))]  # fmt: skip
-    jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", RULE, "rule", E), seed))
-    # the rule alone with its mixture on the log1p scale (docs/algorithms.md §12.11), beside it
-    jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {**RULE, "noise_scale": "log1p"}, "rule-log1p", E), seed))
+        jobs += [Job(stem, "cal", {**spec, "name": name}, (full_rid, cals["base"]) if name == "rule-seta" else
+                     (full_rid,)) for name, stem in cals.items()]  # fmt: skip
+    jobs += [_pairs_job(ctx, noise, pairs_cfg("full", params, label, E), seed) for params, label in RULE_ALONE]
     if with_2e:
         jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * E), seed))
-    cal_base, cal_rr, cal_rs = _load(ctx, base), _load(ctx, rr), _load(ctx, rs)
+    settings = {name: _load(ctx, stem) for name, stem in cals.items()}
     seen_ib: list[dict] = []
     for lv in LEVELS:
         tag = f"p{pct(lv)}"
-
-        def tbd(policy: str, label: str, cal: str) -> Job:
-            return _pending(
-                pairs_rid(noise, E, pairs_cfg(policy, {}, label, E), seed).replace("-default-", "-tbd-"), cal
-            )
-
-        if cal_rr:
-            p = cal_rr["levels"][str(pct(lv))]["params"]
-            jobs.append(_pairs_job(ctx, noise, pairs_cfg("random", p, f"rule-{tag}", E), seed, (rr,), 1 - lv))
-        else:
-            jobs.append(tbd("random", f"rule-{tag}", rr))
-        jobs.append(_pairs_job(ctx, noise, pairs_cfg("random", {"r": lv}, tag, E), seed, (), 1 - lv))
-        for policy in ("seta", "infobatch"):
-            if cal_base:
-                p = cal_base["levels"][policy][str(pct(lv))]["params"]
-                if policy == "infobatch":
-                    if p in seen_ib:  # InfoBatch's largest r may be nearest both levels: one run
-                        continue
-                    seen_ib.append(p)
-                jobs.append(_pairs_job(ctx, noise, pairs_cfg(policy, p, tag, E), seed, (base,), 1 - lv))
+        # (policy, label, the calibration that decides its setting: None for dynamic random at the level)
+        for policy, label, cal in (("random", f"rule-{tag}", "rule-random"), ("random", tag, None),
+                                   ("seta", tag, "base"), ("infobatch", tag, "base"),
+                                   ("seta", f"rule-{tag}", "rule-seta")):  # fmt: skip
+            if cal is None:
+                p, needs = {"r": lv}, ()
+            elif settings[cal] is None:  # not calibrated yet: the run waits, its id naming the setting ``tbd``
+                rid = pairs_rid(noise, E, pairs_cfg(policy, {}, label, E), seed).replace("-default-", "-tbd-")
+                jobs.append(_pending(rid, cals[cal]))
+                continue
             else:
-                jobs.append(tbd(policy, tag, base))
-        if cal_rs:
-            p = cal_rs["levels"][str(pct(lv))]["params"]
-            jobs.append(_pairs_job(ctx, noise, pairs_cfg("seta", p, f"rule-{tag}", E), seed, (rs,), 1 - lv))
-        else:
-            jobs.append(tbd("seta", f"rule-{tag}", rs))
+                levels = settings[cal]["levels"]
+                p, needs = (levels[policy] if cal == "base" else levels)[str(pct(lv))]["params"], (cals[cal],)
+            if policy == "infobatch":  # InfoBatch's largest r may be nearest both levels: one run
+                if p in seen_ib:
+                    continue
+                seen_ib.append(p)
+            jobs.append(_pairs_job(ctx, noise, pairs_cfg(policy, p, label, E), seed, needs, 1 - lv))
     return jobs
 
 
@@ -252,28 +241,22 @@ def plan(ctx: harness.Ctx) -> list[Job]:
         for dataset in ("cifar10", "sst2"):
             for seed in range(min(LABEL_FIRST_SEEDS, _label_seeds(ctx, dataset))):
                 jobs += _labels_round(ctx, dataset, seed)
-    if ctx.labels:  # CIFAR-10's long schedule after the short one's first seeds: the loss scale's seeds first
+        # CIFAR-10's long schedule after the short one's first seeds: the loss scale's seeds first
         long = [j for seed in range(_label_seeds(ctx, "cifar10")) for j in _labels_long_round(ctx, seed)]
         jobs += sorted(long, key=lambda j: "log1p" in j.rid)
-    for seed in range(ctx.seeds):
+    for seed in range(1, ctx.seeds):
         for noise in NOISE_LEVELS:
-            if seed > 0:
-                jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * ctx.epochs), seed))
+            jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * ctx.epochs), seed))
     # the rule alone at 2E, beside full data at 2E: does it stay silent on clean pairs trained longer
     # (their losses spread as the model fits them), and what does it do to mismatched ones
     for noise in sorted(NOISE_LEVELS):
         for seed in range(ctx.seeds):
-            for params, label in ((RULE, "rule2E"), ({**RULE, "noise_scale": "log1p"}, "rule-log1p2E")):
-                jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", params, label, 2 * ctx.epochs), seed))
+            jobs += [_pairs_job(ctx, noise, pairs_cfg("full", params, f"{label}2E", 2 * ctx.epochs), seed)
+                     for params, label in RULE_ALONE]  # fmt: skip
     if ctx.labels:
         for seed in range(LABEL_FIRST_SEEDS, _label_seeds(ctx, "sst2")):
             jobs += _labels_round(ctx, "sst2", seed)
-    out, seen = [], set()
-    for j in jobs:
-        if j.rid not in seen:
-            seen.add(j.rid)
-            out.append(j)
-    return out
+    return list({j.rid: j for j in jobs}.values())  # a run id once, where it first comes
 
 
 def _label_seeds(ctx: harness.Ctx, dataset: str) -> int:
