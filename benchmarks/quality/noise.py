@@ -331,28 +331,21 @@ machine = harness.machine
 
 # ------------------------------------------------------------------------------ one run
 def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
-    from .pairs import import_example, plan_checks
+    from .pairs import train_example
 
-    tp = import_example()
     noise, cfg, seed = job.spec["noise"], job.spec["cfg"], job.spec["seed"]
-    data = pairs_data(ctx, noise)
-    run_dir = str(ctx.runs / job.rid)
-    args = argparse.Namespace(data=str(data), seed=seed, quiet=True, epochs=cfg["epochs"],
-                              batch_size=TRAIN["batch_size"], lr=TRAIN["lr"], workers=TRAIN["workers"])  # fmt: skip
+    run_dir, train = str(ctx.runs / job.rid), {**TRAIN, "epochs": cfg["epochs"]}
 
     def log(line: str) -> None:
         progress.append(line)
         print(f"  {job.rid}: {line.strip()}", flush=True)
 
-    res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=log)
-    delivered = res.pop("delivered")
-    truth = tp.load_noise(str(data))
-    checks = plan_checks(run_dir, delivered, truth)
+    res, checks, truth = train_example(pairs_data(ctx, noise), run_dir, cfg, seed, train, log)
     noise_rows = plan_noise(run_dir, cfg["epochs"], truth)
     rows = [{**r, **c, **nz} for r, c, nz in zip(res.pop("rows"), checks, noise_rows)]
     result = {"study": "noise-pairs", "id": job.rid, "status": run_status(rows, cfg["epochs"], "loss",
               "delivered_equals_plan"), "noise": noise, "E": ctx.epochs, **cfg, **res, "rows": rows,
-              "data": {**ctx.data, "noise": noise}, "train": {**TRAIN, "epochs": cfg["epochs"]}, "machine": machine(),
+              "data": {**ctx.data, "noise": noise}, "train": train, "machine": machine(),
               "library_rev": os.environ.get("STUDY_REV", "working tree")}  # fmt: skip
     if seed != 0:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -118,27 +118,22 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
     return out
 
 
-def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
+def train_example(data: Path, run_dir: str, cfg: dict, seed: int, train: dict, log: Any) -> tuple[dict, list, set]:
+    """``examples/train_pairs.py`` trained on ``data`` with ``cfg``'s policy and the schedule ``train``:
+    its result (without the delivered keys), the per-epoch ``plan_checks`` and the mismatched pairs."""
     tp = import_example()
-    data = data_dir(out, noise)
-    rid = run_id(noise, cfg, seed)
-    run_dir = str(out / "runs" / rid)
-    args = argparse.Namespace(
-        data=str(data), seed=seed, quiet=True, **{k: v for k, v in TRAIN.items() if k != "threads"}
-    )
-    res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=lambda s: print(s, flush=True))
-    delivered = res.pop("delivered")
-    checks = plan_checks(run_dir, delivered, tp.load_noise(str(data)))
-    return {
-        "study": "pairs",
-        "noise": noise,
-        **cfg,
-        **res,
-        "checks": checks,
-        "data": {**DATA, "noise": noise},
-        "train": TRAIN,
-        "library_rev": os.environ.get("STUDY_REV", "working tree"),
-    }
+    args = argparse.Namespace(data=str(data), seed=seed, quiet=True, **train)
+    res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=log)
+    truth = tp.load_noise(str(data))
+    return res, plan_checks(run_dir, res.pop("delivered"), truth), truth
+
+
+def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
+    run_dir = str(out / "runs" / run_id(noise, cfg, seed))
+    train = {k: v for k, v in TRAIN.items() if k != "threads"}
+    res, checks, _ = train_example(data_dir(out, noise), run_dir, cfg, seed, train, lambda s: print(s, flush=True))
+    return {"study": "pairs", "noise": noise, **cfg, **res, "checks": checks, "data": {**DATA, "noise": noise},
+            "train": TRAIN, "library_rev": os.environ.get("STUDY_REV", "working tree")}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ settings
