@@ -28,11 +28,8 @@ down-sampling ``r`` (SeTa: then its window ``alpha``) is searched until the simu
 lands nearest the level. So the rule's own removal enters as the rule measured it on the
 training losses; neither the held-out pairs nor the known noise rate are read.
 
-Runs (``harness``): the plan's priority order puts the most informative runs first: full data at E
-and at 2E of seed 0 on both sets (what the other runs wait for, and the longest runs), then 20%
-mismatched seed 0 (the rule alone, then the 30% and 50% levels), 0% mismatched seed 0, seed 1,
-the noisy-label runs, the remaining 2E runs. Calibrations are jobs of their own, taken as soon as
-full data of seed 0 is in. Each finished run is a JSON file under ``docs/quality-runs/noise-study/``.
+Runs (``harness``) in :func:`plan`'s priority order, the calibrations jobs of their own; each finished
+run is a JSON file under ``docs/quality-runs/noise-study/``.
 
     python benchmarks/noise_study.py --jobs 14 --deadline 480        # = python -m benchmarks.quality --study noise
     python benchmarks/noise_study.py --only 'pairs-n20-.*-s0'         # 20% mismatched, seed 0
@@ -123,14 +120,7 @@ def pairs_cal(noise: float, E: int, name: str) -> str:
     return f"pairs-n{pct(noise)}-E{E}-cal-{name}"
 
 
-def labels_cal(dataset: str) -> str:
-    return f"{dataset}-noisy-cal-rule-random"
-
-
 # ------------------------------------------------------------------------------ the plan
-_load = harness.load
-
-
 def _pairs_job(
     ctx: harness.Ctx, noise: float, cfg: dict, seed: int, needs: tuple[str, ...] = (), keep: float = 1.0
 ) -> Job:
@@ -157,7 +147,7 @@ def _pairs_round(ctx: harness.Ctx, noise: float, seed: int, with_2e: bool) -> li
     jobs += [_pairs_job(ctx, noise, pairs_cfg("full", params, label, E), seed) for params, label in RULE_ALONE]
     if with_2e:
         jobs.append(_pairs_job(ctx, noise, pairs_cfg("full", {}, "full2E", 2 * E), seed))
-    settings = {name: _load(ctx, stem) for name, stem in cals.items()}
+    settings = {name: harness.load(ctx, stem) for name, stem in cals.items()}
     seen_ib: list[dict] = []
     for lv in LEVELS:
         tag = f"p{pct(lv)}"
@@ -187,9 +177,9 @@ def _labels_round(ctx: harness.Ctx, dataset: str, seed: int) -> list[Job]:
 
     full_rid = run_id(dataset, NOISE_LABEL_FULL, 0)
     jobs = []
-    cal = labels_cal(dataset)
+    cal = f"{dataset}-noisy-cal-rule-random"  # the rule + random at 50%, on full data's losses
     quality_cal = _quality_calibration(dataset)
-    rr = _load(ctx, cal)
+    rr = harness.load(ctx, cal)
     n = {"cifar10": 45000, "sst2": 65000}[dataset] * (3 if ctx.smoke else {"cifar10": 6, "sst2": 5}[dataset])
     for cfg in noise_label_configs(quality_cal, rr["levels"]["50"]["params"] if rr else None):
         needs = (cal,) if cfg["label"].startswith("nz-rule-p") else ()
@@ -226,7 +216,9 @@ def _quality_calibration(dataset: str) -> dict | None:
 
 
 def plan(ctx: harness.Ctx) -> list[Job]:
-    """Every job of the study, in priority order (a run id appears once)."""
+    """Every job of the study, the most informative first (a run id appears once): full data at E and 2E
+    of seed 0 with its calibrations, then round by round (seed, noise level) the rule alone and the
+    levels, the noisy-label runs, the remaining 2E runs."""
     jobs: list[Job] = []
     # first what the other runs wait for (full data of seed 0, its calibrations) and the longest
     # runs (full data at 2E of seed 0, the convergence check), which must start in the first wave
@@ -352,9 +344,7 @@ def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
     return result
 
 
-def label_dataset(ctx: harness.Ctx, name: str) -> tuple[Any, Any]:
-    """The quality study's data set ``name`` (prepared once per process) and its population."""
-    return harness.dataset(ctx, name)
+label_dataset = harness.dataset  # the quality study's data set (prepared once per process) and its population
 
 
 def train_labels_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
@@ -532,7 +522,7 @@ def run_cal(ctx: harness.Ctx, job: Job) -> dict:
         else:
             losses = _epoch_losses(full_run, ctx.epochs)
             policy = spec["name"].split("-")[1]
-            base = _load(ctx, pairs_cal(spec["noise"], ctx.epochs, "base")) if policy == "seta" else None
+            base = harness.load(ctx, pairs_cal(spec["noise"], ctx.epochs, "base")) if policy == "seta" else None
             out = calibrate_rule(losses, population, scratch, policy, LEVELS, base)
     else:
         ds, population = label_dataset(ctx, spec["dataset"])

@@ -160,7 +160,7 @@ def calibrate(full_run: Path, epochs: int) -> dict:
 
 
 def configs(cal: dict) -> list[dict]:
-    out = [{"policy": "full", "params": {}, "label": "full"}]
+    out = [dict(FULL)]
     out += [{"policy": "random", "params": {"r": lv}, "label": f"p{int(lv * 100)}"} for lv in LEVELS]
     for policy in ("seta", "infobatch"):
         chosen: list[dict] = []
