@@ -17,6 +17,7 @@ __all__ = [
     "float32_array",
     "gather_rows",
     "group_order",
+    "numpy_dtype",
     "scatter_rows",
     "utf8_lengths",
 ]
@@ -54,7 +55,7 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array | np.ndarray) -> np.ndarray:
         if col.num_chunks == 1:
             return _chunk_values(col.chunk(0))
         if col.num_chunks == 0:
-            return np.empty(0, dtype=_numpy_dtype(col.type))
+            return np.empty(0, dtype=numpy_dtype(col.type))
         return np.concatenate([_chunk_values(c) for c in col.chunks])
     return _chunk_values(col)
 
@@ -71,10 +72,15 @@ def copy_column_into(dst: np.ndarray, col: pa.ChunkedArray | pa.Array | np.ndarr
         o += n
 
 
-def _numpy_dtype(t: pa.DataType) -> np.dtype | None:
-    """The NumPy dtype of an Arrow integer or floating-point type (None for other types)."""
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return np.dtype(t.to_pandas_dtype())
+def numpy_dtype(t: pa.DataType) -> np.dtype | None:
+    """The NumPy dtype of an Arrow integer or floating-point type (None for other types).
+
+    Why not ``DataType.to_pandas_dtype``: pyarrow before 26 imports pandas for it and raises
+    ModuleNotFoundError where pandas is not installed (it is no dependency of seta_stream)."""
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'int' if pa.types.is_signed_integer(t) else 'uint'}{t.bit_width}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"float{t.bit_width}")
     return None
 
 
@@ -86,7 +92,7 @@ def _chunk_values(chunk: pa.Array) -> np.ndarray:
     first call imports pandas (0.2 - 0.3 s of CPU, a sixth of a fresh process's plan of 15M
     rows here), and the table's columns are read on two threads that would both wait for it;
     planning imports it beside the policy instead (``_plan``)."""
-    dtype = _numpy_dtype(chunk.type)
+    dtype = numpy_dtype(chunk.type)
     if dtype is None or chunk.null_count:
         return chunk.to_numpy(zero_copy_only=False)
     if not len(chunk):

@@ -35,6 +35,7 @@ versions did.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import threading
@@ -99,8 +100,19 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "use_dictionary": ["shard", "reason"],
     "write_statistics": ["loss", "cluster", "weight"],
     "write_batch_size": 1 << 16,
-    "max_rows_per_page": 1 << 20,
 }
+
+
+def _rows_per_page_option() -> dict[str, Any]:
+    """``max_rows_per_page`` (pages cut by size, not by pyarrow's default 20,000 rows), where
+    the installed pyarrow has the option: it came after pyarrow 22, and pyarrow >= 15 is
+    supported. Only the page layout differs; the file's rows and schema are the same."""
+    if "max_rows_per_page" in inspect.signature(pq.write_table).parameters:
+        return {"max_rows_per_page": 1 << 20}
+    return {}
+
+
+_WRITE_OPTIONS.update(_rows_per_page_option())
 _SHARD_TYPE = pa.dictionary(pa.int32(), pa.string())
 #: Columns of stage.arrow (``score`` for ES/ESWP plans only), in this order.
 STAGE_FIELDS = {
@@ -516,7 +528,14 @@ def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -
     """plan.parquet of ``epoch`` as an Arrow table."""
     run = run if isinstance(run, RunDir) else RunDir(run)
     load_summary(run, epoch)  # raises PlanMissingError with a hint
-    return run.read_parquet(plan_file(epoch, "plan.parquet"), columns=columns)
+    table = run.read_parquet(plan_file(epoch, "plan.parquet"), columns=columns)
+    # pyarrow before 17 reads every dictionary column with int32 indices: the reason column
+    # gets the format's int8 indices back (the file is the same on every version)
+    i = table.schema.get_field_index("reason")
+    reason = PLAN_SCHEMA.field("reason")
+    if i >= 0 and table.schema.field(i).type != reason.type:
+        table = table.set_column(i, reason, table.column(i).cast(reason.type))
+    return table
 
 
 def planned_epochs(run: RunDir) -> list[int]:

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._arrays import copy_column_into
+from ._arrays import copy_column_into, numpy_dtype
 from ._layout import MANIFEST, TABLE_GLOBS, bucket_keys_file, bucket_table_file, keys_file, table_file, table_folder
 from ._parts import PART_SCHEMA
 from ._runfs import RunDir
@@ -158,7 +158,7 @@ def empty_table(columns: list[str] | None = None) -> pa.Table:
 def absent_column(name: str, n: int) -> np.ndarray:
     """The history column ``name`` (:data:`HISTORY_COLUMNS`) of ``n`` rows of a table file
     written before it existed: the value of a sample with no finite record."""
-    return np.full(n, _ABSENT[name], dtype=TABLE_SCHEMA.field(name).type.to_pandas_dtype())
+    return np.full(n, _ABSENT[name], dtype=numpy_dtype(TABLE_SCHEMA.field(name).type))
 
 
 def _file_columns(run: RunDir, rel: str) -> list[str]:
@@ -276,7 +276,9 @@ def load_numeric(
     buckets = table_buckets(m)
     total = sum(b.rows for b in buckets)
     dtypes = dtypes or {}
-    out = {f.name: np.empty(total, dtype=dtypes.get(f.name, f.type.to_pandas_dtype())) for f in fields}
+    if any(numpy_dtype(f.type) is None for f in fields):
+        raise ValueError(f"load_numeric reads numeric columns only; asked for {columns}")
+    out = {f.name: np.empty(total, dtype=dtypes.get(f.name, numpy_dtype(f.type))) for f in fields}
     o = 0
     for bucket in buckets:
         views = {name: col[o : o + bucket.rows] for name, col in out.items()}

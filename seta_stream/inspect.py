@@ -178,7 +178,13 @@ def format_summary(s: dict[str, Any]) -> str:
 def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
     """Write a PNG: loss histogram of ``epoch``'s plan with cluster boundaries and the kept window
     marked (left), and the kept fraction of every planned epoch (right). Returns ``path``."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the plot extra is optional
+        raise InvalidInputError(
+            f"plotting to {path} needs matplotlib, which is not installed; install it with "
+            "pip install 'seta-stream[plot]' (or leave the plot out)"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -338,11 +344,13 @@ def suspects(run: str | RunDir, epoch: int | None = None, *, history: bool = Tru
 def _suspect_table(run: RunDir, epochs: list[int], rows: pl.DataFrame, history: bool) -> pa.Table:
     per_sample = _by_sample(rows)
     last = _ids(load_plan(run, epochs[-1], columns=["shard", "uid", "reason"]))
-    last = last.filter(pl.col("uid").is_in(per_sample["uid"].implode())).rename({"reason": "last_plan_reason"})
+    # semi joins, not is_in: polars changed is_in's reading of a column argument within 1.x
+    uids = per_sample.select("uid")
+    last = last.join(uids, on="uid", how="semi").rename({"reason": "last_plan_reason"})
     per_sample = per_sample.join(last, on=["shard", "uid"], how="left")
     table = pl.from_arrow(load_table(run, ["shard", "uid", *_TABLE_STATS], shard_as_dictionary=False))
     assert isinstance(table, pl.DataFrame)
-    table = table.filter(pl.col("uid").is_in(per_sample["uid"].implode()))
+    table = table.join(uids, on="uid", how="semi")
     out = per_sample.join(table, on=["shard", "uid"], how="left").with_columns(
         (pl.col("loss_m2") / pl.col("loss_count")).sqrt().alias("loss_std")
     )

@@ -64,12 +64,12 @@ def test_numeric_columns_convert_in_place_without_importing_pandas(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from seta_stream._arrays import column_to_numpy, copy_column_into
+    from seta_stream._arrays import column_to_numpy, copy_column_into, numpy_dtype
 
     rng = np.random.default_rng(0)
     types = [pa.uint64(), pa.int32(), pa.int8(), pa.float32(), pa.float64(), pa.int16()]
     for t in types:
-        values = rng.integers(0, 100, 1000).astype(t.to_pandas_dtype())
+        values = rng.integers(0, 100, 1000).astype(numpy_dtype(t))
         chunk = pa.array(values, type=t).slice(7, 500)
         got = column_to_numpy(chunk)
         assert got.dtype == values.dtype and not got.flags.writeable
@@ -89,7 +89,7 @@ def test_numeric_columns_convert_in_place_without_importing_pandas(tmp_path):
     code = f"""
 import sys
 import pyarrow.parquet as pq
-from seta_stream._arrays import column_to_numpy, copy_column_into
+from seta_stream._arrays import column_to_numpy, copy_column_into, numpy_dtype
 import numpy as np
 t = pq.ParquetFile({str(path)!r}, memory_map=True).read_row_group(0, use_threads=False)
 out = np.zeros(10, np.float32)

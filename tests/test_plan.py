@@ -28,7 +28,9 @@ def test_plan_files_columns_and_summary(tmp_path):
     summary = plan_epoch(run, 1, **SETA)
     plan = pq.read_table(tmp_path / "r/plans/epoch=1/plan.parquet")
     assert plan.schema.names == ["shard", "key", "uid", "loss", "cluster", "keep", "weight", "reason"]
-    assert [str(t) for t in plan.schema.types] == [
+    # the types as load_plan reads them (pyarrow before 17 reads the reason column's dictionary
+    # with int32 indices; the file is the same)
+    assert [str(t) for t in load_plan(run, 1).schema.types] == [
         "dictionary<values=string, indices=int32, ordered=0>",
         "string",
         "uint64",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import webdataset as wds
-from conftest import write_shards
+from conftest import web_dataset, write_shards
 
 import seta_stream as seta
 
@@ -23,7 +22,7 @@ def test_pruner_loop_records_plans_and_reports_counts(tmp_path):
         population=seta.list_samples(urls),
         flush_rows=16,
     )
-    ds = seta.attach(wds.WebDataset(urls, shardshuffle=False, empty_check=False), run)
+    ds = seta.attach(web_dataset(urls, shardshuffle=False, empty_check=False), run)
     ds = ds.to_tuple("__key__", "__url__", "__weight__").batched(8)
     for epoch in range(3):
         summary = pruner.start_epoch(epoch)

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 import webdataset as wds
-from conftest import write_shards
+from conftest import web_dataset, write_shards
 from servers import range_http_server
 
 import seta_stream as seta
@@ -94,7 +94,6 @@ def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(t
 
 def _part_of(url):
     import pyarrow as pa
-    import webdataset as wds
 
     from seta_stream._parts import make_part
     from seta_stream.ids import shard_location, shard_name
@@ -144,7 +143,7 @@ def test_a_population_listed_from_a_mirror_stops_the_first_record_of_epoch_0(tmp
         urls = [f"{server.url}/data/{os.path.basename(p)}" for p in local]
         pruner = seta.Pruner(run, policy="random", params={"r": 0.5}, epochs=2, seed=0, population=population)
         pruner.start_epoch(0)
-        ds = seta.attach(wds.WebDataset(urls, shardshuffle=False, empty_check=False), run)
+        ds = seta.attach(web_dataset(urls, shardshuffle=False, empty_check=False), run)
         batches = iter(ds.to_tuple("__key__", "__url__").batched(4))
         keys, batch_urls = next(batches)
         with pytest.raises(PopulationLocationError) as err:

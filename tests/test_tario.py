@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import sys
 import tarfile
 
 import pytest
@@ -128,6 +129,12 @@ def test_truncated_and_damaged_archives_end_or_fail_like_tarfile(fmt):
         for handler in (reraise_exception, warn_and_continue):
             for seekable in (True, False):
                 (slow, slow_err), (fast, fast_err) = both(data[:cut], seekable, handler=handler)
+                if sys.version_info >= (3, 13) and slow_err is None and fast_err is not None:
+                    # Python 3.13's tarfile ends an archive cut inside the header after a pax
+                    # header without an error; the reader raises there, as tarfile did before
+                    # 3.13: a cut shard is never read as a shorter one (seta_stream/_tario.py)
+                    assert cut % 512 and fast == slow and fast_err == (tarfile.ReadError, "empty header"), cut
+                    continue
                 assert (fast, fast_err) == (slow, slow_err), (cut, seekable)
     # a damaged checksum in the middle ends the archive there, as tarfile does
     bad = bytearray(data)
