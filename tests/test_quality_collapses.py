@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.quality.collapse_list import collapses
+from benchmarks.quality.collapses import collapses
 from benchmarks.quality.layout import Layout
 
 

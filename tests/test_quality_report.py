@@ -107,7 +107,7 @@ def test_the_collapse_table_gives_the_plan_lr_and_losses_of_the_epoch() -> None:
 
 
 def entry(run: str, epoch: int, final_batch: int) -> dict:
-    """A collapses.json entry as collapse_list.py writes it (the keys the report reads)."""
+    """A collapses.json entry as collapses.py writes it (the keys the report reads)."""
     return {"run_id": run, "epoch": epoch, "acc": 0.1,
             "prev_epoch_plan": {"kept_fraction": 0.64, "window": None, "max_weight": 2.0, "final_batch": final_batch},
             "lr": {"first_step": 0.09, "final_batch_step": 0.085},
