@@ -276,10 +276,6 @@ def converged_trace(r: dict, run: str, study: str, checked: dict[str, list[str]]
                  image_lr(n), r["test_acc"], ok)  # fmt: skip
 
 
-def chance_note(metric_name: str, chance: float) -> str:
-    return f"{metric_name} chance {100 * chance:g}%, collapse at most {100 * (chance + MARGIN):g}%"
-
-
 def policy_counts(traces: list[Trace], col: list[Event]) -> str:
     """'seta 5 of 40, infobatch 1 of 6, ...': collapsed runs per policy among the runs with a curve."""
     hit = {id(ev.trace) for ev in col}  # a run id can stand in several studies (folders)
