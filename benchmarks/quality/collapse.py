@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,6 @@ class Probe:
         self.epoch = 0
         self._last: tuple | None = None  # (model state, optimiser states, x, y, w) before the latest batch
         self._prev: tuple | None = None  # the batch before it: (x, y, w)
-        self.final_sizes: list[int] = []
         self.skipped = 0
         self._size: int | None = None  # the latest batch's samples
         self._weights: Any = None
@@ -81,6 +81,8 @@ class Probe:
         return True
 
     def after_epoch(self, model: Any, opts: list, test_set: list, device: str) -> dict:
+        import torch
+
         from .pipeline import evaluate
 
         out: dict[str, Any] = {}
@@ -90,59 +92,57 @@ class Probe:
         out["final_batch"] = size
         out["final_batch_trained"] = not (size < self.batch and size < self.drop_below)
         out["final_weights"] = sorted({round(float(v), 4) for v in self._weights})
-        if self._last is None:
+        if self._last is None:  # no forks
             return out
-        model_state, opt_states, x, y, w = self._last
+        (model_state, opt_states, *final), prev = self._last, self._prev
+        self._last = self._prev = None
         epoch, self.epoch = self.epoch, self.epoch + 1
-        if not self.forks or (self.fork_epochs is not None and epoch not in self.fork_epochs):
-            self._last = self._prev = None
+        if self.fork_epochs is not None and epoch not in self.fork_epochs:
             return out
         end_model = copy.deepcopy(model.state_dict())
         end_opts = [copy.deepcopy(o.state_dict()) for o in opts]
-        pool_x, pool_y, pool_w = _pool((x, y, w), self._prev)
+        pool = _pool(final, prev)
+        one = [a[:1] for a in pool]
 
         def restore() -> None:  # the optimiser adopts the tensors it loads: give it copies
             model.load_state_dict(model_state)
             for o, s in zip(opts, opt_states):
                 o.load_state_dict(copy.deepcopy(s))
 
+        def measure(name: str) -> None:  # the fork's test accuracy, then back to the state before the final batch
+            out[name] = evaluate(model, test_set, device)
+            restore()
+
         t0 = time.perf_counter()
         restore()
         out["lr"] = opts[0].param_groups[0]["lr"]
-        out["without_final"] = evaluate(model, test_set, device)
+        measure("without_final")
         for s in self.sizes:
-            restore()
-            out[f"grad_norm_{s}"] = _step(model, opts, pool_x[:s], pool_y[:s], pool_w[:s], device)
-            out[f"size_{s}"] = evaluate(model, test_set, device)
-        restore()
-        bn = {k: v.clone() for k, v in model.state_dict().items() if "running" in k or "num_batches" in k}
-        _step(model, opts, pool_x[:1], pool_y[:1], pool_w[:1], device)
-        model.load_state_dict({**model.state_dict(), **bn})
-        out["one_weights_only"] = evaluate(model, test_set, device)
-        restore()
-        _forward(model, pool_x[:1], device)
-        out["one_bn_stats_only"] = evaluate(model, test_set, device)
-        restore()
-        _step(model, opts, pool_x[:1], pool_y[:1], pool_w[:1], device, clip=out[f"grad_norm_{self.sizes[-1]}"])
-        out["one_clipped"] = evaluate(model, test_set, device)
-        restore()
+            out[f"grad_norm_{s}"] = _step(model, opts, *(a[:s] for a in pool), device)
+            measure(f"size_{s}")
+        _step(model, opts, *one, device)
+        model.load_state_dict({k: v for k, v in model_state.items() if "running" in k or "num_batches" in k},
+                              strict=False)  # fmt: skip
+        measure("one_weights_only")  # the BatchNorm statistics put back: only the weights moved
+        with torch.no_grad():
+            model(one[0].to(device))
+        measure("one_bn_stats_only")
+        _step(model, opts, *one, device, clip=out[f"grad_norm_{self.sizes[-1]}"])
+        measure("one_clipped")
         model.eval()  # BatchNorm normalises with its running statistics, not the sample's own
-        _step(model, opts, pool_x[:1], pool_y[:1], pool_w[:1], device)
+        _step(model, opts, *one, device)
         model.train()
-        out["one_running_stats"] = evaluate(model, test_set, device)
-        restore()
-        _step(model, opts, pool_x[:1], pool_y[:1], pool_w[:1], device, nominal=self.batch)
-        out["one_nominal"] = evaluate(model, test_set, device)
+        measure("one_running_stats")
+        _step(model, opts, *one, device, nominal=self.batch)
+        measure("one_nominal")
         model.load_state_dict(end_model)
         for o, s in zip(opts, end_opts):
             o.load_state_dict(s)
         out["probe_seconds"] = round(time.perf_counter() - t0, 1)
-        self._last = self._prev = None
-        self.final_sizes.append(len(y))
         return out
 
 
-def _pool(final: tuple, prev: tuple | None) -> tuple:
+def _pool(final: list, prev: tuple | None) -> tuple:
     """The final batch's samples first, then those of the batch before it."""
     import torch
 
@@ -180,13 +180,6 @@ def _step(model: Any, opts: list, x: Any, y: Any, w: Any, device: str, clip: flo
     for o in opts:
         o.step()
     return round(norm, 4)
-
-
-def _forward(model: Any, x: Any, device: str) -> None:
-    import torch
-
-    with torch.no_grad():
-        model(x.to(device))
 
 
 #: The runs collapses.json names: the converged study's configuration of each collapse (augmented,
@@ -253,19 +246,13 @@ def main(argv: list[str] | None = None) -> None:
         "fork_epochs": sorted(fork_epochs) if fork_epochs is not None else "all",
         "sizes": list(SIZES),
         "skipped_final_batches": probe.skipped,
-        "command": "python -m benchmarks.quality.collapse " + " ".join(argv if argv is not None else _argv()),
+        "command": "python -m benchmarks.quality.collapse " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     resume_path(runs, rid).unlink(missing_ok=True)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / f"{rid}.json", result)  # whole (a temp file, then a rename)
     print(f"-> {out / (rid + '.json')}", flush=True)
-
-
-def _argv() -> list[str]:
-    import sys
-
-    return sys.argv[1:]
 
 
 if __name__ == "__main__":
