@@ -195,16 +195,8 @@ RUNS = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
-    import torch
-
-    from benchmarks.common import write_json
-    from seta_stream import list_samples
-
-    from .configs import conv_cfg, conv_run_id
-    from .data import Cifar
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     from .layout import Layout
-    from .train import resume_path, train_run
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality.collapse", description=__doc__.split("\n\n")[0])
     p.add_argument("--run", choices=sorted(RUNS), required=True)
@@ -218,19 +210,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", default=str(Layout().data))
     p.add_argument("--out", default=str(Layout().out))
     p.add_argument("--results", default=str(Layout().results / "collapse-experiments"))
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    layout = Layout(data=Path(args.data), out=Path(args.out))
+    return p.parse_args(argv)
+
+
+def experiment(args: argparse.Namespace) -> tuple[dict, str]:
+    """The configuration the experiment ``args`` trains, and its id (its result file's name without .json)."""
+    from .configs import conv_cfg, conv_run_id
+
     policy, params, label, E = RUNS[args.run]
     params = dict(params)
     for item in args.param:
         name, _, value = item.partition("=")
         params[name] = json.loads(value)
     cfg = conv_cfg(E, policy, params, label)
+    return cfg, f"collapse-{conv_run_id(cfg, args.seed)}-until{args.until}{args.tag}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from benchmarks.common import write_json
+    from seta_stream import list_samples
+
+    from .data import Cifar
+    from .layout import Layout
+    from .train import resume_path, train_run
+
+    args = parse(argv)
+    torch.set_num_threads(1)
+    layout = Layout(data=Path(args.data), out=Path(args.out))
+    cfg, rid = experiment(args)
     ds = Cifar(layout.data, layout.out)
     ds.prepare()
     population = list_samples(ds.train)
-    rid = f"collapse-{conv_run_id(cfg, args.seed)}-until{args.until}{args.tag}"
     fork_epochs = {int(e) for e in args.fork_epochs.split(",")} if args.fork_epochs else None
     probe = Probe(ds.batch, drop_below=args.drop_below, forks=not args.no_forks, fork_epochs=fork_epochs)
     runs = layout.out / "collapse-runs"

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .collapse import experiment, parse
 from .docs import ORDER
 from .layout import Layout
 from .train import lr_at
@@ -287,35 +288,20 @@ def policy_counts(traces: list[Trace], col: list[Event]) -> str:
     return ", ".join(f"{p} {per[p][0]} of {per[p][1]}" for p in sorted(per, key=ORDER.get))
 
 
-#: The experiments behind each collapsed run (by run id): the command-line arguments of
-#: ``collapse`` and the result files they wrote.
-RUN_EXPERIMENTS: dict[str, list[tuple[str, str]]] = {
-    "cifar10-E36-infobatch-p30-r0.5-s0": [
-        ("--run infobatch --until 10 --fork-epochs 1,5,8,9,10",
-         "collapse-cifar10-E36-infobatch-p30-r0.5-s0-until10.json"),
-    ],
-    "cifar10-E36-seta-p50-alpha0.6-k10-r0.1-s0": [
-        ("--run seta-p50 --until 2", "collapse-cifar10-E36-seta-p50-alpha0.6-k10-r0.1-s0-until2.json"),
-    ],
+#: The experiments behind each collapsed run (by run id): ``collapse``'s command-line arguments.
+RUN_EXPERIMENTS: dict[str, list[str]] = {
+    "cifar10-E36-infobatch-p30-r0.5-s0": ["--run infobatch --until 10 --fork-epochs 1,5,8,9,10"],
+    "cifar10-E36-seta-p50-alpha0.6-k10-r0.1-s0": ["--run seta-p50 --until 2"],
     "cifar10-E36-seta-p70-alpha0.4-k10-r0.3-s0": [
-        ("--run seta-p70 --until 7 --fork-epochs 4,5,6,7",
-         "collapse-cifar10-E36-seta-p70-alpha0.4-k10-r0.3-s0-until7.json"),
-        ("--run seta-p70 --until 7 --drop-below 8 --no-forks --tag=-drop8",
-         "collapse-cifar10-E36-seta-p70-alpha0.4-k10-r0.3-s0-until7-drop8.json"),
-        ("--run seta-p70 --until 7 --drop-below 8 --no-forks --param min_keep_fraction=0.1 --tag=-drop8",
-         "collapse-cifar10-E36-seta-p70-alpha0.4-k10-min_keep_fraction0.1-r0.3-s0-until7-drop8.json"),
+        "--run seta-p70 --until 7 --fork-epochs 4,5,6,7",
+        "--run seta-p70 --until 7 --drop-below 8 --no-forks --tag=-drop8",
+        "--run seta-p70 --until 7 --drop-below 8 --no-forks --param min_keep_fraction=0.1 --tag=-drop8",
     ],
-    "cifar10-E72-seta-p30-alpha0.7-k5-r0.0-s0": [
-        ("--run e72-seta-p30 --until 1 --fork-epochs 1",
-         "collapse-cifar10-E72-seta-p30-alpha0.7-k5-r0.0-s0-until1.json"),
-    ],
-    "cifar10-E72-seta-p50-alpha0.6-k5-r0.1-s0": [
-        ("--run e72-seta-p50 --until 1 --fork-epochs 1",
-         "collapse-cifar10-E72-seta-p50-alpha0.6-k5-r0.1-s0-until1.json"),
-    ],
-}  # fmt: skip
+    "cifar10-E72-seta-p30-alpha0.7-k5-r0.0-s0": ["--run e72-seta-p30 --until 1 --fork-epochs 1"],
+    "cifar10-E72-seta-p50-alpha0.6-k5-r0.1-s0": ["--run e72-seta-p50 --until 1 --fork-epochs 1"],
+}
 #: The control every entry also cites: full data, whose final batch is always 72 samples.
-CONTROL = ("--run full --until 3", "collapse-cifar10-E36-full-e36-default-s0-until3.json")
+CONTROL = "--run full --until 3"
 
 
 def lr_record(epoch: int, kept: int, epochs: int) -> dict:
@@ -389,17 +375,18 @@ def _headline(name: str, r: dict, epoch: int) -> str:
 def _experiment(run_id: str, folder: Path, epoch: int) -> dict:
     runs = RUN_EXPERIMENTS.get(run_id, [])
     files, outcome, reached, headlines = [], [], -1, []
-    for args, name in [*runs, CONTROL]:
+    for args in [*runs, CONTROL]:
+        name = experiment(parse(args.split()))[1] + ".json"
         path = folder / EXPERIMENTS / name
         if not path.exists():
             outcome.append(f"{name}: not run")
             continue
         r = json.loads(path.read_text())
-        if (args, name) != CONTROL:
+        if args != CONTROL:
             reached = max(reached, r["epochs"][-1]["epoch"])
             headlines.append(_headline(name, r, epoch))
         files.append(f"docs/quality-runs/{EXPERIMENTS}/{name}")
-        what = "control, full data" if (args, name) == CONTROL else "rerun"
+        what = "control, full data" if args == CONTROL else "rerun"
         line = f"{name} ({what}; {COMMAND} {args}): {_run_lines(r)}"
         forks = _fork_lines(r)
         if forks:
@@ -429,7 +416,7 @@ def _experiment(run_id: str, folder: Path, epoch: int) -> dict:
             "of the run, not a replay: its kept counts and final batches differ. The E = 72 runs were trained in "
             "the same order every epoch; their reruns here reshuffle every epoch, as the study now does"
         ),
-        "command": [f"{COMMAND} {args}" for args, _ in [*runs, CONTROL]],
+        "command": [f"{COMMAND} {args}" for args in [*runs, CONTROL]],
         "result_files": files,
         "outcome": outcome,
     }
