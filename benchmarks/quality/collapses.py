@@ -316,13 +316,15 @@ def lr_record(epoch: int, kept: int, epochs: int) -> dict:
     }
 
 
+def _forks(result: dict) -> list[tuple[dict, dict]]:
+    """The epochs of an experiment's result that were forked, each with its readings (``probe``)."""
+    return [(e, e["probe"]) for e in result["epochs"] if "size_1" in (e.get("probe") or {})]
+
+
 def _fork_lines(result: dict) -> list[str]:
     """The forked evaluations of an experiment, one line per epoch."""
     out = []
-    for e in result["epochs"]:
-        p = e.get("probe") or {}
-        if "size_1" not in p:
-            continue
+    for e, p in _forks(result):
         acc = {k: f"{100 * v:.1f}%" for k, v in p.items() if k.startswith(("size_", "one_", "without"))}
         sizes = "/".join(acc[f"size_{s}"][:-1] for s in (1, 2, 4, 8, 32, 128))
         out.append(
@@ -363,7 +365,7 @@ def _headline(name: str, r: dict, epoch: int) -> str:
     at_chance = [e["epoch"] for e in r["epochs"] if e["test_acc"] <= CHANCE]
     line = f"{name}: final batches under 8 samples: {'; '.join(parts) if parts else 'none'}; epochs at chance: "
     line += ", ".join(f"e{x}" for x in at_chance) if at_chance else "none"
-    fork = next((e["probe"] for e in r["epochs"] if e["epoch"] == epoch and "size_1" in (e.get("probe") or {})), None)
+    fork = next((p for e, p in _forks(r) if e["epoch"] == epoch), None)
     if fork is not None:
         line += (
             f"; forked at the collapse epoch {epoch}: {100 * fork['without_final']:.1f}% without the final batch, "
@@ -435,7 +437,7 @@ def _fork_stats(folder: Path) -> str:
     """What every forked epoch of the experiments shows, in numbers."""
     forks = []
     for path in sorted((folder / EXPERIMENTS).glob("*.json")):
-        forks += [e["probe"] for e in json.loads(path.read_text())["epochs"] if "size_1" in (e.get("probe") or {})]
+        forks += [p for _, p in _forks(json.loads(path.read_text()))]
     if not forks:
         return "No experiment has been run yet."
 
@@ -459,59 +461,56 @@ def _fork_stats(folder: Path) -> str:
     )
 
 
+def _entry(folder: str, path: Path, r: dict, i: int, forks: str, results: Path) -> dict[str, Any]:
+    """The entry of the epoch ``i`` of the run file ``path`` (in ``folder``), at chance."""
+    eps, e = r["epochs"], r["epochs"][i]
+    E = r.get("n_epochs") or len(eps)
+    kept, n, epoch, phase = e["kept"], e["n"], e["epoch"], e["phase"]
+    f = e["backprop"] % BATCH  # one loader worker: the epoch's samples in batches of 128
+    lr = lr_record(epoch, kept, E)
+    order = "reshuffled every epoch" if r.get("order") else "the same order every epoch"
+    acc = 100 * e["test_acc"]
+    cause = CAUSE.format(
+        f=f, s="s" * (f != 1), kept=kept, q=kept // BATCH, lr=lr["final_batch_step"], acc=acc, forks=forks
+    )
+    return {
+        "run_id": path.stem,
+        "file": f"docs/quality-runs/{folder}/{path.name}",
+        "study": f"{folder} (E = {E}, augmented, {order})",
+        "policy": r["policy"],
+        "params": r["params"],
+        "epoch": epoch,
+        "acc": e["test_acc"],
+        "acc_before": eps[i - 1]["test_acc"] if i else None,
+        "acc_after": eps[i + 1]["test_acc"] if i + 1 < len(eps) else None,
+        "train_loss": [round(x["train_loss"], 4) for x in eps[i : i + 2]],
+        "prev_epoch_plan": {
+            "epoch": epoch,
+            "phase": phase,
+            "kept": kept,
+            "n": n,
+            "kept_fraction": round(kept / n, 4),
+            "window": seta_clusters(r["params"], epoch, phase) if r["policy"] == "seta" else None,
+            "max_weight": largest_weight(r["policy"], r["params"], epoch, phase),
+            "final_batch": f,
+        },
+        "lr": lr,
+        "cause": cause,
+        "experiment": _experiment(path.stem, results, epoch),
+    }
+
+
 def collapses(layout: Layout | None = None) -> list[dict[str, Any]]:
     """Every epoch at chance in the converged studies' run files, in file and epoch order."""
     layout = layout or Layout()
     forks = _fork_stats(layout.results)
     out = []
-    for sub in FOLDERS:
-        for path in sorted((layout.results / sub).glob("*-s[0-9]*.json")):
+    for folder in FOLDERS:
+        for path in sorted((layout.results / folder).glob("*-s[0-9]*.json")):
             r = json.loads(path.read_text())
-            eps = r.get("epochs") or []
-            E = r.get("n_epochs") or len(eps)
-            for i, e in enumerate(eps):
-                if e.get("test_acc") is None or e["test_acc"] > CHANCE:
-                    continue
-                kept, n, epoch = e["kept"], e["n"], e["epoch"]
-                f = e["backprop"] % BATCH  # one loader worker: the epoch's samples in batches of 128
-                lr = lr_record(epoch, kept, E)
-                run_id = path.stem
-                out.append(
-                    {
-                        "run_id": run_id,
-                        "file": f"docs/quality-runs/{sub}/{path.name}",
-                        "study": f"{sub} (E = {E}, augmented, "
-                        f"{'reshuffled every epoch' if r.get('order') else 'the same order every epoch'})",
-                        "policy": r["policy"],
-                        "params": r["params"],
-                        "epoch": epoch,
-                        "acc": e["test_acc"],
-                        "acc_before": eps[i - 1]["test_acc"] if i else None,
-                        "acc_after": eps[i + 1]["test_acc"] if i + 1 < len(eps) else None,
-                        "train_loss": [round(x["train_loss"], 4) for x in eps[i : i + 2]],
-                        "prev_epoch_plan": {
-                            "epoch": epoch,
-                            "phase": e["phase"],
-                            "kept": kept,
-                            "n": n,
-                            "kept_fraction": round(kept / n, 4),
-                            "window": seta_clusters(r["params"], epoch, e["phase"]) if r["policy"] == "seta" else None,
-                            "max_weight": largest_weight(r["policy"], r["params"], epoch, e["phase"]),
-                            "final_batch": f,
-                        },
-                        "lr": lr,
-                        "cause": CAUSE.format(
-                            f=f,
-                            s="" if f == 1 else "s",
-                            kept=kept,
-                            q=kept // BATCH,
-                            lr=lr["final_batch_step"],
-                            acc=100 * e["test_acc"],
-                            forks=forks,
-                        ),
-                        "experiment": _experiment(run_id, layout.results, epoch),
-                    }
-                )
+            for i, e in enumerate(r.get("epochs") or []):
+                if e.get("test_acc") is not None and e["test_acc"] <= CHANCE:
+                    out.append(_entry(folder, path, r, i, forks, layout.results))
     return out
 
 
