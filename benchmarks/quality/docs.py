@@ -32,6 +32,11 @@ def scaled_mean(xs: list[float], scale: float = 100.0) -> float:
     return float((np.asarray(xs) * scale).mean())
 
 
+def mean_acc(rs: list[dict]) -> float:
+    """The runs' mean test accuracy in %, the same mean as the tables' cells (``scaled_mean``)."""
+    return scaled_mean([r["test_acc"] for r in rs])
+
+
 def splice(doc: Path, begin: str, end: str, lines: list[str], title: str = "", skip_missing: bool = False) -> None:
     """Replace what stands between the markers ``begin`` and ``end`` of ``doc`` by ``lines``. Where
     the markers are absent they are appended (a missing doc starts with ``# title``), or, with

@@ -18,21 +18,33 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def _save(fig, path: Path) -> None:  # type: ignore[no-untyped-def]
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+
+
+def acc_point(rs: list[dict]) -> tuple[float, float]:
+    """The runs' mean test accuracy % and its sd over seeds (ddof 1; 0 for one run): a point and its error bar."""
+    y = np.array([100 * r["test_acc"] for r in rs])
+    return float(y.mean()), float(y.std(ddof=1)) if len(y) > 1 else 0.0
+
+
+def _errorbar(ax, pts: list[tuple[float, float, float]], **style) -> None:  # type: ignore[no-untyped-def]
+    """Points (x, mean, sd) with their error bars."""
+    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3, **style)
+
+
 def plot_short(path: Path, dataset: str, noisy: bool, groups: dict, keys: list) -> None:
     """Accuracy against measured pruned % per policy, and the kept fraction per epoch."""
-    plt = _pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a, b) = _pyplot().subplots(1, 2, figsize=(12, 4.5))
     by_policy: dict[str, list] = {}
     for k in keys:
-        rs = groups[k]
-        x = np.mean([r["pruned_backprop" if k[2] in ("es", "eswp") else "pruned"] for r in rs]) * 100
-        y = np.array([r["test_acc"] for r in rs]) * 100
-        by_policy.setdefault(k[2], []).append((x, y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0))
+        x = np.mean([r["pruned_backprop" if k[2] in ("es", "eswp") else "pruned"] for r in groups[k]]) * 100
+        by_policy.setdefault(k[2], []).append((x, *acc_point(groups[k])))
     for policy, pts in sorted(by_policy.items(), key=lambda kv: ORDER[kv[0]]):
-        pts.sort()
-        a.errorbar(
-            [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=policy
-        )
+        _errorbar(a, sorted(pts), marker="o", label=policy)
     a.set_xlabel("measured pruned % (ES/ESWP: back-propagated)")
     a.set_ylabel("test accuracy %")
     a.set_title(f"{dataset}, {'40% noisy labels' if noisy else 'clean'}: accuracy vs pruned")
@@ -47,10 +59,7 @@ def plot_short(path: Path, dataset: str, noisy: bool, groups: dict, keys: list) 
     b.set_title("kept fraction per epoch")
     b.grid(alpha=0.3)
     b.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)
 
 
 COLORS = {"full": "black", "random": "tab:blue", "infobatch": "tab:green", "seta": "tab:red"}
@@ -76,8 +85,7 @@ def _style(r: dict) -> dict:
 def plot_curves(path: Path, runs: list[dict], title: str) -> None:
     """Test accuracy after every epoch against samples trained and against training wall time,
     one line per run (full data at E thick black, at 2E thick dashed; equal-compute full data grey)."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(13, 5.5))
     for r in sorted(runs, key=lambda r: (ORDER[r["policy"]], r["label"])):
         ep = r["epochs"]
         for ax, xkey, scale in ((axes[0], "samples", 1e6), (axes[1], "train_seconds", 60.0)):
@@ -91,10 +99,7 @@ def plot_curves(path: Path, runs: list[dict], title: str) -> None:
         ax.set_ylim(max(min(accs) - 1, max(accs) - 25), max(accs) + 1)  # the late epochs, where runs differ
     axes[0].set_title(title)
     axes[1].legend(fontsize=6, ncol=2, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_vs_pruned(
@@ -108,26 +113,21 @@ def plot_vs_pruned(
     """Left: test accuracy against measured pruned % per policy (mean ± sd over seeds), with full
     data at equal compute (x = 1 - n/E) on the same axes. Right: the gap to full data at E, ours
     (filled) beside the paper's (hollow, dashed)."""
-    plt = _pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (a, b) = _pyplot().subplots(1, 2, figsize=(13, 5))
     for policy, pts in points.items():
         pts = sorted(pts)
-        a.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
-                   color=COLORS.get(policy.split()[0], "purple"), ls="-" if "target" not in policy else "none",
-                   label=policy)  # fmt: skip
+        style = {"color": COLORS.get(policy.split()[0], "purple"), "ls": "-" if "target" not in policy else "none"}
+        _errorbar(a, pts, marker="o", label=policy, **style)
         if full:
-            b.plot([p[0] for p in pts], [p[1] - full[0] for p in pts], marker="o", ls="-" if "target" not in policy
-                   else "none", color=COLORS.get(policy.split()[0], "purple"), label=f"{policy} (ours)")  # fmt: skip
+            b.plot([p[0] for p in pts], [p[1] - full[0] for p in pts], marker="o", label=f"{policy} (ours)", **style)
     if equal:
         eq = sorted(equal)
-        a.errorbar([p[0] for p in eq], [p[1] for p in eq], yerr=[p[2] for p in eq], marker="s", capsize=3,
-                   color="black", ls="--", label="full data, fewer epochs (equal compute)")  # fmt: skip
+        _errorbar(a, eq, marker="s", color="black", ls="--", label="full data, fewer epochs (equal compute)")
         if full:
             b.plot([p[0] for p in eq], [p[1] - full[0] for p in eq], marker="s", ls="--", color="black",
                    label="full data, equal compute (ours)")  # fmt: skip
     if full:
-        a.errorbar([0.0], [full[0]], yerr=[full[1]], marker="*", ms=12, color="black", capsize=3, ls="none",
-                   label="full data at E")  # fmt: skip
+        _errorbar(a, [(0.0, *full)], marker="*", ms=12, color="black", ls="none", label="full data at E")
     for policy, pts in paper.items():
         b.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", mfc="none", ls=":",
                color=COLORS.get(policy, "purple"), label=f"{policy} (paper, ResNet-18, 200 ep.)")  # fmt: skip
@@ -141,7 +141,4 @@ def plot_vs_pruned(
     for ax in (a, b):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)

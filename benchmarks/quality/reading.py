@@ -23,17 +23,30 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
 from benchmarks.instability import MARK, footnote, unstable
 
-from .configs import conv_run_id
-from .docs import ORDER, and_list, load_results
+from .docs import ORDER, and_list, load_results, mean_acc
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
-from .report_converged import CURRENT, PAPER, PAPER_FULL, SAME_ORDER, SHARED, Study, _acc, other_share, studies
+from .report_converged import (
+    CURRENT,
+    PAPER,
+    PAPER_FULL,
+    SAME_ORDER,
+    SHARED,
+    Study,
+    config_name,
+    other_share,
+    pruned_pct,
+    run_name,
+    studies,
+)
 
 RERUNS = "converged-reruns"
 CRITERION = 0.5  # full data has converged when every seed gains at most this from E to 2E
@@ -86,6 +99,28 @@ def by_seed(p: dict[int, float]) -> str:
     return ", ".join(gap(v) for _, v in sorted(p.items()))
 
 
+def seeds_of(rs: list[dict]) -> str:
+    """``0/1``: the seeds of the runs ``rs``."""
+    return "/".join(str(r["seed"]) for r in rs)
+
+
+def slashed(seeds: Iterable[int]) -> str:
+    """``0/1``: the seeds, sorted."""
+    return "/".join(map(str, sorted(seeds)))
+
+
+def span(xs: list[float], digits: int) -> str:
+    """``1.02-1.05``: the range of ``xs``, one number where both ends round alike."""
+    lo, hi = f"{min(xs):.{digits}f}", f"{max(xs):.{digits}f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def seed_list(results: list[dict]) -> str:
+    """``seed 0`` or ``seeds 0, 1``: the seeds a study's runs have."""
+    seeds = sorted({r["seed"] for r in results})
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
 def side(p: dict[int, float]) -> str:
     """'below on every seed' / 'above on every seed' / 'seeds on both sides' / 'one seed'."""
     if len(p) < 2:
@@ -114,8 +149,10 @@ class Reading:
         self.noise: float | None = max(x for x, _ in spreads) if spreads else None
         self.noise_rs: list[dict] | None = max(spreads, key=lambda x: x[0])[1] if spreads else None
         self.sds = [float(np.std([acc(r) for r in rs], ddof=1)) for rs in two]
-        tag = study.tag
-        self.reruns = [r for r in reruns if conv_run_id(r, r["seed"]).startswith(f"cifar10-{tag}-")]
+        self.reruns = sorted((r for r in reruns if run_name(r).startswith(f"cifar10-{study.tag}-")),
+                             key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"]))  # fmt: skip
+        self.rerun_full = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
+        self.rerun_random = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
 
     # ---------------------------------------------------------------- facts
     def full2(self) -> list[dict] | None:
@@ -131,13 +168,8 @@ class Reading:
 
     def cname(self, rs: list[dict]) -> str:
         """The name with its pruned % and, for a configuration with a collapsed seed, a mark."""
-        p = 100 * float(np.mean([r["pruned"] for r in rs]))
-        text = f"{name(rs[0])} ({p:.1f}% pruned)"
         bad = self.collapsed(rs)
-        if bad:
-            seeds = "/".join(str(r["seed"]) for r in bad)
-            text += f" [collapsed: seed {seeds}]"
-        return text
+        return f"{name(rs[0])} ({pruned_pct(rs):.1f}% pruned)" + (f" [collapsed: seed {seeds_of(bad)}]" if bad else "")
 
     @property
     def full_acc(self) -> float:
@@ -146,7 +178,7 @@ class Reading:
         return self.s.full_acc
 
     def gap_full(self, rs: list[dict]) -> float:
-        return _acc(rs) - self.full_acc
+        return mean_acc(rs) - self.full_acc
 
     def gap_equal(self, rs: list[dict]) -> tuple[int, list[dict] | None, float | None]:
         """(the equal-compute epochs, their runs, the mean of the gaps paired by seed over the seeds
@@ -196,15 +228,10 @@ class Reading:
         for where, rs in [(f"`{folder}/cifar10-{self.s.tag}-*`", self.s.results)] + extra:
             if not rs:
                 continue
-            by: dict[str, list[dict]] = {}
-            for r in rs:
-                by.setdefault(machine_of(r), []).append(r)
-            for m, ms in sorted(by.items()):
-                revs: dict[str, int] = {}
-                for r in ms:
-                    revs[r.get("library_rev", "?")] = revs.get(r.get("library_rev", "?"), 0) + 1
-                rev = ", ".join(f"{k} ({v})" for k, v in sorted(revs.items(), key=lambda kv: -kv[1]))
-                L.append(f"| {where} | {len(ms)} | {rev} | {m} |")
+            for m in sorted({machine_of(r) for r in rs}):
+                revs = Counter(r.get("library_rev", "?") for r in rs if machine_of(r) == m)
+                rev = ", ".join(f"{k} ({v})" for k, v in revs.most_common())
+                L.append(f"| {where} | {revs.total()} | {rev} | {m} |")
         return L + [""]
 
     def odd_revisions(self) -> str:
@@ -215,27 +242,20 @@ class Reading:
         if len(revs) < 2:
             return ""
         main = max(revs, key=lambda k: len(revs[k]))
-        odd = [f"`{conv_run_id(r, r['seed'])}` ({k})" for k, rs in sorted(revs.items()) if k != main for r in rs]
+        odd = [f"`{run_name(r)}` ({k})" for k, rs in sorted(revs.items()) if k != main for r in rs]
         return (f"Most of this study's runs were trained by revision {main}; {and_list(odd)} by another. "
                 if odd else "")  # fmt: skip
 
     def rerun_par(self) -> list[str]:
         if not self.reruns:
             return []
-        study_by = {conv_run_id(r, r["seed"]): r for r in self.s.results}
         rows = ["| run (seed) | study's run | rerun | change |", "| --- | --- | --- | --- |"]
-        changes: list[float] = []
         marked: list[str] = []
-        for r in sorted(self.reruns, key=lambda r: (r["policy"] != "full", ORDER[r["policy"]], r["label"], r["seed"])):
-            o = study_by.get(conv_run_id(r, r["seed"]))
-            if o is None:
-                continue
-            changes.append(acc(r) - acc(o))
+        for r, o in self.rerun_pairs():
             mark = f" {MARK}" if unstable(r) or unstable(o) else ""  # the instability scan
-            marked += [f"{RERUNS}/{conv_run_id(r, r['seed'])}.json"] * unstable(r)
-            marked += [f"converged/{conv_run_id(o, o['seed'])}.json"] * unstable(o)
-            rows.append(f"| {name(r)} ({r['seed']}){mark} | {pct(acc(o))} | {pct(acc(r))} | {gap(changes[-1])} |")
-        up = sum(c > CRITERION for c in changes)
+            marked += [f"{RERUNS}/{run_name(r)}.json"] * unstable(r) + [f"converged/{run_name(o)}.json"] * unstable(o)
+            rows.append(f"| {name(r)} ({r['seed']}){mark} | {pct(acc(o))} | {pct(acc(r))} | {gap(acc(r) - acc(o))} |")
+        changes = [acc(r) - acc(o) for r, o in self.rerun_pairs()]
 
         def where(rs: list[dict]) -> tuple[set[str], set[str]]:
             return {machine_of(r) for r in rs}, {r.get("library_rev", "?") for r in rs}
@@ -259,51 +279,48 @@ class Reading:
         L += self.machines("converged", [(f"`{RERUNS}/`", self.reruns)])
         L += rows + [""] + ([footnote(marked), ""] if marked else [])
         L += [
-            f"Mean change {gap(float(np.mean(changes)))} (from {gap(min(changes))} to {gap(max(changes))}; {up} of "
-            f"{len(changes)} above +{CRITERION}), full data's own rerun included: the second set sits "
-            f"{'higher' if np.mean(changes) > 0 else 'lower'} than the first on average, so a rerun is compared with "
-            "the rerun of full data, never with the study's full data.",
+            f"Mean change {gap(self.rerun_shift())} (from {gap(min(changes))} to {gap(max(changes))}; "
+            f"{sum(c > CRITERION for c in changes)} of {len(changes)} above +{CRITERION}), full data's own rerun "
+            f"included: the second set sits {'higher' if self.rerun_shift() > 0 else 'lower'} than the first on "
+            "average, so a rerun is compared with the rerun of full data, never with the study's full data.",
             "",
         ]
-        rfull = [r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E]
-        rrand = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
-        if rfull:
-            f0 = {r["seed"]: r for r in rfull}
-            parts, unpaired, vs_r = [], [], []
-            for r in sorted(self.reruns, key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"])):
-                if r["policy"] == "full":
-                    continue
-                if r["seed"] in f0:
-                    parts.append(f"{name(r)} {gap(acc(r) - acc(f0[r['seed']]))} (seed {r['seed']})")
-                else:
-                    unpaired.append(f"{name(r)} seed {r['seed']} ({pct(acc(r))})")
-                if r["policy"] != "random" and r["seed"] in rrand:
-                    vs_r.append(f"{name(r)} {gap(acc(r) - acc(rrand[r['seed']]))}")
-            seeds = "/".join(str(s) for s in sorted(f0))
-            text = (f"On the second set, against its own full data at E (seed {seeds}: "
-                    f"{', '.join(pct(acc(r)) for r in rfull)}): {and_list(parts)}.")  # fmt: skip
+        if self.rerun_full:
+            parts = [f"{name(r)} {gap(g)} (seed {r['seed']})" for r, g in self.vs_rerun("full")]
+            unpaired = [f"{name(r)} seed {r['seed']} ({pct(acc(r))})" for r in self.reruns
+                        if r["policy"] != "full" and r["seed"] not in self.rerun_full]  # fmt: skip
+            text = (f"On the second set, against its own full data at E (seed {slashed(self.rerun_full)}: "
+                    f"{', '.join(pct(acc(r)) for r in self.rerun_full.values())}): {and_list(parts)}.")  # fmt: skip
             if unpaired:
                 text += f" No full-data rerun pairs with {and_list(unpaired)}."
-            if vs_r:
-                seed_r = "/".join(str(s) for s in sorted(rrand))
-                text += f" Against the rerun of dynamic random of the same seed ({seed_r}): {and_list(vs_r)}."
+            if vs_r := [f"{name(r)} {gap(g)}" for r, g in self.vs_rerun("random")]:
+                text += f" Against the rerun of dynamic random of the same seed ({slashed(self.rerun_random)}): "
+                text += f"{and_list(vs_r)}."
             L += [text, ""]
         return L
 
+    def rerun_pairs(self) -> list[tuple[dict, dict]]:
+        """(rerun, the study's run of the same configuration and seed) for the reruns with such a run."""
+        study_by = {run_name(r): r for r in self.s.results}
+        return [(r, study_by[run_name(r)]) for r in self.reruns if run_name(r) in study_by]
+
     def rerun_shift(self) -> float:
         """The mean change of the reruns from the study's runs of the same configuration and seed."""
-        study_by = {conv_run_id(r, r["seed"]): r for r in self.s.results}
-        return float(np.mean([acc(r) - acc(study_by[i]) for r in self.reruns
-                              if (i := conv_run_id(r, r["seed"])) in study_by]))  # fmt: skip
+        return float(np.mean([acc(r) - acc(o) for r, o in self.rerun_pairs()]))
+
+    def vs_rerun(self, ref: str) -> list[tuple[dict, float]]:
+        """(pruned rerun, its test accuracy minus the rerun of ``ref`` (``full``: full data at E;
+        ``random``: dynamic random) of the same seed), for the reruns of a seed with such a rerun."""
+        by = self.rerun_full if ref == "full" else self.rerun_random
+        return [(r, acc(r) - acc(by[r["seed"]])) for r in self.reruns
+                if r["policy"] not in ("full", ref) and r["seed"] in by]  # fmt: skip
 
     def rerun_vs_full(self, rs: list[dict]) -> str:
         """The second set's gap of this configuration to its full data (paired), or ''."""
-        f0 = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
-        mine = [r for r in self.reruns if conv_run_id(r, r["seed"]).rsplit("-s", 1)[0]
-                == conv_run_id(rs[0], rs[0]["seed"]).rsplit("-s", 1)[0] and r["seed"] in f0]  # fmt: skip
-        if not mine:
-            return ""
-        return "; second set " + ", ".join(f"{gap(acc(r) - acc(f0[r['seed']]))} (seed {r['seed']})" for r in mine)
+        mine = [
+            f"{gap(g)} (seed {r['seed']})" for r, g in self.vs_rerun("full") if config_name(r) == config_name(rs[0])
+        ]
+        return "; second set " + ", ".join(mine) if mine else ""
 
     def convergence_par(self) -> list[str]:
         full, full2 = self.s.full, self.full2()
@@ -317,20 +334,21 @@ class Reading:
                 "seed).")  # fmt: skip
         both = [r for r in full if r["seed"] in p]
         both2 = [r for r in full2 if r["seed"] in p]
+        a, b = mean_acc(both), mean_acc(both2)
         per = ", ".join(f"seed {r['seed']}: {pct(acc(r))} -> {pct(acc(r) + p[r['seed']])}"
                         for r in sorted(both, key=lambda r: r["seed"]))  # fmt: skip
-        text = (f"{head} {pct(_acc(both))}% at E = {self.E} epochs and {pct(_acc(both2))}% at 2E = {2 * self.E} "
-                f"(the seeds with both runs): {gap(_acc(both2) - _acc(both))} point ({per}). Training loss of the last "
-                f"epoch: {loss(both):.2f} nats at E, {loss(both2):.2f} at 2E.")  # fmt: skip
+        text = (f"{head} {pct(a)}% at E = {self.E} epochs and {pct(b)}% at 2E = {2 * self.E} (the seeds with both "
+                f"runs): {gap(b - a)} point ({per}). Training loss of the last epoch: {loss(both):.2f} nats at E, "
+                f"{loss(both2):.2f} at 2E.")  # fmt: skip
         shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
         if shorter:
             listed = self.fulls
-            accs = [_acc(rs) for rs in listed]
-            best = max(listed, key=_acc)
+            accs = [mean_acc(rs) for rs in listed]
+            best = max(listed, key=mean_acc)
             text += (f" Full data at {' / '.join(str(rs[0]['n_epochs']) for rs in listed)} epochs: "
                      f"{' / '.join(pct(a) for a in accs)}%, a spread of {pct(max(accs) - min(accs))} point "
                      f"(best: {best[0]['n_epochs']} epochs).")  # fmt: skip
-            low = [rs for rs in shorter if self.noise is not None and self.full_acc - _acc(rs) > self.noise]
+            low = [rs for rs in shorter if self.noise is not None and self.full_acc - mean_acc(rs) > self.noise]
             if self.noise is not None and not low:
                 text += (f" Every shorter schedule measured ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']}"
                          f" epochs) is within the seed spread of full data at E or above it: the {self.E}-epoch "
@@ -362,12 +380,8 @@ class Reading:
 
     def second_set(self) -> str:
         """'dynamic random p30 -1.25, SeTa p30 -1.15 (seed 0)': the reruns against their own full data."""
-        f0 = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
-        parts = [f"{name(r)} {gap(acc(r) - acc(f0[r['seed']]))}" for r in
-                 sorted(self.reruns, key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"]))
-                 if r["policy"] != "full" and r["seed"] in f0]  # fmt: skip
-        seeds = "/".join(str(x) for x in sorted(f0))
-        return f"{and_list(parts)} (seed {seeds})" if parts else ""
+        parts = [f"{name(r)} {gap(g)}" for r, g in self.vs_rerun("full")]
+        return f"{and_list(parts)} (seed {slashed(self.rerun_full)})" if parts else ""
 
     def full_par(self) -> list[str]:
         if self.s.full_acc is None or not self.pruned:
@@ -413,11 +427,11 @@ class Reading:
                      f"(largest: {self.cname(best[0])}, {gap(best[1])}).")  # fmt: skip
         shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
         if len(shorter) > 1:
-            accs = [_acc(rs) for rs in shorter]
-            low = min(shorter, key=_acc)
+            accs = [mean_acc(rs) for rs in shorter]
+            low = min(shorter, key=mean_acc)
             text += (f" The full-data references ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']} epochs) "
                      f"themselves span {pct(max(accs) - min(accs))} point (lowest: {low[0]['n_epochs']} epochs, "
-                     f"{pct(_acc(low))}), so which length a pruned run is held against moves its gap by up to "
+                     f"{pct(mean_acc(low))}), so which length a pruned run is held against moves its gap by up to "
                      "that much.")  # fmt: skip
         return [text, ""]
 
@@ -452,14 +466,12 @@ class Reading:
         items = [(rs, self.gap_full(rs), paired(rs, self.s.full)) for rs in self.pruned]
         below = [(rs, g, p) for rs, g, p in items if self.deficit(g, p)]
         seeds = max(len(rs) for rs in self.s.groups.values())
-        lo = min(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
-        hi = max(100 * float(np.mean([r["pruned"] for r in rs])) for rs in self.pruned)
-        span = f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}-{hi:.0f}"
+        pruned = span([pruned_pct(rs) for rs in self.pruned], 0)
         if self.noise is None:
             return (f"Full data has converged ({self.s.title()}); no configuration has two seeds yet, so no gap of "
-                    f"its {len(items)} pruned configurations ({span}% pruned) is resolved.")  # fmt: skip
+                    f"its {len(items)} pruned configurations ({pruned}% pruned) is resolved.")  # fmt: skip
         text = (f"Once full data has converged ({self.s.title()}, {seeds} seeds), {len(items) - len(below)} of "
-                f"{len(items)} pruned configurations ({span}% pruned) stayed within the noise of full data's "
+                f"{len(items)} pruned configurations ({pruned}% pruned) stayed within the noise of full data's "
                 f"accuracy at E (the seed spread, {pct(self.noise)} point, or 2 SE of their paired gaps)")  # fmt: skip
         if below:
             text += "; " + and_list([f"{name(rs[0])} ({gap(g)}; by seed {by_seed(p)})" for rs, g, p in below])
@@ -467,7 +479,7 @@ class Reading:
                      "2 SE")  # fmt: skip
         bad = [(rs, self.collapsed(rs)) for rs in self.pruned if self.collapsed(rs)]
         if bad:
-            text += ("; " + and_list([f"{name(rs[0])} (seed {'/'.join(str(r['seed']) for r in b)})" for rs, b in bad])
+            text += ("; " + and_list([f"{name(rs[0])} (seed {seeds_of(b)})" for rs, b in bad])
                      + f" {'includes a run' if len(bad) == 1 else 'include runs'} whose test accuracy fell to chance "
                      "during training, counted in these means")  # fmt: skip
         if self.second_set():
@@ -478,7 +490,7 @@ class Reading:
         shortest = self.fulls[0] if self.fulls and self.fulls[0][0]["n_epochs"] < self.E else None
         if shortest:
             text += (f". Full data trained for {shortest[0]['n_epochs']} of the {self.E} epochs scored "
-                     f"{pct(_acc(shortest))}% ({gap(_acc(shortest) - self.full_acc)} against E)")  # fmt: skip
+                     f"{pct(mean_acc(shortest))}% ({gap(mean_acc(shortest) - self.full_acc)} against E)")  # fmt: skip
         eq = [g for rs in self.pruned if (g := self.gap_equal(rs)[2]) is not None]
         vr = [v for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
         if eq and not any(g > 0 and self.beyond(g) for g in eq):
@@ -492,9 +504,7 @@ class Reading:
         full, full2 = self.s.full, self.full2()
         if not full:
             return []
-        seeds = sorted({r["seed"] for r in self.s.results})
-        text = (f"**Where full data still improves ({self.s.title()}; seed{'s' if len(seeds) > 1 else ''} "
-                f"{', '.join(map(str, seeds))} so far).** ")  # fmt: skip
+        text = f"**Where full data still improves ({self.s.title()}; {seed_list(self.s.results)} so far).** "
         p = paired(full2 or [], full)
         if p:
             at_e = {r["seed"]: acc(r) for r in full}
@@ -503,16 +513,15 @@ class Reading:
                      f"epochs on the seeds with both runs ({per}). ")  # fmt: skip
         items = []
         for rs in self.pruned:
-            share = 100 * float(np.mean([r["pruned"] for r in rs]))
-            t = f"{name(rs[0])} ({share:.1f}% pruned) {gap(self.gap_full(rs))}"
+            t = f"{name(rs[0])} ({pruned_pct(rs):.1f}% pruned) {gap(self.gap_full(rs))}"
             bad = self.collapsed(rs)
             if bad:
-                rest, g = self.s.without_collapsed(rs)
-                epochs = {r["seed"]: ", ".join(map(str, self.s.collapsed[conv_run_id(r, r["seed"])])) for r in bad}
+                g = self.s.without_collapsed(rs)[1]
+                epochs = {r["seed"]: ", ".join(map(str, self.s.collapsed[run_name(r)])) for r in bad}
                 at = and_list([f"seed {s} at epoch {es}" for s, es in epochs.items()])
                 t += (f" (test accuracy fell to chance: {at}; "
                       + (f"without {'it' if len(bad) == 1 else 'them'} {gap(g)} against full data at E over the same "
-                         "seeds)" if rest and g is not None else
+                         "seeds)" if g is not None else
                          "no seed left without a collapse, so not read as the policy's result)"))  # fmt: skip
             items.append(t)
         text += "Against full data at E: " + "; ".join(items) + "."
@@ -544,7 +553,7 @@ class Reading:
         if not eq:
             text += (" No equal-compute run has finished yet, so this study says nothing yet about pruning against "
                      "training fewer epochs.")  # fmt: skip
-        if len(seeds) < 2:
+        if len({r["seed"] for r in self.s.results}) < 2:
             text += (" One seed per configuration: this study has no seed spread of its own yet, so none of these "
                      "gaps is resolved.")  # fmt: skip
         return [text, ""]
@@ -553,24 +562,15 @@ class Reading:
         mine = checks.get("studies", {}).get(self.s.tag)
         if not mine:
             return []
-        ids = {conv_run_id(r, r["seed"]) for r in self.s.results}
+        ids = {run_name(r) for r in self.s.results}
         dirs = {k: v for k, v in checks.get("run_dirs", {}).items() if k in ids}
         problems = len(mine["results_problems"]) + sum(len(v) for v in dirs.values())
-        ratios = []
-        for rs in self.pruned:
-            n, eq, _ = self.gap_equal(rs)
-            r0 = next((r for r in rs if r["seed"] == 0), None)
-            e0 = next((r for r in eq or [] if r["seed"] == 0), None)
-            if r0 and e0 and n != self.E:
-                ratios.append(sum(e["streamed"] for e in e0["epochs"]) / sum(e["streamed"] for e in r0["epochs"]))
         text = (f"**Checks ({self.s.title()}).** `checks.py` found {problems} problems in the {mine['runs_checked']} "
                 f"result files and the {len(dirs)} run directories of seed 0 it checked (the section above lists "
                 "them).")  # fmt: skip
-        if ratios:
-            span = f"{min(ratios):.2f}" + (
-                f"-{max(ratios):.2f}" if f"{min(ratios):.2f}" != f"{max(ratios):.2f}" else ""
-            )
-            text += f" Each equal-compute full-data run trains {span} times the samples of its pruned run (seed 0)."
+        if ratios := self.s.sample_ratios():
+            text += f" Each equal-compute full-data run trains {span(ratios, 2)} times the samples of its pruned run "
+            text += "(seed 0)."
         return [text, ""]
 
     def machine_par(self) -> list[str]:
@@ -619,9 +619,7 @@ def summary(layout: Layout) -> list[str]:
             ok = [rs for rs in r.pruned if not r.collapsed(rs)]
             bad = [rs for rs in r.pruned if r.collapsed(rs)]
             gaps = [r.gap_full(rs) for rs in ok]
-            seeds = sorted({x["seed"] for x in r.s.results})
-            text = (f"Where full data still improves ({r.s.title()}, seed{'s' if len(seeds) > 1 else ''} "
-                    f"{', '.join(map(str, seeds))} so far), ")  # fmt: skip
+            text = f"Where full data still improves ({r.s.title()}, {seed_list(r.s.results)} so far), "
             if gaps and max(gaps) < 0:
                 text += (f"pruning cost {pct(-max(gaps))} to {pct(-min(gaps))} points against full data at E in the "
                          f"{len(ok)} pruned configurations without a collapsed run")  # fmt: skip
@@ -631,12 +629,9 @@ def summary(layout: Layout) -> list[str]:
             else:
                 text += "every pruned configuration includes a collapsed run"
             if bad:
-                items = []
-                for rs in bad:
-                    c = r.collapsed(rs)
-                    rest, g = r.s.without_collapsed(rs)
-                    items.append(f"{name(rs[0])} (seed {'/'.join(str(x['seed']) for x in c)}"
-                                 + (f"; without it {gap(g)})" if rest and g is not None else ")"))  # fmt: skip
+                items = [f"{name(rs[0])} (seed {seeds_of(r.collapsed(rs))}"
+                         + ("" if (g := r.s.without_collapsed(rs)[1]) is None else f"; without it {gap(g)}") + ")"
+                         for rs in bad]  # fmt: skip
                 text += (f"; {and_list(items)} {'includes a run' if len(bad) == 1 else 'include runs'} whose test "
                          "accuracy fell to chance during training, not read as a policy result")  # fmt: skip
             eq = [g for rs in r.pruned if (g := r.equal_without_collapses(rs))]
@@ -667,15 +662,15 @@ def same_order_note(layout: Layout) -> list[str]:
             def machines(rs: list[dict]) -> str:
                 return and_list(sorted({machine_of(r) for r in rs}))
 
-            text += (f" Full data at E ({s.title()}): {pct(_acc(s.full))}% in the same order, {pct(_acc(n.full))}% "
-                     f"reshuffled ({gap(_acc(n.full) - _acc(s.full))}; {len(s.full)} and {len(n.full)} seeds; machine "
-                     f"of the same-order files: {machines(s.full)}; of the reshuffled ones: "
-                     f"{machines(n.full)}).")  # fmt: skip
+            a, b = mean_acc(s.full), mean_acc(n.full)
+            text += (f" Full data at E ({s.title()}): {pct(a)}% in the same order, {pct(b)}% reshuffled ({gap(b - a)}; "
+                     f"{len(s.full)} and {len(n.full)} seeds; machine of the same-order files: {machines(s.full)}; of "
+                     f"the reshuffled ones: {machines(n.full)}).")  # fmt: skip
     bad = []
     for s in old:
         for rs in s.groups.values():
             for r in s.collapses_of(rs):
-                es = s.collapsed[conv_run_id(r, r["seed"])]
+                es = s.collapsed[run_name(r)]
                 bad.append(f"{s.title()}: {name(r)} seed {r['seed']} (epoch {and_list([str(e) for e in es])})")
     if bad:
         text += (" Runs of these files whose test accuracy fell to chance during training ([Runs that "

@@ -2,7 +2,7 @@
 "How the settings were chosen", "Findings"), generated from its run files, so that the prose
 and the tables cannot drift apart. The numbers are the tables' own: means over seeds of the
 same rounding (``results.scaled_mean``), the same interpolation against dynamic random
-(``report._vs_random``)."""
+(``report.vs_random``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 from .data import DATASETS
 from .docs import and_list, group, load_results, scaled_mean
 from .layout import Layout
-from .report import _vs_random, splice
+from .report import splice, vs_random
 
 DISPLAY = {
     "full": "full data",
@@ -59,7 +59,7 @@ class Short:
         return scaled_mean([r[key] for r in rs])
 
     def vs_random(self, ds: str, rs: list[dict]) -> str:
-        return _vs_random(self.groups, ds, rs)
+        return vs_random(self.groups, ds, rs)
 
     @staticmethod
     def spread(rs: list[dict]) -> float:

@@ -24,7 +24,14 @@ def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
     docs.splice(doc, begin, end, lines, "Accuracy under pruning")
 
 
-def _vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:
+def calibration_rows(cal: dict, *lead: str) -> list[str]:
+    """One table row per level a calibration file chose a setting for: the ``lead`` cells, then
+    policy, level, setting and simulated pruned %."""
+    return [row([*lead, policy, f"{lv}%", fmt_params(v["params"], "defaults"), f"{100 * v['simulated']:.1f}"])
+            for policy, levels in cal["levels"].items() for lv, v in levels.items()]  # fmt: skip
+
+
+def vs_random(groups: dict, dataset: str, rs: list[dict]) -> str:
     """Test accuracy minus dynamic random's (clean labels), linearly interpolated at the same
     measured pruned % (ES/ESWP: back-propagated %) between random's points and full data (0%)."""
     policy = rs[0]["policy"]
@@ -68,29 +75,21 @@ def report_short(layout: Layout) -> None:
                                   mean_sd([r["pruned_backprop"] for r in rs], digits=1),
                                   mean_sd([r["test_acc"] for r in rs]), mean_sd([r["val_acc"] for r in rs]),
                                   f"{secs:.0f}", f"{secs / full_s:.2f}" if full_s else "-",
-                                  _vs_random(groups, dataset, rs)]))  # fmt: skip
+                                  vs_random(groups, dataset, rs)]))  # fmt: skip
             n_ep = len(groups[keys[0]][0]["epochs"])
             lines += ["", f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", "",
                       "| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |",
                       "| --- | --- |" + " --- |" * n_ep]  # fmt: skip
             for k in keys:
                 r = groups[k][0]
-                lines.append(
-                    row(
-                        [k[2], fmt_params(r["params"], "defaults"), *(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])]
-                    )
-                )
+                lines.append(row([k[2], fmt_params(r["params"], "defaults"), *(f"{e['kept'] / e['n']:.2f}"
+                                                                                 for e in r["epochs"])]))  # fmt: skip
             lines.append("")
             name = f"{dataset}-{'noisy' if noisy else 'clean'}"
             plot_short(layout.plots / f"{name}.png", dataset, noisy, groups, keys)
             lines += [f"![{title}](quality/{name}.png)", ""]
-    cal = []
-    for p in sorted(p for d in DATASETS for p in layout.results.glob(f"{d}-calibration.json")):
-        c = json.loads(p.read_text())
-        for policy, levels in c["levels"].items():
-            for lv, v in levels.items():
-                setting = fmt_params(v["params"], "defaults")
-                cal.append(row([p.name.split("-")[0], policy, f"{lv}%", setting, f"{100 * v['simulated']:.1f}"]))
+    cal = [x for p in sorted(p for d in DATASETS for p in layout.results.glob(f"{d}-calibration.json"))
+           for x in calibration_rows(json.loads(p.read_text()), p.name.split("-")[0])]  # fmt: skip
     if cal:
         lines += ["### Settings chosen for the pruned levels (on training losses, `calibrate`)", "",
                   "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,

@@ -29,11 +29,11 @@ from .configs import (
     converged_plan,
     model_of,
 )
-from .docs import ORDER, fmt_params, interp_gap, load_results, mean_sd, scaled_mean
+from .docs import ORDER, fmt_params, interp_gap, load_results, mean_acc, mean_sd
 from .layout import Layout
 from .machine import machine_of
-from .plots import plot_curves, plot_vs_pruned
-from .report import splice
+from .plots import acc_point, plot_curves, plot_vs_pruned
+from .report import calibration_rows, splice
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,19 @@ PAPER = {
 }
 
 
-def _acc(rs: list[dict]) -> float:
-    """Mean test accuracy in %, the same mean as the tables' cells (``scaled_mean``)."""
-    return scaled_mean([r["test_acc"] for r in rs])
+def run_name(r: dict) -> str:
+    """A run's id: the name of its result file without ``.json``."""
+    return conv_run_id(r, r["seed"])
+
+
+def config_name(c: dict) -> str:
+    """A configuration's run id without the seed (the keys of ``Study.groups``)."""
+    return conv_run_id(c, 0).rsplit("-s", 1)[0]
+
+
+def pruned_pct(rs: list[dict]) -> float:
+    """The runs' mean measured pruned %."""
+    return 100 * float(np.mean([r["pruned"] for r in rs]))
 
 
 def other_share(r: dict) -> float:
@@ -111,14 +121,6 @@ def _full_pruned(n: int, E: int) -> str:
     return f"{100 * (1 - n / E):.1f} (fewer epochs)" if n < E else f"none ({n / E:g}x the samples)"
 
 
-def _groups(results: list[dict]) -> dict[str, list[dict]]:
-    """Configuration (run id without the seed) -> its runs, seed order."""
-    out: dict[str, list[dict]] = {}
-    for r in sorted(results, key=lambda r: r["seed"]):
-        out.setdefault(conv_run_id(r, r["seed"]).rsplit("-s", 1)[0], []).append(r)
-    return out
-
-
 def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> dict:
     """Check the result files of one study (``tag``) and its kept run directories (seed 0), keeping
     earlier findings for directories no longer on this machine. The folder's checks.json holds every
@@ -128,11 +130,8 @@ def _checks(layout: Layout, section: Section, tag: str, results: list[dict]) -> 
     old = json.loads(path.read_text()) if path.exists() else {}
     per_dir: dict[str, list[str]] = dict(old.get("run_dirs", {}))
 
-    def rid(r: dict) -> str:
-        return conv_run_id(r, r["seed"])
-
-    ids = {rid(r) for r in results}
-    for d in [] if section.stopped else finished_run_dirs(layout.runs, results, rid):
+    ids = {run_name(r) for r in results}
+    for d in [] if section.stopped else finished_run_dirs(layout.runs, results, run_name):
         per_dir[d.name] = check_run_dir(d)
     mine = {"runs_checked": len(results), "results_problems": check_results(results)}
     studies = {k: v for k, v in old.get("studies", {}).items() if k != tag} | {tag: mine}
@@ -174,18 +173,20 @@ class Study:
         self.layout, self.E, self.augment, self.results, self.model = layout, E, augment, results, model
         self.section = section
         self.tag = conv_tag(E, augment, model)
-        self.groups = _groups(results)
+        self.groups: dict[str, list[dict]] = {}  # configuration_name -> its runs, seed order
+        for r in sorted(results, key=lambda r: r["seed"]):
+            self.groups.setdefault(config_name(r), []).append(r)
         cal_path = section.results(layout) / conv_calibration_name(E, augment, model)
         self.cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
         self.pruned_cfgs = conv_pruned(E, self.cal, augment, model) if self.cal else []
-        self.by_id = {conv_run_id(r, r["seed"]): r for r in results}
+        self.by_id = {run_name(r): r for r in results}
         self.measured = [self.by_id[i]["pruned"] for c in self.pruned_cfgs if (i := conv_run_id(c, 0)) in self.by_id]
         self.full = self.full_at(E)
-        self.full_acc = _acc(self.full) if self.full else None
+        self.full_acc = mean_acc(self.full) if self.full else None
         # run id -> the epochs it collapsed at (collapses.py: test accuracy back at chance)
         self.collapsed: dict[str, list[int]] = {}
         for r in results:
-            t = converged_trace(r, conv_run_id(r, r["seed"]), section.folder)
+            t = converged_trace(r, run_name(r), section.folder)
             if t is not None and (es := collapse_epochs(t.metric, t.chance)):
                 self.collapsed[t.run] = es
 
@@ -198,7 +199,7 @@ class Study:
         return f"CIFAR-10{model}{on}, E = {self.E}{unit}" + ("" if self.augment else ", no augmentation")
 
     def full_at(self, n: int) -> list[dict] | None:
-        return self.groups.get(conv_run_id(conv_full(self.E, n, self.augment, self.model), 0).rsplit("-s", 1)[0])
+        return self.groups.get(config_name(conv_full(self.E, n, self.augment, self.model)))
 
     def equal_compute(self, rs: list[dict]) -> tuple[int, list[dict] | None]:
         """The epochs and runs of full data at the compute of the pruned runs ``rs`` (seed 0's pruned %)."""
@@ -271,7 +272,7 @@ class Study:
 
     def collapses_of(self, rs: list[dict]) -> list[dict]:
         """The runs of ``rs`` that collapsed."""
-        return [r for r in rs if conv_run_id(r, r["seed"]) in self.collapsed]
+        return [r for r in rs if run_name(r) in self.collapsed]
 
     def collapse_cell(self, rs: list[dict]) -> str:
         """Which seeds collapsed (epoch, test accuracy), and the configuration without them: mean
@@ -281,7 +282,7 @@ class Study:
             return "-"
         at = "; ".join(
             f"s{r['seed']}: " + ", ".join(f"e{e} {100 * r['epochs'][e]['test_acc']:.1f}%"
-                                          for e in self.collapsed[conv_run_id(r, r['seed'])])
+                                          for e in self.collapsed[run_name(r)])
             for r in bad
         )  # fmt: skip
         rest, g = self.without_collapsed(rs)
@@ -289,7 +290,7 @@ class Study:
             return f"**{at}**; without it: no seed left"
         seeds = "/".join(str(r["seed"]) for r in rest)
         gap = "-" if g is None else f"{g:+.2f}"
-        return f"**{at}**; without it: {_acc(rest):.2f} (seed {seeds}), {gap} vs full at E (same seeds)"
+        return f"**{at}**; without it: {mean_acc(rest):.2f} (seed {seeds}), {gap} vs full at E (same seeds)"
 
     def without_collapsed(self, rs: list[dict]) -> tuple[list[dict], float | None]:
         """The runs of ``rs`` that did not collapse, and their mean test accuracy minus full data at
@@ -299,21 +300,17 @@ class Study:
         full = {r["seed"]: r for r in self.full or []}
         if not rest or rs is self.full or not all(r["seed"] in full for r in rest):
             return rest, None
-        return rest, _acc(rest) - _acc([full[r["seed"]] for r in rest])
+        return rest, mean_acc(rest) - mean_acc([full[r["seed"]] for r in rest])
 
     def vs_random_value(self, rs: list[dict]) -> float | None:
         """Test accuracy minus dynamic random's, interpolated at the same measured pruned % (None
         for full data and random, or outside random's points)."""
         pts = [(0.0, self.full_acc)] if self.full_acc is not None else []
-        pts += [(float(np.mean([r["pruned"] for r in g])), _acc(g)) for g in self.groups.values()
+        pts += [(float(np.mean([r["pruned"] for r in g])), mean_acc(g)) for g in self.groups.values()
                 if g[0]["policy"] == "random"]  # fmt: skip
         if rs[0]["policy"] in ("full", "random"):
             return None
-        return interp_gap(float(np.mean([r["pruned"] for r in rs])), _acc(rs), pts)
-
-    def vs_random(self, rs: list[dict]) -> str:
-        v = self.vs_random_value(rs)
-        return "-" if v is None else f"{v:+.2f}"
+        return interp_gap(float(np.mean([r["pruned"] for r in rs])), mean_acc(rs), pts)
 
     def row(self, rs: list[dict]) -> list[str]:
         r0, E, full_acc = rs[0], self.E, self.full_acc
@@ -325,7 +322,7 @@ class Study:
             str(len(rs)),
             _full_pruned(r0["n_epochs"], E) if is_full else mean_sd([r["pruned"] for r in rs], digits=1),
             mean_sd([r["test_acc"] for r in rs]),
-            f"{_acc(rs) - full_acc:+.2f}" if full_acc is not None and rs is not self.full else "-",
+            f"{mean_acc(rs) - full_acc:+.2f}" if full_acc is not None and rs is not self.full else "-",
         ]
         if is_full:
             cells += ["-", "-", "-"]
@@ -334,7 +331,7 @@ class Study:
             cells += [str(n), mean_sd([r["test_acc"] for r in eq]) if eq else "(not run yet)",
                       self.gap_cell(gaps, other, len(rs)) if eq else "-"]  # fmt: skip
         return cells + [
-            self.vs_random(rs),
+            "-" if (v := self.vs_random_value(rs)) is None else f"{v:+.2f}",
             self.collapse_cell(rs),
             f"{min(_train_min(r) for r in rs):.1f}",
             " / ".join(f"{100 * other_share(r):.0f}%" for r in rs),
@@ -350,7 +347,7 @@ class Study:
         order = sorted(self.groups.values(), key=lambda rs: (rs[0]["policy"] != "full", ORDER[rs[0]["policy"]],
                                                              -rs[0]["n_epochs"], rs[0]["label"]))  # fmt: skip
         L += ["| " + " | ".join(self.row(rs)) + " |" for rs in order]
-        files = [f"{conv_run_id(r, r['seed'])}.json" for rs in order for r in rs if unstable(r)]
+        files = [f"{run_name(r)}.json" for rs in order for r in rs if unstable(r)]
         return L + [
             "",
             *([footnote(files), ""] if files else []),
@@ -372,12 +369,11 @@ class Study:
 
         def ours(policy: str, level: int) -> str:
             cfg = next((c for c in self.pruned_cfgs if c["policy"] == policy and c["label"] == f"p{level}"), None)
-            rs = self.groups.get(conv_run_id(cfg, 0).rsplit("-s", 1)[0]) if cfg else None
+            rs = self.groups.get(config_name(cfg)) if cfg else None
             if not rs or full_acc is None:
                 return "-"
-            p = 100 * float(np.mean([r["pruned"] for r in rs]))
             mark = " †" if self.collapses_of(rs) else ""
-            return f"{_acc(rs):.2f} ({_acc(rs) - full_acc:+.2f}) at {p:.1f}%{mark}"
+            return f"{mean_acc(rs):.2f} ({mean_acc(rs) - full_acc:+.2f}) at {pruned_pct(rs):.1f}%{mark}"
 
         def equal(level: int) -> str:
             n = round(self.E * (1 - level / 100))
@@ -385,7 +381,7 @@ class Study:
             if not g or full_acc is None:
                 return "-"
             gaps, other = same_machine_gaps(g, self.full)
-            return f"{_acc(g):.2f} ({self.gap_text(gaps, other, len(g)) or '-'}), {n} epochs"
+            return f"{mean_acc(g):.2f} ({self.gap_text(gaps, other, len(g)) or '-'}), {n} epochs"
 
         L = [
             "The paper's figures (SeTa paper, CIFAR-10, ResNet-18, 200 epochs; full data "
@@ -417,20 +413,14 @@ class Study:
         points: dict[str, list] = {}
         equal = []
         for rs in self.groups.values():
-            y = np.array([100 * r["test_acc"] for r in rs])
-            sd = float(y.std(ddof=1)) if len(y) > 1 else 0.0
             if rs[0]["policy"] != "full":
                 label = rs[0]["policy"] + (" target_keep" if "target_keep" in rs[0]["params"] else "")
-                points.setdefault(label, []).append(
-                    (100 * float(np.mean([r["pruned"] for r in rs])), float(y.mean()), sd)
-                )
+                points.setdefault(label, []).append((pruned_pct(rs), *acc_point(rs)))
             elif rs[0]["n_epochs"] < E:
-                equal.append((100 * (1 - rs[0]["n_epochs"] / E), float(y.mean()), sd))
+                equal.append((100 * (1 - rs[0]["n_epochs"] / E), *acc_point(rs)))
         if points or equal:
-            fy = np.array([100 * r["test_acc"] for r in self.full]) if self.full else None
             plot_vs_pruned(
-                figs / f"cifar10-{tag}-pruned.png", points, equal,
-                (float(fy.mean()), float(fy.std(ddof=1)) if len(fy) > 1 else 0.0) if fy is not None else None,
+                figs / f"cifar10-{tag}-pruned.png", points, equal, acc_point(self.full) if self.full else None,
                 {p: [(lv, v - PAPER_FULL) for lv, v in PAPER[p].items()] for p in PAPER},
                 f"{title}: accuracy against pruned %",
             )  # fmt: skip
@@ -444,7 +434,7 @@ class Study:
             return []
         L = ["Kept fraction per epoch (plan of seed 0):", ""]
         for r in sorted(guided, key=lambda r: (ORDER[r["policy"]], r["label"])):
-            es = self.collapsed.get(conv_run_id(r, r["seed"]), [])
+            es = self.collapsed.get(run_name(r), [])
             L.append(f"* {r['policy']} {r['label']} ({fmt_params(r['params'], 'defaults')}): "
                      + " ".join(f"{e['kept'] / e['n']:.2f}" for e in r["epochs"])
                      + (f" (collapsed after epoch {', '.join(map(str, es))})" if es else ""))  # fmt: skip
@@ -453,30 +443,30 @@ class Study:
     def calibration(self) -> list[str]:
         if not self.cal:
             return []
-        L = ["Settings chosen on the training losses of full data at E (seed 0; `calibrate`, the same grid "
-             "as the short study):", "", "| policy | level | setting | simulated pruned % |",
-             "| --- | --- | --- | --- |"]  # fmt: skip
-        for policy, levels in self.cal["levels"].items():
-            for lv, v in levels.items():
-                L.append(f"| {policy} | {lv}% | {fmt_params(v['params'], 'defaults')} | {100 * v['simulated']:.1f} |")
-        return L + [""]
+        return ["Settings chosen on the training losses of full data at E (seed 0; `calibrate`, the same grid "
+                "as the short study):", "", "| policy | level | setting | simulated pruned % |",
+                "| --- | --- | --- | --- |", *calibration_rows(self.cal), ""]  # fmt: skip
 
-    def checks(self) -> list[str]:
-        c = _checks(self.layout, self.section, self.tag, self.results)
-        problems = c["results_problems"] + [p for ps in c["run_dirs"].values() for p in ps]
-        consistency = [  # the curve's last point is the run's final test accuracy
-            f"{conv_run_id(r, r['seed'])}: last epoch's test accuracy {r['epochs'][-1]['test_acc']} != final "
-            f"{r['test_acc']}"
-            for r in self.results
-            if abs(r["epochs"][-1].get("test_acc", r["test_acc"]) - r["test_acc"]) > 1e-12
-        ]
-        samples = []
+    def sample_ratios(self) -> list[float]:
+        """Samples trained by each equal-compute full-data run over those of its pruned run (seed 0)."""
+        ratios = []
         for rs in self.groups.values():
             if rs[0]["policy"] != "full" and rs[0]["seed"] == 0:
                 n, eq = self.equal_compute(rs)
                 if eq and eq[0]["seed"] == 0 and n != self.E:
                     trained = [sum(e["streamed"] for e in r["epochs"]) for r in (eq[0], rs[0])]
-                    samples.append(trained[0] / trained[1])
+                    ratios.append(trained[0] / trained[1])
+        return ratios
+
+    def checks(self) -> list[str]:
+        c = _checks(self.layout, self.section, self.tag, self.results)
+        problems = c["results_problems"] + [p for ps in c["run_dirs"].values() for p in ps]
+        consistency = [  # the curve's last point is the run's final test accuracy
+            f"{run_name(r)}: last epoch's test accuracy {r['epochs'][-1]['test_acc']} != final {r['test_acc']}"
+            for r in self.results
+            if abs(r["epochs"][-1].get("test_acc", r["test_acc"]) - r["test_acc"]) > 1e-12
+        ]
+        samples = self.sample_ratios()
         L = [
             f"Checks (`benchmarks/quality/checks.py`, written to "
             f"`docs/quality-runs/{self.section.folder}/checks.json`): "
@@ -493,9 +483,9 @@ class Study:
         if samples:
             L += [f"Samples trained by each equal-compute full-data run over those of its pruned run (seed 0): "
                   f"{min(samples):.3f} to {max(samples):.3f} (1 = the same compute; whole epochs).", ""]  # fmt: skip
-        shared = [f"`{conv_run_id(r, r['seed'])}` ({100 * other_share(r):.0f}%)" for r in self.results
+        shared = [f"`{run_name(r)}` ({100 * other_share(r):.0f}%)" for r in self.results
                   if other_share(r) > SHARED]  # fmt: skip
-        resumed = [f"`{conv_run_id(r, r['seed'])}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
+        resumed = [f"`{run_name(r)}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
                    for r in self.results if r.get("resumed")]  # fmt: skip
         return L + [f"Runs that shared the machine with other work (other processes used more than "
                     f"{100 * SHARED:.0f}% of the machine's cores on average): "

@@ -9,14 +9,12 @@ spread, full data at E, the second set, shorter full data) in a list below the t
 
 from __future__ import annotations
 
-import numpy as np
-
 from benchmarks.instability import MARK, footnote, unstable
 
-from .configs import conv_run_id
-from .docs import scaled_mean, splice
+from .docs import and_list, mean_acc, row, splice
 from .layout import Layout
-from .reading import Reading, and_list, by_seed, gap, mean_gap, name, paired, pct, readings
+from .reading import Reading, by_seed, gap, mean_gap, name, paired, pct, readings, seed_list, seeds_of
+from .report_converged import pruned_pct, run_name
 
 
 def _row(rd: Reading, rs: list[dict]) -> str:
@@ -36,19 +34,17 @@ def _row(rd: Reading, rs: list[dict]) -> str:
     bad = rd.collapsed(rs)
     note = "-"
     if bad:
-        rest, without = rd.s.without_collapsed(rs)
-        note = f"test accuracy fell to chance: seed {'/'.join(str(r['seed']) for r in bad)}"
-        note += f"; without it {gap(without)}" if rest and without is not None else "; no seed left without it"
+        without = rd.s.without_collapsed(rs)[1]
+        note = f"test accuracy fell to chance: seed {seeds_of(bad)}"
+        note += "; no seed left without it" if without is None else f"; without it {gap(without)}"
     mark = f" {MARK}" if any(unstable(r) for r in rs) else ""  # the instability scan
-    cells = [rd.s.title(), name(rs[0]) + mark, f"{100 * float(np.mean([r['pruned'] for r in rs])):.1f}",
-             f"{gap(g)} ({by_seed(p)})", spread, eq_cell, "-" if v is None else gap(v), note]  # fmt: skip
-    return "| " + " | ".join(cells) + " |"
+    return row([rd.s.title(), name(rs[0]) + mark, f"{pruned_pct(rs):.1f}", f"{gap(g)} ({by_seed(p)})", spread,
+                eq_cell, "-" if v is None else gap(v), note])  # fmt: skip
 
 
 def _facts(rd: Reading) -> str:
-    seeds = sorted({r["seed"] for r in rd.s.results})
     state = {True: "full data has converged (E to 2E)", False: "full data still improves from E to 2E"}
-    text = (f"* {rd.s.title()} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    text = (f"* {rd.s.title()} ({seed_list(rd.s.results)}"
             f"{'' if rd.converged() else ' so far'}): {state.get(rd.converged(), 'no run at 2E yet')}; full data at "
             f"E {pct(rd.full_acc)}%")  # fmt: skip
     if rd.noise is not None and rd.converged():
@@ -59,7 +55,7 @@ def _facts(rd: Reading) -> str:
                  f"{rd.second_set()}")  # fmt: skip
     shortest = rd.fulls[0] if rd.fulls and rd.fulls[0][0]["n_epochs"] < rd.E else None
     if shortest and rd.converged():
-        a = scaled_mean([r["test_acc"] for r in shortest])
+        a = mean_acc(shortest)
         text += (f". Full data trained for {shortest[0]['n_epochs']} of the {rd.E} epochs scored {pct(a)}% "
                  f"({gap(a - rd.full_acc)} against E)")  # fmt: skip
     bad = [rs for rs in rd.pruned if rd.collapsed(rs)]
@@ -81,7 +77,7 @@ def results_lines(layout: Layout) -> list[str]:
     ]
     for r in rd:
         L += [_row(r, rs) for rs in r.pruned]
-    files = [f"{r.s.section.folder}/{conv_run_id(x, x['seed'])}.json" for r in rd for rs in r.pruned for x in rs
+    files = [f"{r.s.section.folder}/{run_name(x)}.json" for r in rd for rs in r.pruned for x in rs
              if unstable(x)]  # fmt: skip
     return [*L, "", *([footnote(files), ""] if files else []), *[_facts(r) for r in rd]]
 
