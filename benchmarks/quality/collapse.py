@@ -68,13 +68,7 @@ class Probe:
         if self.forks:
             if self._last is not None:
                 self._prev = self._last[2:]
-            self._last = (
-                copy.deepcopy(model.state_dict()),
-                [copy.deepcopy(o.state_dict()) for o in opts],
-                x,
-                y,
-                w,
-            )
+            self._last = (copy.deepcopy(model.state_dict()), [copy.deepcopy(o.state_dict()) for o in opts], x, y, w)
         if len(y) < self.batch and len(y) < self.drop_below:
             self.skipped += 1
             return False
@@ -158,7 +152,7 @@ def _step(model: Any, opts: list, x: Any, y: Any, w: Any, device: str, clip: flo
           nominal: int | None = None) -> float:  # fmt: skip
     """One training step on (x, y, w) exactly as train_run makes it; returns the gradient norm.
     ``clip``: the gradient is scaled down to this norm first, where it is larger; ``nominal``:
-    the weighted losses are summed and divided by this batch size instead of averaged."""
+    the weighted losses are divided by this batch size instead of averaged (the library's remedy)."""
     import torch
     import torch.nn.functional as F
 
@@ -168,10 +162,7 @@ def _step(model: Any, opts: list, x: Any, y: Any, w: Any, device: str, clip: flo
     losses = F.cross_entropy(model(x.to(device)), y, reduction="none").float()
     for o in opts:
         o.zero_grad(set_to_none=True)
-    if nominal is None:
-        seta.weighted_mean(losses, w).backward()
-    else:
-        ((losses * torch.as_tensor(w, dtype=losses.dtype)).sum() / nominal).backward()
+    seta.weighted_mean(losses, w, batch_size=nominal).backward()
     norm = float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in model.parameters() if p.grad is not None)))
     if clip is not None and norm > clip:
         for p in model.parameters():
