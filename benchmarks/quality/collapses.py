@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,10 +193,6 @@ def _pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}"
 
 
-def _lr(x: float) -> str:
-    return f"{x:.3g}"
-
-
 def collapse_rows(col: list[Event], experiments: list[dict], metric: str = "acc %") -> list[str]:
     """The table of collapses: one row per collapse event."""
     L = [
@@ -218,7 +215,7 @@ def collapse_rows(col: list[Event], experiments: list[dict], metric: str = "acc 
                 + " (see the causes below)") if hits else "none yet"  # fmt: skip
         L.append(
             f"| `{t.run}` | {t.study} | {e} | {before} -> **{_pct(t.metric[e])}** -> {after} | {plan} "
-            f"| {window(t.policy, t.params, e, t.phase[e])} | {w:g} | {_lr(t.lr(e))} -> {_lr(t.lr(e + 1))} "
+            f"| {window(t.policy, t.params, e, t.phase[e])} | {w:g} | {t.lr(e):.3g} -> {t.lr(e + 1):.3g} "
             f"| {loss} | {_pct(t.final)} | {checked} | {exps} |"
         )
     return L
@@ -261,10 +258,6 @@ def experiment_lines(experiments: list[dict], collapsed: set[tuple[str, int]], s
     return L + [""]
 
 
-def image_lr(n_epochs: int) -> Callable[[float], float]:
-    return lambda t: lr_at(t, n_epochs, IMAGE_PEAK_LR)
-
-
 def converged_trace(r: dict, run: str, study: str, checked: dict[str, list[str]] | None = None) -> Trace | None:
     """The trace of a converged-study result (None without a per-epoch test accuracy)."""
     eps = r["epochs"]
@@ -274,18 +267,15 @@ def converged_trace(r: dict, run: str, study: str, checked: dict[str, list[str]]
     ok = None if checked is None or run not in checked else not checked[run]
     return Trace(run, study, r["policy"], r["params"], r["seed"], [e["test_acc"] for e in eps], 0.1,
                  [e["kept"] / e["n"] for e in eps], [e["phase"] for e in eps], [e["train_loss"] for e in eps],
-                 image_lr(n), r["test_acc"], ok)  # fmt: skip
+                 lambda t: lr_at(t, n, IMAGE_PEAK_LR), r["test_acc"], ok)  # fmt: skip
 
 
 def policy_counts(traces: list[Trace], col: list[Event]) -> str:
     """'seta 5 of 40, infobatch 1 of 6, ...': collapsed runs per policy among the runs with a curve."""
     hit = {id(ev.trace) for ev in col}  # a run id can stand in several studies (folders)
-    per: dict[str, list[int]] = {}
-    for t in traces:
-        c = per.setdefault(t.policy, [0, 0])
-        c[0] += id(t) in hit
-        c[1] += 1
-    return ", ".join(f"{p} {per[p][0]} of {per[p][1]}" for p in sorted(per, key=ORDER.get))
+    runs = Counter(t.policy for t in traces)
+    hits = Counter(t.policy for t in traces if id(t) in hit)
+    return ", ".join(f"{p} {hits[p]} of {runs[p]}" for p in sorted(runs, key=ORDER.get))
 
 
 #: The experiments behind each collapsed run (by run id): ``collapse``'s command-line arguments.
