@@ -144,6 +144,7 @@ class Reading:
         )
         self.fulls = sorted((rs for rs in study.groups.values() if rs[0]["policy"] == "full"),
                             key=lambda rs: rs[0]["n_epochs"])  # fmt: skip
+        self.shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]  # full data, fewer epochs than E
         two = [rs for rs in study.groups.values() if len(rs) > 1]
         spreads = [(max(acc(r) for r in rs) - min(acc(r) for r in rs), rs) for rs in two]
         self.noise: float | None = max(x for x, _ in spreads) if spreads else None
@@ -203,6 +204,14 @@ class Reading:
             return ""
         return (" Not compared, because the pruned run and its equal-compute full-data run ran on different "
                 "machines: " + and_list(left) + ".")  # fmt: skip
+
+    def shortest_note(self) -> str:
+        """'. Full data trained for 18 of the 36 epochs scored ...' where such a run exists, else ''."""
+        if not self.shorter:
+            return ""
+        a = mean_acc(self.shorter[0])
+        return (f". Full data trained for {self.shorter[0][0]['n_epochs']} of the {self.E} epochs scored {pct(a)}% "
+                f"({gap(a - self.full_acc)} against E)")  # fmt: skip
 
     def beyond(self, x: float) -> bool:
         return self.noise is not None and abs(x) > self.noise + 1e-9
@@ -340,12 +349,10 @@ class Reading:
         text = (f"{head} {pct(a)}% at E = {self.E} epochs and {pct(b)}% at 2E = {2 * self.E} (the seeds with both "
                 f"runs): {gap(b - a)} point ({per}). Training loss of the last epoch: {loss(both):.2f} nats at E, "
                 f"{loss(both2):.2f} at 2E.")  # fmt: skip
-        shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
-        if shorter:
-            listed = self.fulls
-            accs = [mean_acc(rs) for rs in listed]
-            best = max(listed, key=mean_acc)
-            text += (f" Full data at {' / '.join(str(rs[0]['n_epochs']) for rs in listed)} epochs: "
+        if shorter := self.shorter:
+            accs = [mean_acc(rs) for rs in self.fulls]
+            best = max(self.fulls, key=mean_acc)
+            text += (f" Full data at {' / '.join(str(rs[0]['n_epochs']) for rs in self.fulls)} epochs: "
                      f"{' / '.join(pct(a) for a in accs)}%, a spread of {pct(max(accs) - min(accs))} point "
                      f"(best: {best[0]['n_epochs']} epochs).")  # fmt: skip
             low = [rs for rs in shorter if self.noise is not None and self.full_acc - mean_acc(rs) > self.noise]
@@ -425,8 +432,7 @@ class Reading:
         if not self.beyond(best[1]) or best[1] < 0:
             text += (f" No pruned configuration beat full data at equal compute by more than the seed spread "
                      f"(largest: {self.cname(best[0])}, {gap(best[1])}).")  # fmt: skip
-        shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]
-        if len(shorter) > 1:
+        if len(shorter := self.shorter) > 1:
             accs = [mean_acc(rs) for rs in shorter]
             low = min(shorter, key=mean_acc)
             text += (f" The full-data references ({shorter[0][0]['n_epochs']}-{shorter[-1][0]['n_epochs']} epochs) "
@@ -454,10 +460,7 @@ class Reading:
             text += "Every one within the seed spread."
         if not any(v > 0 and self.beyond(v) for _, v in items):
             text += " No loss-guided configuration beat dynamic random by more than the seed spread."
-        rrand = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
-        vs = [f"{name(r)} {gap(acc(r) - acc(rrand[r['seed']]))} (seed {r['seed']})" for r in self.reruns
-              if r["policy"] not in ("full", "random") and r["seed"] in rrand]  # fmt: skip
-        if vs:
+        if vs := [f"{name(r)} {gap(g)} (seed {r['seed']})" for r, g in self.vs_rerun("random")]:
             text += f" On the second set, against the rerun of dynamic random of the same seed: {and_list(vs)}."
         return [text, ""]
 
@@ -487,10 +490,7 @@ class Reading:
                      f"{gap(self.rerun_shift())} above the same runs of the study, so compared only among "
                      f"themselves), every rerun pruned configuration was below the rerun of full data: "
                      f"{self.second_set()}")  # fmt: skip
-        shortest = self.fulls[0] if self.fulls and self.fulls[0][0]["n_epochs"] < self.E else None
-        if shortest:
-            text += (f". Full data trained for {shortest[0]['n_epochs']} of the {self.E} epochs scored "
-                     f"{pct(mean_acc(shortest))}% ({gap(mean_acc(shortest) - self.full_acc)} against E)")  # fmt: skip
+        text += self.shortest_note()
         eq = [g for rs in self.pruned if (g := self.gap_equal(rs)[2]) is not None]
         vr = [v for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
         if eq and not any(g > 0 and self.beyond(g) for g in eq):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from benchmarks.instability import MARK, footnote, unstable
 
-from .docs import and_list, mean_acc, row, splice
+from .docs import and_list, row, splice
 from .layout import Layout
 from .reading import Reading, by_seed, gap, mean_gap, name, paired, pct, readings, seed_list, seeds_of
 from .report_converged import pruned_pct, run_name
@@ -53,11 +53,8 @@ def _facts(rd: Reading) -> str:
         text += (f". A second set of {len(rd.reruns)} runs repeated later (on average {gap(rd.rerun_shift())} above "
                  f"the same runs of the study, so compared only among themselves), against its own full data: "
                  f"{rd.second_set()}")  # fmt: skip
-    shortest = rd.fulls[0] if rd.fulls and rd.fulls[0][0]["n_epochs"] < rd.E else None
-    if shortest and rd.converged():
-        a = mean_acc(shortest)
-        text += (f". Full data trained for {shortest[0]['n_epochs']} of the {rd.E} epochs scored {pct(a)}% "
-                 f"({gap(a - rd.full_acc)} against E)")  # fmt: skip
+    if rd.converged():
+        text += rd.shortest_note()
     bad = [rs for rs in rd.pruned if rd.collapsed(rs)]
     if bad and rd.converged():
         text += f". {and_list([name(rs[0]) for rs in bad])}: a run fell to chance, counted in its gap at E"
