@@ -235,6 +235,11 @@ def noisy_share(rows: list[dict]) -> float | None:
     return sum(x["plan_noisy_kept"] for x in rows) / t if t else None
 
 
+def noisy_kept(x: dict) -> float:
+    """Noisy samples among an epoch's planned ones (labels)."""
+    return x["plan_noisy_kept"] / max(x["plan_kept"], 1)
+
+
 def last_active(r: dict) -> dict | None:
     a = active_epochs(r)
     return a[-1] if a else None
@@ -401,8 +406,7 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
         out.append(row([*_lead_cells(k, g), ms([r1(r) for r in g]), paired(g, full2, r1).text(),
                         ", ".join(str(m) for m in most), share, f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if noise
                         else "-"]))  # fmt: skip
-    note = _unstable_note(list(groups.values()))
-    return [*out, "", *note, *([""] if note else [])]
+    return [*out, "", *_unstable_note(list(groups.values()))]
 
 
 def _lead_cells(k: tuple, g: list[dict]) -> list[str]:
@@ -417,9 +421,9 @@ def _marked(k: tuple, g: list[dict]) -> str:
 
 
 def _unstable_note(gs: list[list[dict]]) -> list[str]:
-    """The footnote under a table whose rows hold the runs ``gs`` (none where no run is unstable)."""
+    """The footnote under a table whose rows hold the runs ``gs`` and a blank line (none where no run is unstable)."""
     files = sorted({f"{r.get('id', '?')}.json" for g in gs for r in g if unstable(r)})
-    return [footnote(files)] if files else []
+    return [footnote(files), ""] if files else []
 
 
 def _rule_cells(g: list[dict]) -> tuple[bool, float | None, float | None, list, float | None, float | None]:
@@ -460,30 +464,16 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
             ("-" if not noise else f"{100 * share:.1f}" if share is not None else "-")
             + (f" / {100 * after:.1f}" if rule and noise and after is not None else ""),
             f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule and noise else (sus if rule else "-")]))  # fmt: skip
-    lines.append("")
-    if note := _unstable_note([groups[k] for k in keys]):
-        lines += [*note, ""]
+    lines += ["", *_unstable_note([groups[k] for k in keys])]
     E = len(main[0]["rows"]) if main else 0
-    head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
 
-    def table(title: str, cell: Callable[[list[dict], int], str], only_rule: bool = False) -> list[str]:
-        out = [title, "", *head]
-        for k in keys:
-            g = groups[k]
-            if only_rule and not is_rule(g[0]):
-                continue
-            out.append(f"| {_marked(k, g)} | {_setting(k)} | " + " | ".join(cell(g, e) for e in range(E)) + " |")
-        shown = [groups[k] for k in keys if not only_rule or is_rule(groups[k][0])]
-        return out + ["", *_unstable_note(shown), *([""] if _unstable_note(shown) else [])]
+    def table(title: str, cell: Callable[[list[dict], int], str], keys: list[tuple] = keys) -> list[str]:
+        return _epoch_table(title, groups, keys, E, cell)
 
-    lines += table(
-        "Mean R@1 after each epoch (mean over seeds):",
-        lambda g, e: f"{np.mean([50 * (r['rows'][e]['i2t_r1'] + r['rows'][e]['t2i_r1']) for r in g]):.1f}",
-    )
-    lines += table(
-        "Kept fraction per epoch (plan, mean over seeds):",
-        lambda g, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in g]):.2f}",
-    )
+    lines += table("Mean R@1 after each epoch (mean over seeds):",
+                   lambda g, e: f"{np.mean([r1(r['rows'][e]) for r in g]):.1f}")  # fmt: skip
+    lines += table("Kept fraction per epoch (plan, mean over seeds):",
+                   lambda g, e: f"{np.mean([r['rows'][e]['kept'] / r['rows'][e]['n'] for r in g]):.2f}")  # fmt: skip
     if noise:
         lines += table("Mismatched % of the pairs the loader delivered, per epoch (mean over seeds):",
                        lambda g, e: f"{100 * np.mean([r['rows'][e]['mismatched_share'] for r in g]):.1f}")  # fmt: skip
@@ -501,7 +491,25 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     return lines + table("Suspected pairs per epoch" + (": count: precision/recall against `noise.parquet`" if noise
                                                         else " (every one a clean pair)")
                          + " (mean over seeds; the plan's rows with reason `suspected_noise` or `noise_recheck`):",
-                         pr, only_rule=True)  # fmt: skip
+                         pr, [k for k in keys if is_rule(groups[k][0])])  # fmt: skip
+
+
+def _epoch_table(
+    title: str,
+    groups: dict,
+    keys: list[tuple],
+    E: int,
+    cell: Callable[[list[dict], int], str],
+    extra: tuple[list[str], Callable[[list[dict]], list[str]]] = ([], lambda g: []),
+) -> list[str]:
+    """A table with a row per configuration of ``keys`` and a column per epoch (``cell(runs, epoch)``),
+    then the ``extra`` columns (names, cells of a row's runs), and its footnote."""
+    lines = [title, "", row(["policy", "setting", *(f"e{e}" for e in range(E)), *extra[0]]),
+             row(["---"] * (E + 2 + len(extra[0])))]  # fmt: skip
+    for k in keys:
+        lines.append(row([_marked(k, groups[k]), _setting(k), *(cell(groups[k], e) for e in range(E)),
+                          *extra[1](groups[k])]))  # fmt: skip
+    return [*lines, "", *_unstable_note([groups[k] for k in keys])]
 
 
 def _pairs_targets(pairs: list[dict]) -> list[str]:
@@ -575,7 +583,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                 verdict += _silent(v, k)
             rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict])
     note = _unstable_note(list(rule20.values()) + [v for v in g0.values() if is_rule(v[0])])
-    return ["#### Targets (issue 26)", "", *TARGET_HEAD, *map(row, rows), "", *([*note, ""] if note else [])]
+    return ["#### Targets (issue 26)", "", *TARGET_HEAD, *map(row, rows), "", *note]
 
 
 def _silent(v: list[dict], k: tuple) -> str:
@@ -719,23 +727,15 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                     [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", v]
                 )
                 target_groups.append(g)
-        note = _unstable_note([groups[k] for k in keys])
-        lines += ["", *note, *([""] if note else [])]
-        head = ["| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |", "| --- | --- |" + " --- |" * E]
-        lines += ["Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):", "", *head]
-        for k in keys:
-            g = groups[k]
-            share = [
-                np.mean([r["rows"][e]["plan_noisy_kept"] / max(r["rows"][e]["plan_kept"], 1) for r in g])
-                for e in range(E)
-            ]
-            lines.append(row([_marked(k, g), _setting(k), *(f"{100 * x:.1f}" for x in share)]))
-        lines += ["", *note, *([""] if note else [])]
+        lines += ["", *_unstable_note([groups[k] for k in keys])]
+        title = "Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):"
+        lines += _epoch_table(
+            title, groups, keys, E, lambda g, e: f"{100 * np.mean([noisy_kept(x['rows'][e]) for x in g]):.1f}"
+        )
         lines += _curve_lines(groups, keys, E)
     if targets:
         lines += ["#### Target (issue 26)", "", *TARGET_HEAD, *map(row, targets), ""]
-        if note := _unstable_note(target_groups):
-            lines += [*note, ""]
+        lines += _unstable_note(target_groups)
     left, todo = (
         [x for x in left_out if not x.startswith("`pairs-")],
         [x for x in missing if not x.startswith("pairs-")],
@@ -752,24 +752,18 @@ def _curve_lines(groups: dict, keys: list[tuple], E: int) -> list[str]:
     """Test accuracy after every epoch (runs that record it), and full data's best epoch: whether
     full data has stopped rising, and by how much it fell from its best by the end."""
     keys = [k for k in keys if all(r["rows"][0].get("test_acc") is not None for r in groups[k])]
-    if not keys:
-        return []
-    lines = [
-        "Test accuracy after every epoch (%, mean over seeds):",
-        "",
-        "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " | best epoch (best) | end - best |",
-        "| --- | --- |" + " --- |" * (E + 2),
-    ]
-    for k in keys:
-        curve = [float(np.mean([100 * r["rows"][e]["test_acc"] for r in groups[k]])) for e in range(E)]
-        best = int(np.argmax(curve))
-        lines.append(
-            f"| {_marked(k, groups[k])} | {_setting(k)} | "
-            + " | ".join(f"{x:.1f}" for x in curve)
-            + f" | e{best} ({curve[best]:.1f}) | {curve[-1] - curve[best]:+.1f} |"
-        )
-    note = _unstable_note([groups[k] for k in keys])
-    return [*lines, "", *note, *([""] if note else [])]
+
+    def curve(g: list[dict], e: int) -> float:
+        return float(np.mean([100 * r["rows"][e]["test_acc"] for r in g]))
+
+    def best(g: list[dict]) -> list[str]:
+        c = [curve(g, e) for e in range(E)]
+        b = int(np.argmax(c))
+        return [f"e{b} ({c[b]:.1f})", f"{c[-1] - c[b]:+.1f}"]
+
+    extra = (["best epoch (best)", "end - best"], best)
+    title = "Test accuracy after every epoch (%, mean over seeds):"
+    return _epoch_table(title, groups, keys, E, lambda g, e: f"{curve(g, e):.1f}", extra) if keys else []
 
 
 # ------------------------------------------------------------------------------ writing
@@ -910,7 +904,7 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *lines,
         "",
-        *(f"* {x}" for x in _unstable_note(shown)),
+        *(f"* {x}" for x in _unstable_note(shown)[:1]),
     ]
     if pairs:
         d = pairs[0]["data"]
