@@ -147,21 +147,18 @@ class Reading:
         self.shorter = [rs for rs in self.fulls if rs[0]["n_epochs"] < self.E]  # full data, fewer epochs than E
         two = [rs for rs in study.groups.values() if len(rs) > 1]
         spreads = [(max(acc(r) for r in rs) - min(acc(r) for r in rs), rs) for rs in two]
-        self.noise: float | None = max(x for x, _ in spreads) if spreads else None
-        self.noise_rs: list[dict] | None = max(spreads, key=lambda x: x[0])[1] if spreads else None
+        self.noise, self.noise_rs = max(spreads, key=lambda x: x[0]) if spreads else (None, None)
         self.sds = [float(np.std([acc(r) for r in rs], ddof=1)) for rs in two]
         self.reruns = sorted((r for r in reruns if run_name(r).startswith(f"cifar10-{study.tag}-")),
                              key=lambda r: (ORDER[r["policy"]], r["label"], r["seed"]))  # fmt: skip
         self.rerun_full = {r["seed"]: r for r in self.reruns if r["policy"] == "full" and r["n_epochs"] == self.E}
         self.rerun_random = {r["seed"]: r for r in self.reruns if r["policy"] == "random"}
+        self.full2 = study.full_at(2 * self.E)
 
     # ---------------------------------------------------------------- facts
-    def full2(self) -> list[dict] | None:
-        return self.s.full_at(2 * self.E)
-
     def converged(self) -> bool | None:
         """Every seed with a run at E and 2E gains at most CRITERION (None without such a pair)."""
-        p = paired(self.full2() or [], self.s.full)
+        p = paired(self.full2 or [], self.s.full)
         return None if not p else all(v <= CRITERION for v in p.values())
 
     def collapsed(self, rs: list[dict]) -> list[dict]:
@@ -180,12 +177,6 @@ class Reading:
 
     def gap_full(self, rs: list[dict]) -> float:
         return mean_acc(rs) - self.full_acc
-
-    def gap_equal(self, rs: list[dict]) -> tuple[int, list[dict] | None, float | None]:
-        """(the equal-compute epochs, their runs, the mean of the gaps paired by seed over the seeds
-        whose two runs ran on one machine, or None without such a seed)."""
-        n, eq, gaps, _ = self.s.equal_gap(rs)
-        return n, eq, mean_gap(gaps)
 
     def equal_without_collapses(self, rs: list[dict]) -> dict[int, float]:
         """seed -> gap to full data at equal compute, runs of one machine only, without the seeds
@@ -332,7 +323,7 @@ class Reading:
         return "; second set " + ", ".join(mine) if mine else ""
 
     def convergence_par(self) -> list[str]:
-        full, full2 = self.s.full, self.full2()
+        full, full2 = self.s.full, self.full2
         if not full or not full2:
             return []
         p = paired(full2, full)
@@ -369,20 +360,19 @@ class Reading:
 
     def classify(self, items: list[tuple[list[dict], float, dict[int, float]]]) -> list[str]:
         """Sentences sorting configurations by side and size against the seed spread."""
+        sizes = ["by more than the seed spread", "by more than the seed spread, within 2 SE of its paired gaps",
+                 "within the seed spread"]  # fmt: skip
         groups: dict[str, list[str]] = {}
         for rs, g, p in items:
-            size = "by more than the seed spread" if self.beyond(g) else "within the seed spread"
-            if self.beyond(g) and len(p) > 1 and not beyond_2se(p):
-                size = "by more than the seed spread, within 2 SE of its paired gaps"
+            size = sizes[2] if not self.beyond(g) else sizes[1] if len(p) > 1 and not beyond_2se(p) else sizes[0]
             groups.setdefault(f"{side(p)}, {size}", []).append(name(rs[0]))
-        order = ["below on every seed, by more than the seed spread",
-                 "below on every seed, by more than the seed spread, within 2 SE of its paired gaps",
-                 "below on every seed, within the seed spread",
-                 "seeds on both sides, within the seed spread", "seeds on both sides, by more than the seed spread",
-                 "above on every seed, within the seed spread",
-                 "above on every seed, by more than the seed spread, within 2 SE of its paired gaps",
-                 "above on every seed, by more than the seed spread",
-                 "one seed, within the seed spread", "one seed, by more than the seed spread"]  # fmt: skip
+        # from the largest deficit to the largest gain: below most resolved first, above least resolved first
+        order = (
+            [f"below on every seed, {x}" for x in sizes]
+            + [f"seeds on both sides, {x}" for x in sizes[2::-2]]
+            + [f"above on every seed, {x}" for x in sizes[::-1]]
+            + [f"one seed, {x}" for x in sizes[2::-2]]
+        )
         return [f"{k}: {and_list(groups[k])}" for k in order if k in groups]
 
     def second_set(self) -> str:
@@ -491,7 +481,7 @@ class Reading:
                      f"themselves), every rerun pruned configuration was below the rerun of full data: "
                      f"{self.second_set()}")  # fmt: skip
         text += self.shortest_note()
-        eq = [g for rs in self.pruned if (g := self.gap_equal(rs)[2]) is not None]
+        eq = [g for rs in self.pruned if (g := mean_gap(self.s.equal_gap(rs)[2])) is not None]
         vr = [v for rs in self.pruned if (v := self.s.vs_random_value(rs)) is not None]
         if eq and not any(g > 0 and self.beyond(g) for g in eq):
             text += "; no pruned configuration beat full data at equal compute by more than the seed spread"
@@ -501,7 +491,7 @@ class Reading:
 
     def improving_par(self) -> list[str]:
         """A study whose full data still improves from E to 2E (so far): its gaps, collapses marked."""
-        full, full2 = self.s.full, self.full2()
+        full, full2 = self.s.full, self.full2
         if not full:
             return []
         text = f"**Where full data still improves ({self.s.title()}; {seed_list(self.s.results)} so far).** "
@@ -530,7 +520,7 @@ class Reading:
             text += (f" Against dynamic random at the same pruned % (configurations without a collapsed run"
                      f"{self.random_note()}): ") + "; ".join(
                 f"{self.cname(rs)} {gap(v)}" for rs, v in vr) + "."  # fmt: skip
-        eq = [rs for rs in self.pruned if self.gap_equal(rs)[1]]
+        eq = [rs for rs in self.pruned if self.s.equal_compute(rs)[1]]
         eq_ok = [(rs, g) for rs in eq if (g := self.equal_without_collapses(rs))]
         if eq_ok:
             text += (
