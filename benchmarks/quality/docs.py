@@ -37,6 +37,11 @@ def mean_acc(rs: list[dict]) -> float:
     return scaled_mean([r["test_acc"] for r in rs])
 
 
+def last_loss(rs: list[dict]) -> float:
+    """The runs' mean training loss of their last epoch."""
+    return float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))
+
+
 def splice(doc: Path, begin: str, end: str, lines: list[str], title: str = "", skip_missing: bool = False) -> None:
     """Replace what stands between the markers ``begin`` and ``end`` of ``doc`` by ``lines``. Where
     the markers are absent they are appended (a missing doc starts with ``# title``), or, with

@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.instability import MARK, footnote, unstable
 
-from .docs import ORDER, and_list, load_results, mean_acc
+from .docs import ORDER, and_list, last_loss, load_results, mean_acc
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
@@ -327,7 +327,6 @@ class Reading:
         if not full or not full2:
             return []
         p = paired(full2, full)
-        loss = lambda rs: float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))  # noqa: E731
         ok = self.converged()
         head = ("**Full data has converged by the criterion.**" if ok else
                 f"**Full data has NOT converged by the criterion** (at most +{CRITERION} from E to 2E on every "
@@ -338,8 +337,8 @@ class Reading:
         per = ", ".join(f"seed {r['seed']}: {pct(acc(r))} -> {pct(acc(r) + p[r['seed']])}"
                         for r in sorted(both, key=lambda r: r["seed"]))  # fmt: skip
         text = (f"{head} {pct(a)}% at E = {self.E} epochs and {pct(b)}% at 2E = {2 * self.E} (the seeds with both "
-                f"runs): {gap(b - a)} point ({per}). Training loss of the last epoch: {loss(both):.2f} nats at E, "
-                f"{loss(both2):.2f} at 2E.")  # fmt: skip
+                f"runs): {gap(b - a)} point ({per}). Training loss of the last epoch: {last_loss(both):.2f} nats at E, "
+                f"{last_loss(both2):.2f} at 2E.")  # fmt: skip
         if shorter := self.shorter:
             accs = [mean_acc(rs) for rs in self.fulls]
             best = max(self.fulls, key=mean_acc)

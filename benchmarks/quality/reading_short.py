@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .data import DATASETS
-from .docs import and_list, group, load_results, scaled_mean
+from .docs import and_list, group, last_loss, load_results, mean_acc, scaled_mean
 from .layout import Layout
 from .report import splice, vs_random
 
@@ -50,37 +50,25 @@ class Short:
         g = self.runs(ds, noisy, policy, label)
         return g[0] if g else None
 
-    @staticmethod
-    def acc(rs: list[dict]) -> float:
-        return scaled_mean([r["test_acc"] for r in rs])
-
-    @staticmethod
-    def pruned(rs: list[dict], key: str = "pruned") -> float:
-        return scaled_mean([r[key] for r in rs])
-
     def vs_random(self, ds: str, rs: list[dict]) -> str:
         return vs_random(self.groups, ds, rs)
 
-    @staticmethod
-    def spread(rs: list[dict]) -> float:
-        a = [100 * r["test_acc"] for r in rs]
-        return max(a) - min(a)
 
-    @staticmethod
-    def sd(rs: list[dict]) -> float:
-        return float(np.std([100 * r["test_acc"] for r in rs], ddof=1))
-
-    @staticmethod
-    def time_vs_full(rs: list[dict], full: list[dict]) -> float:
-        return float(np.min([r["seconds"] for r in rs]) / np.min([r["seconds"] for r in full]))
-
-    @staticmethod
-    def last_loss(rs: list[dict]) -> float:
-        return float(np.mean([r["epochs"][-1]["train_loss"] for r in rs]))
+def pruned(rs: list[dict], key: str = "pruned") -> float:
+    return scaled_mean([r[key] for r in rs])
 
 
-def _j(xs: list[str], sep: str = " / ") -> str:
-    return sep.join(xs)
+def spread(rs: list[dict]) -> float:
+    a = [100 * r["test_acc"] for r in rs]
+    return max(a) - min(a)
+
+
+def sd(rs: list[dict]) -> float:
+    return float(np.std([100 * r["test_acc"] for r in rs], ddof=1))
+
+
+def time_vs_full(rs: list[dict], full: list[dict]) -> float:
+    return float(np.min([r["seconds"] for r in rs]) / np.min([r["seconds"] for r in full]))
 
 
 def regime(sh: Short) -> list[str]:
@@ -91,8 +79,8 @@ def regime(sh: Short) -> list[str]:
     secs = float(np.min([r["seconds"] for r in cf]))
     L = [
         f"**The regime.** These are small models on 2 CPU cores, trained for a few epochs: the full-data CIFAR-10 "
-        f"run reaches {sh.acc(cf):.2f}% test accuracy in {len(cf[0]['epochs'])} epochs ({secs:.0f} s of wall time, "
-        f"the fastest seed), and the SST-2 model {sh.acc(sf):.2f}% on GLUE's dev sentences. The papers train "
+        f"run reaches {mean_acc(cf):.2f}% test accuracy in {len(cf[0]['epochs'])} epochs ({secs:.0f} s of wall time, "
+        f"the fastest seed), and the SST-2 model {mean_acc(sf):.2f}% on GLUE's dev sentences. The papers train "
         "ResNet-18 for 200 epochs (95.6% on CIFAR-10, the SeTa paper). In a schedule this short every pruned "
         "sample is a gradient step that is never made, so every policy loses more accuracy than the papers report "
         "at the same pruned %. That is why dynamic random is the baseline that matters here: it prunes the same "
@@ -103,7 +91,7 @@ def regime(sh: Short) -> list[str]:
     ]
     cal = json.loads((sh.layout.results / "cifar10-calibration.json").read_text())
     seta = sh.runs("cifar10", False, "seta")
-    measured = [f"{sh.pruned(rs):.1f}" for rs in seta]
+    measured = [f"{pruned(rs):.1f}" for rs in seta]
     simulated = [
         f"{100 * v['simulated']:.1f}" for v in cal["levels"]["seta"].values()
         if any(rs[0]["params"] == v["params"] for rs in seta)
@@ -115,21 +103,20 @@ def regime(sh: Short) -> list[str]:
         for run in rs:
             below += [(1 - e["kept"] / e["n"]) / r for e in run["epochs"][1:] if e["phase"] == "prune"]
     top = max(ib, key=lambda rs: rs[0]["params"]["r"])
-    sv = sf
     L += [
         "**How the settings were chosen (no test split involved).** `calibrate` replays InfoBatch and SeTa over "
         "the per-epoch losses that the seed-0 full-data run recorded, and picks, per level, the setting whose "
         "simulated pruned % is nearest. The pruned runs then see stale losses for the samples they skipped, so the "
-        f"measured % moves: the SeTa settings landed at {_j(measured)}% on CIFAR-10 against {_j(simulated)}% "
-        "simulated (`docs/quality-runs/cifar10-calibration.json`). InfoBatch cannot reach 50% or 70%: it prunes "
-        "at most r x |L|/N of an epoch (|L| = below-mean samples; here "
+        f"measured % moves: the SeTa settings landed at {' / '.join(measured)}% on CIFAR-10 against "
+        f"{' / '.join(simulated)}% simulated (`docs/quality-runs/cifar10-calibration.json`). InfoBatch cannot "
+        "reach 50% or 70%: it prunes at most r x |L|/N of an epoch (|L| = below-mean samples; here "
         f"{100 * min(below):.0f}-{100 * max(below):.0f}% of N in its pruning epochs, from its kept fractions) in "
         f"the floor(0.875 E) pruning epochs only; at r = {top[0]['params']['r']:g}, the largest (algorithms.md "
-        f"§4.1), it measured {sh.pruned(top):.1f}% of the run, so one run stands for both of its upper levels. The "
+        f"§4.1), it measured {pruned(top):.1f}% of the run, so one run stands for both of its upper levels. The "
         'held-out split (CIFAR-10 train shard 9; SST-2 train shard 13) is reported as "val". The '
         "hyper-parameters (model, lr, epochs) were fixed before any pruned run and never changed after looking at "
-        f"a result. On SST-2 the validation accuracy ({scaled_mean([r['val_acc'] for r in sv]):.2f}%, full data) "
-        f"is far above the test accuracy ({sh.acc(sv):.2f}%): SST-2's training file lists phrases of the training "
+        f"a result. On SST-2 the validation accuracy ({scaled_mean([r['val_acc'] for r in sf]):.2f}%, full data) "
+        f"is far above the test accuracy ({mean_acc(sf):.2f}%): SST-2's training file lists phrases of the training "
         "sentences, so a random held-out part shares phrases with the training part. It is a usable check, not an "
         "unbiased estimate.",
         "",
@@ -161,7 +148,7 @@ def findings(sh: Short) -> list[str]:
     per_level = []  # (margin, the larger seed difference of SeTa and random at that level)
     for rs, m in zip(seta, margins):
         rnd = sh.one(c, False, "random", rs[0]["label"])
-        per_level.append((m, max(sh.spread(rs), sh.spread(rnd) if rnd else 0.0)))
+        per_level.append((m, max(spread(rs), spread(rnd) if rnd else 0.0)))
     resolved = [abs(m) > d + 1e-9 for m, d in per_level]
     kept30 = " → ".join(f"{e['kept'] / e['n']:.2f}" for e in seta[0][0]["epochs"] if e["phase"] == "prune")
     names = [DISPLAY.get(p, p) for p in ahead]
@@ -170,18 +157,18 @@ def findings(sh: Short) -> list[str]:
         f"* **CIFAR-10, clean labels: {and_list(names) if names else 'no policy'} "
         f"{'is the only policy' if len(names) == 1 else 'are the policies'} ahead of dynamic random at every level "
         f"{'it was' if len(names) == 1 else 'they were'} run at** ({and_list(others)}: not at every level, or at one "
-        f"level only). SeTa is {_j([sh.vs_random(c, rs) for rs in seta], ', ')} points at "
-        f"{_j([f'{sh.pruned(rs):.1f}' for rs in seta], ', ')}% pruned; the larger seed difference of SeTa and of "
-        f"random at each level is {_j([f'{d:.2f}' for _, d in per_level], ', ')}, so "
+        f"level only). SeTa is {', '.join([sh.vs_random(c, rs) for rs in seta])} points at "
+        f"{', '.join([f'{pruned(rs):.1f}' for rs in seta])}% pruned; the larger seed difference of SeTa and of "
+        f"random at each level is {', '.join([f'{d:.2f}' for _, d in per_level])}, so "
         + (
             f"{sum(resolved)} of the {len(resolved)} margins {'is' if sum(resolved) == 1 else 'are'} larger than it"
             if any(resolved)
             else "no margin is larger than it"
         )
         + (", but all have the same sign" if same_sign and len(margins) > 1 else "")
-        + f". Against full data ({sh.acc(full):.2f}%) SeTa loses "
-        f"{_j([f'{sh.acc(full) - sh.acc(rs):.2f}' for rs in seta], ', ')} points; the paper reports losses of 0 to "
-        "0.6 points at these levels for ResNet-18 over 200 epochs, which a 6-epoch schedule cannot show. The "
+        + f". Against full data ({mean_acc(full):.2f}%) SeTa loses "
+        f"{', '.join([f'{mean_acc(full) - mean_acc(rs):.2f}' for rs in seta])} points; the paper reports losses of "
+        "0 to 0.6 points at these levels for ResNet-18 over 200 epochs, which a 6-epoch schedule cannot show. The "
         f"per-epoch kept fraction swings as algorithms.md §3.3 predicts ({kept30} in the pruning epochs of the "
         f"{seta[0][0]['label'][1:]}% setting, seed {seta[0][0]['seed']}), and the steps per epoch follow it."
     )
@@ -190,12 +177,12 @@ def findings(sh: Short) -> list[str]:
     top = max(ib, key=lambda rs: rs[0]["params"]["r"])
     low = min(ib, key=lambda rs: rs[0]["params"]["r"])
     r_top = top[0]["params"]["r"]
-    sds = [(sh.sd(rs), rs) for rs in clean if len(rs) > 1]
+    sds = [(sd(rs), rs) for rs in clean if len(rs) > 1]
     largest = max(sds, key=lambda x: x[0])[1] is top
     L.append(
-        f"* **InfoBatch** at r = {low[0]['params']['r']:g} ({sh.pruned(low):.1f}% pruned) is "
-        f"{sh.vs_random(c, low)} against dynamic random; at r = {r_top:g} ({sh.pruned(top):.1f}%) it is "
-        f"{sh.vs_random(c, top)}, with a standard deviation over seeds of {sh.sd(top):.2f}"
+        f"* **InfoBatch** at r = {low[0]['params']['r']:g} ({pruned(low):.1f}% pruned) is "
+        f"{sh.vs_random(c, low)} against dynamic random; at r = {r_top:g} ({pruned(top):.1f}%) it is "
+        f"{sh.vs_random(c, top)}, with a standard deviation over seeds of {sd(top):.2f}"
         + (" (the largest of the clean CIFAR-10 configurations)." if largest else ".")
     )
     L += [
@@ -212,7 +199,7 @@ def findings(sh: Short) -> list[str]:
     for rs in sh.runs(c, False, "static"):
         rnd = sh.one(c, False, "random", rs[0]["label"])
         if rnd:
-            diffs.append(abs(sh.acc(rs) - sh.acc(rnd)))
+            diffs.append(abs(mean_acc(rs) - mean_acc(rnd)))
     if diffs:
         L.append(
             f"* **Static vs dynamic random** are within {max(diffs):.2f} points of each other at every level. The "
@@ -223,25 +210,25 @@ def findings(sh: Short) -> list[str]:
     es, eswp = sh.one(c, False, "es"), sh.one(c, False, "eswp")
     if es and eswp:
         L.append(
-            f"* **ES** back-propagates {100 - sh.pruned(es, 'pruned_backprop'):.1f}% of the samples. It is "
-            f"{sh.vs_random(c, es)} against dynamic random at {sh.pruned(es, 'pruned_backprop'):.1f}% back-propagated "
-            f"pruned and {sh.acc(full) - sh.acc(es):.2f} points below full data. It saves only "
-            f"{100 * (1 - sh.time_vs_full(es, full)):.0f}% of the wall time (fastest seeds), because it still computes "
+            f"* **ES** back-propagates {100 - pruned(es, 'pruned_backprop'):.1f}% of the samples. It is "
+            f"{sh.vs_random(c, es)} against dynamic random at {pruned(es, 'pruned_backprop'):.1f}% back-propagated "
+            f"pruned and {mean_acc(full) - mean_acc(es):.2f} points below full data. It saves only "
+            f"{100 * (1 - time_vs_full(es, full)):.0f}% of the wall time (fastest seeds), because it still computes "
             f"a forward pass on every sample. ESWP is {sh.vs_random(c, eswp)} against random at "
-            f"{sh.pruned(eswp, 'pruned_backprop'):.1f}% back-propagated pruned, with {sh.pruned(eswp):.1f}% of the "
-            f"samples not loaded at all and {100 * (1 - sh.time_vs_full(eswp, full)):.0f}% less time. The ES paper "
+            f"{pruned(eswp, 'pruned_backprop'):.1f}% back-propagated pruned, with {pruned(eswp):.1f}% of the "
+            f"samples not loaded at all and {100 * (1 - time_vs_full(eswp, full)):.0f}% less time. The ES paper "
             "reports no loss at 10-30% time saved over long schedules; a 6-epoch run cannot test that."
         )
     # --- noisy CIFAR-10
     nf = sh.one(c, True, "full")
     if nf:
-        noisy = sorted((rs for k, rs in sh.groups.items() if k[:2] == (c, True)), key=lambda rs: -sh.acc(rs))
+        noisy = sorted((rs for k, rs in sh.groups.items() if k[:2] == (c, True)), key=lambda rs: -mean_acc(rs))
         listed = "; ".join(
-            f"{DISPLAY.get(rs[0]['policy'], rs[0]['policy'])} {sh.acc(rs):.2f}%"
-            + (f" ({sh.pruned(rs):.1f}% pruned)" if rs[0]["policy"] in ("seta", "infobatch") else "")
+            f"{DISPLAY.get(rs[0]['policy'], rs[0]['policy'])} {mean_acc(rs):.2f}%"
+            + (f" ({pruned(rs):.1f}% pruned)" if rs[0]["policy"] in ("seta", "infobatch") else "")
             for rs in noisy
         )
-        worse = all(sh.acc(rs) < sh.acc(nf) for rs in noisy if rs is not nf)
+        worse = all(mean_acc(rs) < mean_acc(nf) for rs in noisy if rs is not nf)
         L += [
             f"* **CIFAR-10 with {100 * NOISE:.0f}% noisy labels: "
             + (
@@ -258,7 +245,7 @@ def findings(sh: Short) -> list[str]:
             "clusters in some epochs only, which fits it being the least affected.",
             "  - Where ES gains under noise in its paper, it does so over long training, where the model would "
             "otherwise memorise the noise. In 6 epochs this CNN has not started to memorise it: full data's final "
-            f"training loss is {sh.last_loss(nf):.2f} nats (mean over seeds), above the "
+            f"training loss is {last_loss(nf):.2f} nats (mean over seeds), above the "
             f"{noise_entropy(NOISE, CLASSES[c]):.2f} nats that the noise alone costs a model which predicts the true "
             "class.",
             '  - No dynamic random run with noisy labels was made, so "pruning costs accuracy under noise" and '
@@ -269,22 +256,22 @@ def findings(sh: Short) -> list[str]:
     sfull, snf = sh.one(s, False, "full"), sh.one(s, True, "full")
     if sfull and snf:
         sclean = [rs for k, rs in sh.groups.items() if k[:2] == (s, False)]
-        sdl = [sh.sd(rs) for rs in sclean if len(rs) > 1]
-        worst = max(abs(sh.acc(rs) - sh.acc(sfull)) for rs in sclean)
-        sn = [sh.acc(rs) - sh.acc(snf) for k, rs in sh.groups.items() if k[:2] == (s, True) and k[2] != "full"]
+        sdl = [sd(rs) for rs in sclean if len(rs) > 1]
+        worst = max(abs(mean_acc(rs) - mean_acc(sfull)) for rs in sclean)
+        sn = [mean_acc(rs) - mean_acc(snf) for k, rs in sh.groups.items() if k[:2] == (s, True) and k[2] != "full"]
         L += [
             "* **SST-2:**",
             f"  - The test set has 872 sentences, and the fastText-like model's test accuracy varies by "
             f"{min(sdl):.2f}-{max(sdl):.2f} points (sd) between seeds. Every clean policy lands within "
-            f"{worst:.2f} points of full data ({sh.acc(sfull):.2f}%), so on clean SST-2 this study does not separate "
+            f"{worst:.2f} points of full data ({mean_acc(sfull):.2f}%), so on clean SST-2 this study does not separate "
             "the policies.",
             f"  - With {100 * NOISE:.0f}% noisy labels every pruning policy "
             + (
-                f"beats full data ({sh.acc(snf):.2f}%) by {min(sn):.2f}-{max(sn):.2f} points"
+                f"beats full data ({mean_acc(snf):.2f}%) by {min(sn):.2f}-{max(sn):.2f} points"
                 if min(sn) > 0
-                else f"lands {min(sn):+.2f} to {max(sn):+.2f} points from full data ({sh.acc(snf):.2f}%)"
+                else f"lands {min(sn):+.2f} to {max(sn):+.2f} points from full data ({mean_acc(snf):.2f}%)"
             )
-            + f". Full data partly memorises the noise: its final training loss is {sh.last_loss(snf):.2f} nats, "
+            + f". Full data partly memorises the noise: its final training loss is {last_loss(snf):.2f} nats, "
             f"below the {noise_entropy(NOISE, CLASSES[s]):.2f} nats the noise alone costs a model that ignores it. "
             "Any policy that trains on fewer samples memorises less.",
             '  - The same caveat as for CIFAR-10 applies: without a noisy dynamic random run, this says "training on '
@@ -295,8 +282,8 @@ def findings(sh: Short) -> list[str]:
             L.append(
                 "* **Wall time** is the whole run (planning, training and evaluation) on a shared 2-core VM; the "
                 "tables give the fastest seed. On SST-2 the stream reading and tokenising of every shard dominate, "
-                f"so dynamic random at {sh.pruned(r50):.0f}% pruned saves only "
-                f"{100 * (1 - sh.time_vs_full(r50, sfull)):.0f}% of the time."
+                f"so dynamic random at {pruned(r50):.0f}% pruned saves only "
+                f"{100 * (1 - time_vs_full(r50, sfull)):.0f}% of the time."
             )
     return L + [""]
 
