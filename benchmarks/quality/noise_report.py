@@ -149,12 +149,13 @@ def _last_line(c: dict) -> str:
 
 # ------------------------------------------------------------------------------ numbers
 def r1(r: dict) -> float:
-    """Mean of the final image->text and text->image R@1, in %."""
+    """Mean of the final (or an epoch's row's) image->text and text->image R@1, in %."""
     return 50.0 * (r["i2t_r1"] + r["t2i_r1"])
 
 
-def acc(r: dict) -> float:
-    return 100.0 * r["test_acc"]
+def acc(r: dict) -> float | None:
+    """Test accuracy of a run (or after an epoch: None where the run did not record it), in %."""
+    return None if r.get("test_acc") is None else 100.0 * r["test_acc"]
 
 
 class Gap:
@@ -250,8 +251,13 @@ def mean_or_none(xs: list[float | None]) -> float | None:
     return float(np.mean(v)) if v and len(v) == len(xs) else None
 
 
-def _f(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
+def or_dash(x: float | None, fmt: str, scale: float = 1.0) -> str:
+    """``scale * x`` formatted, a dash where there is no value."""
+    return "-" if x is None else format(scale * x, fmt)
+
+
+def _pr(precision: float | None, recall: float | None) -> str:
+    return f"{or_dash(precision, '.2f')} / {or_dash(recall, '.2f')}"
 
 
 # ------------------------------------------------------------------------------ grouping
@@ -332,7 +338,7 @@ def e_choice_lines(results: Path, E: int) -> list[str]:
     verdicts = []
     for p in sorted(files, key=lambda p: -json.loads(p.read_text())["data"]["noise"]):
         r = json.loads(p.read_text())
-        curve = [50 * (x["i2t_r1"] + x["t2i_r1"]) for x in r["rows"]]
+        curve = [r1(x) for x in r["rows"]]
         stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
         d = r["data"]
         name = f"{round(100 * d['noise'])}% mismatched"
@@ -368,7 +374,7 @@ def _convergence(rs: list[dict], noise: float) -> list[str]:
     width = max(len(r["rows"]) for r in full + full2)
     out += ["| run | seed | " + " | ".join(f"e{e}" for e in range(width)) + " |", "| --- | --- |" + " --- |" * width]
     for r in full + full2:
-        cells = [f"{50 * (x['i2t_r1'] + x['t2i_r1']):.1f}" for x in r["rows"]] + [""] * (width - len(r["rows"]))
+        cells = [f"{r1(x):.1f}" for x in r["rows"]] + [""] * (width - len(r["rows"]))
         out.append(row([f"{'E' if r['label'] == 'full' else '2E'} = {len(r['rows'])}", str(r["seed"]), *cells]))
     out.append("")
     gap = paired(full2, full, r1)
@@ -402,9 +408,9 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
         g = groups[k]
         _, _, after, _, prec, rec = _rule_cells(g)
         most = [max(x.get("suspected") or 0 for x in r["rows"]) for r in g]
-        share = "-" if not noise else _f(None if after is None else 100 * after, ".1f")
+        share = "-" if not noise else or_dash(after, ".1f", 100)
         out.append(row([*_lead_cells(k, g), ms([r1(r) for r in g]), paired(g, full2, r1).text(),
-                        ", ".join(str(m) for m in most), share, f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if noise
+                        ", ".join(str(m) for m in most), share, _pr(prec, rec) if noise
                         else "-"]))  # fmt: skip
     return [*out, "", *_unstable_note(list(groups.values()))]
 
@@ -445,8 +451,7 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     lines = [f"#### {title}", ""] + _convergence(rs, noise) + _at_2e(rs, noise)
     main = [r for r in rs if not r["label"].endswith("2E")]
     groups = group(main)
-    full = groups.get(("full", "full", "{}"), [])
-    randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+    full_key, full, randoms = _references(groups)
     lines += ["| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
               "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
               "| suspected set: precision / recall (last epoch of the rule) |",
@@ -455,15 +460,15 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     for k in keys:
         g = groups[k]
         rule, share, after, la, prec, rec = _rule_cells(g)
-        sus = f"{_f(mean_or_none([x.get('suspected') if x else None for x in la]), '.0f')} suspected"
+        sus = f"{or_dash(mean_or_none([x.get('suspected') if x else None for x in la]), '.0f')} suspected"
         lines.append(row([
             *_lead_cells(k, g), *(ms([100 * r[c] for r in g]) for c in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")),
             "-" if k[0] == "full" and not rule else paired(g, full, r1).text(),
-            "-" if (k[0] == "random" and not rule) or k == ("full", "full", "{}")
+            "-" if (k[0] == "random" and not rule) or k == full_key
             else vs_random(g, full, randoms, r1).text(),
             ("-" if not noise else f"{100 * share:.1f}" if share is not None else "-")
             + (f" / {100 * after:.1f}" if rule and noise and after is not None else ""),
-            f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule and noise else (sus if rule else "-")]))  # fmt: skip
+            _pr(prec, rec) if rule and noise else (sus if rule else "-")]))  # fmt: skip
     lines += ["", *_unstable_note([groups[k] for k in keys])]
     E = len(main[0]["rows"]) if main else 0
 
@@ -484,7 +489,7 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
         if not noise:
             return f"{n:.0f}"
         p, q = mean_or_none([x.get("precision") for x in rows]), mean_or_none([x.get("recall") for x in rows])
-        return f"{n:.0f}: {_f(p, '.2f')}/{_f(q, '.2f')}"
+        return f"{n:.0f}: {or_dash(p, '.2f')}/{or_dash(q, '.2f')}"
 
     if not any(is_rule(g[0]) for g in groups.values()):
         return lines
@@ -512,11 +517,18 @@ def _epoch_table(
     return [*lines, "", *_unstable_note([groups[k] for k in keys])]
 
 
+def _references(groups: dict) -> tuple[tuple | None, list[dict], list[list[dict]]]:
+    """A table's references: full data's key and runs, and dynamic random's runs at each level."""
+    full = next((k for k in groups if k[0] == "full" and k[2] == "{}"), None)
+    randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+    return full, groups.get(full, []), randoms
+
+
 def _pairs_targets(pairs: list[dict]) -> list[str]:
     rows: list[list[str]] = []
     n20 = [r for r in pairs if r["noise"] == 0.2 and not r["label"].endswith("2E")]
     g20 = group(n20)
-    full20 = g20.get(("full", "full", "{}"), [])
+    full20 = _references(g20)[1]
     rule20 = {k: v for k, v in g20.items() if is_rule(v[0])}
     # 1. R@1 at least 3 points above full data while training at least 25% fewer pairs
     cands = [(k, v) for k, v in rule20.items() if np.mean([r["pruned"] for r in v]) >= TARGET_PRUNED]
@@ -559,8 +571,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
     # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
     n0 = [r for r in pairs if r["noise"] == 0.0 and not r["label"].endswith("2E")]
     g0 = group(n0)
-    full0 = g0.get(("full", "full", "{}"), [])
-    randoms0 = [v for k, v in g0.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+    _, full0, randoms0 = _references(g0)
     for k in _sorted_keys(g0):
         v = g0[k]
         if not is_rule(v[0]):
@@ -657,7 +668,7 @@ def _cal_lines(cals: dict, study: str) -> list[str]:
             for lv, v in sorted(c["levels"].items()):
                 rows.append(
                     f"| {data} | rule + {name.split('-')[1]} | {lv}% | {fmt_params(v['params'])} | "
-                    f"{100 * v['simulated']:.1f} | {_f(None if alone is None else 100 * alone, '.1f')} |"
+                    f"{100 * v['simulated']:.1f} | {or_dash(alone, '.1f', 100)} |"
                 )
     if not rows:
         return []
@@ -700,9 +711,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     for dataset, (E, augmented) in sections:
         rs = [r for r in runs if r["dataset"] == dataset and schedule(r) == (E, augmented)]
         groups = group(rs)
-        full_key = next((k for k in groups if k[0] == "full" and k[2] == "{}"), None)
-        full = groups.get(full_key, []) if full_key else []
-        randoms = [v for k, v in groups.items() if k[0] == "random" and not json.loads(k[2]).get("noise")]
+        full_key, full, randoms = _references(groups)
         lines += [f"#### {dataset}, 40% noisy labels ({E} epochs{'' if augmented else ', no augmentation'})", "",
                   "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
                   "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
@@ -716,9 +725,9 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 *_lead_cells(k, g), ms([100 * r["test_acc"] for r in g], 2), ms([100 * r["val_acc"] for r in g], 2),
                 "-" if k == full_key else paired(g, full, acc).text(2),
                 "-" if (k[0] == "random" and not rule) or k == full_key else vs_random(g, full, randoms, acc).text(2),
-                f"{_f(None if share is None else 100 * share, '.1f')}"
-                + (f" / {_f(None if after is None else 100 * after, '.1f')}" if rule else ""),
-                f"{_f(prec, '.2f')} / {_f(rec, '.2f')}" if rule else "-"]))  # fmt: skip
+                f"{or_dash(share, '.1f', 100)}"
+                + (f" / {or_dash(after, '.1f', 100)}" if rule else ""),
+                _pr(prec, rec) if rule else "-"]))  # fmt: skip
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
@@ -775,6 +784,11 @@ def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> N
 README_BEGIN, README_END = "<!-- noise-summary:begin -->", "<!-- noise-summary:end -->"
 
 
+def where(folder: Path, root: Path) -> str:
+    """A results folder as the docs name it: relative to the repository where it lies in it."""
+    return f"{folder.relative_to(root)}/" if folder.is_relative_to(root) else f"{folder}/"
+
+
 def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") -> list[str]:
     """docs/results.md's summary of the measurement in ``folder``: the targets that every seed of a
     configuration has measured (rows still open for want of seeds are left to docs/quality-pairs.md)."""
@@ -803,17 +817,14 @@ def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[st
     """docs/results.md's block: the targets of the study with the most finished pairs runs (one machine), and
     a line naming each other machine's study, whose section is in docs/quality-pairs.md."""
 
-    def where(folder: Path) -> str:
-        return f"{folder.relative_to(root)}/" if folder.is_relative_to(root) else f"{folder}/"
-
     ranked = sorted(studies, key=lambda x: -x[0])  # stable: the study's own folder wins a tie
     n, folder, files = ranked[0]
-    out = readme_lines(files, where(folder))
+    out = readme_lines(files, where(folder, root))
     for n2, f2, files2 in ranked[1:]:
         if n2:
             runs = f"{n2} finished pairs run" + ("" if n2 == 1 else "s")
             m = study_machine(split_runs(files2)[1])
-            out += ["", f"The same study on another machine ({m}, {runs}, `{where(f2)}`) has its own section in "
+            out += ["", f"The same study on another machine ({m}, {runs}, `{where(f2, root)}`) has its own section in "
                         "docs/quality-pairs.md."]  # fmt: skip
     return out
 
@@ -821,34 +832,21 @@ def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[st
 TABLE_BEGIN, TABLE_END = "<!-- results-readme:begin -->", "<!-- results-readme:end -->"
 
 
-def _table_row(data: str, k: tuple, g: list[dict], base: list[dict], value: Callable[[dict], float],
-               curve: Callable[[dict, int], float | None], digits: int) -> str:  # fmt: skip
+def _table_row(data: str, k: tuple, g: list[dict], base: list[dict], value: Callable[[dict], Any], digits: int) -> str:
     """One row of README's results table: a configuration against full data of the same seeds (the
-    best epoch of the mean curve over seeds where every epoch of every run recorded it)."""
-    E = len(g[0]["rows"])
-    points = [[curve(r, e) for r in g] for e in range(E)]
-    mean_curve = [float(np.mean(p)) if None not in p else None for p in points]
-    name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_marked(k, g)} ({_setting(k)})"
-    if g is base:
-        gap_cells = ["-", "-", "-"]
-    else:
-        gap = paired(g, base, value)
-        gap_cells = [gap.text(digits), f"{2 * gap.se:.{digits}f}" if gap.n > 1 else "-",
-                     "yes" if gap.beyond_noise() else "no"]  # fmt: skip
-    final = float(np.mean([value(r) for r in g]))
+    best epoch of the mean curve over seeds where every epoch of every run recorded it: ``value`` of a row)."""
+    points = [[value(r["rows"][e]) for r in g] for e in range(len(g[0]["rows"]))]
     best = "-"
-    if mean_curve and None not in mean_curve:
-        e = int(np.argmax(mean_curve))
-        best = f"{mean_curve[e]:.{digits}f} (e{e})"
-    cells = [data, name, f"{100 * np.mean([r['pruned'] for r in g]):.1f}", f"{final:.{digits}f}",
-             best, *gap_cells, ", ".join(str(r["seed"]) for r in g)]  # fmt: skip
-    return "| " + " | ".join(cells) + " |"
-
-
-def _row_acc(r: dict, e: int) -> float | None:
-    """Test accuracy after epoch e in % (None where the run did not record it)."""
-    x = r["rows"][e].get("test_acc")
-    return None if x is None else 100.0 * x
+    if points and all(None not in p for p in points):
+        curve = [float(np.mean(p)) for p in points]
+        best = f"{max(curve):.{digits}f} (e{int(np.argmax(curve))})"
+    name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_marked(k, g)} ({_setting(k)})"
+    pruned, final = 100 * np.mean([r["pruned"] for r in g]), float(np.mean([value(r) for r in g]))
+    gap = paired(g, base, value)
+    two_se = f"{2 * gap.se:.{digits}f}" if gap.n > 1 else "-"
+    gap_cells = ["-"] * 3 if g is base else [gap.text(digits), two_se, "yes" if gap.beyond_noise() else "no"]
+    seeds = ", ".join(str(r["seed"]) for r in g)
+    return row([data, name, f"{pruned:.1f}", f"{final:.{digits}f}", best, *gap_cells, seeds])
 
 
 def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Path, root: Path) -> list[str]:
@@ -859,18 +857,14 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
     on the long schedule (``files``, the run files of the folder ``labels``). Each against full data
     trained as long from the same seed."""
 
-    def where(folder: Path) -> str:
-        return f"{folder.relative_to(root)}/" if folder.is_relative_to(root) else f"{folder}/"
-
     n, folder, pfiles = sorted(studies, key=lambda x: -x[0])[0]
     machines, used, _ = split_runs(pfiles)
     pairs = [r for r in used if r.get("study") == "noise-pairs" and not r["label"].endswith("2E")]
     lines = []
     shown: list[list[dict]] = []  # the runs of the rows, for the instability footnote
-    pair_curve = lambda r, e: 50.0 * (r["rows"][e]["i2t_r1"] + r["rows"][e]["t2i_r1"])  # noqa: E731
     for noise in (0.2, 0.0):
         groups = group([r for r in pairs if r["noise"] == noise])
-        base = groups.get(("full", "full", "{}"))
+        base = _references(groups)[1]
         if not base:
             continue
         data = f"pairs, {round(100 * noise)}% mismatched" if noise else "pairs, clean"
@@ -879,18 +873,18 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
             if (noise and k[0] != "infobatch" and (label in ("full", "p30") or (rule and "2E" not in label))) or (
                 not noise and k[0] == "full" and label == "rule"
             ):
-                lines.append(_table_row(data, k, groups[k], base, r1, pair_curve, 1))
+                lines.append(_table_row(data, k, groups[k], base, r1, 1))
                 shown.append(groups[k])
     lmachines, lused, _ = split_runs(files)
     cifar = [r for r in lused if r.get("study") == "noise-labels" and r["dataset"] == "cifar10"]
     long = max((schedule(r) for r in cifar), default=None)
     lab = [r for r in cifar if schedule(r) == long]
     lgroups = group(lab)
-    lbase = next((g for k, g in lgroups.items() if k[0] == "full" and not is_rule(g[0])), None)
+    lbase = _references(lgroups)[1]
     if lbase and long:
         data = f"CIFAR-10, 40% noisy labels, {long[0]} epochs"
         for k in (k for k in _sorted_keys(lgroups) if k[0] == "full"):
-            lines.append(_table_row(data, k, lgroups[k], lbase, acc, _row_acc, 2))
+            lines.append(_table_row(data, k, lgroups[k], lbase, acc, 2))
             shown.append(lgroups[k])
     if not lines:
         return ["(no finished run of the noise study yet)"]
@@ -909,13 +903,12 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
     if pairs:
         d = pairs[0]["data"]
         L.append(f"* Pairs: {d['train']:,} generated image-text pairs, E = {len(pairs[0]['rows'])}, {n} finished "
-                 f"runs on one machine ({machines.get('noise-pairs')}), `{where(folder)}`; mean R@1 of image-to-text "
-                 f"and text-to-image on {d['test']:,} clean held-out pairs. Every configuration and target: "
-                 "[quality-pairs.md](quality-pairs.md), summed up in "
-                 "the tables below.")  # fmt: skip
+                 f"runs on one machine ({machines.get('noise-pairs')}), `{where(folder, root)}`; mean R@1 of "
+                 f"image-to-text and text-to-image on {d['test']:,} clean held-out pairs. Every configuration and "
+                 "target: [quality-pairs.md](quality-pairs.md), summed up in the tables below.")  # fmt: skip
     if lbase and long:
         L.append(f"* CIFAR-10: {len(lab)} runs on one machine ({lmachines.get('noise-labels/cifar10')}), "
-                 f"`{where(labels)}`, test accuracy; the 6-epoch schedule and SST-2: "
+                 f"`{where(labels, root)}`, test accuracy; the 6-epoch schedule and SST-2: "
                  "[quality.md](quality.md#the-noise-rule-on-noisy-labels).")  # fmt: skip
     return L
 
