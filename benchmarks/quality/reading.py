@@ -99,6 +99,11 @@ def by_seed(p: dict[int, float]) -> str:
     return ", ".join(gap(v) for _, v in sorted(p.items()))
 
 
+def revision(r: dict) -> str:
+    """The library revision a run file records (``?`` where none)."""
+    return r.get("library_rev", "?")
+
+
 def seeds_of(rs: list[dict]) -> str:
     """``0/1``: the seeds of the runs ``rs``."""
     return "/".join(str(r["seed"]) for r in rs)
@@ -190,7 +195,7 @@ class Reading:
         for rs in self.pruned:
             n, _, _, other = self.s.equal_gap(rs)
             if other:
-                left.append(f"{self.cname(rs)} (seed {'/'.join(map(str, other))}, {n} epochs)")
+                left.append(f"{self.cname(rs)} (seed {slashed(other)}, {n} epochs)")
         if not left:
             return ""
         return (" Not compared, because the pruned run and its equal-compute full-data run ran on different "
@@ -221,30 +226,22 @@ class Reading:
             "",
         ]
 
-    def machines(self, folder: str, extra: list[tuple[str, list[dict]]]) -> list[str]:
-        """Which machine and library revision each set of run files records."""
+    def machines(self) -> list[str]:
+        """Which machine and library revision the study's run files and its reruns record."""
         L = ["| run files | runs | library revision (runs) | machine, as the file records it |",
              "| --- | --- | --- | --- |"]  # fmt: skip
-        for where, rs in [(f"`{folder}/cifar10-{self.s.tag}-*`", self.s.results)] + extra:
-            if not rs:
-                continue
+        for where, rs in ((f"`converged/cifar10-{self.s.tag}-*`", self.s.results), (f"`{RERUNS}/`", self.reruns)):
             for m in sorted({machine_of(r) for r in rs}):
-                revs = Counter(r.get("library_rev", "?") for r in rs if machine_of(r) == m)
+                revs = Counter(revision(r) for r in rs if machine_of(r) == m)
                 rev = ", ".join(f"{k} ({v})" for k, v in revs.most_common())
                 L.append(f"| {where} | {revs.total()} | {rev} | {m} |")
         return L + [""]
 
     def odd_revisions(self) -> str:
         """The runs trained by another revision than most of the study's runs."""
-        revs: dict[str, list[dict]] = {}
-        for r in self.s.results:
-            revs.setdefault(r.get("library_rev", "?"), []).append(r)
-        if len(revs) < 2:
-            return ""
-        main = max(revs, key=lambda k: len(revs[k]))
-        odd = [f"`{run_name(r)}` ({k})" for k, rs in sorted(revs.items()) if k != main for r in rs]
-        return (f"Most of this study's runs were trained by revision {main}; {and_list(odd)} by another. "
-                if odd else "")  # fmt: skip
+        main = Counter(map(revision, self.s.results)).most_common(1)[0][0]
+        odd = [f"`{run_name(r)}` ({revision(r)})" for r in sorted(self.s.results, key=revision) if revision(r) != main]
+        return f"Most of this study's runs were trained by revision {main}; {and_list(odd)} by another. " if odd else ""
 
     def rerun_par(self) -> list[str]:
         if not self.reruns:
@@ -258,7 +255,7 @@ class Reading:
         changes = [acc(r) - acc(o) for r, o in self.rerun_pairs()]
 
         def where(rs: list[dict]) -> tuple[set[str], set[str]]:
-            return {machine_of(r) for r in rs}, {r.get("library_rev", "?") for r in rs}
+            return {machine_of(r) for r in rs}, set(map(revision, rs))
 
         (m1, v1), (m2, v2) = where(self.s.results), where(self.reruns)
         facts = []
@@ -276,7 +273,7 @@ class Reading:
             "only.",
             "",
         ]  # fmt: skip
-        L += self.machines("converged", [(f"`{RERUNS}/`", self.reruns)])
+        L += self.machines()
         L += rows + [""] + ([footnote(marked), ""] if marked else [])
         L += [
             f"Mean change {gap(self.rerun_shift())} (from {gap(min(changes))} to {gap(max(changes))}; "
