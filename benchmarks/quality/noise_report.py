@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,14 +81,6 @@ def machine_name(m: dict | None) -> str:
     )
 
 
-def study_machine(runs: list[dict]) -> str | None:
-    """The machine with the most finished runs (ties: name order)."""
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[machine_name(r.get("machine"))] = counts.get(machine_name(r.get("machine")), 0) + 1
-    return min(counts, key=lambda k: (-counts[k], k)) if counts else None
-
-
 STATUS_TEXT = {
     "diverged": "diverged (a non-finite training loss)",
     "plan_mismatch": "its loader did not deliver exactly the plan's kept samples in some epoch",
@@ -101,25 +94,26 @@ def comparison_group(r: dict) -> str:
     return r.get("study", "?") + ("/" + r["dataset"] if r.get("dataset") else "")
 
 
-def group_machines(runs: list[dict]) -> dict[str, str | None]:
-    """Each comparison group's machine: the one with the most finished runs of the group."""
-    groups: dict[str, list[dict]] = {}
-    for r in runs:
-        groups.setdefault(comparison_group(r), []).append(r)
-    return {g: study_machine(rs) for g, rs in groups.items()}
+def group_machines(runs: list[dict]) -> dict[str, str]:
+    """Each comparison group's machine: the one with the most finished runs of the group (ties: name order)."""
+    counts = Counter((comparison_group(r), machine_name(r.get("machine"))) for r in runs)
+    out: dict[str, str] = {}
+    for (g, m), _ in sorted(counts.items(), key=lambda x: (-x[1], x[0][1])):
+        out.setdefault(g, m)
+    return out
 
 
-def on_its_machine(runs: list[dict], machines: dict[str, str | None]) -> list[dict]:
-    return [r for r in runs if machine_name(r.get("machine")) == machines.get(comparison_group(r))]
+def on_its_machine(r: dict, machines: dict[str, str]) -> bool:
+    return machine_name(r.get("machine")) == machines.get(comparison_group(r))
 
 
-def split_runs(files: dict) -> tuple[dict[str, str | None], list[dict], list[str]]:
+def split_runs(files: dict) -> tuple[dict[str, str], list[dict], list[str]]:
     """(each comparison group's machine, the runs that enter the tables, a line per run left out)."""
     runs = files["runs"]
     machines = group_machines(runs)
     used, left_out = [], []
     for r in runs:
-        if machine_name(r.get("machine")) != machines[comparison_group(r)]:
+        if not on_its_machine(r, machines):
             left_out.append(f"`{r['id']}`: ran on another machine ({machine_name(r.get('machine'))}) than the other "
                             "runs it is compared with; not compared")  # fmt: skip
         elif r.get("status") != "ok":
@@ -314,10 +308,10 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
     return lines + _pairs_targets(pairs) + _cal_lines(files["cal"], "pairs") + _left_out_lines(left_out, missing)
 
 
-def _loader_lines(files: dict, machines: dict[str, str | None], study: str, what: str) -> list[str]:
+def _loader_lines(files: dict, machines: dict[str, str], study: str, what: str) -> list[str]:
     """How many run-epochs of the finished runs (each on its group's machine) delivered exactly the
     plan's kept samples."""
-    runs = [r for r in on_its_machine(files["runs"], machines) if r.get("study") == study]
+    runs = [r for r in files["runs"] if on_its_machine(r, machines) and r.get("study") == study]
     if not runs:
         return []
     bad = [f"`{r['id']}` e{x['epoch']}" for r in runs for x in r["rows"] if not x.get("delivered_equals_plan")]
@@ -655,21 +649,14 @@ def _cal_lines(cals: dict, study: str) -> list[str]:
     for stem, c in sorted(cals.items()):
         if not stem.startswith("pairs-" if study == "pairs" else ("cifar10-", "sst2-")):
             continue
-        data = stem.split("-cal-")[0]
-        name = stem.split("-cal-")[1]
-        if name == "base":
-            for policy, levels in sorted(c["levels"].items()):
-                for lv, v in sorted(levels.items()):
-                    rows.append(
-                        f"| {data} | {policy} | {lv}% | {fmt_params(v['params'])} | {100 * v['simulated']:.1f} | - |"
-                    )
+        data, name = stem.split("-cal-")
+        if name == "base":  # each policy's levels, or the rule's with a policy on top beside the rule alone
+            levels = [(p, lv, v, "-") for p, lvs in sorted(c["levels"].items()) for lv, v in sorted(lvs.items())]
         else:
-            alone = c.get("rule_alone", {}).get("pruned")
-            for lv, v in sorted(c["levels"].items()):
-                rows.append(
-                    f"| {data} | rule + {name.split('-')[1]} | {lv}% | {fmt_params(v['params'])} | "
-                    f"{100 * v['simulated']:.1f} | {or_dash(alone, '.1f', 100)} |"
-                )
+            alone = or_dash(c.get("rule_alone", {}).get("pruned"), ".1f", 100)
+            levels = [(f"rule + {name.split('-')[1]}", lv, v, alone) for lv, v in sorted(c["levels"].items())]
+        rows += [row([data, p, f"{lv}%", fmt_params(v["params"]), f"{100 * v['simulated']:.1f}", alone])
+                 for p, lv, v, alone in levels]  # fmt: skip
     if not rows:
         return []
     return [
@@ -686,14 +673,9 @@ def _left_out_lines(left_out: list[str], missing: list[str]) -> list[str]:
     out = []
     if left_out:
         out += ["**Runs left out of the tables:**", "", *[f"* {x}" for x in left_out], ""]
-    if missing:
-        out += [
-            f"**Not run yet ({len(missing)}; the same command resumes with them):** " + "; ".join(missing) + ".",
-            "",
-        ]
-    else:
-        out += ["Every run of the study's plan is in.", ""]
-    return out
+    if not missing:
+        return [*out, "Every run of the study's plan is in.", ""]
+    return [*out, f"**Not run yet ({len(missing)}; the same command resumes with them):** {'; '.join(missing)}.", ""]
 
 
 # ------------------------------------------------------------------------------ noisy labels
@@ -795,9 +777,9 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
     machines, used, _ = split_runs(files)
     m = machines.get("noise-pairs")
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
-    rows = [row for row in _pairs_targets(pairs) if row.startswith("| ") and "open" not in row.rsplit("|", 2)[-2]]
-    rows = [row for row in rows if not row.startswith("| target") and not row.startswith("| ---")]
-    notes = [row for row in _pairs_targets(pairs) if row.startswith(MARK) and MARK in "".join(rows)]
+    targets = _pairs_targets(pairs)
+    rows = [x for x in targets if x.startswith("| ") and x not in TARGET_HEAD and "open" not in x.rsplit("|", 2)[-2]]
+    notes = [x for x in targets if x.startswith(MARK) and MARK in "".join(rows)]
     seeds = sorted({r["seed"] for r in pairs})
     size = f"{pairs[0]['data']['train']:,} pairs, E = {pairs[0]['E']}" if pairs else "no run yet"
     return [
@@ -806,8 +788,7 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
         "the whole comparison and the runs still missing in docs/quality-pairs.md), the targets measured on "
         "every seed so far:",
         "",
-        "| target | configuration | measured (mean over seeds; per seed) | verdict |",
-        "| --- | --- | --- | --- |",
+        *TARGET_HEAD,
         *rows,
         *(["", *notes] if notes else []),
     ]
@@ -823,7 +804,7 @@ def readme_summary(studies: list[tuple[int, Path, dict]], root: Path) -> list[st
     for n2, f2, files2 in ranked[1:]:
         if n2:
             runs = f"{n2} finished pairs run" + ("" if n2 == 1 else "s")
-            m = study_machine(split_runs(files2)[1])
+            m = split_runs(files2)[0].get("noise-pairs")
             out += ["", f"The same study on another machine ({m}, {runs}, `{where(f2, root)}`) has its own section in "
                         "docs/quality-pairs.md."]  # fmt: skip
     return out
