@@ -24,9 +24,8 @@ from benchmarks.quality.collapses import (  # noqa: E402
 )
 from benchmarks.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa: E402
 from benchmarks.quality.layout import Layout  # noqa: E402
-from benchmarks.quality.reading import readings, report_readings, summary  # noqa: E402
+from benchmarks.quality.reading import readings, report_readings, report_results_table, summary  # noqa: E402
 from benchmarks.quality.report_converged import report_converged  # noqa: E402
-from benchmarks.quality.results_table import report_results_table  # noqa: E402
 
 SETA = {"alpha": 0.5, "k": 10, "r": 0.2}
 

@@ -8,7 +8,7 @@
   (``noise_report``, ``benchmarks.instability``);
 * docs/quality-pairs.md: the pairs study (``pairs``), the noise study on pairs and its replicas
   (``noise_report``), the rule's scale (``noise_scale``);
-* docs/results.md: the tables of the converged study (``results_table``), the pairs study, the noise
+* docs/results.md: the tables of the converged study (``reading``), the pairs study, the noise
   study and the scale; README.md: the results table (``noise_report``);
 * the plots under docs/quality/.
 
@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from . import noise, noise_scale, pairs
 from .layout import Layout
-from .reading import report_readings
+from .reading import report_readings, report_results_table
 from .reading_short import report_short_reading
 from .report import report_short
 from .report_collapses import report_collapses
 from .report_converged import SAME_ORDER, report_converged
-from .results_table import report_results_table
 
 
 def report_quality(layout: Layout | None = None) -> None:
