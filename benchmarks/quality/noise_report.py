@@ -204,6 +204,10 @@ def ms(xs: list[float], digits: int = 1) -> str:
     return mean_sd(xs, 1.0, digits)
 
 
+def mean_pruned(g: list[dict]) -> float:
+    return float(np.mean([r["pruned"] for r in g]))
+
+
 def is_rule(r: dict) -> bool:
     return bool(r["params"].get("noise"))
 
@@ -409,6 +413,11 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
     return [*out, "", *_unstable_note(list(groups.values()))]
 
 
+def _full_name(k: tuple, g: list[dict]) -> str:
+    """The configuration's marked name and its setting."""
+    return f"{_marked(k, g)} {_setting(k)}"
+
+
 def _lead_cells(k: tuple, g: list[dict]) -> list[str]:
     """A table row's first cells: the policy, its setting, the seeds, the pruned %."""
     return [_marked(k, g), _setting(k), str(len(g)), ms([100 * r["pruned"] for r in g])]
@@ -520,33 +529,31 @@ def _references(groups: dict) -> tuple[tuple | None, list[dict], list[list[dict]
 
 def _pairs_targets(pairs: list[dict]) -> list[str]:
     rows: list[list[str]] = []
-    n20 = [r for r in pairs if r["noise"] == 0.2 and not r["label"].endswith("2E")]
-    g20 = group(n20)
+    g20, g0 = (group([r for r in pairs if r["noise"] == noise and not r["label"].endswith("2E")]) for noise in (0.2, 0))
     full20 = _references(g20)[1]
     rule20 = {k: v for k, v in g20.items() if is_rule(v[0])}
     # 1. R@1 at least 3 points above full data while training at least 25% fewer pairs
-    cands = [(k, v) for k, v in rule20.items() if np.mean([r["pruned"] for r in v]) >= TARGET_PRUNED]
+    cands = {k: v for k, v in rule20.items() if mean_pruned(v) >= TARGET_PRUNED}
     what = "mean R@1 >= full data + 3 points at >= 25% fewer pairs (20% mismatched)"
     if not full20 or not rule20:
         rows.append([what, "-", "not measured (runs missing)", "open"])
     elif not cands:
-        most = max(rule20.items(), key=lambda kv: np.mean([r["pruned"] for r in kv[1]]))
-        p = np.mean([r["pruned"] for r in most[1]])
-        rows.append([what, _name(most[0]), f"no rule run pruned 25% (most: {100 * p:.1f}%)",
+        most = max(rule20, key=lambda k: mean_pruned(rule20[k]))
+        p = mean_pruned(rule20[most])
+        rows.append([what, _name(most), f"no rule run pruned 25% (most: {100 * p:.1f}%)",
                      f"missed by {100 * (TARGET_PRUNED - p):.1f} points of pruned %"])  # fmt: skip
-    else:  # every rule configuration that pruned enough, none picked by its R@1
-        for k in _sorted_keys(dict(cands)):
-            v = dict(cands)[k]
-            gap = paired(v, full20, r1)
-            rows.append([what, f"{_marked(k, v)} {_setting(k)}", f"{gap.text()} points at "
-                         f"{100 * np.mean([r['pruned'] for r in v]):.1f}% pruned ({gap.noise_text()})",
-                         _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points")])  # fmt: skip
+    for k in _sorted_keys(cands) if full20 else []:  # every rule configuration that pruned enough
+        gap = paired(cands[k], full20, r1)
+        measured = f"{gap.text()} points at {100 * mean_pruned(cands[k]):.1f}% pruned ({gap.noise_text()})"
+        rows.append(
+            [what, _full_name(k, cands[k]), measured, _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points")]
+        )
     # 2-4. per rule configuration: mismatched share after warm-up, precision, recall
     for k in _sorted_keys(rule20):
         v = rule20[k]
         share = [noisy_share(active_epochs(r)) for r in v]
         la = [last_active(r) for r in v]
-        name = f"{_marked(k, v)} {_setting(k)}"
+        name = _full_name(k, v)
         what = "mismatched < 5% of trained pairs after the warm-up"
         if any(s is None for s in share):
             rows.append([what, name, "the rule never became active", "missed"])
@@ -557,37 +564,30 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
                          verdict + (_under_from(v) if verdict.startswith("missed") else "")])  # fmt: skip
         for what in ("precision", "recall"):
             vals = [x.get(what) if x else None for x in la]
-            if any(x is None for x in vals):
-                rows.append([f"{what} of the suspected set >= 0.9", name, "no suspected set", "missed"])
-                continue
-            rows.append([f"{what} of the suspected set >= 0.9", name, f"{float(np.mean(vals)):.3f} "
-                         f"({', '.join(f'{x:.3f}' for x in vals)})", _verdict(vals, TARGET_PR, "")])  # fmt: skip
+            measured = f"{float(np.mean(vals)):.3f} ({', '.join(f'{x:.3f}' for x in vals)})" if None not in vals else ""
+            rows.append([f"{what} of the suspected set >= 0.9", name, measured or "no suspected set",
+                         _verdict(vals, TARGET_PR, "") if measured else "missed"])  # fmt: skip
     # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
-    n0 = [r for r in pairs if r["noise"] == 0.0 and not r["label"].endswith("2E")]
-    g0 = group(n0)
     _, full0, randoms0 = _references(g0)
-    for k in _sorted_keys(g0):
+    rule0 = [k for k in _sorted_keys(g0) if is_rule(g0[k][0])]
+    for k in rule0:
         v = g0[k]
-        if not is_rule(v[0]):
-            continue
         gap = vs_random(v, full0, randoms0, r1)
-        name = f"{_marked(k, v)} {_setting(k)}"
-        what = "clean pairs: mean R@1 no worse than dynamic random at the same pruned %"
+        what, name = "clean pairs: mean R@1 no worse than dynamic random at the same pruned %", _full_name(k, v)
         if not gap.n:
             rows.append([what, name, "no random reference at that pruned %", "open"])
-        elif gap.n < 2:
+            continue
+        if gap.n < 2:
             rows.append([what, name, f"{gap.text()} points (1 seed)", "open (1 seed)"])
-        elif gap.mean < 0 and gap.beyond_noise():
-            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})",
-                         f"missed: {-gap.mean:.1f} points below, beyond the noise" + _silent(v, k)])  # fmt: skip
-        else:
-            verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
-            if verdict.startswith("missed"):  # below, within the noise
-                verdict = "mean below, not resolved" + _silent(v, k)
-            elif verdict == "at the bar":
-                verdict += _silent(v, k)
-            rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict])
-    note = _unstable_note(list(rule20.values()) + [v for v in g0.values() if is_rule(v[0])])
+            continue
+        verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
+        if gap.mean < 0 and gap.beyond_noise():
+            verdict = f"missed: {-gap.mean:.1f} points below, beyond the noise"
+        elif verdict.startswith("missed"):  # below, within the noise
+            verdict = "mean below, not resolved"
+        silent = _silent(v, k) if verdict.startswith(("missed", "mean below", "at the bar")) else ""
+        rows.append([what, name, f"{gap.text()} points ({gap.noise_text()})", verdict + silent])
+    note = _unstable_note(list(rule20.values()) + [g0[k] for k in rule0])
     return ["#### Targets (issue 26)", "", *TARGET_HEAD, *map(row, rows), "", *note]
 
 
@@ -714,9 +714,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
                 v = _verdict(list(gap.per_seed.values()), 0.0, "points", digits=2) if gap.n else "open"
-                targets.append(
-                    [what, f"{_marked(k, g)} {_setting(k)}", f"{gap.text(2)} points ({gap.noise_text(2)})", v]
-                )
+                targets.append([what, _full_name(k, g), f"{gap.text(2)} points ({gap.noise_text(2)})", v])
                 target_groups.append(g)
         lines += ["", *_unstable_note([groups[k] for k in keys])]
         title = "Noisy % of the samples trained per epoch (the plan's kept samples; mean over seeds):"
@@ -822,7 +820,7 @@ def _table_row(data: str, k: tuple, g: list[dict], base: list[dict], value: Call
         curve = [float(np.mean(p)) for p in points]
         best = f"{max(curve):.{digits}f} (e{int(np.argmax(curve))})"
     name = "full data (the baseline)" if k[0] == "full" and not is_rule(g[0]) else f"{_marked(k, g)} ({_setting(k)})"
-    pruned, final = 100 * np.mean([r["pruned"] for r in g]), float(np.mean([value(r) for r in g]))
+    pruned, final = 100 * mean_pruned(g), float(np.mean([value(r) for r in g]))
     gap = paired(g, base, value)
     two_se = f"{2 * gap.se:.{digits}f}" if gap.n > 1 else "-"
     gap_cells = ["-"] * 3 if g is base else [gap.text(digits), two_se, "yes" if gap.beyond_noise() else "no"]
