@@ -94,10 +94,6 @@ def other_share(r: dict) -> float:
     return float(np.mean([e.get("other_cpu", 0.0) for e in r["epochs"]]))
 
 
-def _train_min(r: dict) -> float:
-    return r["epochs"][-1].get("train_seconds", r["seconds"]) / 60
-
-
 def same_machine_gaps(rs: list[dict], ref: list[dict] | None) -> tuple[dict[int, float], list[int]]:
     """(seed -> test accuracy of ``rs``'s run minus ``ref``'s run of the same seed, for the seeds
     whose two runs ran on one machine; the seeds in both whose runs ran on two machines, left out:
@@ -246,29 +242,24 @@ class Study:
 
     def convergence(self) -> list[str]:
         E, full, full2 = self.E, self.full, self.full_at(2 * self.E)
-        if full and full2:
-            a, b = 100 * full[0]["test_acc"], 100 * full2[0]["test_acc"]
-            verdict = (
-                "Within 0.5 point: full data has converged at E."
-                if b - a <= 0.5
+        if not full:
+            return []
+        a = 100 * full[0]["test_acc"]
+        if not full2:
+            return [f"**Convergence check:** full data at E = {E}: {a:.2f}% (seed 0); the run at 2E = {2 * E} has not "
+                    "finished yet.", ""]  # fmt: skip
+        b = 100 * full2[0]["test_acc"]
+        text = (f"**Convergence check (seed 0):** full data reaches {a:.2f}% at E = {E} epochs and {b:.2f}% at 2E = "
+                f"{2 * E} ({b - a:+.2f} points). " + ("Within 0.5 point: full data has converged at E." if b - a <= 0.5
                 else "**More than 0.5 point: full data has NOT converged at E**; the next step is a larger E "
-                "(`--epochs`)."
-            )
-            L = [f"**Convergence check (seed 0):** full data reaches {a:.2f}% at E = {E} epochs and {b:.2f}% "
-                 f"at 2E = {2 * E} ({b - a:+.2f} points). " + verdict]  # fmt: skip
-            at_e = {r["seed"]: 100 * r["test_acc"] for r in full}
-            pairs = [(at_e[r["seed"]], 100 * r["test_acc"]) for r in full2 if r["seed"] in at_e]
-            if len(pairs) > 1:
-                per = ", ".join(f"seed {r['seed']}: {at_e[r['seed']]:.2f} -> {100 * r['test_acc']:.2f}"
-                                for r in full2 if r["seed"] in at_e)  # fmt: skip
-                ma, mb = np.mean([p[0] for p in pairs]), np.mean([p[1] for p in pairs])
-                L[0] += (f" Over {len(pairs)} seeds ({per}): {ma:.2f}% at E and {mb:.2f}% at 2E "
-                         f"({mb - ma:+.2f} points, {'within' if mb - ma <= 0.5 else 'more than'} 0.5).")  # fmt: skip
-            return L + [""]
-        if full:
-            return [f"**Convergence check:** full data at E = {E}: {100 * full[0]['test_acc']:.2f}% (seed 0); "
-                    f"the run at 2E = {2 * E} has not finished yet.", ""]  # fmt: skip
-        return []
+                "(`--epochs`)."))  # fmt: skip
+        at_e = {r["seed"]: 100 * r["test_acc"] for r in full}
+        if len(both := [r for r in full2 if r["seed"] in at_e]) > 1:
+            per = ", ".join(f"seed {r['seed']}: {at_e[r['seed']]:.2f} -> {100 * r['test_acc']:.2f}" for r in both)
+            ma, mb = np.mean([at_e[r["seed"]] for r in both]), mean_acc(both)
+            text += (f" Over {len(both)} seeds ({per}): {ma:.2f}% at E and {mb:.2f}% at 2E "
+                     f"({mb - ma:+.2f} points, {'within' if mb - ma <= 0.5 else 'more than'} 0.5).")  # fmt: skip
+        return [text, ""]
 
     def collapses_of(self, rs: list[dict]) -> list[dict]:
         """The runs of ``rs`` that collapsed."""
@@ -333,7 +324,7 @@ class Study:
         return cells + [
             "-" if (v := self.vs_random_value(rs)) is None else f"{v:+.2f}",
             self.collapse_cell(rs),
-            f"{min(_train_min(r) for r in rs):.1f}",
+            f"{min(r['epochs'][-1].get('train_seconds', r['seconds']) for r in rs) / 60:.1f}",  # fastest seed
             " / ".join(f"{100 * other_share(r):.0f}%" for r in rs),
         ]
 
