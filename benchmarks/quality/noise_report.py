@@ -254,8 +254,8 @@ def or_dash(x: float | None, fmt: str, scale: float = 1.0) -> str:
     return "-" if x is None else format(scale * x, fmt)
 
 
-def _pr(precision: float | None, recall: float | None) -> str:
-    return f"{or_dash(precision, '.2f')} / {or_dash(recall, '.2f')}"
+def pr_text(precision: float | None, recall: float | None, fmt: str = ".2f") -> str:
+    return f"{or_dash(precision, fmt)} / {or_dash(recall, fmt)}"
 
 
 # ------------------------------------------------------------------------------ grouping
@@ -408,7 +408,7 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
         most = [max(x.get("suspected") or 0 for x in r["rows"]) for r in g]
         share = "-" if not noise else or_dash(after, ".1f", 100)
         out.append(row([*_lead_cells(k, g), ms([r1(r) for r in g]), paired(g, full2, r1).text(),
-                        ", ".join(str(m) for m in most), share, _pr(prec, rec) if noise
+                        ", ".join(str(m) for m in most), share, pr_text(prec, rec) if noise
                         else "-"]))  # fmt: skip
     return [*out, "", *_unstable_note(list(groups.values()))]
 
@@ -471,7 +471,7 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
             else vs_random(g, full, randoms, r1).text(),
             ("-" if not noise else f"{100 * share:.1f}" if share is not None else "-")
             + (f" / {100 * after:.1f}" if rule and noise and after is not None else ""),
-            _pr(prec, rec) if rule and noise else (sus if rule else "-")]))  # fmt: skip
+            pr_text(prec, rec) if rule and noise else (sus if rule else "-")]))  # fmt: skip
     lines += ["", *_unstable_note([groups[k] for k in keys])]
     E = len(main[0]["rows"]) if main else 0
 
@@ -709,7 +709,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
                 "-" if (k[0] == "random" and not rule) or k == full_key else vs_random(g, full, randoms, acc).text(2),
                 f"{or_dash(share, '.1f', 100)}"
                 + (f" / {or_dash(after, '.1f', 100)}" if rule else ""),
-                _pr(prec, rec) if rule else "-"]))  # fmt: skip
+                pr_text(prec, rec) if rule else "-"]))  # fmt: skip
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"

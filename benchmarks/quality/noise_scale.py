@@ -21,7 +21,6 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -31,9 +30,9 @@ from seta_stream._mixture1d import fit_two_gaussians
 from seta_stream.policies.noise import NoiseFit, on_scale
 
 from . import noise as ns
-from .docs import splice
+from .docs import row, splice
 from .layout import ROOT
-from .noise_report import machine_name, r1
+from .noise_report import machine_name, or_dash, pr_text, r1
 
 RESULTS = ROOT / "docs" / "quality-runs" / "noise-scale"
 
@@ -95,14 +94,14 @@ def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict
     for e in range(2, epochs + 1):
         H = np.stack(hist[:e])
         mean, last = H.mean(axis=0).astype(np.float32), H[-1]
-        row: dict = {"plan_epoch": e}
+        entry: dict = {"plan_epoch": e}
         for scale in ("loss", "log1p"):
             # the library's scores (float32 of the scale applied to float32 means) and last losses
             x = on_scale(mean, scale).astype(np.float32)
             g = on_scale(last, scale)
             m = fit_two_gaussians(points1d(x))
             if m is None:
-                row[scale] = None
+                entry[scale] = None
                 continue
             fit = NoiseFit(len(x), m, scale)  # the library's test (on log1p: the upper mode a minority)
             r = {"D": m.separation, "ks": ks_distance(x, m.weight, m.mean, m.sd), "upper_weight": m.weight[1],
@@ -111,18 +110,27 @@ def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict
                 sus = (x.astype(np.float64) > m.threshold) & (g > m.threshold)
                 tp = int((sus & noisy).sum())
                 r.update(suspected=int(sus.sum()), precision=tp / max(int(sus.sum()), 1), recall=tp / int(noisy.sum()))
-            row[scale] = r
-        out.append(row)
+            entry[scale] = r
+        out.append(entry)
     return out
 
 
-def _f(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+def _runs() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
+
+
+def _machines(runs: list[dict]) -> str:
+    return ", ".join(sorted({machine_name(r.get("machine")) for r in runs}))
+
+
+def _comparisons(runs: list[dict]) -> list[str]:
+    """The tables both sections show: log1p minus loss, each rule minus full data, the schedule length."""
+    return _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
 
 
 def report_lines() -> list[str]:
     """The section of docs/quality-pairs.md, every number from the files in RESULTS."""
-    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
+    runs = _runs()
     L = [
         "### The rule's scale: loss or log1p (closed loop, this machine)",
         "",
@@ -134,8 +142,7 @@ def report_lines() -> list[str]:
     ]
     if not runs:
         return L + ["No run has finished yet.", ""]
-    machines = sorted({machine_name(r.get("machine")) for r in runs})
-    L += [f"Machine: {', '.join(machines)}.", ""]
+    L += [f"Machine: {_machines(runs)}.", ""]
     L += ["| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained "
           "pairs after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of "
           "epochs 2 .. E-1 |",
@@ -143,24 +150,18 @@ def report_lines() -> list[str]:
     key = {"full": 0, "loss": 1, "log1p": 2}
     for r in sorted(runs, key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
                                          key.get(_scale(r).split(" ")[0], 9))):  # fmt: skip
-        rows = r["rows"]
-        active = [x for x in rows if x.get("noise_active")]
-        share = _after_share(r) if rows[2:] else None
-        last = rows[-1]
-        prec = ", ".join(_f(x.get("precision"), ".3f") for x in rows[2:])
-        L.append(
-            "| " + " | ".join([
-                f"{round(100 * r['noise'])}%", _scale(r), str(len(rows)), str(r["seed"]),
-                f"{r1(r):.1f}", f"{100 * r['pruned']:.1f}",
-                "-" if not r["noise"] else _f(share, ".1f"),
-                str(last.get("suspected", 0)) if _scale(r) != "full" else "-",
-                f"{_f(last.get('precision'), '.3f')} / {_f(last.get('recall'), '.3f')}"
-                if _scale(r) != "full" and r["noise"] and active else "-",
-                prec if _scale(r) != "full" and r["noise"] else "-",
-            ]) + " |"
-        )  # fmt: skip
-    L.append("")
-    L += _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
+        rows, name, last = r["rows"], _scale(r), r["rows"][-1]
+        rule, noisy = name != "full", name != "full" and r["noise"]
+        pr = pr_text(last.get("precision"), last.get("recall"), ".3f")
+        share = "-" if not r["noise"] else or_dash(_after_share(r) if rows[2:] else None, ".1f")
+        L.append(row([
+            f"{round(100 * r['noise'])}%", name, str(len(rows)), str(r["seed"]), f"{r1(r):.1f}",
+            f"{100 * r['pruned']:.1f}", share,
+            str(last.get("suspected", 0)) if rule else "-",
+            pr if noisy and any(x.get("noise_active") for x in rows) else "-",
+            ", ".join(or_dash(x.get("precision"), ".3f") for x in rows[2:]) if noisy else "-",
+        ]))  # fmt: skip
+    L += ["", *_comparisons(runs)]
     for path in sorted(RESULTS.glob("replay-*.json")):
         rep = json.loads(path.read_text())
         L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
@@ -170,15 +171,18 @@ def report_lines() -> list[str]:
               "| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall | log1p: D "
               "| log1p: KS | log1p: upper weight | log1p: precision / recall |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-        for row in rep["rows"]:
-            cells = [str(row["plan_epoch"])]
+        for x in rep["rows"]:
+            cells = [str(x["plan_epoch"])]
             for scale in ("loss", "log1p"):
-                x = row.get(scale) or {}
-                pr = f"{_f(x.get('precision'), '.3f')} / {_f(x.get('recall'), '.3f')}" if x.get("active") else \
-                    ("inactive (upper mode the majority)" if scale == "log1p" and x.get("D", 0) >= 2
-                     and x.get("upper_weight", 0) >= 0.5 else "inactive")  # fmt: skip
-                cells += [_f(x.get("D"), ".2f"), _f(x.get("ks"), ".4f"), _f(x.get("upper_weight"), ".3f"), pr]
-            L.append("| " + " | ".join(cells) + " |")
+                f = x.get(scale) or {}
+                pr = pr_text(f.get("precision"), f.get("recall"), ".3f") if f.get("active") else \
+                    ("inactive (upper mode the majority)" if scale == "log1p" and f.get("D", 0) >= 2
+                     and f.get("upper_weight", 0) >= 0.5 else "inactive")  # fmt: skip
+                cells += [
+                    *(or_dash(f.get(c), spec) for c, spec in (("D", ".2f"), ("ks", ".4f"), ("upper_weight", ".3f"))),
+                    pr,
+                ]
+            L.append(row(cells))
         L.append("")
     return L
 
@@ -186,8 +190,8 @@ def report_lines() -> list[str]:
 def summary_lines() -> list[str]:
     """docs/results.md's section on the scale: the paired differences, each rule against full data,
     the schedule length (tables) and what the rule did on clean pairs."""
-    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
-    L = _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
+    runs = _runs()
+    L = _comparisons(runs)
     clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
     if clean:
         sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
@@ -195,10 +199,9 @@ def summary_lines() -> list[str]:
               f"{max(sus)} pairs suspected in any plan.", ""]  # fmt: skip
     if not L:
         return ["(no closed-loop run of both scales yet)"]
-    machines = sorted({machine_name(r.get("machine")) for r in runs})
     return [
-        "Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
-        f"{', '.join(machines)}; the whole section: "
+        f"Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; {_machines(runs)}; "
+        "the whole section: "
         "[docs/quality-pairs.md](quality-pairs.md#the-rules-scale-loss-or-log1p-closed-loop-this-machine)).",
         "",
         *L[:-1],
@@ -210,20 +213,16 @@ def _vs_full_lines(runs: list[dict]) -> list[str]:
     full = {(r["noise"], len(r["rows"]), r["seed"]): r for r in runs if _scale(r) == "full"}
     by: dict[tuple, dict[int, float]] = {}
     for r in runs:
-        f = full.get((r["noise"], len(r["rows"]), r["seed"]))
-        if _scale(r) == "full" or f is None:
-            continue
-        d = r1(r) - r1(f)
-        by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = d
+        if _scale(r) != "full" and (f := full.get((r["noise"], len(r["rows"]), r["seed"]))):
+            by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = r1(r) - r1(f)
     if not by:
         return []
     seeds = sorted({s for d in by.values() for s in d})
-    L = ["Mean R@1 minus full data's, same seed and length:", "",
-         "| rule (scale) | mismatched | epochs | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-         "| --- | --- | --- |" + " --- |" * len(seeds)]  # fmt: skip
+    head = row(["rule (scale)", "mismatched", "epochs", *(f"seed {s}" for s in seeds)])
+    L = ["Mean R@1 minus full data's, same seed and length:", "", head, row(["---"] * (3 + len(seeds)))]
     for (noise, epochs, name), d in sorted(by.items()):
-        cells = [f"{d[s]:+.1f}" if s in d else "-" for s in seeds]
-        L.append(f"| {name} | {round(100 * noise)}% | {epochs} | " + " | ".join(cells) + " |")
+        gaps = [f"{d[s]:+.1f}" if s in d else "-" for s in seeds]
+        L.append(row([name, f"{round(100 * noise)}%", str(epochs), *gaps]))
     return [*L, ""]
 
 
@@ -259,27 +258,20 @@ def _paired_lines(runs: list[dict]) -> list[str]:
     """log1p minus loss, paired by seed, for each set of runs that differ only in the scale: a table."""
     by: dict[tuple, dict] = {}
     for r in runs:
-        name = _scale(r)
-        if name == "full":
-            continue
-        scale, _, rest = name.partition(" ")
-        by.setdefault((r["noise"], rest, len(r["rows"])), {}).setdefault(scale, {})[r["seed"]] = r
+        if (name := _scale(r)) != "full":
+            scale, _, rest = name.partition(" ")
+            by.setdefault((r["noise"], rest, len(r["rows"])), {}).setdefault(scale, {})[r["seed"]] = r
+    changes = ((lambda r: r["rows"][-1].get("precision") or 0, ".3f"),
+               (lambda r: r["rows"][-1].get("recall") or 0, ".3f"), (_after_share, ".1f"))  # fmt: skip
     rows = []
     for (noise, rest, epochs), scales in sorted(by.items()):
         for s in sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {}))):
             a, b = scales["log1p"][s], scales["loss"][s]
-
-            def level(f: Any, spec: str, a: dict = a, b: dict = b, noisy: bool = bool(noise)) -> str:
-                return f"{format(f(b), spec)} -> {format(f(a), spec)}" if noisy else "-"
-
-            rows.append(
-                "| " + " | ".join([
-                    f"{round(100 * noise)}%", str(epochs), f"the rule{(' ' + rest) if rest else ' alone'}", str(s),
-                    format(r1(a) - r1(b), "+.1f"), format(100 * (a["pruned"] - b["pruned"]), "+.1f"),
-                    level(lambda r: r["rows"][-1].get("precision") or 0, ".3f"),
-                    level(lambda r: r["rows"][-1].get("recall") or 0, ".3f"), level(_after_share, ".1f"),
-                ]) + " |"
-            )  # fmt: skip
+            rows.append(row([
+                f"{round(100 * noise)}%", str(epochs), f"the rule{(' ' + rest) if rest else ' alone'}", str(s),
+                format(r1(a) - r1(b), "+.1f"), format(100 * (a["pruned"] - b["pruned"]), "+.1f"),
+                *(f"{format(f(b), spec)} -> {format(f(a), spec)}" if noise else "-" for f, spec in changes),
+            ]))  # fmt: skip
     if not rows:
         return []
     return ["log1p minus loss, paired by seed (precision, recall and the mismatched share as loss -> log1p):", "",
