@@ -24,6 +24,13 @@ def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
     docs.splice(doc, begin, end, lines, "Accuracy under pruning")
 
 
+def checked(runs: int, dirs: int, rules: str, problems: list[str]) -> str:
+    """What ``checks.py`` checked (result files, run directories against ``rules``) and found."""
+    return (f"{runs} result files (loader delivered exactly the planned samples in every epoch) and {dirs} run "
+            f"directories of seed 0 ({rules}, weights, losses landing on their own keys): "
+            + (f"**{len(problems)} problems**:" if problems else "no problem found."))  # fmt: skip
+
+
 def calibration_rows(cal: dict, *lead: str) -> list[str]:
     """One table row per level a calibration file chose a setting for: the ``lead`` cells, then
     policy, level, setting and simulated pruned %."""
@@ -97,9 +104,6 @@ def report_short(layout: Layout) -> None:
     if checks_path.exists():
         c = json.loads(checks_path.read_text())
         lines += ["### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)", "",
-                  f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) "
-                  f"and {len(c['run_dirs_checked'])} run directories of seed 0 (plan rules, window sequence, weights, "
-                  "losses landing on their own keys): "
-                  + (f"**{len(c['problems'])} problems**:" if c["problems"] else "no problem found."), "",
-                  *[f"* {x}" for x in c["problems"][:50]], ""]  # fmt: skip
+                  checked(c["runs_checked"], len(c["run_dirs_checked"]), "plan rules, window sequence", c["problems"]),
+                  "", *[f"* {x}" for x in c["problems"][:50]], ""]  # fmt: skip
     splice(layout.doc, BEGIN, END, lines)

@@ -33,7 +33,7 @@ from .docs import ORDER, fmt_params, interp_gap, load_results, mean_acc, mean_sd
 from .layout import Layout
 from .machine import machine_of
 from .plots import acc_point, plot_curves, plot_vs_pruned
-from .report import calibration_rows, splice
+from .report import calibration_rows, checked, splice
 
 
 @dataclass(frozen=True)
@@ -458,17 +458,13 @@ class Study:
             if abs(r["epochs"][-1].get("test_acc", r["test_acc"]) - r["test_acc"]) > 1e-12
         ]
         samples = self.sample_ratios()
-        L = [
-            f"Checks (`benchmarks/quality/checks.py`, written to "
-            f"`docs/quality-runs/{self.section.folder}/checks.json`): "
-            f"{c['runs_checked']} result files (loader delivered exactly the planned samples in every epoch) and "
-            f"{len(c['run_dirs'])} run directories of seed 0 (plan rules, window sequence, target_keep budget, "
-            "weights, losses landing on their own keys): "
-            + (f"**{len(problems)} problems**:" if problems else "no problem found.")
-            + " Every run's last per-epoch test accuracy equals its final one: "
-            + ("yes." if not consistency else f"**no** ({len(consistency)} runs)."),
-            "",
-        ]
+        found = checked(
+            c["runs_checked"], len(c["run_dirs"]), "plan rules, window sequence, target_keep budget", problems
+        )
+        same = "yes." if not consistency else f"**no** ({len(consistency)} runs)."
+        L = [f"Checks (`benchmarks/quality/checks.py`, written to `docs/quality-runs/{self.section.folder}/"
+             f"checks.json`): {found} Every run's last per-epoch test accuracy equals its final one: {same}",
+             ""]  # fmt: skip
         if problems or consistency:
             L += [f"* {x}" for x in (problems + consistency)[:50]] + [""]
         if samples:
