@@ -441,10 +441,8 @@ class Reading:
         beyond = [f"{name(rs[0])} ({gap(v)})" for rs, v in items if self.beyond(v)]
         text = (f"**Against dynamic random at the same pruned %** (the table's interpolation, means over "
                 f"seeds{self.random_note()}): {each}. ")  # fmt: skip
-        if beyond:
-            text += f"Beyond the seed spread: {and_list(beyond)}; every other within it."
-        else:
-            text += "Every one within the seed spread."
+        text += (f"Beyond the seed spread: {and_list(beyond)}; every other within it." if beyond
+                 else "Every one within the seed spread.")  # fmt: skip
         if not any(v > 0 and self.beyond(v) for _, v in items):
             text += " No loss-guided configuration beat dynamic random by more than the seed spread."
         if vs := [f"{name(r)} {gap(g)} (seed {r['seed']})" for r, g in self.vs_rerun("random")]:
@@ -535,11 +533,9 @@ class Reading:
         elif eq:
             text += (" Every equal-compute run so far has a collapsed pruned run or ran on another machine than its "
                      "pruned run.")  # fmt: skip
-        if eq:
-            text += self.other_machine_note()
-        if not eq:
-            text += (" No equal-compute run has finished yet, so this study says nothing yet about pruning against "
-                     "training fewer epochs.")  # fmt: skip
+        text += self.other_machine_note() if eq else (" No equal-compute run has finished yet, so this study "
+                                                      "says nothing yet about pruning against training fewer "
+                                                      "epochs.")  # fmt: skip
         if len({r["seed"] for r in self.s.results}) < 2:
             text += (" One seed per configuration: this study has no seed spread of its own yet, so none of these "
                      "gaps is resolved.")  # fmt: skip
