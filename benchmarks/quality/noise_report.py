@@ -278,11 +278,9 @@ def _sorted_keys(groups: dict) -> list[tuple]:
 
 
 def _name(k: tuple) -> str:
-    policy, label, params = k
-    p = json.loads(params)
-    if p.get("noise"):
-        return "rule alone" if policy == "full" else f"rule + {policy}"
-    return policy
+    if not json.loads(k[2]).get("noise"):
+        return k[0]
+    return "rule alone" if k[0] == "full" else f"rule + {k[0]}"
 
 
 def _setting(k: tuple) -> str:
@@ -328,14 +326,13 @@ def e_choice_lines(results: Path, E: int) -> list[str]:
     """How E was chosen: full data trained far longer (one schedule) on the development machine,
     its mean R@1 after every epoch (files ``e-choice/*.json``), the epochs it rose for (up to the
     last epoch that no later one beats by more than ``CONV_TOL``), and the study's E against those."""
-    files = sorted((results / "e-choice").glob("*.json"))
-    if not files:
+    runs = [json.loads(p.read_text()) for p in sorted((results / "e-choice").glob("*.json"))]
+    if not runs:
         return []
     out = ["**How E was chosen:** before the study, full data was trained for one long schedule on the development "
            "machine; its mean R@1 after every epoch (these runs are not compared with the study's):", ""]  # fmt: skip
     verdicts = []
-    for p in sorted(files, key=lambda p: -json.loads(p.read_text())["data"]["noise"]):
-        r = json.loads(p.read_text())
+    for r in sorted(runs, key=lambda r: -r["data"]["noise"]):
         curve = [r1(x) for x in r["rows"]]
         stop = next(e for e in range(len(curve)) if max(curve[e:]) <= curve[e] + CONV_TOL)
         d = r["data"]
@@ -756,8 +753,8 @@ def _curve_lines(groups: dict, keys: list[tuple], E: int) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ writing
-def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> None:
-    docs.splice(doc, begin, end, lines)
+def splice(doc: Path, lines: list[str], begin: str = BEGIN, end: str = END, skip_missing: bool = False) -> None:
+    docs.splice(doc, begin, end, lines, skip_missing=skip_missing)
 
 
 # docs/results.md's summary of the targets (its table against full data's last epoch: TABLE_BEGIN)
@@ -937,11 +934,9 @@ def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: 
     # docs/results.md and README sum up every folder: written from the study's own folder only
     if readme is not None and is_study_folder(ctx.results):
         write_instability(ROOT / "docs" / "quality-runs", docs / "quality.md")  # every study folder's runs
-        results = docs / "results.md"
-        if results.exists() and README_BEGIN in results.read_text():
-            splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END)
+        results = docs / "results.md"  # the sections only where results.md has their markers
+        splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END, skip_missing=True)
         # the noise study's table against full data's last epoch (README's headline is benchmarks/headline.py's)
-        if results.exists() and TABLE_BEGIN in results.read_text():
-            splice(results, results_table(studies, files, ctx.results, ROOT), TABLE_BEGIN, TABLE_END)
+        splice(results, results_table(studies, files, ctx.results, ROOT), TABLE_BEGIN, TABLE_END, skip_missing=True)
     if ctx.labels or any(r.get("study") == "noise-labels" for r in files["runs"]):
         splice(labels_doc, labels_lines(ctx, files, missing))
