@@ -19,12 +19,12 @@ Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_i
     noise       the noise rule on pairs and noisy labels: jobs, measures, the rule's calibration
                 (harness, pairs, configs, train); its report: noise_report (docs)
     noise_scale the closed-loop check of the rule's scale   (noise, noise_report, docs)
-    collapses, collapse, collapse_list   the rule for a run that fell to chance, the experiments on
-                its cause, docs/quality-runs/collapses.json
+    collapses, collapse   the rule for a run that fell to chance and docs/quality-runs/collapses.json;
+                the experiments on its cause
     checks, plots  result files and run directories against the policy rules; the figures
     docs        the report layer's helpers (readers of result files, splicing, tables)
     report, reading_short   the short study's section and prose   (docs, checks, plots)
-    report_converged, reading, results_table, report_collapses   the converged study's sections,
-                its prose and summary, docs/results.md's table, the collapses section
+    report_converged, reading, report_collapses   the converged study's sections, its prose,
+                summary and docs/results.md's table, the collapses section
     reports     every generated section (``report_all``)       (all the report modules)
 """
