@@ -61,6 +61,11 @@ def row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def table_head(header: str) -> list[str]:
+    """A markdown table's header row and its separator row (one ``---`` per column of ``header``)."""
+    return [header, "|" + " --- |" * (header.count("|") - 1)]
+
+
 def and_list(items: list[str]) -> str:
     if len(items) <= 1:
         return "".join(items)

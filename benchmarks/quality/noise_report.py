@@ -36,7 +36,7 @@ from benchmarks.instability import MARK, footnote, unstable
 from benchmarks.instability import write as write_instability
 
 from . import docs
-from .docs import fmt_params, interp_gap, mean_sd, row
+from .docs import fmt_params, interp_gap, mean_sd, row, table_head
 from .layout import ROOT
 
 BEGIN, END = "<!-- noise:begin -->", "<!-- noise:end -->"
@@ -46,10 +46,7 @@ TARGET_PRUNED = 0.25  # ... while training at least 25% fewer pairs
 TARGET_MISMATCHED = 0.05  # share of mismatched pairs trained once the warm-up is over
 TARGET_PR = 0.9  # precision and recall of the suspected set
 ORDER = {"full": 0, "random": 1, "seta": 2, "infobatch": 3}
-TARGET_HEAD = [
-    "| target | configuration | measured (mean over seeds; per seed) | verdict |",
-    "| --- | --- | --- | --- |",
-]
+TARGET_HEAD = table_head("| target | configuration | measured (mean over seeds; per seed) | verdict |")
 RUN_STEM = re.compile(r"^(pairs|cifar10|sst2)-.*-s\d+$")
 
 
@@ -395,10 +392,9 @@ def _at_2e(rs: list[dict], noise: float) -> list[str]:
     if not groups:
         return []
     out = [f"The rule alone at 2E = {2 * rs[0]['E']} epochs, beside full data at 2E (same seeds):", "",
-           "| policy | setting | seeds | pruned % | mean R@1 | mean R@1 vs full data at 2E "
-           "| suspected pairs (most in a plan) | mismatched % of trained pairs after warm-up "
-           "| suspected set: precision / recall (last epoch) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+           *table_head("| policy | setting | seeds | pruned % | mean R@1 | mean R@1 vs full data at 2E "
+                       "| suspected pairs (most in a plan) | mismatched % of trained pairs after warm-up "
+                       "| suspected set: precision / recall (last epoch) |")]  # fmt: skip
     for k in _sorted_keys(groups):
         g = groups[k]
         _, _, after, _, prec, rec = _rule_cells(g)
@@ -452,10 +448,10 @@ def _pairs_level(rs: list[dict], noise: float) -> list[str]:
     main = [r for r in rs if not r["label"].endswith("2E")]
     groups = group(main)
     full_key, full, randoms = _references(groups)
-    lines += ["| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
-              "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
-              "| suspected set: precision / recall (last epoch of the rule) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    head = ("| policy | setting | seeds | pruned % | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs full data "
+            "| mean R@1 vs dynamic random at that pruned % | mismatched % of trained pairs (run / after warm-up) "
+            "| suspected set: precision / recall (last epoch of the rule) |")  # fmt: skip
+    lines += table_head(head)
     keys = _sorted_keys(groups)
     for k in keys:
         g = groups[k]
@@ -659,8 +655,7 @@ def _cal_lines(cals: dict, study: str) -> list[str]:
     return [
         "#### Settings chosen on training losses (replays over full data's recorded losses, seed 0)",
         "",
-        "| data | policy | level | setting | simulated pruned % | the rule alone, simulated pruned % |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *table_head("| data | policy | level | setting | simulated pruned % | the rule alone, simulated pruned % |"),
         *rows,
         "",
     ]
@@ -692,10 +687,10 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
         groups = group(rs)
         full_key, full, randoms = _references(groups)
         lines += [f"#### {dataset}, 40% noisy labels ({E} epochs{'' if augmented else ', no augmentation'})", "",
-                  "| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full data "
-                  "| test acc vs dynamic random at that pruned % | noisy % of trained samples (run / after warm-up) "
-                  "| suspected set: precision / recall (last epoch of the rule) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+                  *table_head("| policy | setting | seeds | pruned % | test acc % | val acc % | test acc vs full "
+                              "data | test acc vs dynamic random at that pruned % | noisy % of trained samples "
+                              "(run / after warm-up) | suspected set: precision / recall (last epoch of the rule) "
+                              "|")]  # fmt: skip
         keys = _sorted_keys(groups)
         for k in keys:
             g = groups[k]
@@ -869,9 +864,10 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
         "trained for the same epochs from the same seed; *minus full data* is the mean over seeds of (run - full "
         "data of that seed), each seed's in brackets; *beyond the noise*: every seed the same sign and |mean| > 2 SE.",
         "",
-        "| data | configuration | pruned % | final R@1 or accuracy % | best epoch | minus full data (per seed) "
-        "| 2 SE | beyond the noise | seeds |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *table_head(
+            "| data | configuration | pruned % | final R@1 or accuracy % | best epoch | minus full data "
+            "(per seed) | 2 SE | beyond the noise | seeds |"
+        ),
         *lines,
         "",
         *(f"* {x}" for x in _unstable_note(shown)[:1]),

@@ -30,7 +30,7 @@ from seta_stream._mixture1d import fit_two_gaussians
 from seta_stream.policies.noise import NoiseFit, on_scale
 
 from . import noise as ns
-from .docs import row, splice
+from .docs import row, splice, table_head
 from .layout import ROOT
 from .noise_report import machine_name, or_dash, pr_text, r1
 
@@ -143,10 +143,9 @@ def report_lines() -> list[str]:
     if not runs:
         return L + ["No run has finished yet.", ""]
     L += [f"Machine: {_machines(runs)}.", ""]
-    L += ["| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained "
-          "pairs after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of "
-          "epochs 2 .. E-1 |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    L += table_head("| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % "
+                    "of trained pairs after the warm-up | suspects, last plan | precision / recall, last plan | "
+                    "precision, plans of epochs 2 .. E-1 |")  # fmt: skip
     key = {"full": 0, "loss": 1, "log1p": 2}
     for r in sorted(runs, key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
                                          key.get(_scale(r).split(" ")[0], 9))):  # fmt: skip
@@ -168,9 +167,8 @@ def report_lines() -> list[str]:
               "Ashman's D, the Kolmogorov-Smirnov distance between the scores and the fitted mixture (no labels: "
               "what the choice of scale rests on), the upper component's weight, and (from the labels, reported "
               "only) the suspects' precision / recall.", "",
-              "| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall | log1p: D "
-              "| log1p: KS | log1p: upper weight | log1p: precision / recall |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+              *table_head("| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall "
+                          "| log1p: D | log1p: KS | log1p: upper weight | log1p: precision / recall |")]  # fmt: skip
         for x in rep["rows"]:
             cells = [str(x["plan_epoch"])]
             for scale in ("loss", "log1p"):
@@ -245,8 +243,8 @@ def _length_lines(runs: list[dict]) -> list[str]:
     if not rows:
         return []
     return ["Schedule length: mean R@1 at the study's E and at the end of a longer run, and the longer run's best:",
-            "", "| run | mismatched | seed | at E | longer run | longer run's best |",
-            "| --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+            "", *table_head("| run | mismatched | seed | at E | longer run | longer run's best |"),
+            *rows, ""]  # fmt: skip
 
 
 def _after_share(r: dict) -> float:
@@ -275,9 +273,9 @@ def _paired_lines(runs: list[dict]) -> list[str]:
     if not rows:
         return []
     return ["log1p minus loss, paired by seed (precision, recall and the mismatched share as loss -> log1p):", "",
-            "| mismatched | epochs | rule | seed | mean R@1, log1p minus loss | pruned %, log1p minus loss "
-            "| precision at the last plan | recall at the last plan | mismatched % of the pairs trained after the "
-            "warm-up |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+            *table_head("| mismatched | epochs | rule | seed | mean R@1, log1p minus loss | pruned %, log1p minus loss "
+                        "| precision at the last plan | recall at the last plan | mismatched % of the pairs trained "
+                        "after the warm-up |"), *rows, ""]  # fmt: skip
 
 
 def _scale(r: dict) -> str:
