@@ -618,8 +618,8 @@ def _verdict(values: list[float], target: float, unit: str, scale: float = 1.0, 
     the difference between the seeds."""
     if len(values) < 2:
         return "open (1 seed)"
-    a = np.asarray(values, dtype=np.float64)
-    m, two_se = float(a.mean()), 2 * float(a.std(ddof=1)) / math.sqrt(len(a))
+    gap = Gap(dict(enumerate(values)))
+    m, two_se = gap.mean, 2 * gap.se
     u = f" {unit}" if unit else ""
     digits = digits if digits is not None else 1 if unit else 3
     if under:
