@@ -916,7 +916,7 @@ def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: 
     files = load_files(ctx.results)
     missing = missing_runs(ctx, files)
     docs = (ctx.out / "docs") if ctx.smoke else ROOT / "docs"
-    readme = ROOT / "README.md" if pairs_doc is None and not ctx.smoke else None  # the repo's docs only
+    repo_docs = pairs_doc is None and not ctx.smoke  # results.md's sections: the repository's docs only
     pairs_doc = pairs_doc or docs / "quality-pairs.md"
     labels_doc = labels_doc or docs / "quality.md"
     pairs_doc.parent.mkdir(parents=True, exist_ok=True)
@@ -928,7 +928,7 @@ def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: 
         splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
         studies.append((sum(r.get("study") == "noise-pairs" for r in split_runs(f)[1]), folder, f))
     # docs/results.md and README sum up every folder: written from the study's own folder only
-    if readme is not None and is_study_folder(ctx.results):
+    if repo_docs and is_study_folder(ctx.results):
         write_instability(ROOT / "docs" / "quality-runs", docs / "quality.md")  # every study folder's runs
         results = docs / "results.md"  # the sections only where results.md has their markers
         splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END, skip_missing=True)
