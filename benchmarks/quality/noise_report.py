@@ -364,7 +364,7 @@ def _convergence(rs: list[dict], noise: float) -> list[str]:
     out = [f"**Convergence, {round(100 * noise)}% mismatched:** full data's mean R@1 (i2t and t2i) after every epoch:",
            ""]  # fmt: skip
     width = max(len(r["rows"]) for r in full + full2)
-    out += ["| run | seed | " + " | ".join(f"e{e}" for e in range(width)) + " |", "| --- | --- |" + " --- |" * width]
+    out += table_head(row(["run", "seed", *(f"e{e}" for e in range(width))]))
     for r in full + full2:
         cells = [f"{r1(x):.1f}" for x in r["rows"]] + [""] * (width - len(r["rows"]))
         out.append(row([f"{'E' if r['label'] == 'full' else '2E'} = {len(r['rows'])}", str(r["seed"]), *cells]))
@@ -505,8 +505,7 @@ def _epoch_table(
 ) -> list[str]:
     """A table with a row per configuration of ``keys`` and a column per epoch (``cell(runs, epoch)``),
     then the ``extra`` columns (names, cells of a row's runs), and its footnote."""
-    lines = [title, "", row(["policy", "setting", *(f"e{e}" for e in range(E)), *extra[0]]),
-             row(["---"] * (E + 2 + len(extra[0])))]  # fmt: skip
+    lines = [title, "", *table_head(row(["policy", "setting", *(f"e{e}" for e in range(E)), *extra[0]]))]
     for k in keys:
         lines.append(row([_marked(k, groups[k]), _setting(k), *(cell(groups[k], e) for e in range(E)),
                           *extra[1](groups[k])]))  # fmt: skip

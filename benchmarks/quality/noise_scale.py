@@ -217,7 +217,7 @@ def _vs_full_lines(runs: list[dict]) -> list[str]:
         return []
     seeds = sorted({s for d in by.values() for s in d})
     head = row(["rule (scale)", "mismatched", "epochs", *(f"seed {s}" for s in seeds)])
-    L = ["Mean R@1 minus full data's, same seed and length:", "", head, row(["---"] * (3 + len(seeds)))]
+    L = ["Mean R@1 minus full data's, same seed and length:", "", *table_head(head)]
     for (noise, epochs, name), d in sorted(by.items()):
         gaps = [f"{d[s]:+.1f}" if s in d else "-" for s in seeds]
         L.append(row([name, f"{round(100 * noise)}%", str(epochs), *gaps]))
