@@ -127,33 +127,35 @@ def has_pair(sample: dict) -> bool:
 
 
 def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, seed: int) -> wds.WebLoader:
-    """A webdataset training pipeline shaped like OpenCLIP's (its own wds.WebDataset, not OpenCLIP's code),
-    with the seta stage after the shard list; OpenCLIP itself: seta_stream.openclip, docs/openclip.md."""
-    ds = seta.attach(
-        wds.WebDataset(
-            urls, shardshuffle=len(urls), detshuffle=True, seed=seed, nodesplitter=wds.split_by_node, empty_check=False
-        ),
-        run_dir,
-    )  # (1) skips unkept shards unopened and unkept pairs before decode; attaches __weight__
-    ds = (
+    """A webdataset training pipeline shaped like OpenCLIP's (a wds.DataPipeline of stages, not OpenCLIP's
+    code; the same stages on webdataset 0.2.86, which OpenCLIP pins, and 1.x), with the seta stage after
+    the shard list; OpenCLIP itself: seta_stream.openclip, docs/openclip.md."""
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.split_by_node,
+        wds.split_by_worker,
+        wds.detshuffle(len(urls), seed=seed),  # each worker's shards in a new order every epoch, the same for a seed
+        wds.tarfile_to_samples(),
         # a new sample order (so new batch neighbours) every epoch, the same for a seed: detshuffle
         # seeds by seed + epoch, where shuffle(1000, seed=seed) would reseed every epoch alike
-        ds.compose(wds.detshuffle(1000, seed=seed))
-        .select(has_pair)
-        .decode("rgb8")
-        .to_tuple("jpg", "txt", "__key__", "__url__", "__weight__")
+        wds.detshuffle(1000, seed=seed),
+        wds.select(has_pair),
+        wds.decode("rgb8"),
+        wds.to_tuple("jpg", "txt", "__key__", "__url__", "__weight__"),
         # partial: every kept pair is trained and recorded once per epoch (OpenCLIP drops the tail)
-        .batched(batch_size, collation_fn=collate, partial=True)
+        wds.batched(batch_size, collation_fn=collate, partial=True),
     )
+    seta.attach(ds, run_dir)  # (1) skips unkept shards unopened and unkept pairs before decode; attaches __weight__
     return wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
 def embed_all(model: Clip, urls: list[str], batch_size: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
-    ds = (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .decode("rgb8")
-        .to_tuple("jpg", "txt")
-        .batched(batch_size, collation_fn=collate)
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.tarfile_to_samples(),
+        wds.decode("rgb8"),
+        wds.to_tuple("jpg", "txt"),
+        wds.batched(batch_size, collation_fn=collate),
     )
     imgs, txts = [], []
     model.eval()

@@ -66,30 +66,35 @@ def to_tensor(img: object) -> torch.Tensor:
 
 
 def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, seed: int):
-    ds = seta.attach(
-        wds.WebDataset(urls, shardshuffle=len(urls), detshuffle=True, seed=seed, empty_check=False), run_dir
-    )  # (1) skip unkept shards/samples before decode; attach __weight__
-    ds = (
+    # a wds.DataPipeline of stages: the same on webdataset 0.2.86 (OpenCLIP's pin) and 1.x
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.single_node_only,
+        wds.split_by_worker,
+        wds.detshuffle(len(urls), seed=seed),  # each worker's shards in a new order every epoch, the same for a seed
+        wds.tarfile_to_samples(),
         # a new sample order every epoch, the same for a seed (runs of one seed are paired by it):
         # detshuffle seeds by seed + epoch; shuffle(1000) without a seed differs from run to run
-        ds.compose(wds.detshuffle(1000, seed=seed))
-        .decode("l8")
-        .to_tuple("png", "cls", "__key__", "__url__", "__weight__")
-        .map_tuple(to_tensor, int)
+        wds.detshuffle(1000, seed=seed),
+        wds.decode("l8"),
+        wds.to_tuple("png", "cls", "__key__", "__url__", "__weight__"),
+        wds.map_tuple(to_tensor, int),
         # partial: every kept sample is trained once per epoch; its loss is divided by the nominal
         # batch size in the step (the remedy for a short last batch)
-        .batched(batch_size, partial=True)
+        wds.batched(batch_size, partial=True),
     )
+    seta.attach(ds, run_dir)  # (1) skip unkept shards/samples before decode; attach __weight__
     return wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
 def evaluate(model: nn.Module, urls: list[str], batch_size: int) -> float:
-    ds = (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .decode("l8")
-        .to_tuple("png", "cls")
-        .map_tuple(to_tensor, int)
-        .batched(batch_size)
+    ds = wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.tarfile_to_samples(),
+        wds.decode("l8"),
+        wds.to_tuple("png", "cls"),
+        wds.map_tuple(to_tensor, int),
+        wds.batched(batch_size),
     )
     model.eval()
     correct = total = 0

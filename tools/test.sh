@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (tools/setup.sh), runs the whole suite, then
-# runs the tests of the webdataset stages and readers again in .venv-wds-oldest, against the
-# oldest webdataset pyproject.toml admits (OpenCLIP's training extra pins webdataset<=0.2.86).
+# runs the tests of the webdataset stages, readers and examples again in .venv-wds-oldest, against
+# the oldest webdataset pyproject.toml admits (OpenCLIP's training extra pins webdataset<=0.2.86).
 # With arguments, runs only pytest with them in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +35,8 @@ print('webdataset', webdataset.__version__, 'torch', torch.__version__, 'Python'
 # the spawn-context tests are left out here: they test torch's worker start, not webdataset
 "$OLD/bin/python" -m pytest -q -p no:cacheprovider -k "not spawn" \
     tests/test_stage.py tests/test_readers_agree.py tests/test_tario.py tests/test_index_reader.py \
-    tests/test_url_idioms.py tests/test_listing.py tests/test_openclip.py tests/test_balance.py
+    tests/test_url_idioms.py tests/test_listing.py tests/test_openclip.py tests/test_balance.py \
+    tests/test_examples.py
 
 # The core (recording, compaction, planning, inspection, the readers; no torch, no extra) on the
 # oldest Python and dependency versions pyproject.toml admits (each "pkg>=X" of its dependencies
