@@ -39,7 +39,7 @@ BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 CIFAR = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
 
 
-def _cell(gaps: list[float]) -> str:
+def cell(gaps: list[float]) -> str:
     if not gaps:
         return "-"
     return f"{np.mean(gaps):+.1f} ({', '.join(f'{g:+.1f}' for g in gaps)})"
@@ -113,8 +113,8 @@ def block() -> str:
         se2 = "-" if se2 is None else f"{se2:.1f}"
         share = f"{np.mean(r['share']):.2f}" if r["share"] else "-"
         link = f"[{Path(r['doc']).name}]({r['doc']})"
-        cells = [r["data"], r["model"], r["config"], share, f"{_cell(r['es'])} {r['metric']}", se2, verdict,
-                 _cell(r["oracle"]), ", ".join(map(str, r["seeds"])), link]  # fmt: skip
+        cells = [r["data"], r["model"], r["config"], share, f"{cell(r['es'])} {r['metric']}", se2, verdict,
+                 cell(r["oracle"]), ", ".join(map(str, r["seeds"])), link]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -19,4 +19,4 @@ def test_verdict_column_is_common_gap_verdict() -> None:
     for r, line in zip(rows, table):
         _, se2, words = gap_verdict(r["es"])
         assert line.split(" | ")[5:7] == ["-" if se2 is None else f"{se2:.1f}", words]
-    assert headline._cell([1.0, -0.5]) == "+0.2 (+1.0, -0.5)"
+    assert headline.cell([1.0, -0.5]) == "+0.2 (+1.0, -0.5)"

@@ -85,7 +85,7 @@ def test_replay_plans_with_the_library_over_recorded_losses(tmp_path: Path) -> N
         pruner.start_epoch(e)
         pruner.record(keys, shard_urls, np.linspace(0.1, 4.0, len(keys)).astype(np.float32) + e)
     pruner.close()
-    losses = ns._epoch_losses(run, 3)
+    losses = ns.epoch_losses(run, 3)
     out = ns.replay(losses, population, "random", {"r": 0.5}, tmp_path / "scratch")
     assert out["kept"] == [20, 20, 20] and out["pruned"] == 0.5
     assert ns.replay(losses, population, "full", {}, tmp_path / "scratch")["pruned"] == 0.0
@@ -108,7 +108,7 @@ def test_calibrate_rule_lands_each_level_through_the_library(tmp_path: Path, mon
         pruner.start_epoch(e)
         pruner.record(keys, shard_urls, np.random.default_rng(e).gamma(2.0, size=len(keys)).astype(np.float32))
     pruner.close()
-    losses = ns._epoch_losses(tmp_path / "full", 4)
+    losses = ns.epoch_losses(tmp_path / "full", 4)
     out = ns.calibrate_rule(losses, population, tmp_path / "scratch", "random", (0.3, 0.5))
     assert out["rule_alone"]["pruned"] == 0.0
     assert [out["levels"][lv]["params"] for lv in ("30", "50")] == [{"r": 0.3}, {"r": 0.5}]
@@ -581,18 +581,18 @@ def test_the_report_replaces_only_its_own_section(tmp_path: Path) -> None:
     ],
 )
 def test_verdicts(values: list[float], verdict: str) -> None:
-    assert nr._verdict(values, 3.0, "points") == verdict
+    assert nr.target_verdict(values, 3.0, "points") == verdict
 
 
 def test_verdicts_on_a_bar_to_stay_under_and_at_the_bar() -> None:
-    assert nr._verdict([0.03, 0.035], 0.05, "points", scale=100, under=True) == "met"
-    assert nr._verdict([0.02, 0.06], 0.05, "points", scale=100, under=True) == (
+    assert nr.target_verdict([0.03, 0.035], 0.05, "points", scale=100, under=True) == "met"
+    assert nr.target_verdict([0.02, 0.06], 0.05, "points", scale=100, under=True) == (
         "mean under, not resolved (mean + 2 SE = 8.0 points)")  # fmt: skip
-    assert nr._verdict([0.06, 0.06], 0.05, "points", scale=100, under=True) == "missed by 1.0 points"
-    assert nr._verdict([0.5, -0.5], 0.0, "points", digits=2) == "missed by 0.00 points"
-    assert nr._verdict([1.0, 1.0], 0.0, "points") == "met"
-    assert nr._verdict([0.0, 0.0], 0.0, "points") == "at the bar"  # identical runs: neither met nor missed
-    assert nr._verdict([1.0, 3.0], 1.0, "points") == "mean above, not resolved (mean - 2 SE = 0.0 points)"
+    assert nr.target_verdict([0.06, 0.06], 0.05, "points", scale=100, under=True) == "missed by 1.0 points"
+    assert nr.target_verdict([0.5, -0.5], 0.0, "points", digits=2) == "missed by 0.00 points"
+    assert nr.target_verdict([1.0, 1.0], 0.0, "points") == "met"
+    assert nr.target_verdict([0.0, 0.0], 0.0, "points") == "at the bar"  # identical runs: neither met nor missed
+    assert nr.target_verdict([1.0, 3.0], 1.0, "points") == "mean above, not resolved (mean - 2 SE = 0.0 points)"
 
 
 def labels_run(dataset, policy, label, params, seed, acc, pruned, *, noisy_after=0.4, prec=None, rec=None) -> dict:
@@ -818,7 +818,7 @@ def test_the_rule_at_2e_is_shown_beside_full_data_at_2e_and_kept_out_of_the_e_ta
             pairs_run(0.0, "full", "full2E", {}, s, 60.0 + s, 0.0, epochs=8),
             pairs_run(0.0, "full", "rule2E", {"noise": True}, s, 59.0 + 2 * s, 0.05, epochs=8),
         ]
-    lines = nr._pairs_level(rs, 0.0)
+    lines = nr.pairs_level(rs, 0.0)
     assert "The rule alone at 2E = 8 epochs, beside full data at 2E (same seeds):" in lines
     assert "| rule alone | noise=True | 2 | 5.0 ± 0.0 | 60.0 ± 1.4 | -0.5 (-1.0, +0.0) | 20, 20 | - | - |" in lines
     main = lines[lines.index("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |") + 1 :]
@@ -852,9 +852,9 @@ def test_a_missed_mismatched_share_says_from_which_epoch_it_is_under_5_percent()
         for row, share in zip(r["rows"][1:], (0.12, 0.06, 0.04, 0.03, 0.03)):
             row["mismatched_trained"] = round(row["trained"] * share)
         runs.append(r)
-    assert nr._under_from(runs) == (
+    assert nr.under_from(runs) == (
         "; under 5% in every epoch from e3 on, above it in the rule's first active epochs (e1 11.4%, e2 5.7%)"
     )
-    row = next(x for x in nr._pairs_targets(runs) if x.startswith("| mismatched < 5%"))
+    row = next(x for x in nr.pairs_targets(runs) if x.startswith("| mismatched < 5%"))
     assert row.endswith("| missed by 0.4 points; under 5% in every epoch from e3 on, above it in the rule's first "
                         "active epochs (e1 11.4%, e2 5.7%) |")  # fmt: skip

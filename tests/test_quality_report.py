@@ -300,8 +300,8 @@ def test_the_pairs_reading_gives_each_epoch_its_window_and_share_and_marks_the_c
             _pair_run(1, [0.2, 0.3, 0.25, 0.33], [0.2, 0.21, 0.9, 0.2], [1.0, 0.7, 0.9, 1.0])]  # fmt: skip
     full = [{**_pair_run(s, [0.2, 0.3, 0.4, 0.5], [0.2] * 4, [1.0] * 4), "policy": "full", "params": {},
              "label": "full"} for s in (0, 1)]  # fmt: skip
-    groups = ps._groups(full + seta)
-    assert ps._collapse_cell(groups, 0.2, seta) == "**s0: e2 1.7%**; without them: mean R@1 33.0"
+    groups = ps.group_runs(full + seta)
+    assert ps.collapse_cell(groups, 0.2, seta) == "**s0: e2 1.7%**; without them: mean R@1 33.0"
     lines = ps.reading(groups)
     assert lines[0] == (
         "* **The per-pair contrastive loss finds the mismatched pairs.** In full data's plans (epochs 1-3, mean over "

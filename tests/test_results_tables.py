@@ -115,7 +115,7 @@ def test_the_pairs_summary_is_two_tables(monkeypatch: pytest.MonkeyPatch) -> Non
         run("seta", {"alpha": 0.6, "k": 5, "r": 0.0}, 1, [0.2, 0.3, 0.25, 0.33], [0.2, 0.3, 0.8, 0.2], 0.25),
     ]
     ib = [run("infobatch", {"r": 0.6}, s, [0.2, 0.3, 0.4, 0.45], [0.2, 0.3, 0.4, 0.2], 0.3) for s in (0, 1)]
-    lines = ps.summary_lines(ps._groups(full + rnd + seta + ib))
+    lines = ps.summary_lines(ps.group_runs(full + rnd + seta + ib))
     assert lines[0].startswith(
         "`benchmarks/pairs_study.py` (800 pairs, 4 epochs, 2 seeds; tables, plots and the per-epoch shares: "
         "[docs/quality-pairs.md](quality-pairs.md)). **Mismatched pairs** have the highest losses (full data's "

@@ -369,7 +369,7 @@ def train_labels_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
 
 
 # ------------------------------------------------------------------------------ calibration
-def _epoch_losses(full_run: Path, epochs: int) -> list[tuple[np.ndarray, list[str], list[str], np.ndarray]]:
+def epoch_losses(full_run: Path, epochs: int) -> list[tuple[np.ndarray, list[str], list[str], np.ndarray]]:
     """The losses the run recorded in each epoch: (uids, shard names, keys, losses)."""
     import glob
 
@@ -391,7 +391,7 @@ def _epoch_losses(full_run: Path, epochs: int) -> list[tuple[np.ndarray, list[st
 
 def replay(losses: list, population: Any, policy: str, params: dict, scratch: Path) -> dict:
     """The library's plans of ``policy`` if each epoch's kept samples had the losses full data
-    recorded in that epoch (``losses``: :func:`_epoch_losses`): a scratch run directory is planned
+    recorded in that epoch (``losses``: :func:`epoch_losses`): a scratch run directory is planned
     epoch by epoch (seed 0) and fed those losses for the samples its plan keeps (the others keep
     their older loss, as in a pruned run). Returns the simulated pruned fraction, the kept count per
     epoch and the suspected count per epoch (the plan rows the rule suspects; nothing is compared
@@ -520,13 +520,13 @@ def run_cal(ctx: harness.Ctx, job: Job) -> dict:
         if spec["name"] == "base":
             out = calibrate(full_run, ctx.epochs)
         else:
-            losses = _epoch_losses(full_run, ctx.epochs)
+            losses = epoch_losses(full_run, ctx.epochs)
             policy = spec["name"].split("-")[1]
             base = harness.load(ctx, pairs_cal(spec["noise"], ctx.epochs, "base")) if policy == "seta" else None
             out = calibrate_rule(losses, population, scratch, policy, LEVELS, base)
     else:
         ds, population = label_dataset(ctx, spec["dataset"])
-        losses = _epoch_losses(ctx.runs / spec["full"], ds.epochs)
+        losses = epoch_losses(ctx.runs / spec["full"], ds.epochs)
         out = calibrate_rule(losses, population, scratch, "random", (0.5,))
     return {**out, "id": job.rid, "source": spec["full"], "seconds": round(time.perf_counter() - t0, 1),
             "machine": machine()}  # fmt: skip

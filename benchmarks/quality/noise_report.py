@@ -303,8 +303,8 @@ def pairs_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
               *e_choice_lines(ctx.results, ctx.epochs)]  # fmt: skip
     for noise in (0.2, 0.0):
         if rs := [r for r in pairs if r["noise"] == noise]:
-            lines += _pairs_level(rs, noise)
-    return lines + _pairs_targets(pairs) + _cal_lines(files["cal"], "pairs") + _left_out_lines(left_out, missing)
+            lines += pairs_level(rs, noise)
+    return lines + pairs_targets(pairs) + _cal_lines(files["cal"], "pairs") + _left_out_lines(left_out, missing)
 
 
 def _loader_lines(files: dict, machines: dict[str, str], study: str, what: str) -> list[str]:
@@ -441,7 +441,7 @@ def _rule_cells(g: list[dict]) -> tuple[bool, float | None, float | None, list, 
     return rule, share, after, la, prec, rec
 
 
-def _pairs_level(rs: list[dict], noise: float) -> list[str]:
+def pairs_level(rs: list[dict], noise: float) -> list[str]:
     pct = round(100 * noise)
     title = f"{pct}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
     lines = [f"#### {title}", ""] + _convergence(rs, noise) + _at_2e(rs, noise)
@@ -519,7 +519,7 @@ def _references(groups: dict) -> tuple[tuple | None, list[dict], list[list[dict]
     return full, groups.get(full, []), randoms
 
 
-def _pairs_targets(pairs: list[dict]) -> list[str]:
+def pairs_targets(pairs: list[dict]) -> list[str]:
     rows: list[list[str]] = []
     g20, g0 = (group([r for r in pairs if r["noise"] == noise and not r["label"].endswith("2E")]) for noise in (0.2, 0))
     full20 = _references(g20)[1]
@@ -537,9 +537,8 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
     for k in _sorted_keys(cands) if full20 else []:  # every rule configuration that pruned enough
         gap = paired(cands[k], full20, r1)
         measured = f"{gap.text()} points at {100 * mean_pruned(cands[k]):.1f}% pruned ({gap.noise_text()})"
-        rows.append(
-            [what, _full_name(k, cands[k]), measured, _verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points")]
-        )
+        verdict = target_verdict(list(gap.per_seed.values()), TARGET_R1_GAIN, "points")
+        rows.append([what, _full_name(k, cands[k]), measured, verdict])
     # 2-4. per rule configuration: mismatched share after warm-up, precision, recall
     for k in _sorted_keys(rule20):
         v = rule20[k]
@@ -550,15 +549,15 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         if any(s is None for s in share):
             rows.append([what, name, "the rule never became active", "missed"])
         else:
-            verdict = _verdict(share, TARGET_MISMATCHED, "points", scale=100, under=True)
+            verdict = target_verdict(share, TARGET_MISMATCHED, "points", scale=100, under=True)
             per = ", ".join(f"{100 * s:.1f}" for s in share)
             rows.append([what, name, f"{100 * float(np.mean(share)):.1f}% ({per})",
-                         verdict + (_under_from(v) if verdict.startswith("missed") else "")])  # fmt: skip
+                         verdict + (under_from(v) if verdict.startswith("missed") else "")])  # fmt: skip
         for what in ("precision", "recall"):
             vals = [x.get(what) if x else None for x in la]
             measured = f"{float(np.mean(vals)):.3f} ({', '.join(f'{x:.3f}' for x in vals)})" if None not in vals else ""
             rows.append([f"{what} of the suspected set >= 0.9", name, measured or "no suspected set",
-                         _verdict(vals, TARGET_PR, "") if measured else "missed"])  # fmt: skip
+                         target_verdict(vals, TARGET_PR, "") if measured else "missed"])  # fmt: skip
     # 5. clean pairs: no worse than dynamic random at the same pruned % beyond the noise
     _, full0, randoms0 = _references(g0)
     rule0 = [k for k in _sorted_keys(g0) if is_rule(g0[k][0])]
@@ -572,7 +571,7 @@ def _pairs_targets(pairs: list[dict]) -> list[str]:
         if gap.n < 2:
             rows.append([what, name, f"{gap.text()} points (1 seed)", "open (1 seed)"])
             continue
-        verdict = _verdict(list(gap.per_seed.values()), 0.0, "points")
+        verdict = target_verdict(list(gap.per_seed.values()), 0.0, "points")
         if gap.mean < 0 and gap.beyond_noise():
             verdict = f"missed: {-gap.mean:.1f} points below, beyond the noise"
         elif verdict.startswith("missed"):  # below, within the noise
@@ -593,7 +592,7 @@ def _silent(v: list[dict], k: tuple) -> str:
     return f"; the rule suspected nothing in any plan: these are {own}"
 
 
-def _under_from(v: list[dict]) -> str:
+def under_from(v: list[dict]) -> str:
     """Why the mean after the warm-up missed: from which epoch on every later epoch trained under 5%
     mismatched pairs (mean over the seeds), and the epochs of the warm-up's wake before it."""
     rows = [active_epochs(r) for r in v]
@@ -607,7 +606,7 @@ def _under_from(v: list[dict]) -> str:
     return f"; under 5% in every epoch from e{e0} on, above it in the rule's first active epochs ({before})"
 
 
-def _verdict(values: list[float], target: float, unit: str, scale: float = 1.0, under: bool = False,
+def target_verdict(values: list[float], target: float, unit: str, scale: float = 1.0, under: bool = False,
              digits: int | None = None) -> str:  # fmt: skip
     """The verdict on a target from the per-seed values (or per-seed gaps): *met* only where the mean
     clears ``target`` by 2 SE (mean - 2 SE > target; ``under``: mean + 2 SE < target), *at the bar* where
@@ -704,7 +703,7 @@ def labels_lines(ctx: Any, files: dict, missing: list[str]) -> list[str]:
             if rule and dataset == "cifar10":
                 gap = paired(g, full, acc)
                 what = f"CIFAR-10 with 40% noisy labels, {E} epochs: test accuracy above full data"
-                v = _verdict(list(gap.per_seed.values()), 0.0, "points", digits=2) if gap.n else "open"
+                v = target_verdict(list(gap.per_seed.values()), 0.0, "points", digits=2) if gap.n else "open"
                 targets.append([what, _full_name(k, g), f"{gap.text(2)} points ({gap.noise_text(2)})", v])
                 target_groups.append(g)
         lines += ["", *_unstable_note([groups[k] for k in keys])]
@@ -766,7 +765,7 @@ def readme_lines(files: dict, folder: str = "docs/quality-runs/noise-study/") ->
     machines, used, _ = split_runs(files)
     m = machines.get("noise-pairs")
     pairs = [r for r in used if r.get("study") == "noise-pairs"]
-    targets = _pairs_targets(pairs)
+    targets = pairs_targets(pairs)
     rows = [x for x in targets if x.startswith("| ") and x not in TARGET_HEAD and "open" not in x.rsplit("|", 2)[-2]]
     notes = [x for x in targets if x.startswith(MARK) and MARK in "".join(rows)]
     seeds = sorted({r["seed"] for r in pairs})

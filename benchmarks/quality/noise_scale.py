@@ -80,7 +80,7 @@ def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict
     distance, the upper component's weight, and the suspects' precision and recall (reported,
     not used to choose)."""
     hist, noisy, order0 = [], None, None
-    for uids, shards, keys, loss in ns._epoch_losses(full_run, epochs):
+    for uids, shards, keys, loss in ns.epoch_losses(full_run, epochs):
         o = np.argsort(uids)
         if order0 is None:
             order0 = uids[o]

@@ -236,11 +236,11 @@ def _r1(r: dict) -> float:
 
 
 def _key(noise: float, cfg: dict) -> tuple:
-    """The key of a configuration (or of one of its runs) in ``_groups``."""
+    """The key of a configuration (or of one of its runs) in ``group_runs``."""
     return noise, cfg["policy"], cfg["label"], json.dumps(cfg["params"], sort_keys=True)
 
 
-def _groups(results: list[dict]) -> dict[tuple, list[dict]]:
+def group_runs(results: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         groups.setdefault(_key(r["noise"], r), []).append(r)
@@ -294,7 +294,7 @@ def report(ctx: harness.Ctx | None = None) -> None:
     results = load_results(results_dir)
     if not results:
         return
-    groups = _groups(results)
+    groups = group_runs(results)
     missing = _missing(groups, results_dir)
     bad = [f"{r['policy']} {fmt_params(r['params'])} noise {r['noise']} seed {r['seed']} epoch {c['epoch']}"
            for r in results for c in r["checks"] if not c["delivered_equals_plan"]]  # fmt: skip
@@ -333,7 +333,7 @@ def report(ctx: harness.Ctx | None = None) -> None:
                               *(mean_sd([r[c] for r in rs], digits=1) for c in ("pruned", "i2t_r1", "t2i_r1", "i2t_r5",
                                                                                 "t2i_r5")),
                               _vs_random(groups, noise, rs), f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
-                              _collapse_cell(groups, noise, rs), f"{secs:.0f}",
+                              collapse_cell(groups, noise, rs), f"{secs:.0f}",
                               f"{secs / full_s:.2f}" if full_s else "-"]))  # fmt: skip
         note = _unstable_note([groups[k] for k in keys])
         lines += ["", *note]
@@ -399,7 +399,7 @@ def _fallen(rs: list[dict]) -> list[tuple[int, int, float]]:
     return [(s, e, 100 * curve(by[s])[0][e]) for s, es in _collapsed(rs).items() for e in es]
 
 
-def _collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
+def collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
     bad = _collapsed(rs)
     if not bad:
         return "-"
