@@ -427,7 +427,13 @@ class RunDir:
         while True:
             if self._try_acquire(rel, me):
                 break
-            holder = self.read_json(rel, default=None) or {}
+            try:
+                holder = self.read_json(rel, default=None)
+            except RunFormatError:  # half-written by a holder that died: lock files appear whole
+                self.remove(rel)
+                continue
+            if holder is None:  # released since: try again
+                continue
             if self._is_stale(holder):
                 self.remove(rel)
                 continue
@@ -447,16 +453,30 @@ class RunDir:
                 self.remove(rel)
 
     def _try_acquire(self, rel: str, me: dict[str, Any]) -> bool:
+        """Create the lock file with ``me`` in it unless it exists. Locally the file appears
+        whole: written under a temporary name, then hard-linked to its name (atomic, and
+        refused if the name exists). Created empty and then written, as before, another process
+        could read it empty in between and take it for a lock left by a dead process
+        (tests/test_table.py, two compactions at once)."""
         data = json.dumps(me).encode()
         if self.is_local:
             path = self.path(rel)
-            os.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            tmp = _temp_beside(path)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.link(tmp, path)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+            except OSError:  # a file system without hard links: create, then write
+                try:
+                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    return False
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+            finally:
+                os.unlink(tmp)
             return True
         if self.exists(rel):
             return False

@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import socket
 import subprocess
 import sys
 
@@ -116,6 +117,40 @@ def test_stale_lock_of_killed_process_is_broken(tmp_path):
     assert (tmp_path / "r" / "locks" / "compact.lock").exists()
     with run.lock("compact"):
         pass
+
+
+def test_an_unreadable_lock_file_left_by_a_dead_writer_is_broken(tmp_path):
+    """A lock file that is not JSON (empty: a writer of an earlier release killed between
+    creating and writing it) is broken, not an error; lock files are now published whole."""
+    run = RunDir(tmp_path / "r", create=True)
+    (tmp_path / "r" / "locks").mkdir()
+    (tmp_path / "r" / "locks" / "compact.lock").write_bytes(b"")
+    with run.lock("compact"):
+        holder = json.loads((tmp_path / "r" / "locks" / "compact.lock").read_text())
+        assert (holder["pid"], holder["host"]) == (os.getpid(), socket.gethostname())
+    assert sorted(os.listdir(tmp_path / "r" / "locks")) == []  # released; no temporary file left
+
+
+def test_a_contended_lock_file_is_never_seen_partial(tmp_path):
+    """Two processes take and release one lock 300 times each while this one reads the lock
+    file: every read finds it absent or whole (the race that made two compactions at once fail:
+    a reader found the file created but not yet written and took it for a dead holder's)."""
+    RunDir(tmp_path / "r", create=True)
+    code = (
+        "from seta_stream._runfs import RunDir\n"
+        f"r = RunDir({str(tmp_path / 'r')!r})\n"
+        "for _ in range(300):\n    with r.lock('compact', wait=60, poll=0.001):\n        pass\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    path, seen = tmp_path / "r" / "locks" / "compact.lock", []
+    while any(p.poll() is None for p in procs):
+        try:
+            seen.append(path.read_bytes())
+        except FileNotFoundError:
+            pass
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert all(json.loads(data)["pid"] in {p.pid for p in procs} for data in seen)
 
 
 @pytest.mark.parametrize("scheme", ["file", "memory"])
