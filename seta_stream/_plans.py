@@ -105,7 +105,7 @@ _WRITE_OPTIONS: dict[str, Any] = {
 
 def _rows_per_page_option() -> dict[str, Any]:
     """``max_rows_per_page`` (pages cut by size, not by pyarrow's default 20,000 rows), where
-    the installed pyarrow has the option: it came after pyarrow 22, and pyarrow >= 15 is
+    the installed pyarrow has the option: it came after pyarrow 22, and pyarrow >= 16.1 is
     supported. Only the page layout differs; the file's rows and schema are the same."""
     if "max_rows_per_page" in inspect.signature(pq.write_table).parameters:
         return {"max_rows_per_page": 1 << 20}

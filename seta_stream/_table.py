@@ -276,9 +276,10 @@ def load_numeric(
     buckets = table_buckets(m)
     total = sum(b.rows for b in buckets)
     dtypes = dtypes or {}
-    if any(numpy_dtype(f.type) is None for f in fields):
+    native = {f.name: numpy_dtype(f.type) for f in fields}
+    if any(dtype is None for dtype in native.values()):  # (a NumPy dtype compares equal to None)
         raise ValueError(f"load_numeric reads numeric columns only; asked for {columns}")
-    out = {f.name: np.empty(total, dtype=dtypes.get(f.name, numpy_dtype(f.type))) for f in fields}
+    out = {name: np.empty(total, dtype=dtypes.get(name, dtype)) for name, dtype in native.items()}
     o = 0
     for bucket in buckets:
         views = {name: col[o : o + bucket.rows] for name, col in out.items()}

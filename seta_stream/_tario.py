@@ -19,8 +19,8 @@ plain tar it follows ``tarfile``'s rules exactly:
 * end: a zero block, or a missing, short, unparsable or bad-checksum header ends the archive
   silently (``tarfile`` in stream mode does the same); a bad header right after a long-name or
   pax header raises ``tarfile.ReadError`` (as ``tarfile`` does before Python 3.13; 3.13's ends
-  the archive there silently, which would read a cut shard as a shorter one); data shorter than its header says raises
-  ``tarfile.ReadError("unexpected end of data")`` for a selected member;
+  the archive there silently, which would read a cut shard as a shorter one); data shorter than
+  its header says raises ``tarfile.ReadError("unexpected end of data")`` for a selected member;
 * sparse members (``S``, or pax ``GNU.sparse``) need ``tarfile``'s sparse maps, which this
   reader does not implement: they raise ``tarfile.ReadError`` naming the member.
 

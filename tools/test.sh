@@ -11,7 +11,9 @@ if [ "$#" -gt 0 ]; then
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider
 
-OLDEST=$(sed -n 's/^ *"webdataset>=\([0-9.]*\)",$/\1/p' pyproject.toml)
+# each "pkg>=X" of pyproject.toml's dependencies as pkg==X: the oldest versions it admits
+LOWEST=$(sed -n '/^dependencies = \[/,/^\]/s/^ *"\([A-Za-z0-9_-]*\)>=\([0-9.]*\)",.*$/\1==\2/p' pyproject.toml)
+OLDEST=$(echo "$LOWEST" | sed -n 's/^webdataset==//p')
 if [ -z "$OLDEST" ]; then
     echo "tools/test.sh: no \"webdataset>=X\" line in pyproject.toml's dependencies" >&2
     exit 1
@@ -39,9 +41,9 @@ print('webdataset', webdataset.__version__, 'torch', torch.__version__, 'Python'
     tests/test_examples.py
 
 # The core (recording, compaction, planning, inspection, the readers; no torch, no extra) on the
-# oldest Python and dependency versions pyproject.toml admits (each "pkg>=X" of its dependencies
-# installed as pkg==X) and on the newest Python here with the newest releases. Neither has torch:
-# no CPU build of it is reachable for those Pythons, and the core runs without it.
+# oldest Python and dependency versions pyproject.toml admits ($LOWEST) and on the newest Python
+# here with the newest releases. Neither has torch: no CPU build of it is reachable for those
+# Pythons, and the core runs without it.
 CORE_TESTS=(arrays buckets cli crash_compaction errors exact exports fold ids index_headers index_reader
     keys_file kmeans1d layout listing mixture_spec parts plan plan_kernels plans planview policies
     policy_evolved policy_full policy_infobatch policy_noise policy_random policy_random_draws
@@ -73,7 +75,6 @@ print('core on Python', sys.version.split()[0], 'numpy', numpy.__version__, 'pya
     for t in "${CORE_TESTS[@]}"; do files+=("tests/test_$t.py"); done
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
 }
-LOWEST=$(sed -n '/^dependencies = \[/,/^\]/s/^ *"\([A-Za-z0-9_-]*\)>=\([0-9.]*\)",.*$/\1==\2/p' pyproject.toml)
 REQUIRES=$(sed -n 's/^requires-python = ">=\([0-9.]*\)"$/\1/p' pyproject.toml)
 # shellcheck disable=SC2086  # one argument per pin
 core_run .venv-core-oldest "$REQUIRES" $LOWEST
