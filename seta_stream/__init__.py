@@ -58,6 +58,7 @@ def __getattr__(name: str):  # noqa: ANN202  (PEP 562)
         return importlib.import_module(".inspect", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "errors",
     "ids",

@@ -11,9 +11,13 @@ This module owns the folder (docs/format.md, "Plans"):
   (listed in shards.arrow), 1 byte a row instead of 4;
 * ``shards.arrow``: one row per shard, its row range, kept count and the byte range of its
   record batch in stage.arrow (the stage skips a shard with no kept row without opening it);
-* ``summary.json``: written last, so its presence means the plan is complete.
+* ``summary.json``: written after the stage files, so its presence means the plan is complete
+  for training. plan.parquet, which only inspection reads, is published when its parts are
+  encoded (on other threads: :class:`PlanFileWriter`), usually after the summary; a planner
+  killed before leaves a plan without it, which :func:`load_plan` reports
+  (:func:`plan_file_rows` against the summary's ``n``) and the next plan of that epoch writes again.
 
-:func:`publish_plan` writes them in that order; :func:`load_plan`, :func:`load_summary` and
+:func:`publish_plan` writes them; :func:`load_plan`, :func:`load_summary` and
 :func:`read_stage_lookup` read them. Nothing here decides what to keep (``policies``) or how a
 stage applies it (``planview``).
 
@@ -58,6 +62,7 @@ __all__ = [
     "BucketPlanFiles",
     "PLAN_SCHEMA",
     "PLAN_PART_ROWS",
+    "PlanFileWriter",
     "PlanIdentities",
     "STAGE_FIELDS",
     "StageLookup",
@@ -72,6 +77,7 @@ __all__ = [
     "read_summary",
     "discard_leftovers",
     "planned_epochs",
+    "plan_file_rows",
 ]
 
 #: Every column is non-nullable (Parquet ``required``): a plan has a value in every cell, and
@@ -198,13 +204,17 @@ def publish_plan(
     ids: PlanIdentities,
     columns: dict[str, np.ndarray | pa.Array],
     summarize: Any,
-) -> None:
-    """Publish plan.parquet, stage.arrow and shards.arrow of ``epoch`` (not the summary:
-    :func:`publish_summary` completes the plan).
+    stage: bool = True,
+) -> PlanFileWriter:
+    """Publish stage.arrow and shards.arrow of ``epoch`` while plan.parquet's parts are encoded
+    on other threads; returns plan.parquet's writer, which publishes it once its parts are
+    written, while the caller publishes the summary (:func:`publish_summary`: it completes the
+    plan for training; plan.parquet, read by inspection only, may follow it).
 
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
-    encoded (the summary costs about as much as one part)."""
+    encoded (the summary costs about as much as one part). Without ``stage``, only plan.parquet
+    is written (a plan whose plan.parquet a killed planner never wrote: its stage files stand)."""
     # with keys mapped per part, the parts take their identity columns from ``ids`` themselves,
     # and with ``ids.table_rows`` their uid and loss too: then the stage files are the last
     # readers of the whole uid column, which this function holds alone (``columns`` gives it up)
@@ -221,13 +231,16 @@ def publish_plan(
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
         if values:
             summarize()
+        if not stage:
+            uid.clear()
+            return
         stage_columns, weights, table = _stage_table(plan, uid.pop() if uid else None)
         batches, ranges = stage_batches(ids, table)
         run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
         shards = shards_table(shard_ranges(ids, keep, ranges), stage_columns, weights)
         run.publish_arrow(plan_file(epoch, "shards.arrow"), shards, compression="zstd")
 
-    _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
+    return _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
 
 
 def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool = True, values: bool = True) -> pa.Table:
@@ -435,29 +448,87 @@ def stage_batches(ids: PlanIdentities, stage: pa.Table) -> tuple[list[pa.RecordB
     return batches, ranges
 
 
-def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: PlanIdentities | None = None) -> None:
-    """Publish ``table`` as a Parquet folder, encoded on other threads while ``work()`` runs
-    on this one (pyarrow releases the GIL while encoding): the summary and the stage files then
-    cost no wall time at 15M rows (docs/benchmarks.md, "Planning"). An error on either side
-    publishes nothing of the folder. With ``ids.key_map``, each part reads its keys through a
+class PlanFileWriter:
+    """plan.parquet of a plan, encoded and published by ``write()`` on a thread of its own
+    (:func:`publish_plan`). :meth:`wait` returns once it is done, raising the writer's error if
+    it failed; :meth:`then` runs a function on the writer's thread once it is done (published or
+    failed), or at once if it is. Without ``write``, a writer with nothing to do."""
+
+    def __init__(self, write: Callable[[], None] | None = None) -> None:
+        self._after: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._done = write is None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="seta-stream-plan-file") if write else None
+        self._future = self._pool.submit(self._write, write) if self._pool is not None and write else None
+
+    def _write(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        finally:
+            with self._lock:
+                self._done = True
+                after, self._after = self._after, []
+            for fn in after:
+                fn()
+
+    def then(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._done:
+                self._after.append(fn)
+                return
+        fn()
+
+    def wait(self) -> None:
+        if self._future is None or self._pool is None:
+            return
+        try:
+            self._future.result()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+def _publish_beside(
+    run: RunDir, rel: str, table: pa.Table, work: Any, ids: PlanIdentities | None = None
+) -> PlanFileWriter:
+    """Encode ``table`` as a Parquet folder on other threads while ``work()`` runs on this one
+    (pyarrow releases the GIL while encoding): the summary and the stage files then cost no
+    wall time at 15M rows (docs/benchmarks.md, "Planning"). Returns the folder's writer: it
+    publishes the folder once its parts are written, if ``work()`` succeeded; an error in
+    ``work()`` publishes nothing of it. With ``ids.key_map``, each part reads its keys through a
     mapping of its own (:class:`PlanIdentities`)."""
     # this thread's work takes one CPU: until it ends, the parts are encoded on the others (a
     # part encoded meanwhile on a CPU already busy would only hold its memory longer)
     slots = threading.Semaphore(max(1, _cpus() - 1))
-    with ThreadPoolExecutor(1) as pool:
-        if ids is not None and ids.key_map is not None:
-            future = pool.submit(_prepare_parts, run, rel, table, ids, slots)
-        else:
-            future = pool.submit(run.prepare_parquet_parts, rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
+    decided = threading.Event()
+    succeeded: list[bool] = []
+
+    def write() -> None:
         try:
-            work()
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                future.result().discard()
-            raise
+            if ids is not None and ids.key_map is not None:
+                pending = _prepare_parts(run, rel, table, ids, slots)
+            else:
+                pending = run.prepare_parquet_parts(rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
+            decided.wait()
+            if succeeded:
+                pending.commit()
+            else:
+                pending.discard()
         finally:
-            slots.release()
-        future.result().commit()
+            decided.wait()  # the functions given to ``then`` run once ``work()`` has ended
+
+    writer = PlanFileWriter(write)
+    try:
+        work()
+        succeeded.append(True)
+    except BaseException:
+        decided.set()
+        with contextlib.suppress(BaseException):
+            writer.wait()
+        raise
+    finally:
+        decided.set()
+        slots.release()
+    return writer
 
 
 def _prepare_parts(
@@ -501,7 +572,8 @@ def _cpus() -> int:
 
 
 def publish_summary(run: RunDir, epoch: int, summary: dict[str, Any]) -> None:
-    """summary.json: written last, it marks the plan of ``epoch`` complete."""
+    """summary.json: written after the stage files, it marks the plan of ``epoch`` complete
+    for training (plan.parquet may follow it)."""
     run.publish_json(plan_file(epoch, "summary.json"), summary)
 
 
@@ -527,8 +599,13 @@ def load_summary(run: str | RunDir, epoch: int) -> dict[str, Any]:
 def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -> pa.Table:
     """plan.parquet of ``epoch`` as an Arrow table."""
     run = run if isinstance(run, RunDir) else RunDir(run)
-    load_summary(run, epoch)  # raises PlanMissingError with a hint
-    table = run.read_parquet(plan_file(epoch, "plan.parquet"), columns=columns)
+    summary = load_summary(run, epoch)  # raises PlanMissingError with a hint
+    rel = plan_file(epoch, "plan.parquet")
+    if not run.exists(rel):
+        raise PlanMissingError(_plan_file_lost(run, epoch, "missing"))
+    table = run.read_parquet(rel, columns=columns)
+    if table.num_rows != int(summary["n"]):  # a part not yet published, or lost
+        raise PlanMissingError(_plan_file_lost(run, epoch, f"{table.num_rows} rows, its summary says {summary['n']}"))
     # pyarrow before 17 reads every dictionary column with int32 indices: the reason column
     # gets the format's int8 indices back (the file is the same on every version)
     i = table.schema.get_field_index("reason")
@@ -536,6 +613,21 @@ def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -
     if i >= 0 and table.schema.field(i).type != reason.type:
         table = table.set_column(i, reason, table.column(i).cast(reason.type))
     return table
+
+
+def plan_file_rows(run: RunDir, epoch: int) -> int | None:
+    """Rows of plan.parquet of ``epoch`` (from its parts' footers), or None if it is missing."""
+    rel = plan_file(epoch, "plan.parquet")
+    return run.parquet_rows(rel) if run.exists(rel) else None
+
+
+def _plan_file_lost(run: RunDir, epoch: int, found: str) -> str:
+    return (
+        f"{run.display(plan_file(epoch, 'plan.parquet'))}: {found}; expected the plan's rows, written after its "
+        f"summary.json. Its planner is still writing it, or was stopped before it had written it (training is "
+        f"unaffected: the stage reads stage.arrow). plan_epoch(run, {epoch}) with the run's settings writes it "
+        "again while the loss table is the one the plan was made from (before the epoch's losses are compacted)"
+    )
 
 
 def planned_epochs(run: RunDir) -> list[int]:

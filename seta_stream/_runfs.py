@@ -251,21 +251,39 @@ class RunDir:
     def read_parquet(self, *parts: str, columns: list[str] | None = None, **options: Any) -> pa.Table:
         """A Parquet file, or a Parquet folder written by :meth:`publish_parquet_parts` (its
         parts in name order, which is row order)."""
-        path = self.path(*parts)
-        if self.fs.isdir(path):
-            files = sorted(
-                f
-                for f in self.fs.ls(path, detail=False)
-                if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith((".", "_"))
+        files = self.parquet_files(*parts)
+        if not files:
+            raise RunFormatError(
+                f"{self.display(*parts)}: a folder without Parquet parts; expected the "
+                "part-*.parquet files seta_stream writes there. The write was interrupted: "
+                "make the file again (for a plan: plan_epoch(..., force=True))"
             )
-            if not files:
-                raise RunFormatError(
-                    f"{self.display(*parts)}: a folder without Parquet parts; expected the "
-                    "part-*.parquet files seta_stream writes there. The write was interrupted: "
-                    "make the file again (for a plan: plan_epoch(..., force=True))"
-                )
-            return pa.concat_tables(self._read_parquet_file(f, columns, options) for f in files)
-        return self._read_parquet_file(path, columns, options)
+        if len(files) == 1 and files[0] == self.path(*parts):
+            return self._read_parquet_file(files[0], columns, options)
+        return pa.concat_tables(self._read_parquet_file(f, columns, options) for f in files)
+
+    def parquet_files(self, *parts: str) -> list[str]:
+        """The files of a Parquet file or folder (:meth:`publish_parquet_parts`): the file
+        itself, or the folder's parts in name order (which is row order)."""
+        path = self.path(*parts)
+        if not self.fs.isdir(path):
+            return [path]
+        return sorted(
+            f
+            for f in self.fs.ls(path, detail=False)
+            if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith((".", "_"))
+        )
+
+    def parquet_rows(self, *parts: str) -> int:
+        """Rows of a Parquet file or folder, from the files' footers."""
+        total = 0
+        for f in self.parquet_files(*parts):
+            if self.is_local:
+                total += pq.read_metadata(f).num_rows
+            else:
+                with self.fs.open(f, "rb") as fh:
+                    total += pq.ParquetFile(fh).metadata.num_rows
+        return total
 
     def _read_parquet_file(self, path: str, columns: list[str] | None, options: dict[str, Any]) -> pa.Table:
         if self.is_local:

@@ -271,3 +271,130 @@ def test_the_lazy_imports_are_done_when_planning_returns(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "slow_import_probe")
     plan_epoch(run, 0)  # published already: returned as it is, without the imports
     assert "slow_import_probe" not in sys.modules
+
+
+def _plan_files(root):
+    return {str(f.relative_to(root)): f.read_bytes() for f in root.rglob("*") if f.is_file()}
+
+
+_HELD_WRITER = """
+import os, signal, threading, sys
+import seta_stream._plans as P
+
+class HeldParquet:  # plan.parquet's parts are never written: the kill comes in between
+    def __getattr__(self, name):
+        return getattr(P.__dict__['_real_pq'], name)
+    def write_table(self, *args, **kwargs):
+        threading.Event().wait()
+
+P._real_pq, P.pq = P.pq, HeldParquet()
+from seta_stream._plan import plan_epoch_in_background
+summary, writer = plan_epoch_in_background({run!r}, 1, policy='seta', params=dict(r=0.1, k=5, alpha=0.6),
+                                           epochs=10, seed=3)
+assert os.path.exists({run!r} + '/plans/epoch=1/summary.json')
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_plan_parquet_follows_the_summary_and_a_planner_killed_between_is_repaired(tmp_path):
+    """The plan is published for training (stage files, summary, state) before plan.parquet,
+    the inspection file, is; a planner killed in between leaves a plan that trains as it should,
+    whose plan.parquet the next plan_epoch of that epoch writes again, the same bytes."""
+    ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
+    plan_epoch(ref, 1, **SETA)
+    proc = subprocess.run([sys.executable, "-c", _HELD_WRITER.format(run=str(tmp_path / "r"))])
+    assert proc.returncode == -9
+    root = tmp_path / "r/plans/epoch=1"
+    left = _plan_files(root)
+    assert {k for k in left if not k.startswith(".tmp-")} == {"shards.arrow", "stage.arrow", "summary.json"}
+    ref_files = _plan_files(tmp_path / "ref/plans/epoch=1")
+    for name in ("shards.arrow", "stage.arrow", "summary.json"):
+        assert left[name] == ref_files[name]
+    assert json.loads((tmp_path / "r/state.json").read_text())["current_epoch"] == 1
+    with pytest.raises(PlanMissingError) as err:
+        load_plan(run, 1)
+    assert f"{root / 'plan.parquet'}: missing; expected the plan's rows, written after its summary.json" in str(err.value)
+    assert "plan_epoch(run, 1)" in str(err.value)
+
+    s = plan_epoch(run, 1, **SETA)  # the lock of the killed planner is broken (its pid is gone)
+    assert s == load_summary(ref, 1)
+    assert _plan_files(root) == ref_files  # plan.parquet again, the same bytes; no leftover
+    assert load_plan(run, 1).equals(load_plan(ref, 1))
+    assert not list((tmp_path / "r/locks").iterdir())
+
+
+def test_an_incomplete_plan_parquet_is_written_again(tmp_path):
+    run = seeded_run(tmp_path / "r")
+    plan_epoch(run, 1, **SETA)
+    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
+    before = _plan_files(folder)
+    part = folder / "part-00000.parquet"
+    pq.write_table(pq.read_table(part).slice(0, 150), part)  # rows lost
+    with pytest.raises(PlanMissingError, match=r"plan\.parquet: 150 rows, its summary says 200; expected"):
+        load_plan(run, 1)
+    plan_epoch(run, 1)
+    assert _plan_files(folder) == before
+
+
+def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_path):
+    from seta_stream import LossRecorder, PlanWarning, compact
+    from seta_stream._plans import read_stage_lookup
+
+    run = seeded_run(tmp_path / "r")
+    plan_epoch(run, 1, **SETA)
+    stage = read_stage_lookup(run, 1)
+    import shutil
+
+    shutil.rmtree(tmp_path / "r/plans/epoch=1/plan.parquet")
+    with LossRecorder(run, epoch=1) as rec:  # the table moves on: generation 2
+        rec.record(["k0000"], ["/d/shard-0.tar"], np.array([0.5], np.float32))
+    compact(run)
+    with pytest.warns(PlanWarning) as caught:
+        s = plan_epoch(run, 1)
+    (w,) = [c.message for c in caught]
+    assert w.code == "plan_file_missing" and w.epoch == 1
+    assert str(w) == (
+        f"{tmp_path / 'r/plans/epoch=1/plan.parquet'}: missing, and it cannot be written again: the plan was made "
+        "from the loss table of generation 1, the run's table is now generation 2. Training is unaffected (the "
+        "stage reads stage.arrow); load_plan and seta-stream inspect cannot read this epoch's plan"
+    )
+    assert s["kept"] == load_summary(run, 1)["kept"]
+    assert not (tmp_path / "r/plans/epoch=1/plan.parquet").exists()
+    assert read_stage_lookup(run, 1).shards == stage.shards
+    with pytest.raises(PlanMissingError, match="plan.parquet: missing"):
+        load_plan(run, 1)
+
+
+def test_plan_epoch_in_background_holds_the_lock_until_plan_parquet_is_published(tmp_path, monkeypatch):
+    import threading
+
+    import seta_stream._plans as P
+    from seta_stream._plan import plan_epoch_in_background
+
+    release = threading.Event()
+    real = P.pq
+
+    class SlowParquet:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def write_table(self, *args, **kwargs):
+            release.wait(30)
+            real.write_table(*args, **kwargs)
+
+    monkeypatch.setattr(P, "pq", SlowParquet())
+    run = seeded_run(tmp_path / "r")
+    summary, writer = plan_epoch_in_background(run, 1, **SETA)
+    root = tmp_path / "r/plans/epoch=1"
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".tmp-")) == [
+        "shards.arrow",
+        "stage.arrow",
+        "summary.json",
+    ]
+    assert load_summary(run, 1) == summary
+    assert [p.name for p in (tmp_path / "r/locks").iterdir()] == ["plan.lock"]
+    release.set()
+    writer.wait()
+    assert sorted(p.name for p in root.iterdir()) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
+    assert load_plan(run, 1).num_rows == summary["n"] == 200
+    assert not list((tmp_path / "r/locks").iterdir())
