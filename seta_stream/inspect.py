@@ -45,7 +45,7 @@ def _summary(run: RunDir, epoch: int) -> dict[str, Any]:
 
 
 def _shard_losses(run: RunDir, epoch: int, top: int) -> dict[str, list[dict[str, Any]]]:
-    plan = pl.from_arrow(run.read_parquet(plan_file(epoch, "plan.parquet"), columns=["shard", "keep"]))
+    plan = pl.from_arrow(load_plan(run, epoch, columns=["shard", "keep"]))
     assert isinstance(plan, pl.DataFrame)
     per_shard = (
         plan.group_by("shard")
@@ -196,7 +196,7 @@ def plot_epoch(run: str | RunDir, path: str, epoch: int | None = None) -> str:
         raise PlanMissingError(f"{run.display('plans')}: no plan yet; nothing to plot")
     sel = planned[-1] if epoch is None else epoch
     summary = _summary(run, sel)
-    plan = run.read_parquet(plan_file(sel, "plan.parquet"), columns=["loss", "keep"])
+    plan = load_plan(run, sel, columns=["loss", "keep"])
     loss = plan.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
     keep = plan.column("keep").to_numpy(zero_copy_only=False)
     finite = np.isfinite(loss)

@@ -336,7 +336,7 @@ def test_an_incomplete_plan_parquet_is_written_again(tmp_path):
     assert _plan_files(folder) == before
 
 
-def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_path):
+def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_path, capsys):
     from seta_stream import LossRecorder, PlanWarning, compact
     from seta_stream._plans import read_stage_lookup
 
@@ -363,6 +363,12 @@ def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_p
     assert read_stage_lookup(run, 1).shards == stage.shards
     with pytest.raises(PlanMissingError, match="plan.parquet: missing"):
         load_plan(run, 1)
+    from seta_stream._cli import main
+
+    assert main(["inspect", str(tmp_path / "r"), "--epoch", "1"]) == 2  # one line, no traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{tmp_path / 'r/plans/epoch=1/plan.parquet'}: missing; expected the plan's rows" in err
 
 
 def test_plan_epoch_in_background_holds_the_lock_until_plan_parquet_is_published(tmp_path, monkeypatch):
