@@ -168,7 +168,9 @@ def _current_table(path: Path) -> bool:
 def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
     """Run ``setup`` then ``code`` in a fresh interpreter: the wall time of ``code``, its CPU
     time (every thread, user + system: on a machine shared with other work, the figure that
-    depends least on the load) and its peak RSS.
+    depends least on the load) and its peak RSS. ``code`` may set ``marks``, a dict of more
+    figures for the result (e.g. ``marks = {"published_s": time.perf_counter() - t0}``: ``t0``
+    is the start of ``code``).
 
     Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
     the forking parent across exec). ``rss_before_mb`` is the peak after ``setup``; with
@@ -195,6 +197,7 @@ def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = hwm()
         out = {{"wall_s": wall, "cpu_s": cpu, "rss_before_mb": before / 1024, "peak_rss_mb": peak / 1024}}
+        out.update(globals().get("marks") or {{}})
         print("RESULT" + json.dumps(out))
     """)
     proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT)
@@ -209,10 +212,11 @@ def _measure_here(code: str, setup: str) -> dict:
     namespace: dict = {"__name__": "__bench__", "sys": sys, "json": json, "time": time}
     exec(textwrap.dedent(setup), namespace)
     t0, c0 = time.perf_counter(), time.process_time()
+    namespace["t0"] = t0
     exec(textwrap.dedent(code), namespace)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = own_peak_rss_mb()["process_mb"]
-    return {"wall_s": wall, "cpu_s": cpu, "rss_before_mb": peak, "peak_rss_mb": peak}
+    return {"wall_s": wall, "cpu_s": cpu, "rss_before_mb": peak, "peak_rss_mb": peak, **(namespace.get("marks") or {})}
 
 
 def tree_setup(tree: Path) -> str:
