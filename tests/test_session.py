@@ -52,3 +52,69 @@ def test_es_and_eswp_runs_get_the_policy_beta2(tmp_path):
     seta.Pruner(tmp_path / "b", policy="es", epochs=20)
     assert seta.RunDir(tmp_path / "a").settings["ema_beta2"] == 0.8
     assert seta.RunDir(tmp_path / "b").settings["ema_beta2"] == 0.9
+
+
+def test_pruner_trains_while_plan_parquet_is_written_and_waits_for_it_at_the_boundary(tmp_path, monkeypatch):
+    """start_epoch returns once the plan is published for training; plan.parquet (inspection
+    only) is written meanwhile, and close() (or the next start_epoch) waits for it before folding
+    the epoch's losses."""
+    import threading
+
+    import seta_stream._plans as P
+    import seta_stream._runfs as R
+
+    release = threading.Event()
+    written: list[str] = []
+    real = P.pq
+
+    class HeldParquet:  # epoch 1's plan.parquet parts wait for ``release``
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def write_table(self, table, where, **options):
+            if "plans/epoch=1" in str(where):
+                release.wait(60)
+            real.write_table(table, where, **options)
+            written.append(str(where))
+
+    for module in (P, R):  # plan.parquet's parts are written by one or the other
+        monkeypatch.setattr(module, "pq", HeldParquet())
+    urls = write_shards(tmp_path / "s", [20, 20])
+    run = str(tmp_path / "run")
+    pruner = seta.Pruner(
+        run,
+        policy="seta",
+        params=dict(r=0.2, k=3, alpha=0.5),
+        epochs=2,
+        seed=1,
+        population=seta.list_samples(urls),
+        flush_rows=16,
+    )
+    ds = seta.attach(web_dataset(urls, shardshuffle=False, empty_check=False), run)
+    ds = ds.to_tuple("__key__", "__url__").batched(8)
+    plan_dir = tmp_path / "run/plans/epoch=1"
+    for epoch in range(2):
+        summary = pruner.start_epoch(epoch)
+        if epoch == 1:
+            assert sorted(p.name for p in plan_dir.iterdir() if not p.name.startswith(".tmp-")) == [
+                "shards.arrow",
+                "stage.arrow",
+                "summary.json",
+            ]
+            assert [p.name for p in (tmp_path / "run/locks").iterdir()] == ["plan.lock"]
+        got = 0
+        for keys, urls_ in ds:  # epoch 1 trains while its plan.parquet is held
+            pruner.record(keys, urls_, np.linspace(0.1, 2.0, len(keys), dtype=np.float32))
+            got += len(keys)
+        assert got == summary["kept"]
+    assert summary["n"] == 40 and summary["kept"] < 40
+    assert not any("plans/epoch=1" in w for w in written)
+    threading.Timer(0.5, release.set).start()
+    pruner.close()  # waits for epoch 1's plan.parquet, then folds the epoch
+    assert any("plans/epoch=1" in w for w in written)
+    assert seta.load_plan(run, 1).num_rows == 40
+    assert not list((tmp_path / "run/locks").iterdir())
+    table = seta.load_table(run).to_pydict()
+    last = {(s, k): e for s, k, e in zip(table["shard"], table["key"], table["last_epoch"])}
+    plan = seta.load_plan(run, 1).to_pydict()  # epoch 1's losses folded: exactly its kept samples
+    assert [last.get(sk) == 1 for sk in zip(plan["shard"], plan["key"])] == plan["keep"]
