@@ -111,13 +111,10 @@ def busy(path: Path) -> bool:
     """Whether another process holds the claim at ``path`` now."""
     if not path.exists():
         return False
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    held = claim(path, wait=False)
+    if held is not None:
+        held.close()
+    return held is None
 
 
 def done(ctx: Ctx, stem: str) -> bool:
@@ -125,8 +122,7 @@ def done(ctx: Ctx, stem: str) -> bool:
 
 
 def load(ctx: Ctx, stem: str) -> dict | None:
-    p = ctx.results / f"{stem}.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    return json.loads((ctx.results / f"{stem}.json").read_text()) if done(ctx, stem) else None
 
 
 def failed_here(ctx: Ctx, rid: str) -> bool:
@@ -202,7 +198,7 @@ def execute(ctx: Ctx, job: Job, run: Any) -> None:
         signal.alarm(max(1, int(ctx.until - time.time())))
     try:
         result = run(ctx, job, progress)
-    except (CutShort, Exception) as exc:
+    except Exception as exc:
         cut = isinstance(exc, CutShort)
         info: dict[str, Any] = {"id": job.rid, "status": "cut_short" if cut else "crashed"}
         if not cut:  # the invocation: not tried again until the next one (``failed_here``)
