@@ -12,16 +12,15 @@ Run on the run directories the study keeps (seed 0) and on every run's result fi
    clusters ordered by centroid, and annealing keeps floor((1-r)N); with ``target_keep`` t every
    pruning epoch keeps exactly floor(t N).
 
-``python -m benchmarks.quality.checks [RUNS_DIR] [RESULTS_DIR]`` prints the findings for the
-short study; the report writes them to ``docs/quality-runs/checks.json`` (the converged study:
-``docs/quality-runs/converged/checks.json``) and docs/quality.md lists them.
+The report (``python -m benchmarks.quality --report-only``) writes the findings to
+``docs/quality-runs/checks.json`` (the converged study: ``docs/quality-runs/converged/checks.json``)
+and docs/quality.md lists them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,15 +136,3 @@ def run_checks(dirs: list[Path], results: list[dict]) -> dict:
         problems += check_run_dir(d)
         checked.append(d.name)
     return {"runs_checked": len(results), "run_dirs_checked": checked, "problems": problems}
-
-
-if __name__ == "__main__":
-    from .configs import run_id
-    from .docs import load_results
-    from .layout import Layout
-
-    layout = Layout()
-    runs = Path(sys.argv[1]) if len(sys.argv) > 1 else layout.runs
-    res = load_results(Path(sys.argv[2]) if len(sys.argv) > 2 else layout.results)
-    dirs = finished_run_dirs(runs, res, lambda r: run_id(r["dataset"], r, r["seed"]))
-    print(json.dumps(run_checks(dirs, res), indent=1))
