@@ -129,10 +129,7 @@ def failed_here(ctx: Ctx, rid: str) -> bool:
     """A crash of this invocation (any process; the file names the invocation's start): not tried
     again until the next invocation."""
     p = ctx.results / f"{rid}.crashed.json"
-    if not p.exists():
-        return False
-    invocation = json.loads(p.read_text()).get("invocation")
-    return invocation == ctx.started if invocation is not None else p.stat().st_mtime >= ctx.started
+    return p.exists() and json.loads(p.read_text()).get("invocation") == ctx.started
 
 
 _RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
