@@ -21,6 +21,7 @@ once) and ``run(ctx, job, progress) -> dict`` (one job's result). The runner:
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -132,7 +133,16 @@ def failed_here(ctx: Ctx, rid: str) -> bool:
     return p.exists() and json.loads(p.read_text()).get("invocation") == ctx.started
 
 
-_RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
+@functools.cache
+def _rate_of(path: Path, mtime_ns: int) -> tuple[str, float | None]:
+    """(kind of run, seconds per trained sample) of the result file at ``path`` as of ``mtime_ns``
+    (read once), or ("cal", seconds) of a calibration; None where the file does not tell."""
+    r = json.loads(path.read_text())
+    if "-cal-" in path.name:
+        return "cal", r.get("seconds")
+    trained = sum(row.get("trained", row.get("streamed", 0)) for row in r.get("rows") or r.get("epochs") or [])
+    kind = "pairs" if str(r.get("study", "")).endswith("pairs") else str(r.get("dataset"))
+    return kind, r["seconds"] / trained if trained and "seconds" in r else None
 
 
 def rates(ctx: Ctx, prior: dict[str, float]) -> dict[str, float]:
@@ -147,21 +157,11 @@ def rates(ctx: Ctx, prior: dict[str, float]) -> dict[str, float]:
             st = p.stat()
             if st.st_mtime < ctx.started:
                 continue
-            c = _RATE_CACHE.get(str(p))
-            if c is None or c[0] != st.st_mtime_ns:
-                r = json.loads(p.read_text())
-                if "-cal-" in stem:
-                    c = (st.st_mtime_ns, "cal", r.get("seconds"))
-                else:
-                    rows = r.get("rows") or r.get("epochs") or []
-                    trained = sum(row.get("trained", row.get("streamed", 0)) for row in rows)
-                    kind = "pairs" if str(r.get("study", "")).endswith("pairs") else str(r.get("dataset"))
-                    c = (st.st_mtime_ns, kind, r["seconds"] / trained if trained and "seconds" in r else None)
-                _RATE_CACHE[str(p)] = c
+            kind, rate = _rate_of(p, st.st_mtime_ns)
         except (OSError, ValueError, KeyError):
             continue
-        if c[2] is not None:
-            got.setdefault(c[1], []).append(float(c[2]))
+        if rate is not None:
+            got.setdefault(kind, []).append(float(rate))
     return {k: float(np.median(got[k])) if got.get(k) else v for k, v in prior.items()}
 
 
@@ -239,11 +239,13 @@ def on_alarm(signum: int, frame: Any) -> None:
     raise CutShort()
 
 
-def _started(ctx: Ctx, rid: str) -> float | None:
+def _training_ends(ctx: Ctx, job: Job, now: float, rate: dict[str, float]) -> float:
+    """When ``job``, being trained, is expected to end: its start (now if unknown) + its estimate, not before now."""
     try:
-        return float((ctx.claims / f"{rid}.started").read_text())
+        started = float((ctx.claims / f"{job.rid}.started").read_text())
     except (OSError, ValueError):
-        return None
+        started = now
+    return max(now, started + estimate(job, rate))
 
 
 def unblock_times(ctx: Ctx, left: list[Job], now: float, rate: dict[str, float]) -> dict[str, float | None]:
@@ -260,7 +262,7 @@ def unblock_times(ctx: Ctx, left: list[Job], now: float, rate: dict[str, float])
         if j is None:
             return None
         if busy(ctx.claims / f"{rid}.lock"):
-            return max(now, (_started(ctx, rid) or now) + estimate(j, rate))
+            return _training_ends(ctx, j, now, rate)
         start = ready_at(j)
         return None if start is None else start + estimate(j, rate)
 
@@ -281,7 +283,7 @@ def pick(ctx: Ctx, left: list[Job], now: float, prior: dict[str, float]) -> list
     rate = rates(ctx, prior)
     times = unblock_times(ctx, left, now, rate)
     taken = {j.rid for j in left if j.kind != "pending" and busy(ctx.claims / f"{j.rid}.lock")}
-    ends = [max(now, (_started(ctx, j.rid) or now) + estimate(j, rate)) for j in left if j.rid in taken]
+    ends = [_training_ends(ctx, j, now, rate) for j in left if j.rid in taken]
     idle = max(0, ctx.procs - 1 - len(ends))
     out: list[Job] = []
     waiting: list[float] = []
