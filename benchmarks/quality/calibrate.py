@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ def calibrate(full_run: Path, population: Any, epochs: int) -> dict:
     level the setting whose simulated pruned % is nearest. Pruned runs see stale losses for
     samples they skipped, so the measured % differs somewhat; the report shows the measured one.
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from seta_stream.ids import sample_uids
@@ -28,8 +26,7 @@ def calibrate(full_run: Path, population: Any, epochs: int) -> dict:
     order = np.argsort(uid)
     per_epoch = []
     for e in range(epochs):
-        files = sorted(glob.glob(str(full_run / f"losses/rank=0/epoch={e}/*.parquet")))
-        t = pq.read_table(files[0]) if len(files) == 1 else pa.concat_tables([pq.read_table(f) for f in files])
+        t = pq.read_table(sorted((full_run / "losses" / "rank=0" / f"epoch={e}").glob("*.parquet")), partitioning=None)
         u = sample_uids(t.column("shard"), t.column("key"))
         loss = np.full(len(uid), np.nan, np.float32)
         pos = order[np.searchsorted(uid[order], u)]

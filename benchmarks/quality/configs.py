@@ -9,39 +9,35 @@ DEFAULT_ORDER = "cifar10:0,sst2:0-1,cifar10:1,sst2:2-4"
 FULL = {"policy": "full", "params": {}, "label": "full", "noisy": False}
 
 
-def _params_id(params: dict) -> str:
+def params_id(params: dict) -> str:
+    """The parameters' part of a run id, e.g. ``alpha0.7-k10-r0.1`` (``default`` for none)."""
     return "-".join(f"{k}{v}" for k, v in sorted(params.items())) or "default"
 
 
 def run_id(ds: str, cfg: dict, seed: int) -> str:
     """The short study's id, e.g. ``cifar10-clean-seta-p30-alpha0.7-k10-r0.1-s0``."""
     noisy = "noisy" if cfg["noisy"] else "clean"
-    return f"{ds}-{noisy}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+    return f"{ds}-{noisy}-{cfg['policy']}-{cfg['label']}-{params_id(cfg['params'])}-s{seed}"
 
 
 def configs(calibration: dict | None) -> list[dict]:
-    """The short study's runs: every policy at every level, then the noisy-label runs."""
+    """The short study's runs: every policy at every level, then the noisy-label runs: full data, ES,
+    ESWP, and InfoBatch and SeTa at their 50% settings (the latter two only once ``calibration`` exists)."""
     out: list[dict] = [dict(FULL)]
     for policy in ("random", "static"):
         out += [{"policy": policy, "params": {"r": lv}, "label": f"p{int(lv * 100)}", "noisy": False} for lv in LEVELS]
-    for policy in ("infobatch", "seta"):
+    noisy = [dict(FULL)]
+    for policy in ("infobatch", "seta") if calibration is not None else ():
+        levels = calibration["levels"][policy]
         chosen: list[dict] = []
         for lv in LEVELS:
-            if calibration is None:
-                continue
-            p = calibration["levels"][policy][f"{int(lv * 100)}"]["params"]
-            if p in chosen:  # e.g. InfoBatch's largest r serves two levels: one run, not two
-                continue
-            chosen.append(p)
-            out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}", "noisy": False})
-    out += [{"policy": p, "params": {}, "label": "default", "noisy": False} for p in ("es", "eswp")]
-
-    def noisy_too(c: dict) -> bool:  # InfoBatch and SeTa run with label noise at their 50% setting
-        if c["policy"] in ("infobatch", "seta"):
-            return calibration is not None and c["params"] == calibration["levels"][c["policy"]]["50"]["params"]
-        return c["policy"] in ("full", "es", "eswp")
-
-    return out + [{**c, "noisy": True} for c in out if noisy_too(c)]
+            p = levels[f"{int(lv * 100)}"]["params"]
+            if p not in chosen:  # e.g. InfoBatch's largest r serves two levels: one run, not two
+                chosen.append(p)
+                out.append({"policy": policy, "params": p, "label": f"p{int(lv * 100)}", "noisy": False})
+        noisy += [c for c in out if c["policy"] == policy and c["params"] == levels["50"]["params"]]
+    es = [{"policy": p, "params": {}, "label": "default", "noisy": False} for p in ("es", "eswp")]
+    return out + es + [{**c, "noisy": True} for c in noisy + es]
 
 
 # ------------------------------------------------------------ the noise rule on noisy labels
@@ -62,10 +58,8 @@ def noise_label_configs(calibration: dict | None, rule_random: dict | None) -> l
     if rule_random is not None:
         out.append({**nz, "policy": "random", "params": dict(rule_random), "label": "nz-rule-p50"})
     out.append({**nz, "policy": "random", "params": {"r": 0.5}, "label": "nz-p50"})
-    for policy in ("seta", "infobatch"):
-        if calibration is not None:
-            out.append({**nz, "policy": policy, "params": calibration["levels"][policy]["50"]["params"],
-                        "label": "nz-p50"})  # fmt: skip
+    for policy in ("seta", "infobatch") if calibration is not None else ():
+        out.append({**nz, "policy": policy, "params": calibration["levels"][policy]["50"]["params"], "label": "nz-p50"})
     return out
 
 
@@ -114,11 +108,7 @@ def conv_cfg(E: int, policy: str, params: dict, label: str, n_epochs: int | None
     the configurations and ids of the small CNN's augmented studies are unchanged."""
     cfg = {"policy": policy, "params": params, "label": label, "noisy": False, "study": "converged",
            "E": E, "n_epochs": n_epochs or E}  # fmt: skip
-    if not augment:
-        cfg["augment"] = False
-    if model != "cnn":
-        cfg["model"] = model
-    return cfg
+    return {**cfg, **({} if augment else {"augment": False}), **({} if model == "cnn" else {"model": model})}
 
 
 def augments(cfg: dict) -> bool:
@@ -139,7 +129,7 @@ def conv_full(E: int, n: int, augment: bool = True, model: str = "cnn") -> dict:
 def conv_run_id(cfg: dict, seed: int) -> str:
     """The converged study's id, e.g. ``cifar10-E36-full-e25-default-s0``, ``cifar10-noaug-E20-random-p30-r0.3-s1``."""
     tag = conv_tag(cfg["E"], augments(cfg), model_of(cfg))
-    return f"cifar10-{tag}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+    return f"cifar10-{tag}-{cfg['policy']}-{cfg['label']}-{params_id(cfg['params'])}-s{seed}"
 
 
 def conv_calibration_name(E: int, augment: bool = True, model: str = "cnn") -> str:
@@ -149,16 +139,14 @@ def conv_calibration_name(E: int, augment: bool = True, model: str = "cnn") -> s
 def conv_pruned(E: int, cal: dict, augment: bool = True, model: str = "cnn") -> list[dict]:
     """Pruned runs at E in the order they are most informative: SeTa and dynamic random side by
     side at 30/50/70%, InfoBatch near 30%, SeTa with target_keep 0.5 (its 50% setting's r, k, alpha)."""
-    out = []
-    for lv in ("30", "50", "70"):
-        out.append(conv_cfg(E, "seta", cal["levels"]["seta"][lv]["params"], f"p{lv}", augment=augment, model=model))
-        out.append(conv_cfg(E, "random", {"r": int(lv) / 100}, f"p{lv}", augment=augment, model=model))
-    ib = cal["levels"]["infobatch"]["30"]["params"]
-    out.append(conv_cfg(E, "infobatch", ib, "p30", augment=augment, model=model))
-    tk = dict(cal["levels"]["seta"]["50"]["params"])
+    seta = cal["levels"]["seta"]
+    tk = dict(seta["50"]["params"])
     tk["target_keep"] = min(0.5, round(1 - tk.get("r", 0.0), 6))
-    out.append(conv_cfg(E, "seta", tk, "p50tk", augment=augment, model=model))
-    return out
+    runs = []
+    for lv in ("30", "50", "70"):
+        runs += [("seta", seta[lv]["params"], f"p{lv}"), ("random", {"r": int(lv) / 100}, f"p{lv}")]
+    runs += [("infobatch", cal["levels"]["infobatch"]["30"]["params"], "p30"), ("seta", tk, "p50tk")]
+    return [conv_cfg(E, policy, params, label, augment=augment, model=model) for policy, params, label in runs]
 
 
 def equal_compute_epochs(E: int, pruned: list[float]) -> list[int]:

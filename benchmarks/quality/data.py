@@ -23,20 +23,21 @@ NOISE_SEED = 20261122
 
 
 class Dataset:
+    """A data set: its shards (``train``, ``val``, ``test``: set by ``prepare``) and how a run trains on it."""
+
     name: str
     classes: int
     epochs: int
     batch: int
     workers: int
+    train: list[str]
+    val: list[str]
+    test: list[str]
 
     def __init__(self, data: Path, out: Path) -> None:
         self.data, self.out = data, out
 
     def prepare(self) -> None: ...
-
-    train: list[str]
-    val: list[str]
-    test: list[str]
 
     @property
     def image(self) -> bool:
@@ -61,18 +62,11 @@ class Sst2(Dataset):
     def prepare(self) -> None:
         d = self.out / "sst2-shards"
         if not (d / "sst2-test.json").exists():
-            tool = ROOT / "tools" / "text_to_shards.py"
-            common = ["--text", "sentence", "--label", "label", "--labels", "0,1", "--shard-size", "5000"]
-            src = self.data / "sst2"
-            for split, extra in (("train", ["--shuffle", "0"]), ("test", [])):
-                tsv = src / ("train.tsv" if split == "train" else "dev.tsv")
-                subprocess.run(
-                    [sys.executable, str(tool), str(tsv), "--out", str(d), "--prefix", f"sst2-{split}", "--json"]
-                    + common
-                    + extra,
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                )
+            tool = [sys.executable, str(ROOT / "tools" / "text_to_shards.py"), "--out", str(d), "--json"]
+            tool += ["--text", "sentence", "--label", "label", "--labels", "0,1", "--shard-size", "5000"]
+            for split, tsv, extra in (("train", "train.tsv", ["--shuffle", "0"]), ("test", "dev.tsv", [])):
+                args = [str(self.data / "sst2" / tsv), "--prefix", f"sst2-{split}", *extra]
+                subprocess.run([*tool, *args], check=True, stdout=subprocess.DEVNULL)
         shards = sorted(glob.glob(str(d / "sst2-train-*.tar")))
         self.train, self.val = shards[:-1], shards[-1:]
         self.test = sorted(glob.glob(str(d / "sst2-test-*.tar")))
@@ -99,10 +93,13 @@ def symmetric_offsets(keys: list[str], classes: int, rate: float = NOISE, seed: 
     """key -> label offset (1..C-1) for exactly round(rate * len(keys)) of ``keys``: the keys
     first in the order of a hash of (seed, key). The order does not depend on ``rate``, so a
     lower rate corrupts a subset of a higher rate's samples, each with the same offset."""
-    keys = sorted(keys)
-    order = sorted(keys, key=lambda k: (hash01(k, seed), k))
-    chosen = order[: round(rate * len(keys))]
+    chosen = _hash_order(keys, seed)[: round(rate * len(keys))]
     return {k: 1 + int(hash01(k, seed + 1) * (classes - 1)) for k in chosen}
+
+
+def _hash_order(keys: list[str], seed: int) -> list[str]:
+    """``keys`` in the order of a hash of (seed, key): the order samples are chosen for label noise in."""
+    return sorted(keys, key=lambda k: (hash01(k, seed), k))
 
 
 # CIFAR-10's class-dependent flips (the asymmetric noise of the noisy-label literature):
@@ -122,7 +119,6 @@ def asymmetric_offsets(keys: list[str], labels: list[int], rate: float, seed: in
         raise ValueError(f"{len(keys)} keys but {len(labels)} labels")
     out: dict[str, int] = {}
     for source, target in ASYMMETRIC_FLIPS.items():
-        members = sorted(k for k, y in zip(keys, labels) if y == source)
-        order = sorted(members, key=lambda k: (hash01(k, seed), k))
-        out.update((k, target) for k in order[: round(rate * len(members))])
+        members = [k for k, y in zip(keys, labels) if y == source]
+        out.update((k, target) for k in _hash_order(members, seed)[: round(rate * len(members))])
     return out

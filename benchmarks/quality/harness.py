@@ -21,6 +21,7 @@ once) and ``run(ctx, job, progress) -> dict`` (one job's result). The runner:
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -111,13 +112,10 @@ def busy(path: Path) -> bool:
     """Whether another process holds the claim at ``path`` now."""
     if not path.exists():
         return False
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    held = claim(path, wait=False)
+    if held is not None:
+        held.close()
+    return held is None
 
 
 def done(ctx: Ctx, stem: str) -> bool:
@@ -125,21 +123,26 @@ def done(ctx: Ctx, stem: str) -> bool:
 
 
 def load(ctx: Ctx, stem: str) -> dict | None:
-    p = ctx.results / f"{stem}.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    return json.loads((ctx.results / f"{stem}.json").read_text()) if done(ctx, stem) else None
 
 
 def failed_here(ctx: Ctx, rid: str) -> bool:
     """A crash of this invocation (any process; the file names the invocation's start): not tried
     again until the next invocation."""
     p = ctx.results / f"{rid}.crashed.json"
-    if not p.exists():
-        return False
-    invocation = json.loads(p.read_text()).get("invocation")
-    return invocation == ctx.started if invocation is not None else p.stat().st_mtime >= ctx.started
+    return p.exists() and json.loads(p.read_text()).get("invocation") == ctx.started
 
 
-_RATE_CACHE: dict[str, tuple[int, str, float | None]] = {}
+@functools.cache
+def _rate_of(path: Path, mtime_ns: int) -> tuple[str, float | None]:
+    """(kind of run, seconds per trained sample) of the result file at ``path`` as of ``mtime_ns``
+    (read once), or ("cal", seconds) of a calibration; None where the file does not tell."""
+    r = json.loads(path.read_text())
+    if "-cal-" in path.name:
+        return "cal", r.get("seconds")
+    trained = sum(row.get("trained", row.get("streamed", 0)) for row in r.get("rows") or r.get("epochs") or [])
+    kind = "pairs" if str(r.get("study", "")).endswith("pairs") else str(r.get("dataset"))
+    return kind, r["seconds"] / trained if trained and "seconds" in r else None
 
 
 def rates(ctx: Ctx, prior: dict[str, float]) -> dict[str, float]:
@@ -154,21 +157,11 @@ def rates(ctx: Ctx, prior: dict[str, float]) -> dict[str, float]:
             st = p.stat()
             if st.st_mtime < ctx.started:
                 continue
-            c = _RATE_CACHE.get(str(p))
-            if c is None or c[0] != st.st_mtime_ns:
-                r = json.loads(p.read_text())
-                if "-cal-" in stem:
-                    c = (st.st_mtime_ns, "cal", r.get("seconds"))
-                else:
-                    rows = r.get("rows") or r.get("epochs") or []
-                    trained = sum(row.get("trained", row.get("streamed", 0)) for row in rows)
-                    kind = "pairs" if str(r.get("study", "")).endswith("pairs") else str(r.get("dataset"))
-                    c = (st.st_mtime_ns, kind, r["seconds"] / trained if trained and "seconds" in r else None)
-                _RATE_CACHE[str(p)] = c
+            kind, rate = _rate_of(p, st.st_mtime_ns)
         except (OSError, ValueError, KeyError):
             continue
-        if c[2] is not None:
-            got.setdefault(c[1], []).append(float(c[2]))
+        if rate is not None:
+            got.setdefault(kind, []).append(float(rate))
     return {k: float(np.median(got[k])) if got.get(k) else v for k, v in prior.items()}
 
 
@@ -202,7 +195,7 @@ def execute(ctx: Ctx, job: Job, run: Any) -> None:
         signal.alarm(max(1, int(ctx.until - time.time())))
     try:
         result = run(ctx, job, progress)
-    except (CutShort, Exception) as exc:
+    except Exception as exc:
         cut = isinstance(exc, CutShort)
         info: dict[str, Any] = {"id": job.rid, "status": "cut_short" if cut else "crashed"}
         if not cut:  # the invocation: not tried again until the next one (``failed_here``)
@@ -246,11 +239,13 @@ def on_alarm(signum: int, frame: Any) -> None:
     raise CutShort()
 
 
-def _started(ctx: Ctx, rid: str) -> float | None:
+def _training_ends(ctx: Ctx, job: Job, now: float, rate: dict[str, float]) -> float:
+    """When ``job``, being trained, is expected to end: its start (now if unknown) + its estimate, not before now."""
     try:
-        return float((ctx.claims / f"{rid}.started").read_text())
+        started = float((ctx.claims / f"{job.rid}.started").read_text())
     except (OSError, ValueError):
-        return None
+        started = now
+    return max(now, started + estimate(job, rate))
 
 
 def unblock_times(ctx: Ctx, left: list[Job], now: float, rate: dict[str, float]) -> dict[str, float | None]:
@@ -267,7 +262,7 @@ def unblock_times(ctx: Ctx, left: list[Job], now: float, rate: dict[str, float])
         if j is None:
             return None
         if busy(ctx.claims / f"{rid}.lock"):
-            return max(now, (_started(ctx, rid) or now) + estimate(j, rate))
+            return _training_ends(ctx, j, now, rate)
         start = ready_at(j)
         return None if start is None else start + estimate(j, rate)
 
@@ -288,7 +283,7 @@ def pick(ctx: Ctx, left: list[Job], now: float, prior: dict[str, float]) -> list
     rate = rates(ctx, prior)
     times = unblock_times(ctx, left, now, rate)
     taken = {j.rid for j in left if j.kind != "pending" and busy(ctx.claims / f"{j.rid}.lock")}
-    ends = [max(now, (_started(ctx, j.rid) or now) + estimate(j, rate)) for j in left if j.rid in taken]
+    ends = [_training_ends(ctx, j, now, rate) for j in left if j.rid in taken]
     idle = max(0, ctx.procs - 1 - len(ends))
     out: list[Job] = []
     waiting: list[float] = []

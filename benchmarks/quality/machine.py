@@ -60,7 +60,7 @@ def software() -> dict[str, str]:
     except OSError:
         pass
     out = {"cpu": cpu, "cpu_capability": str(torch.backends.cpu.get_cpu_capability())}
-    for pkg in ("torch", "numpy", "pillow", "webdataset", "pyarrow", "polars"):
+    for pkg in PACKAGES:
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -68,7 +68,8 @@ def software() -> dict[str, str]:
     return out
 
 
-MACHINE_KEYS = ("cpu", "cpu_capability", "torch", "numpy", "pillow", "webdataset", "pyarrow", "polars")
+PACKAGES = ("torch", "numpy", "pillow", "webdataset", "pyarrow", "polars")
+MACHINE_KEYS = ("cpu", "cpu_capability", *PACKAGES)
 
 
 def machine_of(result: dict) -> str:

@@ -26,11 +26,9 @@ IMAGE_MODELS = ("cnn", "resnet18")
 
 def image_model(name: str) -> Any:
     """The CIFAR-10 model called ``name`` (one of :data:`IMAGE_MODELS`)."""
-    if name == "resnet18":
-        return resnet18()
-    if name == "cnn":
-        return cifar_model()
-    raise ValueError(f"unknown image model {name!r}; expected one of {', '.join(IMAGE_MODELS)}")
+    if name not in IMAGE_MODELS:
+        raise ValueError(f"unknown image model {name!r}; expected one of {', '.join(IMAGE_MODELS)}")
+    return resnet18() if name == "resnet18" else cifar_model()
 
 
 def resnet18(classes: int = 10) -> Any:

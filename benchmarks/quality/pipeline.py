@@ -8,6 +8,7 @@ order, 500 at a time.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,10 +61,6 @@ def _collate(samples: list, augment: bool = False) -> tuple:
     return (x, *[list(c) for c in cols[1:]])
 
 
-def _collate_train(samples: list) -> tuple:
-    return _collate(samples, augment=True)
-
-
 def _relabel(offsets: dict[str, int], classes: int) -> Any:
     def fn(sample: dict) -> dict:
         off = offsets.get(sample["__key__"])
@@ -106,7 +103,7 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
     )
     pipe = pipe.compose(wds.filters.detshuffle(2000, seed=base, epoch=start_epoch - 1))
     pipe = pipe.decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
-    pipe = pipe.batched(bs, collation_fn=_collate_train if augment else _collate, partial=True)
+    pipe = pipe.batched(bs, collation_fn=partial(_collate, augment=augment), partial=True)
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 
@@ -140,16 +137,11 @@ def evaluate(model: Any, batches: Any, device: str = "cpu") -> float:
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
         for x, y in batches:
             y = torch.as_tensor([int(v) for v in y])
-            x = x.to(device) if cuda and image_batch(x) else x
+            x = x.to(device) if cuda and not isinstance(x, tuple) else x  # a text batch: (ids, offsets)
             correct += int((model(x).argmax(1).cpu() == y).sum())
             total += len(y)
     model.train()
     return correct / max(total, 1)
-
-
-def image_batch(x: Any) -> bool:
-    """Whether the model input ``x`` is an image tensor (a text batch is a tuple of ids and offsets)."""
-    return not isinstance(x, tuple)
 
 
 def select_text(x: Any, idx: Any) -> Any:

@@ -55,13 +55,8 @@ def short_plan(ctx: harness.Ctx) -> list[Job]:
     return list({j.rid: j for j in jobs}.values())
 
 
-def _schedule(ctx: harness.Ctx) -> tuple[int, bool, str]:
-    a = ctx.args
-    return a.epochs or (3 if ctx.smoke else CONVERGED_E), not a.no_augment, a.model
-
-
 def converged_plan_jobs(ctx: harness.Ctx) -> list[Job]:
-    E, augment, model = _schedule(ctx)
+    E, augment, model = ctx.args.epochs or (3 if ctx.smoke else CONVERGED_E), not ctx.args.no_augment, ctx.args.model
     cal = conv_calibration_name(E, augment, model)[: -len(".json")]
     full0 = conv_run_id(conv_full(E, E, augment, model), 0)
     c = harness.load(ctx, cal)

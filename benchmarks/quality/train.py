@@ -29,6 +29,15 @@ def _set_lr(opts: list, lr: float) -> None:
             g["lr"] = lr
 
 
+def _step(opts: list, loss: Any) -> None:
+    """One optimiser step of every optimiser on ``loss``."""
+    for o in opts:
+        o.zero_grad(set_to_none=True)
+    loss.backward()
+    for o in opts:
+        o.step()
+
+
 def resume_path(runs: Path, rid: str) -> Path:
     """The checkpoint of run ``rid`` after its last finished epoch (removed once its result
     file is written)."""
@@ -183,11 +192,7 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
                     xs = x[idx] if image else select_text(x, idx)
                     with cast:
                         loss = F.cross_entropy(model(xs), y[idx], reduction="sum") / (divisor or len(idx))
-                    for o in opts:
-                        o.zero_grad(set_to_none=True)
-                    loss.backward()
-                    for o in opts:
-                        o.step()
+                    _step(opts, loss)
                     step += 1
                     backprop += len(idx)
                 continue
@@ -205,26 +210,15 @@ def train_run(ds: Dataset, cfg: dict, seed: int, runs: Path, population: Any, ri
             with cast:
                 losses = F.cross_entropy(model(x), y, reduction="none").float()
             pruner.record(keys, urls, losses)
-            for o in opts:
-                o.zero_grad(set_to_none=True)
-            seta.weighted_mean(losses, w, batch_size=divisor).backward()
-            for o in opts:
-                o.step()
+            _step(opts, seta.weighted_mean(losses, w, batch_size=divisor))
             step += 1
             loss_sum += float(losses.detach().sum())
             backprop += len(keys)
-        epochs.append(
-            {
-                "epoch": epoch,
-                "phase": summary["phase"],
-                "n": summary["n"],
-                "kept": summary["kept"],
-                "streamed": streamed,
-                "backprop": backprop,
-                "train_loss": loss_sum / max(streamed, 1),
-                "seconds": round(time.perf_counter() - t0, 2),
-            }
+        record = {"epoch": epoch, **{k: summary[k] for k in ("phase", "n", "kept")}, "streamed": streamed}
+        record.update(
+            backprop=backprop, train_loss=loss_sum / max(streamed, 1), seconds=round(time.perf_counter() - t0, 2)
         )
+        epochs.append(record)
         if curve:
             train_s += time.perf_counter() - t0
             samples += streamed
