@@ -3,27 +3,23 @@
 their cause (``collapse.py``, results in docs/quality-runs/collapse-experiments/).
 
 The rule (``collapse_epochs``): a run *collapsed at epoch e* when its held-out metric after epoch e
-is at most chance + ``MARGIN`` (2 points) while an earlier epoch of the run had reached at least
-chance + ``LEARNED`` (10 points): the model had learned and lost it. A *dip* (``dip_epochs``) is an
-epoch at most ``DIP`` x chance after such an epoch that is not a collapse. The metric is the test
-accuracy after every epoch (CIFAR-10: chance 10%) or the pairs study's mean of the image->text and
-text->image recall@1 over its held-out pairs (chance 1 / their number). The short study's run files
-record no per-epoch test accuracy, so a collapse inside one of its runs cannot be seen.
-
-The run files record the plan's phase and kept fraction, not SeTa's cluster window, the largest
-sample weight or the learning rate: those come from the policy's rule for the run's parameters and
-epoch (docs/algorithms.md §3.2, §4.2; ``checks.py`` verified it on the run's directory where
-``checks.json`` lists it) and from the training loop's schedule.
+is at most chance + ``MARGIN`` while an earlier epoch of the run had reached at least chance +
+``LEARNED``: the model had learned and lost it. A *dip* (``dip_epochs``) is an epoch at most ``DIP``
+x chance after such an epoch that is not a collapse. The metric: the test accuracy after every epoch,
+or the pairs study's mean recall@1 of both directions over its held-out pairs (chance 1 / their
+number). The run files record the plan's phase and kept fraction; SeTa's window and the largest
+weight come from the policy's rule (docs/algorithms.md §3.2, §4.2), the learning rate from the
+training loop's schedule.
 
 python -m benchmarks.quality.collapses      # rewrites docs/quality-runs/collapses.json (so does the report)
 
-Each entry of ``collapses.json`` is a converged-study epoch with test accuracy at most ``CHANCE``,
-in file and epoch order: ``run_id``, ``file``, ``study``, ``policy``, ``params``, ``epoch``, ``acc``
-(and ``acc_before``, ``acc_after``), ``train_loss`` (that epoch and the next), ``prev_epoch_plan``
-(the plan trained in that epoch: ``kept``, ``n``, ``kept_fraction``, ``window`` (``seta_clusters``),
-``max_weight``, ``final_batch``: the samples of its last batch of 128), ``lr`` (``lr_record``),
-``cause``, and ``experiment``: ``command``, ``result_files`` and ``outcome`` (each result file's
-reading: its small final batches, its epochs at chance, its fork at the collapse epoch).
+``collapses.json``: every converged-study epoch with test accuracy at most ``CHANCE``, in file and
+epoch order, each with ``run_id``, ``file``, ``study``, ``policy``, ``params``, ``epoch``, ``acc``
+(``acc_before``, ``acc_after``), ``train_loss`` (that epoch and the next), ``prev_epoch_plan`` (the
+plan trained in that epoch: ``kept``, ``n``, ``kept_fraction``, ``window`` (``seta_clusters``),
+``max_weight``, ``final_batch``: its last batch of 128), ``lr`` (``lr_record``), ``cause`` and
+``experiment`` (``command``, ``result_files``, ``outcome``: each result file's small final batches,
+epochs at chance and fork at the collapse epoch).
 """
 
 from __future__ import annotations

@@ -33,6 +33,19 @@ from .layout import Layout
 from .pairs import import_example, run_id
 
 MARKER = "collapses"
+COUNTS = "| runs with a curve | run files | chance | runs collapsed | collapses | collapsed runs per policy | dips |"
+SHORT = (
+    "the short study (`docs/quality-runs/{cifar10,sst2}-*.json`): test accuracy at the end only, so a collapse "
+    "inside a run cannot be seen"
+)
+#: The table of collapses: one row per collapse (``collapse_rows``).
+COLUMNS = (
+    "| run | study | epoch | held-out %: epoch before -> that epoch -> after | final | plan of that epoch: phase, "
+    "kept fraction | SeTa window (rule) | largest weight (rule) | lr over the epoch (schedule) | training loss: "
+    "epoch before -> that epoch -> after | rule checked on its run directory | final batch, lr of its step "
+    "| experiments (`collapse` arguments) | result files |"
+)
+DIPS = "| dip: run | study | epoch | held-out % |"
 # the folders of docs/quality-runs whose run files record a test accuracy after every epoch
 CURVE_FOLDERS = ("converged", "converged-same-order", "converged-reruns")
 
@@ -66,8 +79,9 @@ def all_pairs_traces(results: Path) -> list[Trace]:
     return [pairs_trace(json.loads(p.read_text()), lr_at) for p in files]
 
 
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [*table_head(row(header)), *(row([str(c) for c in r]) for r in rows), ""]
+def table(header: str, rows: list[list]) -> list[str]:
+    """A markdown table under the header row ``header``, then a blank line."""
+    return [*table_head(header), *(row([str(c) for c in r]) for r in rows), ""]
 
 
 def _pct(x: float) -> str:
@@ -76,18 +90,22 @@ def _pct(x: float) -> str:
 
 def policy_counts(traces: list[Trace], col: list[Event]) -> str:
     """'seta 5 of 40, infobatch 1 of 6, ...': collapsed runs per policy among the runs with a curve."""
-    hit = {id(ev.trace) for ev in col}  # a run id can stand in several studies (folders)
+    hit = {id(ev.trace) for ev in col}  # a run id can stand in several folders
     runs = Counter(t.policy for t in traces)
     hits = Counter(t.policy for t in traces if id(t) in hit)
     return ", ".join(f"{p} {hits[p]} of {runs[p]}" for p in sorted(runs, key=ORDER.get))
 
 
-def count_row(what: str, traces: list[Trace], chance: str) -> list[str]:
-    """A study's row of the counts: run files, collapses, collapsed runs per policy, dips."""
+def _runs(evs: list[Event]) -> int:
+    return len({(ev.trace.study, ev.trace.run) for ev in evs})  # a run id can stand in several folders
+
+
+def count_row(what: str, traces: list[Trace]) -> list[str]:
+    """A study's row of the counts: run files, chance, collapses, collapsed runs per policy, dips."""
     col, dips = events(traces)
-    runs = lambda evs: len({(ev.trace.study, ev.trace.run) for ev in evs})  # noqa: E731
-    return [what, len(traces), chance, runs(col), len(col), policy_counts(traces, col),
-            f"{len(dips)} in {runs(dips)} runs" if dips else "none"]  # fmt: skip
+    chance = f"{100 * traces[0].chance:g}%" if traces else "-"
+    dip = f"{len(dips)} in {_runs(dips)} runs" if dips else "none"
+    return [what, len(traces), chance, _runs(col), len(col), policy_counts(traces, col), dip]
 
 
 def collapse_rows(col: list[Event], entries: list[dict]) -> list[list[str]]:
@@ -136,25 +154,19 @@ def collapse_section(traces: list[Trace], pairs: list[Trace], short_runs: int, e
           f"schedule (CIFAR-10: `benchmarks/quality/train.py`, peak {IMAGE_PEAK_LR:g}; pairs: "
           "`examples/train_pairs.py`, the peak its run file records), not a recorded value.", ""]  # fmt: skip
     curves = f"`docs/quality-runs/{{{','.join(CURVE_FOLDERS)}}}/`"
-    L += table(["runs with a curve", "run files", "chance", "runs collapsed", "collapses", "collapsed runs per policy",
-                "dips"], [count_row(f"CIFAR-10, test accuracy ({curves})", traces, "10%")]  # fmt: skip
-               + ([count_row("image-text pairs, mean R@1 (`docs/quality-runs/pairs-*.json`)", pairs,
-                             f"{100 * pairs[0].chance:g}%")] if pairs else [])  # fmt: skip
-               + [["the short study (`docs/quality-runs/{cifar10,sst2}-*.json`): test accuracy at the end only, so "
-                   "a collapse inside a run cannot be seen", short_runs, "-", "-", "-", "-", "-"]])  # fmt: skip
+    counts = [count_row(f"CIFAR-10, test accuracy ({curves})", traces)]
+    if pairs:
+        counts.append(count_row("image-text pairs, mean R@1 (`docs/quality-runs/pairs-*.json`)", pairs))
+    counts.append([SHORT, short_runs, "-", "-", "-", "-", "-"])
+    L += table(COUNTS, counts)
     if col:
-        L += table(["run", "study", "epoch", "held-out %: epoch before -> that epoch -> after", "final",
-                    "plan of that epoch: phase, kept fraction", "SeTa window (rule)", "largest weight (rule)",
-                    "lr over the epoch (schedule)", "training loss: epoch before -> that epoch -> after",
-                    "rule checked on its run directory", "final batch, lr of its step",
-                    "experiments (`collapse` arguments)", "result files"], collapse_rows(col, entries))  # fmt: skip
+        L += table(COLUMNS, collapse_rows(col, entries))
     found = {(ev.trace.run, ev.epoch) for ev in col}
     stray = [f"`{x['run_id']}` epoch {x['epoch']}" for x in entries if (x["run_id"], x["epoch"]) not in found]
     stray = f" Epochs at chance that are not a collapse by the rule: {', '.join(stray)}." if stray else ""
     L += [f"Every experiment also ran the full-data control `{CONTROL}` (`{control_file()}`).{stray}", ""]
     if dips:
-        L += table(["dip: run", "study", "epoch", "held-out %"],
-                   [[f"`{ev.trace.run}`", ev.trace.study, ev.epoch, f"{_pct(ev.acc)}%"] for ev in dips])  # fmt: skip
+        L += table(DIPS, [[f"`{ev.trace.run}`", ev.trace.study, ev.epoch, f"{_pct(ev.acc)}%"] for ev in dips])
     return L
 
 
