@@ -325,8 +325,8 @@ def test_the_collapse_section_counts_runs_per_policy_and_says_the_short_study_ca
         "| `r.json` |"
     )
     assert lines[13] == (
-        f"Every experiment also ran the full-data control `{CONTROL}` (`{control_file()}`). Epochs at chance that "
-        "are not a collapse by the rule: `x-s0` epoch 4."
+        f"The experiments on every collapse also cite the full-data control `{CONTROL}` (`{control_file()}`). Epochs "
+        "at chance that are not a collapse by the rule: `x-s0` epoch 4."
     )
     assert lines[-2] == "| `a-s0` | converged-same-order | 1 | 15.0% |"  # a dip
     assert collapse_section(traces[2:], [], 7, [])[0] == "No epoch of the converged CIFAR-10 runs fell to chance."

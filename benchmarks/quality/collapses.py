@@ -223,9 +223,10 @@ def _reading(r: dict, epoch: int) -> str:
     at_chance = [f"e{e['epoch']}" for e in r["epochs"] if e["test_acc"] <= CHANCE]
     text = f"final batches under 8 samples: {', '.join(small) or 'none'}; epochs at chance: "
     text += ", ".join(at_chance) or "none"
-    for _, p in (x for x in _forks(r) if x[0] == epoch):
-        text += (f"; forked at the collapse epoch {epoch}: {100 * p['without_final']:.1f}% without the final batch, "
-                 f"{100 * p['size_1']:.1f}% with one sample in its place")  # fmt: skip
+    fork = dict(_forks(r)).get(epoch)
+    if fork is not None:
+        text += (f"; forked at the collapse epoch {epoch}: {100 * fork['without_final']:.1f}% without the final "
+                 f"batch, {100 * fork['size_1']:.1f}% with one sample in its place")  # fmt: skip
     return text
 
 

@@ -164,7 +164,10 @@ def collapse_section(traces: list[Trace], pairs: list[Trace], short_runs: int, e
     found = {(ev.trace.run, ev.epoch) for ev in col}
     stray = [f"`{x['run_id']}` epoch {x['epoch']}" for x in entries if (x["run_id"], x["epoch"]) not in found]
     stray = f" Epochs at chance that are not a collapse by the rule: {', '.join(stray)}." if stray else ""
-    L += [f"Every experiment also ran the full-data control `{CONTROL}` (`{control_file()}`).{stray}", ""]
+    L += [
+        f"The experiments on every collapse also cite the full-data control `{CONTROL}` (`{control_file()}`).{stray}",
+        "",
+    ]
     if dips:
         L += table(DIPS, [[f"`{ev.trace.run}`", ev.trace.study, ev.epoch, f"{_pct(ev.acc)}%"] for ev in dips])
     return L
