@@ -12,14 +12,14 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks.quality.collapses import (  # noqa: E402
+    COMMAND,
+    CONTROL,
     Trace,
     collapse_epochs,
-    collapse_rows,
+    control_file,
     dip_epochs,
     events,
-    experiment_lines,
     largest_weight,
-    load_experiments,
     seta_window,
 )
 from benchmarks.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa: E402
@@ -92,49 +92,29 @@ def test_the_plan_before_a_collapse_follows_the_policy_rule() -> None:
     assert largest_weight("seta", SETA, 3, "prune") == 1.0
 
 
-def test_the_collapse_table_gives_the_plan_lr_and_losses_of_the_epoch() -> None:
+def test_the_collapse_table_gives_the_plan_lr_losses_and_the_experiments_of_the_epoch() -> None:
+    from benchmarks.quality.report_collapses import collapse_rows
+
     t = Trace("cifar10-E36-infobatch-p30-r0.5-s0", "converged", "infobatch", {"r": 0.5}, 0, [0.6, 0.7, 0.1, 0.65],
               0.1, [1.0, 0.7, 0.64, 0.63], ["prune"] * 4, [1.5, 1.1, 0.98, 1.62], lambda t: 0.01 * t, 0.65,
               True)  # fmt: skip
     col, dips = events([t])
     assert [e.epoch for e in col] == [2] and dips == []
-    exp = [entry(t.run, 2, 1), entry(t.run, 3, 5)]
-    assert collapse_rows(col, exp)[2] == (
-        "| `cifar10-E36-infobatch-p30-r0.5-s0` | converged | 2 | 70.0 -> **10.0** -> 65.0 | prune, 0.64 | - | 2 "
-        "| 0.02 -> 0.03 | 1.10 -> 0.98 -> 1.62 | 65.0 | yes, no problem | final batch of 1 (see the causes below) |"
-    )
+    assert collapse_rows(col, [entry(t.run, 3, 5)])[0][11:] == ["-", "-", "-"]  # no entry for the epoch
+    assert collapse_rows(col, [entry(t.run, 3, 5), entry(t.run, 2, 1)]) == [[
+        "`cifar10-E36-infobatch-p30-r0.5-s0`", "converged", 2, "70.0 -> **10.0** -> 65.0", "65.0", "prune, 0.64",
+        "-", "2", "0.02 -> 0.03", "1.10 -> 0.98 -> 1.62", "yes", "1 (kept 129 = 1 x 128 + 1), lr 0.0850",
+        "`--run x --until 3`", "`r.json`",
+    ]]  # fmt: skip
 
 
 def entry(run: str, epoch: int, final_batch: int) -> dict:
     """A collapses.json entry as collapses.py writes it (the keys the report reads)."""
     return {"run_id": run, "epoch": epoch, "acc": 0.1,
-            "prev_epoch_plan": {"kept_fraction": 0.64, "window": None, "max_weight": 2.0, "final_batch": final_batch},
+            "prev_epoch_plan": {"kept": 128 + final_batch, "final_batch": final_batch},
             "lr": {"first_step": 0.09, "final_batch_step": 0.085},
-            "cause": f"a final batch of {final_batch} sample. More",
-            "experiment": {"changed": "x", "command": ["cmd a", "cmd b"], "result_files": ["d/r.json"],
-                           "outcome": ["o"]}}  # fmt: skip
-
-
-def test_cause_experiments_file_schema_is_checked(tmp_path: Path) -> None:
-    path = tmp_path / "collapses.json"
-    assert load_experiments(path) == []
-    good = entry("r1", 4, 1)
-    path.write_text(json.dumps([good]))
-    assert load_experiments(path) == [good]
-    assert experiment_lines([good, entry("x", 2, 3)], {("r1", 4)}, "c.json")[4:6] == [
-        "| `r1` | 4 | 1 | 0.0850 | a final batch of 1 sample | `cmd a`<br>`cmd b` | `r.json` |",
-        "| `x` (not a collapse the rule found) | 2 | 3 | 0.0850 | a final batch of 3 sample | `cmd a`<br>`cmd b` "
-        "| `r.json` |",
-    ]
-    path.write_text(json.dumps({"experiments": [good]}))
-    with pytest.raises(ValueError, match="expected a list of collapse entries"):
-        load_experiments(path)
-    path.write_text(json.dumps([{k: v for k, v in good.items() if k != "cause"}]))
-    with pytest.raises(ValueError, match=r"entry #0 \(r1, epoch 4\): missing \['cause'\]"):
-        load_experiments(path)
-    path.write_text(json.dumps([{**good, "experiment": {"command": []}}]))
-    with pytest.raises(ValueError, match=r"experiment needs the lists \['result_files', 'outcome'\]"):
-        load_experiments(path)
+            "experiment": {"command": [f"{COMMAND} --run x --until 3", f"{COMMAND} {CONTROL}"],
+                           "result_files": ["d/r.json", f"d/{control_file()}"], "outcome": ["o"]}}  # fmt: skip
 
 
 # ------------------------------------------------------------------- converged: table, prose
@@ -329,16 +309,27 @@ def test_the_collapse_section_counts_runs_per_policy_and_says_the_short_study_ca
     # the same run id in two folders is two runs: only the one that collapsed counts
     traces = [trace("a-s0", "converged", "seta", [0.5, 0.1, 0.6]), trace("a-s0", "converged-same-order", "seta",
               [0.5, 0.15, 0.6]), trace("f-s0", "converged", "full", [0.5, 0.6, 0.7])]  # fmt: skip
-    lines = collapse_section(traces, [], 7, [], "x.json")
-    assert lines[2] == (
-        "**CIFAR-10 runs with a test accuracy after every epoch** (3 run files in "
-        "`docs/quality-runs/{converged,converged-same-order,converged-reruns}/`): 1 runs collapsed, 1 times in all. "
-        "Collapsed runs per policy: full 0 of 1, seta 1 of 2."
+    lines = collapse_section(traces, [], 7, [entry("a-s0", 1, 1), entry("x-s0", 4, 3)])
+    assert lines[0].startswith("**2 epochs of the converged CIFAR-10 runs fell to chance, each after a final batch of "
+                               "1 to 3 samples** (the epoch's kept count modulo 128).")  # fmt: skip
+    assert lines[6:9] == [
+        "| CIFAR-10, test accuracy (`docs/quality-runs/{converged,converged-same-order,converged-reruns}/`) | 3 | 10% "
+        "| 1 | 1 | full 0 of 1, seta 1 of 2 | 1 in 1 runs |",
+        "| the short study (`docs/quality-runs/{cifar10,sst2}-*.json`): test accuracy at the end only, so a collapse "
+        "inside a run cannot be seen | 7 | - | - | - | - | - |",
+        "",
+    ]
+    assert lines[11] == (
+        "| `a-s0` | converged | 1 | 50.0 -> **10.0** -> 60.0 | 60.0 | prune, 1.00 | clusters 1-5 of 10 (middle) | 1 "
+        "| 0.1 -> 0.1 | 1.00 -> 1.00 -> 1.00 | not kept | 1 (kept 129 = 1 x 128 + 1), lr 0.0850 | `--run x --until 3` "
+        "| `r.json` |"
     )
-    assert "Dips (held-out metric at most 2 x chance but above the collapse line, after the run had learned; not " \
-           "marked in the tables), 1 in 1 runs: `a-s0` (converged-same-order; epoch 1: 15.0%)." in lines  # fmt: skip
-    assert any(x.startswith("**The short study** (7 run files") for x in lines)
-    assert lines[-2].startswith("Experiments on the cause: none recorded yet (`x.json`;")
+    assert lines[13] == (
+        f"The experiments on every collapse also cite the full-data control `{CONTROL}` (`{control_file()}`). Epochs "
+        "at chance that are not a collapse by the rule: `x-s0` epoch 4."
+    )
+    assert lines[-2] == "| `a-s0` | converged-same-order | 1 | 15.0% |"  # a dip
+    assert collapse_section(traces[2:], [], 7, [])[0] == "No epoch of the converged CIFAR-10 runs fell to chance."
 
 
 def test_the_noise_alone_costs_the_entropy_of_the_label_distribution() -> None:

@@ -2,34 +2,23 @@
 docs/quality-runs/collapses.json (results in docs/quality-runs/collapse-experiments/).
 
 Every epoch whose test accuracy fell to 10% ended with a final batch of 1 to 6 samples (the
-plan's kept count modulo the batch size of 128): SeTa and InfoBatch keep a different count in
-every epoch, full data and dynamic random always the same one (final batches of 72, 12, 100 and
-60 samples). :class:`Probe` tests that on the study's own runs: it follows a run through
-``train.train_run`` and, at the end of every epoch, forks the model and the optimiser from the
-state before the epoch's final batch and measures the test accuracy
-
-* ``without_final``: the final batch not trained;
-* ``size_<s>``: the final batch replaced by its first s samples (the samples of the batch
-  before it fill it up where it is shorter), s = 1, 2, 4, 8, 32, 128;
-* ``one_weights_only``: one sample trained, but the BatchNorm running statistics put back
-  (only the weights move);
-* ``one_bn_stats_only``: one sample passed forward in training mode, no optimiser step (only
-  the BatchNorm running statistics move);
-* ``one_clipped``: one sample trained with its gradient scaled down to the norm of the step on
-  128 samples (``grad_norm_128``);
-* ``one_running_stats``: one sample trained with BatchNorm in evaluation mode (normalised by
-  the running statistics instead of the sample's own);
-* ``one_nominal``: one sample trained with its weighted loss divided by the batch size (128)
-  instead of averaged over the batch's one sample.
-
-``drop_below`` changes the run itself: a final batch with fewer samples is not trained (the
-remedy in a training loop: ``batched(..., partial=False)`` / ``drop_last=True``, or a minimum
-size for the last batch).
+plan's kept count modulo the batch size of 128). :class:`Probe` tests that on the study's own
+runs: it follows a run through ``train.train_run`` and, at the end of every epoch, forks the model
+and the optimiser from the state before the epoch's final batch and records the fork's test
+accuracy under these keys: ``without_final`` (the final batch not trained); ``size_<s>`` (the final
+batch replaced by its first s samples, filled up from the batch before it, s in ``SIZES``); and one
+sample trained with only the weights moving (``one_weights_only``: the BatchNorm running statistics
+put back), only the BatchNorm statistics moving (``one_bn_stats_only``: a forward pass in training
+mode), its gradient scaled down to the 128-sample step's norm (``one_clipped``), BatchNorm in
+evaluation mode (``one_running_stats``), or its weighted loss divided by 128 instead of averaged
+(``one_nominal``, the library's remedy). ``drop_below`` changes the run itself: a final batch with
+fewer samples is not trained (``batched(..., partial=False)`` / ``drop_last=True``).
 
 The experiments reproduce the collapsed runs, so they train with the loop those runs had: each
-batch's loss averaged over its own length (``train_run(..., nominal_batch=False)``), not the
-remedy every training loop of the repository now applies (the loss divided by the nominal batch
-size, ``one_nominal`` here).
+batch's loss averaged over its own length (``train_run(..., nominal_batch=False)``). Augmentation
+draws are not seeded, so a rerun is another sample of its run, not a replay: its kept counts and
+final batches differ; the E = 72 runs were trained in the same order every epoch, their reruns
+reshuffle every epoch as the study now does.
 
 python -m benchmarks.quality.collapse --run infobatch --until 10     # one experiment
 """
