@@ -774,17 +774,12 @@ def results_table(studies: list[tuple[int, Path, dict]], files: dict, labels: Pa
 
 
 # ------------------------------------------------------------------------------ writing
-def is_study_folder(results: Path) -> bool:
-    """Whether ``results`` is the study's own folder (``noise-study``), beside which replicas live."""
-    return results.name + "-" == REPLICA
-
-
 def pairs_folders(results: Path) -> list[Path]:
     """The results folders whose pairs study the report writes: ``results``, and where it is the
     study's own folder (``noise-study``), each replica beside it (``noise-study-<machine>``: the
     same plan and settings run on another machine, compared only within itself, in a section of its
     own). A replica given as ``results`` is written alone."""
-    if not is_study_folder(results):
+    if results.name + "-" != REPLICA:  # not the study's own folder (``noise-study``)
         return [results]
     return [results, *sorted(d for d in results.parent.glob(REPLICA + "*") if d.is_dir())]
 
@@ -813,7 +808,7 @@ def report(ctx: Any, missing_runs: Callable[[Any, dict], list[str]], pairs_doc: 
         splice(pairs_doc, pairs_lines(sub, f, [x for x in m if x.startswith("pairs-")]), *pairs_markers(folder))
         studies.append((len(study_pairs(f)[1]), folder, f))
     # docs/results.md sums up every folder: written from the study's own folder only
-    if repo_docs and is_study_folder(ctx.results):
+    if repo_docs and ctx.results.name + "-" == REPLICA:
         write_instability(ROOT / "docs" / "quality-runs", docs_dir / "quality.md")  # every study folder's runs
         results = docs_dir / "results.md"  # the sections only where results.md has their markers
         splice(results, readme_summary(studies, ROOT), README_BEGIN, README_END, skip_missing=True)

@@ -144,8 +144,9 @@ def _run_row(r: dict) -> str:
                 ", ".join(or_dash(x.get("precision"), ".3f") for x in rows[2:]) if noisy else "-"])  # fmt: skip
 
 
-CHANGES = (("precision", lambda r: r["rows"][-1].get("precision") or 0, ".3f"),
-           ("recall", lambda r: r["rows"][-1].get("recall") or 0, ".3f"), ("share", _after_share, ".1f"))  # fmt: skip
+# precision and recall at the last plan, the mismatched % after the warm-up: shown as loss -> log1p
+CHANGES = ((lambda r: r["rows"][-1].get("precision") or 0, ".3f"), (lambda r: r["rows"][-1].get("recall") or 0, ".3f"),
+           (_after_share, ".1f"))  # fmt: skip
 
 
 def _comparisons(runs: list[dict]) -> list[str]:
@@ -163,7 +164,7 @@ def _comparisons(runs: list[dict]) -> list[str]:
         cells = [format(r1(s[x]) - r1(f), "+.1f") if f and x in s else "-" for x in ("loss", "log1p")]
         both = a is not None and b is not None
         cells += [f"{r1(a) - r1(b):+.1f}", f"{100 * (a['pruned'] - b['pruned']):+.1f}"] if both else ["-"] * 2
-        cells += [f"{format(v(b), spec)} -> {format(v(a), spec)}" if both and noise else "-" for _, v, spec in CHANGES]
+        cells += [f"{format(v(b), spec)} -> {format(v(a), spec)}" if both and noise else "-" for v, spec in CHANGES]
         rows.append(row([f"{round(100 * noise)}%", str(epochs), f"the rule {rest or 'alone'}", str(seed), *cells]))
     lines = ["Each rule's mean R@1 minus full data's (same seed and length), and log1p against loss (paired by seed; "
              "precision and recall at the last plan and the mismatched % of the pairs trained after the warm-up as "
