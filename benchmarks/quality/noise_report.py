@@ -103,18 +103,19 @@ def split_runs(files: dict) -> tuple[dict[str, str], list[dict], list[str]]:
         else:
             used.append(r)
     finished = {r["id"] for r in files["runs"]}
-    for c in files["crashed"] + files["cut"]:
-        if c["id"] in finished:
-            continue
-        k = int(c.get("epochs_done", 0))
-        after = f" after {k} epoch" + ("" if k == 1 else "s")
-        if c in files["cut"]:
-            left_out.append(f"`{c['id']}`: cut short at the deadline{after}; no result")
-            continue
+    for c in (c for c in files["crashed"] if c["id"] not in finished):
         msg = [x.strip() for x in str(c.get("error", "")).splitlines() if x.strip()]
         msg_text = msg[-1].replace("|", "/").replace("`", "'")[:160] if msg else "no message"
-        left_out.append(f"`{c['id']}`: crashed{'' if '-cal-' in c['id'] else after} ({msg_text}); no result")
+        when = "" if "-cal-" in c["id"] else f" after {epochs_text(c)}"
+        left_out.append(f"`{c['id']}`: crashed{when} ({msg_text}); no result")
+    for c in (c for c in files["cut"] if c["id"] not in finished):
+        left_out.append(f"`{c['id']}`: cut short at the deadline after {epochs_text(c)}; no result")
     return machines, used, left_out
+
+
+def epochs_text(c: dict) -> str:
+    k = int(c.get("epochs_done", 0))
+    return f"{k} epoch" + ("" if k == 1 else "s")
 
 
 # ------------------------------------------------------------------------------ numbers
