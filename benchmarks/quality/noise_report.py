@@ -182,13 +182,8 @@ def is_rule(r: dict) -> bool:
 
 
 def active_epochs(r: dict) -> list[dict]:
-    """The epochs after the rule's warm-up: the summary says the rule is active (``noise_active``);
-    for a plan without that field, from the first epoch with a suspected sample on."""
-    rows = r["rows"]
-    if any(x.get("noise_active") is not None for x in rows):
-        return [x for x in rows if x.get("noise_active")]
-    first = next((i for i, x in enumerate(rows) if x.get("suspected")), None)
-    return rows[first:] if first is not None else []
+    """The epochs after the rule's warm-up: those whose plan summary says the rule is active."""
+    return [x for x in r["rows"] if x.get("noise_active")]
 
 
 def noisy_share(rows: list[dict]) -> float | None:
