@@ -679,16 +679,17 @@ def test_the_report_shows_how_e_was_chosen(tmp_path: Path) -> None:
         json.dumps({"rows": rows, "seed": 0, "data": {"noise": 0.2, "train": 10000}, "machine": MACHINE})
     )
     lines = nr.e_choice_lines(tmp_path, 3)
-    assert lines[2] == (
-        "* 20% mismatched, 10,000 pairs, 7 epochs, seed 0 (Test CPU, 16 cores, torch 2.13.0 (AVX2)): 10.0, 30.0, "
-        "36.0, 37.2, 36.5, 37.0, 33.0. No later epoch is more than 1.0 point above epoch 3 (37.2): R@1 rose for "
-        "4 of its 7 epochs."
-    )
-    assert lines[4] == (
+    assert lines[2:5] == [
+        "| mismatched | pairs | seed | machine | e0 | e1 | e2 | e3 | e4 | e5 | e6 | rose for |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| 20% mismatched | 10,000 | 0 | Test CPU, 16 cores, torch 2.13.0 (AVX2) | 10.0 | 30.0 | 36.0 | 37.2 | 36.5 "
+        "| 37.0 | 33.0 | 4 of 7 epochs |",
+    ]
+    assert lines[6] == (
         "The study's E = 3 is shorter than the 4 epochs the 20% mismatched set rose for: its comparisons are before "
         "convergence (the 2E check below measures by how much)."
     )
-    assert nr.e_choice_lines(tmp_path, 4)[4] == "The study's E = 4 covers the 4 epochs the 20% mismatched set rose for."
+    assert nr.e_choice_lines(tmp_path, 4)[6] == "The study's E = 4 covers the 4 epochs the 20% mismatched set rose for."
 
 
 def test_the_readme_block_holds_the_targets_every_seed_measured(tmp_path: Path) -> None:

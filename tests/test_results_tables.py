@@ -159,10 +159,13 @@ def test_the_scale_checks_summary_is_tables(tmp_path: Path, monkeypatch: pytest.
     lines = nsc.summary_lines()
     assert lines[0].startswith("Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
                                "Test CPU, 2 cores, torch 2.13.0 (AVX2); the whole section: ")  # fmt: skip
-    assert "| 20% | 3 | the rule alone | 0 | +0.5 | -2.5 | 0.800 -> 0.950 | 0.990 -> 0.960 | 5.0 -> 4.0 |" in lines
-    i = lines.index("| rule (scale) | mismatched | epochs | seed 0 |")
-    assert lines[i + 2 : i + 5] == ["| log1p | 20% | 3 | +6.5 |", "| loss | 20% | 3 | +6.0 |",
-                                    "| loss | 20% | 5 | +20.0 |"]  # fmt: skip
+    i = lines.index("| mismatched | epochs | rule | seed | mean R@1 minus full data: loss | mean R@1 minus full data: "
+                    "log1p | mean R@1, log1p minus loss | pruned %, log1p minus loss | precision | recall "
+                    "| mismatched % after the warm-up |")  # fmt: skip
+    assert lines[i + 2 : i + 4] == [
+        "| 20% | 3 | the rule alone | 0 | +6.0 | +6.5 | +0.5 | -2.5 | 0.800 -> 0.950 | 0.990 -> 0.960 | 5.0 -> 4.0 |",
+        "| 20% | 5 | the rule alone | 0 | +20.0 | - | - | - | - | - | - |",
+    ]
     assert "| full data | 20% | 0 | 30.0 after 3 epochs | 25.0 after 5 | 25.0 after 5 epochs |" in lines
     assert "| the rule (loss) | 20% | 0 | 36.0 after 3 epochs | 45.0 after 5 | 45.0 after 5 epochs |" in lines
     assert lines[-1] == "| the rule (loss) | 20% | 0 | 36.0 after 3 epochs | 45.0 after 5 | 45.0 after 5 epochs |"

@@ -115,174 +115,149 @@ def replay(full_run: Path, epochs: int, truth: set, key_only: bool) -> list[dict
     return out
 
 
+def _scale(r: dict) -> str:
+    """The run's rule as the report names it: full (no rule), loss, log1p, and + random r."""
+    params = r.get("params") or {}
+    name = params.get("noise_scale", "loss") if params.get("noise") else "full"
+    return name + (f" + random r={params['r']:g}" if r.get("policy") == "random" else "")
+
+
+def _after_share(r: dict) -> float:
+    """Mismatched % of the pairs trained after the warm-up (the plans of epochs 2 on)."""
+    after = r["rows"][2:]
+    return 100 * sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)
+
+
 def _runs() -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("scale-*.json"))]
+
+
+def _run_row(r: dict) -> str:
+    """A run's row: R@1, pruned %, what the rule trained and suspected (its precision at every plan)."""
+    rows, scale, last = r["rows"], _scale(r), r["rows"][-1]
+    rule, noisy = scale != "full", scale != "full" and r["noise"]
+    active = noisy and any(x.get("noise_active") for x in rows)
+    return row([f"{round(100 * r['noise'])}%", scale, str(len(rows)), str(r["seed"]), f"{r1(r):.1f}",
+                f"{100 * r['pruned']:.1f}", or_dash(_after_share(r) if r["noise"] and rows[2:] else None, ".1f"),
+                str(last.get("suspected", 0)) if rule else "-",
+                pr_text(last.get("precision"), last.get("recall"), ".3f") if active else "-",
+                ", ".join(or_dash(x.get("precision"), ".3f") for x in rows[2:]) if noisy else "-"])  # fmt: skip
+
+
+# precision and recall at the last plan, the mismatched % after the warm-up: shown as loss -> log1p
+CHANGES = ((lambda r: r["rows"][-1].get("precision") or 0, ".3f"), (lambda r: r["rows"][-1].get("recall") or 0, ".3f"),
+           (_after_share, ".1f"))  # fmt: skip
+
+
+def _comparisons(runs: list[dict]) -> list[str]:
+    """The tables both sections show: per seed, each rule (on either scale) minus full data of the same
+    seed and length, and log1p against loss; the schedule length."""
+    full = {(r["noise"], len(r["rows"]), r["seed"]): r for r in runs if _scale(r) == "full"}
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in runs:
+        if (name := _scale(r)) != "full":
+            scale, _, rest = name.partition(" ")
+            by.setdefault((r["noise"], rest, len(r["rows"]), r["seed"]), {})[scale] = r
+    rows = []
+    for (noise, rest, epochs, seed), s in sorted(by.items()):
+        f, a, b = full.get((noise, epochs, seed)), s.get("log1p"), s.get("loss")
+        cells = [format(r1(s[x]) - r1(f), "+.1f") if f and x in s else "-" for x in ("loss", "log1p")]
+        both = a is not None and b is not None
+        cells += [f"{r1(a) - r1(b):+.1f}", f"{100 * (a['pruned'] - b['pruned']):+.1f}"] if both else ["-"] * 2
+        cells += [f"{format(v(b), spec)} -> {format(v(a), spec)}" if both and noise else "-" for v, spec in CHANGES]
+        rows.append(row([f"{round(100 * noise)}%", str(epochs), f"the rule {rest or 'alone'}", str(seed), *cells]))
+    lines = ["Each rule's mean R@1 minus full data's (same seed and length), and log1p against loss (paired by seed; "
+             "precision and recall at the last plan and the mismatched % of the pairs trained after the warm-up as "
+             "loss -> log1p):", "",
+             *table_head("| mismatched | epochs | rule | seed | mean R@1 minus full data: loss | mean R@1 minus full "
+                         "data: log1p | mean R@1, log1p minus loss | pruned %, log1p minus loss | precision | recall "
+                         "| mismatched % after the warm-up |"), *rows, ""] if rows else []  # fmt: skip
+    return lines + _length_lines(runs)
+
+
+def _length_lines(runs: list[dict]) -> list[str]:
+    """For each rule (and full data) run at the study's E and at a longer schedule, seed by seed:
+    mean R@1 after each, and the longer run's best epoch (is full data still rising at E?)."""
+    by: dict[tuple, dict[int, dict]] = {}
+    for r in runs:
+        by.setdefault((r["noise"], _scale(r), r["seed"]), {})[len(r["rows"])] = r
+    rows = []
+    for (noise, scale, seed), lengths in sorted(by.items()):
+        if len(lengths) > 1:
+            E, longer = min(lengths), max(lengths)
+            curve = [r1(x) for x in lengths[longer]["rows"]]
+            who = "full data" if scale == "full" else f"the rule ({scale})"
+            rows.append(row([who, f"{round(100 * noise)}%", str(seed), f"{r1(lengths[E]):.1f} after {E} epochs",
+                             f"{curve[-1]:.1f} after {longer}", f"{max(curve):.1f} after {1 + int(np.argmax(curve))} "
+                             "epochs"]))  # fmt: skip
+    if not rows:
+        return []
+    return ["Schedule length: mean R@1 at the study's E and at the end of a longer run, and the longer run's best:",
+            "", *table_head("| run | mismatched | seed | at E | longer run | longer run's best |"), *rows,
+            ""]  # fmt: skip
+
+
+def _replay_lines(path: Path) -> list[str]:
+    """A replay's table: at each plan, both fits' D, KS distance, upper weight and suspects' precision / recall."""
+    rep = json.loads(path.read_text())
+    lines = [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, Ashman's "
+             "D, the Kolmogorov-Smirnov distance between the scores and the fitted mixture (no labels: what the "
+             "choice of scale rests on), the upper component's weight, and (from the labels, reported only) the "
+             "suspects' precision / recall.", "",
+             *table_head("| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall "
+                         "| log1p: D | log1p: KS | log1p: upper weight | log1p: precision / recall |")]  # fmt: skip
+    for x in rep["rows"]:
+        cells = [str(x["plan_epoch"])]
+        for scale, f in (("loss", x.get("loss") or {}), ("log1p", x.get("log1p") or {})):
+            majority = scale == "log1p" and f.get("D", 0) >= 2 and f.get("upper_weight", 0) >= 0.5
+            cells += [or_dash(f.get(c), spec) for c, spec in (("D", ".2f"), ("ks", ".4f"), ("upper_weight", ".3f"))]
+            inactive = "inactive (upper mode the majority)" if majority else "inactive"
+            cells.append(pr_text(f.get("precision"), f.get("recall"), ".3f") if f.get("active") else inactive)
+        lines.append(row(cells))
+    return [*lines, ""]
+
+
+def report_lines() -> list[str]:
+    """The section of docs/quality-pairs.md, every number from the files in RESULTS."""
+    runs = _runs()
+    lines = ["### The rule's scale: loss or log1p (closed loop, this machine)", "",
+             "Generated by `benchmarks/noise_scale_check.py --report` from `docs/quality-runs/noise-scale/`. The rule "
+             'alone (policy `full`, `noise=True`) with the mixture fitted on the loss (`noise_scale="loss"`, what the '
+             "study above measured) or on log1p of it (docs/algorithms.md §12.11), on the same pairs (10,000, E = "
+             "10), one process with one torch thread. Not compared with the study's tables: another machine.",
+             ""]  # fmt: skip
+    if not runs:
+        return [*lines, "No run has finished yet.", ""]
+    order = {"full": 0, "loss": 1, "log1p": 2}
+    runs.sort(key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
+                             order.get(_scale(r).split(" ")[0], 9)))  # fmt: skip
+    head = ("| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % of trained "
+            "pairs after the warm-up | suspects, last plan | precision / recall, last plan | precision, plans of "
+            "epochs 2 .. E-1 |")  # fmt: skip
+    lines += [f"Machine: {_machines(runs)}.", "", *table_head(head), *map(_run_row, runs), "", *_comparisons(runs)]
+    for path in sorted(RESULTS.glob("replay-*.json")):
+        lines += _replay_lines(path)
+    return lines
 
 
 def _machines(runs: list[dict]) -> str:
     return ", ".join(sorted({machine_name(r.get("machine")) for r in runs}))
 
 
-def _comparisons(runs: list[dict]) -> list[str]:
-    """The tables both sections show: log1p minus loss, each rule minus full data, the schedule length."""
-    return _paired_lines(runs) + _vs_full_lines(runs) + _length_lines(runs)
-
-
-def report_lines() -> list[str]:
-    """The section of docs/quality-pairs.md, every number from the files in RESULTS."""
-    runs = _runs()
-    L = [
-        "### The rule's scale: loss or log1p (closed loop, this machine)",
-        "",
-        "Generated by `benchmarks/noise_scale_check.py --report` from `docs/quality-runs/noise-scale/`. The rule "
-        'alone (policy `full`, `noise=True`) with the mixture fitted on the loss (`noise_scale="loss"`, what the '
-        "study above measured) or on log1p of it (docs/algorithms.md §12.11), on the same pairs (10,000, E = 10), "
-        "one process with one torch thread. Not compared with the study's tables: another machine.",
-        "",
-    ]
-    if not runs:
-        return L + ["No run has finished yet.", ""]
-    L += [f"Machine: {_machines(runs)}.", ""]
-    L += table_head("| mismatched | rule (scale) | epochs | seed | mean R@1 (last epoch) | pruned % | mismatched % "
-                    "of trained pairs after the warm-up | suspects, last plan | precision / recall, last plan | "
-                    "precision, plans of epochs 2 .. E-1 |")  # fmt: skip
-    key = {"full": 0, "loss": 1, "log1p": 2}
-    for r in sorted(runs, key=lambda r: (r["noise"], len(r["rows"]), r.get("policy") == "random", r["seed"],
-                                         key.get(_scale(r).split(" ")[0], 9))):  # fmt: skip
-        rows, name, last = r["rows"], _scale(r), r["rows"][-1]
-        rule, noisy = name != "full", name != "full" and r["noise"]
-        pr = pr_text(last.get("precision"), last.get("recall"), ".3f")
-        share = "-" if not r["noise"] else or_dash(_after_share(r) if rows[2:] else None, ".1f")
-        L.append(row([
-            f"{round(100 * r['noise'])}%", name, str(len(rows)), str(r["seed"]), f"{r1(r):.1f}",
-            f"{100 * r['pruned']:.1f}", share,
-            str(last.get("suspected", 0)) if rule else "-",
-            pr if noisy and any(x.get("noise_active") for x in rows) else "-",
-            ", ".join(or_dash(x.get("precision"), ".3f") for x in rows[2:]) if noisy else "-",
-        ]))  # fmt: skip
-    L += ["", *_comparisons(runs)]
-    for path in sorted(RESULTS.glob("replay-*.json")):
-        rep = json.loads(path.read_text())
-        L += [f"Replay of both fits on the per-epoch losses of `{rep['run']}` (`{path.name}`): at each plan, "
-              "Ashman's D, the Kolmogorov-Smirnov distance between the scores and the fitted mixture (no labels: "
-              "what the choice of scale rests on), the upper component's weight, and (from the labels, reported "
-              "only) the suspects' precision / recall.", "",
-              *table_head("| plan of epoch | loss: D | loss: KS | loss: upper weight | loss: precision / recall "
-                          "| log1p: D | log1p: KS | log1p: upper weight | log1p: precision / recall |")]  # fmt: skip
-        for x in rep["rows"]:
-            cells = [str(x["plan_epoch"])]
-            for scale in ("loss", "log1p"):
-                f = x.get(scale) or {}
-                pr = pr_text(f.get("precision"), f.get("recall"), ".3f") if f.get("active") else \
-                    ("inactive (upper mode the majority)" if scale == "log1p" and f.get("D", 0) >= 2
-                     and f.get("upper_weight", 0) >= 0.5 else "inactive")  # fmt: skip
-                cells += [
-                    *(or_dash(f.get(c), spec) for c, spec in (("D", ".2f"), ("ks", ".4f"), ("upper_weight", ".3f"))),
-                    pr,
-                ]
-            L.append(row(cells))
-        L.append("")
-    return L
-
-
 def summary_lines() -> list[str]:
-    """docs/results.md's section on the scale: the paired differences, each rule against full data,
-    the schedule length (tables) and what the rule did on clean pairs."""
+    """docs/results.md's section on the scale: the comparisons' tables and what the rule did on clean pairs."""
     runs = _runs()
-    L = _comparisons(runs)
-    clean = [r for r in runs if not r["noise"] and _scale(r) == "log1p"]
-    if clean:
-        sus = [max(x.get("suspected") or 0 for x in r["rows"]) for r in clean]
-        L += [f"Clean pairs, log1p, {len(clean)} seed{'s' if len(clean) > 1 else ''}: at most "
-              f"{max(sus)} pairs suspected in any plan.", ""]  # fmt: skip
-    if not L:
+    lines = _comparisons(runs)
+    if clean := [r for r in runs if not r["noise"] and _scale(r) == "log1p"]:
+        most = max(max(x.get("suspected") or 0 for x in r["rows"]) for r in clean)
+        lines += [f"Clean pairs, log1p, {len(clean)} seed{'s' if len(clean) > 1 else ''}: at most {most} pairs "
+                  "suspected in any plan.", ""]  # fmt: skip
+    if not lines:
         return ["(no closed-loop run of both scales yet)"]
-    return [
-        f"Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; {_machines(runs)}; "
-        "the whole section: "
-        "[docs/quality-pairs.md](quality-pairs.md#the-rules-scale-loss-or-log1p-closed-loop-this-machine)).",
-        "",
-        *L[:-1],
-    ]
-
-
-def _vs_full_lines(runs: list[dict]) -> list[str]:
-    """Each rule's mean R@1 minus full data's of the same seed and length (this machine): a table."""
-    full = {(r["noise"], len(r["rows"]), r["seed"]): r for r in runs if _scale(r) == "full"}
-    by: dict[tuple, dict[int, float]] = {}
-    for r in runs:
-        if _scale(r) != "full" and (f := full.get((r["noise"], len(r["rows"]), r["seed"]))):
-            by.setdefault((r["noise"], len(r["rows"]), _scale(r)), {})[r["seed"]] = r1(r) - r1(f)
-    if not by:
-        return []
-    seeds = sorted({s for d in by.values() for s in d})
-    head = row(["rule (scale)", "mismatched", "epochs", *(f"seed {s}" for s in seeds)])
-    L = ["Mean R@1 minus full data's, same seed and length:", "", *table_head(head)]
-    for (noise, epochs, name), d in sorted(by.items()):
-        gaps = [f"{d[s]:+.1f}" if s in d else "-" for s in seeds]
-        L.append(row([name, f"{round(100 * noise)}%", str(epochs), *gaps]))
-    return [*L, ""]
-
-
-def _length_lines(runs: list[dict]) -> list[str]:
-    """For each rule (and full data) run at the study's E and at a longer schedule, seed by seed:
-    mean R@1 after each, and the longer run's best epoch (is full data still rising at E?): a table."""
-    by: dict[tuple, dict[int, dict]] = {}
-    for r in runs:
-        by.setdefault((r["noise"], _scale(r), r["seed"]), {})[len(r["rows"])] = r
-    rows = []
-    for (noise, name, seed), lengths in sorted(by.items()):
-        if len(lengths) < 2:
-            continue
-        E, L2 = min(lengths), max(lengths)
-        curve = [r1(x) for x in lengths[L2]["rows"]]
-        best = int(np.argmax(curve))
-        who = "full data" if name == "full" else f"the rule ({name})"
-        rows.append(f"| {who} | {round(100 * noise)}% | {seed} | {r1(lengths[E]):.1f} after {E} epochs "
-                    f"| {r1(lengths[L2]):.1f} after {L2} | {curve[best]:.1f} after {best + 1} epochs |")  # fmt: skip
-    if not rows:
-        return []
-    return ["Schedule length: mean R@1 at the study's E and at the end of a longer run, and the longer run's best:",
-            "", *table_head("| run | mismatched | seed | at E | longer run | longer run's best |"),
-            *rows, ""]  # fmt: skip
-
-
-def _after_share(r: dict) -> float:
-    after = r["rows"][2:]
-    return 100 * sum(x["mismatched_trained"] for x in after) / max(sum(x["trained"] for x in after), 1)
-
-
-def _paired_lines(runs: list[dict]) -> list[str]:
-    """log1p minus loss, paired by seed, for each set of runs that differ only in the scale: a table."""
-    by: dict[tuple, dict] = {}
-    for r in runs:
-        if (name := _scale(r)) != "full":
-            scale, _, rest = name.partition(" ")
-            by.setdefault((r["noise"], rest, len(r["rows"])), {}).setdefault(scale, {})[r["seed"]] = r
-    changes = ((lambda r: r["rows"][-1].get("precision") or 0, ".3f"),
-               (lambda r: r["rows"][-1].get("recall") or 0, ".3f"), (_after_share, ".1f"))  # fmt: skip
-    rows = []
-    for (noise, rest, epochs), scales in sorted(by.items()):
-        for s in sorted(set(scales.get("loss", {})) & set(scales.get("log1p", {}))):
-            a, b = scales["log1p"][s], scales["loss"][s]
-            rows.append(row([
-                f"{round(100 * noise)}%", str(epochs), f"the rule{(' ' + rest) if rest else ' alone'}", str(s),
-                format(r1(a) - r1(b), "+.1f"), format(100 * (a["pruned"] - b["pruned"]), "+.1f"),
-                *(f"{format(f(b), spec)} -> {format(f(a), spec)}" if noise else "-" for f, spec in changes),
-            ]))  # fmt: skip
-    if not rows:
-        return []
-    return ["log1p minus loss, paired by seed (precision, recall and the mismatched share as loss -> log1p):", "",
-            *table_head("| mismatched | epochs | rule | seed | mean R@1, log1p minus loss | pruned %, log1p minus loss "
-                        "| precision at the last plan | recall at the last plan | mismatched % of the pairs trained "
-                        "after the warm-up |"), *rows, ""]  # fmt: skip
-
-
-def _scale(r: dict) -> str:
-    """The run's rule as the report names it: full (no rule), loss, log1p, and + random r."""
-    params = r.get("params") or {}
-    name = params.get("noise_scale", "loss") if params.get("noise") else "full"
-    return name + (f" + random r={params['r']:g}" if r.get("policy") == "random" else "")
+    return [f"Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; {_machines(runs)};"
+            " the whole section: "
+            "[docs/quality-pairs.md](quality-pairs.md#the-rules-scale-loss-or-log1p-closed-loop-this-machine)).", "",
+            *lines[:-1]]  # fmt: skip
 
 
 def report() -> None:
