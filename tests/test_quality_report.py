@@ -310,10 +310,10 @@ def test_the_pairs_reading_gives_each_epoch_its_window_and_share_and_marks_the_c
         "a policy is meant to see."
     )
     assert lines[1] == (
-        "* **SeTa (alpha = 0.6, k = 5, r = 0.0) trains on a share of mismatched pairs that swings with its window** "
-        "(21.5 to 92.0, depending on the epoch's window). The largest, e2, is the epoch whose window reaches the "
-        "hardest cluster; after it the mean R@1 of seed 0 fell to 1.7% (e2), chance being 0.1%: a collapse, from "
-        "which every seed recovered by the last epoch."
+        "* **SeTa (alpha = 0.6, k = 5, r = 0.0) trains on a share of mismatched pairs that swings with its window**: "
+        "21.5% to 92.0% by epoch. The largest, e2, is the epoch whose window reaches the hardest cluster; after it "
+        "the mean R@1 of seed 0 fell to 1.7% (e2), chance being 0.1%: a collapse, from which every seed recovered "
+        "by the last epoch."
     )
 
 
