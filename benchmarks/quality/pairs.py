@@ -32,7 +32,7 @@ from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
 from . import harness
 from .collapses import window
-from .docs import and_list, fmt_params, interp_gap, mean_sd, row, splice, table_head
+from .docs import fmt_params, interp_gap, mean_sd, row, splice, table_head
 from .harness import Job
 from .layout import ROOT
 from .reading_short import DISPLAY
@@ -458,126 +458,114 @@ def report(ctx: harness.Ctx | None = None) -> None:
            summary_lines(groups), skip_missing=True)  # fmt: skip
 
 
-def _mismatched_cell(rs: list[dict]) -> str:
-    """What a loss-guided configuration trained in its pruning epochs: mismatched % of the pairs."""
-    shares = [_share(rs, e) for e in _prune_epochs(rs)]
+def _trained_cell(rs: list[dict], kept: bool) -> str:
+    """What a loss-guided configuration trained in its pruning epochs: the mismatched % of the pairs, and why
+    (``kept``: with InfoBatch's kept % of the mismatched pairs)."""
+    prune = _prune_epochs(rs)
+    shares = {e: _share(rs, e) for e in prune}
     if rs[0]["policy"] == "infobatch":
-        return f"up to {shares[-1]:.1f} (it prunes only below-mean pairs)"
-    return f"{min(shares):.1f} to {max(shares):.1f}, depending on the epoch's window"
+        of = ""
+        if kept:
+            k = [100 * r["checks"][e]["kept_share_mismatched"] for r in rs for e in prune]
+            of = f": it kept {min(k):.0f}-{max(k):.0f}% of the mismatched ones"
+        return f"up to {shares[prune[-1]]:.1f} (it prunes only below-mean pairs{of})"
+    top = max(prune, key=shares.__getitem__)
+    hard = [e for e in prune if "hard end" in window("seta", rs[0]["params"], e, "prune")]
+    where = "reaches" if top in hard else "does not reach"
+    why = "" if top in hard else " (no window of this setting does)" if not hard else ""
+    return (f"{min(shares.values()):.1f} to {shares[top]:.1f} with its window; the most in e{top}, whose window "
+            f"{where} the hardest cluster{why}")  # fmt: skip
 
 
-def reading(groups: dict) -> list[str]:
-    """'What the measurements say': each finding with the figures it rests on (the tables hold the rest)."""
+def _collapse_note(rs: list[dict], chance: bool) -> str:
+    """'-', or when the runs' mean R@1 fell to chance (``chance``: its value), after which share and whether every
+    seed recovered."""
+    bad = _collapsed(rs)
+    if not bad:
+        return "-"
+    top = max(_share(rs, e) for e in _prune_epochs(rs))
+    at = ", ".join(f"{v:.1f}%" for _, _, v in _fallen(rs))
+    back = all(curve(r)[0][-1] > curve(r)[0][bad[r["seed"]][0] - 1] for r in rs if r["seed"] in bad)
+    at += f"; chance {100 * curve(rs[0])[1]:.1f}%" if chance else ""
+    return (f"fell to chance after its {top:.1f}% epoch ({at}), "
+            + ("every seed recovered by the last epoch" if back else "not recovered"))  # fmt: skip
+
+
+def _findings(groups: dict, page: bool) -> list[str]:
+    """The study's findings (``page``: the reading of docs/quality-pairs.md, with the losses to 2 decimals, else
+    docs/results.md's summary): the losses of mismatched and of clean pairs, the loss-guided settings in one
+    table, their gaps to random against the spread of two seeds."""
     noisy = max(NOISE_LEVELS)
     full = groups.get(_key(noisy, FULL))
     if not full:
         return []
-    mis, cln = _plan_losses(full)
-    L = [
-        f"* **The per-pair contrastive loss finds the mismatched pairs.** In full data's plans (epochs 1-"
-        f"{len(full[0]['rows']) - 1}) a mismatched pair's last loss is {min(mis):.2f}-{max(mis):.2f} while a "
-        f"clean pair's falls from {cln[0]:.2f} to {cln[-1]:.2f}: although a pair's loss depends on the rest of its "
-        "batch, it ranks pairs by how well image and caption match, the difficulty a policy is meant to see."
-    ]
-    if ib := _guided(groups, noisy, ("infobatch",)):
-        prune = _prune_epochs(ib[0])
-        kept = [100 * r["checks"][e]["kept_share_mismatched"] for rs in ib for r in rs for e in prune]
-        tops = and_list([f"{_share(rs, prune[-1]):.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib])
-        L.append(f"* **InfoBatch keeps the mismatched pairs.** It prunes only below-mean pairs, clean ones: in "
-                 f"e{prune[0]}-e{prune[-1]} it kept {min(kept):.0f}-{max(kept):.0f}% of the mismatched pairs, and "
-                 f"their share of the pairs it trained climbs to {tops} in e{prune[-1]}, against {100 * noisy:.0f}% "
-                 "in the data.")  # fmt: skip
-    for rs in _guided(groups, noisy, ("seta",)):
-        prune = _prune_epochs(rs)
-        shares = {e: _share(rs, e) for e in prune}
-        top = max(prune, key=shares.__getitem__)
-        hard = [e for e in prune if "hard end" in window("seta", rs[0]["params"], e, "prune")]
-        text = (f"* **{_name(rs)} trains on a share of mismatched pairs that swings with its window**: "
-                f"{min(shares.values()):.1f}% to {shares[top]:.1f}% by epoch. The largest, e{top}, ")  # fmt: skip
-        if top in hard:
-            text += "is the epoch whose window reaches the hardest cluster"
-        else:
-            text += "comes in an epoch whose window does not reach the hardest cluster"
-            text += ("" if hard else " (no window of this setting does)") + ": pairs change clusters as losses change"
-        if bad := _collapsed(rs):
-            back = all(curve(r)[0][-1] > curve(r)[0][bad[r["seed"]][0] - 1] for r in rs if r["seed"] in bad)
-            fell = and_list([f"seed {s} fell to {v:.1f}% (e{e})" for s, e, v in _fallen(rs)])
-            text += f"; after it the mean R@1 of {fell}, chance being {100 * curve(rs[0])[1]:.1f}%: a collapse, " + (
-                "from which every seed recovered by the last epoch" if back else "not recovered from"
-            )
-        L.append(text + ".")
+    digits = 2 if page else 1
+    mis, cln = [f"{min(v):.{digits}f}-{max(v):.{digits}f}" for v in _plan_losses(full)]
+    L = [f"**Mismatched pairs** have the highest losses (full data's plans: {mis} against {cln} for clean pairs once "
+         "training has begun): although a pair's loss depends on the rest of its batch, it finds them. But the "
+         "loss-guided policies treat high loss as informative:", "",
+         *table_head("| data | policy (setting) | pruned % | mean R@1 minus dynamic random's | mismatched % of the "
+                     "pairs trained in its pruning epochs | collapse |")]  # fmt: skip
+    for noise in NOISE_LEVELS:
+        for rs in _guided(groups, noise):
+            if not noise and ((g := _gap(groups, noise, rs)) is None or g[1] is not None):
+                continue  # clean pairs: the settings inside dynamic random's points
+            L.append(row([f"{100 * noise:.0f}% mismatched" if noise else "clean pairs", _name(rs) + _mark(rs),
+                          f"{100 * _mean(rs, lambda r: r['pruned']):.1f}", _gap_cell(groups, noise, rs),
+                          _trained_cell(rs, page) if noise else "-", _collapse_note(rs, page)]))  # fmt: skip
     gaps = [g[0] for n in NOISE_LEVELS for rs in _guided(groups, n) if (g := _gap(groups, n, rs)) and g[1] is None]
     spreads = [100 * abs(_r1(g[0]) - _r1(g[1])) for g in groups.values() if len(g) == 2]
     if gaps and spreads:
         beat = "a loss-guided setting beat" if max(gaps) > max(spreads) else "no loss-guided setting beat"
-        L.append(
-            f"* **Retrieval**: the loss-guided settings land {min(gaps):+.1f} to {max(gaps):+.1f} points of mean "
-            f"R@1 from dynamic random at the same pruned % (the tables' column). Two seeds of one configuration "
-            f"differ by {min(spreads):.1f}-{max(spreads):.1f} points; {beat} dynamic random by more than that."
-        )
-    return L + [""]
-
-
-def summary_lines(groups: dict) -> list[str]:
-    """docs/results.md's section on the pairs study: a sentence and a table, numbers from the run files."""
-    noisy = max(NOISE_LEVELS)
-    full = groups.get(_key(noisy, FULL))
-    if not full:
-        return []
-    mis, cln = _plan_losses(full)
-    L = [f"`benchmarks/pairs_study.py` ({full[0]['data']['train']:,} pairs, {len(full[0]['rows'])} epochs, "
-         f"{len(full)} seeds; every table: [docs/quality-pairs.md](quality-pairs.md)). **Mismatched pairs** have "
-         f"the highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against {cln[-1]:.1f}-{cln[0]:.1f} "
-         "for clean pairs once training has begun), so the per-pair loss finds them, but the policies treat high "
-         "loss as informative:", "", *table_head("| data | policy (setting) | pruned % | mean R@1 minus dynamic "
-         "random's | mismatched % of the pairs trained in its pruning epochs | collapse |")]  # fmt: skip
-    for noise in NOISE_LEVELS:
-        for rs in _guided(groups, noise):
-            if (g := _gap(groups, noise, rs)) is None or (g[1] is not None and not noise):
-                continue
-            fell = "-"
-            if _collapsed(rs):
-                at = ", ".join(f"{v:.1f}%" for _, _, v in _fallen(rs))
-                fell = f"fell to chance after its {max(_share(rs, e) for e in _prune_epochs(rs)):.1f}% epoch ({at})"
-            L.append(row([f"{100 * noise:.0f}% mismatched" if noise else "clean pairs", _name(rs) + _mark(rs),
-                          f"{100 * _mean(rs, lambda r: r['pruned']):.1f}", _gap_cell(groups, noise, rs),
-                          _mismatched_cell(rs) if noise else "-", fell]))  # fmt: skip
+        L += ["", f"Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
+              f"R@1; {beat} dynamic random by more than that."]  # fmt: skip
     if note := _unstable_note([rs for n in NOISE_LEVELS for rs in _guided(groups, n)]):
         L += ["", *note[:-1]]
     return L
 
 
+def reading(groups: dict) -> list[str]:
+    """'What the measurements say' on docs/quality-pairs.md."""
+    return _findings(groups, True) + [""]
+
+
+def summary_lines(groups: dict) -> list[str]:
+    """docs/results.md's section on the pairs study: the findings, their source and a link to every table."""
+    lines = _findings(groups, False)
+    if not lines:
+        return []
+    runs = groups[_key(max(NOISE_LEVELS), FULL)]
+    source = (f"`benchmarks/pairs_study.py` ({runs[0]['data']['train']:,} pairs, {len(runs[0]['rows'])} epochs, "
+              f"{len(runs)} seeds; every table: [docs/quality-pairs.md](quality-pairs.md)). ")  # fmt: skip
+    return [source + lines[0], *lines[1:]]
+
+
 def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
-    """Mean R@1 against the measured pruned % (mean ± sd over seeds), and per epoch the plan's kept fraction and
-    (with mismatched pairs) their share of the pairs trained; one colour per policy, dashed: its 50% setting."""
+    """Mean R@1 against the measured pruned % (mean ± sd over seeds); per epoch, the mismatched % of the pairs
+    trained (clean pairs: the plan's kept fraction). One colour per policy; dashed: its 50% setting."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3 if noise else 2, figsize=(16 if noise else 11, 4.5))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for policy in sorted({k[1] for k in keys}, key=ORDER.get):
         ys = {k: np.array([100 * _r1(r) for r in groups[k]]) for k in keys if k[1] == policy}
         pts = sorted((100 * _mean(groups[k], lambda r: r["pruned"]), y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0)
                      for k, y in ys.items())  # fmt: skip
-        axes[0].errorbar(*zip(*((x, y) for x, y, _ in pts)), yerr=[sd for *_, sd in pts], marker="o", capsize=3,
-                         label=policy, color=f"C{ORDER[policy]}")  # fmt: skip
-    axes[0].set(xlabel="measured pruned %", ylabel="held-out R@1 % (mean of i2t and t2i)",
-                title=f"{round(noise * 100)}% mismatched: R@1 vs pruned")  # fmt: skip
-    panels = [(lambda rs, e: _mean(rs, lambda r: r["rows"][e]["kept"] / r["rows"][e]["n"]), "kept fraction (plan)"),
-              (_share, "mismatched % of trained pairs")]  # fmt: skip
-    for ax, (value, ylabel) in zip(axes[1:], panels):
-        for k in keys:
-            epochs = range(len(groups[k][0]["rows"]))
-            style = {"color": f"C{ORDER[k[1]]}", "ls": "--" if k[2] == "p50" else "-"}
-            label = f"{k[1]} {fmt_params(groups[k][0]['params'])}"
-            ax.plot(epochs, [value(groups[k], e) for e in epochs], marker=".", label=label, **style)
-        ax.set(xlabel="epoch", ylabel=ylabel, title=f"{ylabel} per epoch")
-    if noise:
-        axes[2].axhline(100 * noise, color="gray", ls="--", lw=1)
-    for ax in axes:
+        a.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                   label=policy, color=f"C{ORDER[policy]}")  # fmt: skip
+    a.set(xlabel="measured pruned %", ylabel="held-out R@1 % (mean of i2t and t2i)", title=f"{noise:.0%} mismatched")
+    ylabel = "mismatched % of trained pairs" if noise else "kept fraction (plan)"
+    for k in keys:
+        epochs, rs = range(len(groups[k][0]["rows"])), groups[k]
+        y = [_share(rs, e) if noise else _at(rs, e, "kept") / _at(rs, e, "n") for e in epochs]
+        b.plot(epochs, y, marker=".", color=f"C{ORDER[k[1]]}", ls="--" if k[2] == "p50" else "-",
+               label=f"{k[1]} {fmt_params(rs[0]['params'])}")  # fmt: skip
+    b.set(xlabel="epoch", ylabel=ylabel, title=f"{ylabel} per epoch")
+    for ax in (a, b):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8 if ax is axes[0] else 6)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     (doc.parent / "quality").mkdir(exist_ok=True)
     fig.savefig(doc.parent / "quality" / f"pairs-noise{round(noise * 100)}.png", dpi=90)
