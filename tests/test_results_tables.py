@@ -127,8 +127,8 @@ def test_the_pairs_summary_is_one_table(monkeypatch: pytest.MonkeyPatch) -> None
         "| --- | --- | --- | --- | --- | --- |",
         # 34.0 against 45.0
         "| 20% mismatched | SeTa (alpha = 0.6, k = 5, r = 0.0) † | 25.0 | -11.0 | 20.0 to 85.0 with its window; the "
-        "most in e2, whose window reaches the hardest cluster | fell to chance after its 85.0% epoch (0.1%), every "
-        "seed recovered by the last epoch |",
+        "most in e2, whose window reaches the hardest cluster | fell to chance: s0 e2 0.1%; every seed recovered by "
+        "the last epoch |",
         # 45.0 against 44.0
         "| 20% mismatched | InfoBatch (r = 0.6) | 30.0 | +1.0 | up to 40.0 (it prunes only below-mean pairs) | - |",
         "",

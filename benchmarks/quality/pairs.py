@@ -478,17 +478,14 @@ def _trained_cell(rs: list[dict], kept: bool) -> str:
 
 
 def _collapse_note(rs: list[dict], chance: bool) -> str:
-    """'-', or when the runs' mean R@1 fell to chance (``chance``: its value), after which share and whether every
-    seed recovered."""
+    """'-', or the seeds whose mean R@1 fell to chance (``chance``: its value), where, and whether they recovered."""
     bad = _collapsed(rs)
     if not bad:
         return "-"
-    top = max(_share(rs, e) for e in _prune_epochs(rs))
-    at = ", ".join(f"{v:.1f}%" for _, _, v in _fallen(rs))
     back = all(curve(r)[0][-1] > curve(r)[0][bad[r["seed"]][0] - 1] for r in rs if r["seed"] in bad)
-    at += f"; chance {100 * curve(rs[0])[1]:.1f}%" if chance else ""
-    return (f"fell to chance after its {top:.1f}% epoch ({at}), "
-            + ("every seed recovered by the last epoch" if back else "not recovered"))  # fmt: skip
+    at = ", ".join(f"s{s} e{e} {v:.1f}%" for s, e, v in _fallen(rs))
+    level = f" ({100 * curve(rs[0])[1]:.1f}%)" if chance else ""
+    return f"fell to chance{level}: {at}; " + ("every seed recovered by the last epoch" if back else "not recovered")
 
 
 def _findings(groups: dict, page: bool) -> list[str]:
