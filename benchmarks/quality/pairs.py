@@ -84,6 +84,9 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
     """Per epoch: delivered == plan's kept set (exactly), and the plan's loss of mismatched vs clean pairs."""
     import seta_stream as seta
 
+    def mean(x: np.ndarray, where: np.ndarray) -> float | None:
+        return float(x[where].mean()) if where.any() else None
+
     out = []
     for e, got in enumerate(delivered):
         t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "loss"])
@@ -93,18 +96,10 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
         noisy = np.array([p in noise_keys for p in pairs])
         loss = t.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
         seen = np.isfinite(loss)
-        out.append(
-            {
-                "epoch": e,
-                "delivered": len(got),
-                "delivered_unique": len(set(got)),
-                "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
-                "plan_loss_clean": float(loss[seen & ~noisy].mean()) if (seen & ~noisy).any() else None,
-                "plan_loss_mismatched": float(loss[seen & noisy].mean()) if (seen & noisy).any() else None,
-                "kept_share_clean": float(keep[~noisy].mean()) if (~noisy).any() else None,
-                "kept_share_mismatched": float(keep[noisy].mean()) if noisy.any() else None,
-            }
-        )
+        out.append({"epoch": e, "delivered": len(got), "delivered_unique": len(set(got)),
+                    "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
+                    "plan_loss_clean": mean(loss, seen & ~noisy), "plan_loss_mismatched": mean(loss, seen & noisy),
+                    "kept_share_clean": mean(keep, ~noisy), "kept_share_mismatched": mean(keep, noisy)})  # fmt: skip
     return out
 
 
