@@ -1,35 +1,21 @@
 """Does the noise rule drop noisy samples, and does that pay? Pairs with mismatched captions, noisy labels.
 
-The measurement of issue 26 (item 3): the noise rule (``noise=True``, a parameter of ``full``,
-``random``, ``seta`` and ``infobatch``; the rule alone is ``full`` with it) trained through the
-real pipeline beside full data, dynamic random, SeTa and InfoBatch.
+Issue 26 (item 3): the noise rule (``noise=True``, a parameter of every policy; alone: ``full``
+with it) trained through the real pipeline beside full data, dynamic random, SeTa and InfoBatch:
 
-* **Pairs** (``examples/train_pairs.py``'s small CLIP on ``tools/make_pair_shards.py`` sets with
-  20% and with 0% mismatched pairs, same images): full data at E and at 2E (the convergence
-  check), the rule alone, the rule with dynamic random and with SeTa at about 30% and 50% pruned,
-  dynamic random, SeTa and InfoBatch at the same levels; ``SEEDS`` seeds. Per epoch: R@1/R@5
-  (image->text, text->image) on the clean held-out pairs, the kept count, the share of mismatched
-  pairs among the pairs the loader delivered, the suspected set (plan rows whose reason is
-  ``suspected_noise`` or ``noise_recheck``) with its precision and recall against
-  ``noise.parquet``, and whether the loader delivered exactly the plan's kept pairs.
-* **Noisy labels** (``benchmarks/quality``'s CIFAR-10 and SST-2 with 40% of the training labels
-  replaced, the short schedule): full data, the rule alone, the rule with dynamic random near
-  50%, dynamic random at 50%, SeTa and InfoBatch at their 50% settings
-  (``benchmarks.quality.configs.noise_label_configs``), with the same per-epoch noise measures;
-  and CIFAR-10 on a long schedule (20 epochs without augmentation: full data and the rule alone on
-  both scales, the test accuracy after every epoch; ``noise_label_long_configs``).
+* **Pairs** (``examples/train_pairs.py`` on ``tools/make_pair_shards.py`` sets, 20% and 0%
+  mismatched): full data at E and 2E (the convergence check), the rule alone, the rule with
+  dynamic random and with SeTa near 30% and 50% pruned, dynamic random, SeTa and InfoBatch there.
+* **Noisy labels** (CIFAR-10 and SST-2 with 40% of the labels replaced, the short schedule:
+  ``configs.noise_label_configs``; CIFAR-10 on a 20-epoch schedule: ``noise_label_long_configs``).
 
-Settings are chosen on training signals only. SeTa's and InfoBatch's levels: ``pairs``'s
-``calibrate`` (the policy replayed over the per-pair losses of the full run of seed 0). The
-rule's combinations: the library itself is replayed over that run's recorded losses
-(:func:`replay`: a scratch run directory plans every epoch with the combined policy and is fed,
-for the pairs its plan keeps, the losses full data recorded in that epoch), and the
-down-sampling ``r`` (SeTa: then its window ``alpha``) is searched until the simulated pruned %
-lands nearest the level. So the rule's own removal enters as the rule measured it on the
-training losses; neither the held-out pairs nor the known noise rate are read.
-
-Runs (``harness``) in :func:`plan`'s priority order, the calibrations jobs of their own; each finished
-run is a JSON file under ``docs/quality-runs/noise-study/``.
+Per epoch a run records its held-out metric, the kept count, the noisy share of what the loader
+delivered, the suspected set (``SUSPECT_REASONS``) with its precision and recall against the
+known noise, and whether the loader delivered exactly the plan's kept samples. Settings come from
+training losses only: SeTa's and InfoBatch's from ``pairs.calibrate``; the rule's combinations
+from :func:`replay` (the library planning a scratch run fed full data's recorded losses), their
+``r`` (SeTa: then ``alpha``) searched until the simulated pruned % is nearest the level. Runs go
+through ``harness`` in :func:`plan`'s order; each is a JSON file under ``docs/quality-runs/noise-study/``.
 
     python benchmarks/noise_study.py --jobs 14 --deadline 480        # = python -m benchmarks.quality --study noise
     python benchmarks/noise_study.py --only 'pairs-n20-.*-s0'         # 20% mismatched, seed 0
@@ -57,12 +43,9 @@ RESULTS = ROOT / "docs" / "quality-runs" / "noise-study"
 OUT = ROOT / "bench-out" / "noise-study"
 LABEL_DATA = ROOT.parent / "shared" / "data"
 
-# The pairs sets and schedule. 10,000 training pairs in 10 shards of 1,000 (exactly 200 mismatched
-# per shard at 20%), 1,000 clean held-out pairs. E = 10: full data trained for 20 epochs on the
-# 20%-mismatched set stopped rising after 6 (files e-choice/*.json, shown in the report; 2E
-# checks it); a run of 2E = 20 epochs takes about 5 minutes on one core, so the first wave of
-# runs (full data at E and 2E) and the calibrated runs fit one call of 9 minutes on 16 cores.
-# The clean set rose for 17 of those 20 epochs: its comparisons are before convergence.
+# E = 10: full data trained 20 epochs on the 20%-mismatched set stopped rising after 6 (files
+# e-choice/*.json; 2E checks it); the clean set rose for 17 of them (compared before convergence).
+# A 2E run takes about 5 minutes on one core: the first wave fits one 9-minute call on 16 cores.
 DATA = dict(train=10000, test=1000, shard_size=1000, size=32, seed=0)
 TRAIN = dict(epochs=10, batch_size=128, lr=2e-3, workers=1)
 NOISE_LEVELS = (0.2, 0.0)

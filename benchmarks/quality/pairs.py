@@ -1,24 +1,14 @@
 """Does pruning keep retrieval quality on web-crawled image-text pairs, and does it drop mismatched pairs?
 
-Every run trains ``examples/train_pairs.py``'s small CLIP through the real pipeline (tar shards
--> ``seta.attach`` -> DataLoader worker -> symmetric InfoNCE -> one recorded loss per pair ->
-compaction -> plan of the next epoch) on a set from ``tools/make_pair_shards.py`` with 0% and
-with 20% of the training pairs given another image's caption (same images, same clean captions,
-same held-out pairs). Runs at the same number of epochs: full data; dynamic random, SeTa and
-InfoBatch at settings that land near 30% and 50% pruned; 2 seeds. Reported: recall@1/@5
-image->text and text->image on the clean held-out pairs; per epoch, the share of mismatched
-pairs among the pairs the loader delivered (keys delivered vs ``noise.parquet``), and the mean
-recorded loss of mismatched and clean pairs; every epoch of every run is checked to deliver
-exactly the plan's kept pairs.
-
-SeTa's and InfoBatch's settings per level are chosen on training losses only: the policy is
-replayed over the per-epoch losses of the full run of seed 0 at the same noise level (the loss
-column of its plans) for a grid of settings, and the setting whose simulated pruned % is nearest
-the level is taken (``calibrate``). No held-out data is used.
-
-Each finished run is one JSON file ``docs/quality-runs/pairs-*.json`` (a rerun skips finished
-runs, so an interrupted study resumes); ``docs/quality-pairs.md``, its summary in ``docs/results.md``
-and ``docs/quality/pairs-*.png`` are rewritten from those files after every run and by ``--report-only``.
+Every run trains ``examples/train_pairs.py``'s small CLIP through the real pipeline on a set from
+``tools/make_pair_shards.py`` with 0% and with 20% of the training pairs given another image's
+caption: full data; dynamic random, SeTa and InfoBatch near 30% and 50% pruned (SeTa's and
+InfoBatch's settings chosen on the training losses of full data's seed 0: ``calibrate``); 2
+seeds. Reported: recall@1/@5 both ways on the clean held-out pairs and, per epoch, the share of
+mismatched pairs the loader delivered and the plan's loss of mismatched and clean pairs; every
+epoch is checked to deliver exactly the plan's kept pairs. Each finished run is a file
+``docs/quality-runs/pairs-*.json`` (a rerun skips it); ``report`` rewrites docs/quality-pairs.md,
+its summary in docs/results.md and ``docs/quality/pairs-*.png`` from those files.
 
     python benchmarks/pairs_study.py --snapshot        # everything, from a frozen copy of HEAD (~1 h)
     python benchmarks/pairs_study.py --report-only     # (= python -m benchmarks.quality --study pairs ...)
@@ -32,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +32,7 @@ from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
 from . import harness
 from .collapses import window
-from .docs import and_list, fmt_params, interp_gap, mean_sd, row, splice
+from .docs import fmt_params, interp_gap, mean_sd, row, splice, table_head
 from .harness import Job
 from .layout import ROOT
 from .reading_short import DISPLAY
@@ -94,6 +84,9 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
     """Per epoch: delivered == plan's kept set (exactly), and the plan's loss of mismatched vs clean pairs."""
     import seta_stream as seta
 
+    def mean(x: np.ndarray, where: np.ndarray) -> float | None:
+        return float(x[where].mean()) if where.any() else None
+
     out = []
     for e, got in enumerate(delivered):
         t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "loss"])
@@ -103,18 +96,10 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
         noisy = np.array([p in noise_keys for p in pairs])
         loss = t.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
         seen = np.isfinite(loss)
-        out.append(
-            {
-                "epoch": e,
-                "delivered": len(got),
-                "delivered_unique": len(set(got)),
-                "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
-                "plan_loss_clean": float(loss[seen & ~noisy].mean()) if (seen & ~noisy).any() else None,
-                "plan_loss_mismatched": float(loss[seen & noisy].mean()) if (seen & noisy).any() else None,
-                "kept_share_clean": float(keep[~noisy].mean()) if (~noisy).any() else None,
-                "kept_share_mismatched": float(keep[noisy].mean()) if noisy.any() else None,
-            }
-        )
+        out.append({"epoch": e, "delivered": len(got), "delivered_unique": len(set(got)),
+                    "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
+                    "plan_loss_clean": mean(loss, seen & ~noisy), "plan_loss_mismatched": mean(loss, seen & noisy),
+                    "kept_share_clean": mean(keep, ~noisy), "kept_share_mismatched": mean(keep, noisy)})  # fmt: skip
     return out
 
 
@@ -229,10 +214,17 @@ def after(ctx: harness.Ctx) -> None:
 
 # ---------------------------------------------------------------------------------- report
 GUIDED = ("seta", "infobatch")  # the loss-guided policies
+BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
 
 
 def _r1(r: dict) -> float:
+    """A run's mean R@1 (image->text and text->image), a fraction."""
     return 0.5 * (r["i2t_r1"] + r["t2i_r1"])
+
+
+def _mean(rs: list[dict], value: Callable[[dict], float]) -> float:
+    """``value`` of the runs ``rs``, mean over seeds."""
+    return float(np.mean([value(r) for r in rs]))
 
 
 def _key(noise: float, cfg: dict) -> tuple:
@@ -247,39 +239,52 @@ def group_runs(results: list[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
-def _keys(groups: dict, noise: float) -> list[tuple]:
-    return sorted((k for k in groups if k[0] == noise), key=lambda k: (ORDER[k[1]], k[2]))
+def _keys(groups: dict, noise: float, policies: tuple[str, ...] = POLICIES) -> list[tuple]:
+    """The configurations of ``policies`` at ``noise``, in table order."""
+    return sorted((k for k in groups if k[0] == noise and k[1] in policies), key=lambda k: (ORDER[k[1]], k[2]))
 
 
 def _guided(groups: dict, noise: float, policies: tuple[str, ...] = GUIDED) -> list[list[dict]]:
-    """The runs of each configuration of ``policies`` at ``noise``, in table order."""
-    return [groups[k] for k in _keys(groups, noise) if k[1] in policies]
+    return [groups[k] for k in _keys(groups, noise, policies)]
 
 
-def _vs_random(groups: dict, noise: float, rs: list[dict]) -> str:
-    """Mean R@1 minus dynamic random's at the same measured pruned % (linear between its points and full)."""
+def _name(rs: list[dict]) -> str:
+    """e.g. 'SeTa (alpha = 0.6, k = 5, r = 0.0)'."""
+    r0 = rs[0]
+    return f"{DISPLAY.get(r0['policy'], r0['policy'])} ({fmt_params(r0['params']).replace('=', ' = ')})"
+
+
+def _gap(groups: dict, noise: float, rs: list[dict]) -> tuple[float, float | None] | None:
+    """(mean R@1 minus dynamic random's, in points; None, or random's pruned % where ``rs`` lies beyond
+    random's points): at the same measured pruned %, linear between random's points and full data, or
+    else random's nearest level. None for full data and random themselves."""
     if rs[0]["policy"] in ("full", "random"):
+        return None
+    rnd = [(100 * _mean(g, lambda r: r["pruned"]), 100 * _mean(g, _r1)) for g in _guided(groups, noise, ("random",))]
+    full = groups.get(_key(noise, FULL))
+    x, y = 100 * _mean(rs, lambda r: r["pruned"]), 100 * _mean(rs, _r1)
+    v = interp_gap(x, y, rnd + ([(0.0, 100 * _mean(full, _r1))] if full else []))
+    if v is not None or not rnd:
+        return None if v is None else (v, None)
+    near = min(rnd, key=lambda p: abs(p[0] - x))
+    return y - near[1], near[0]
+
+
+def _gap_cell(groups: dict, noise: float, rs: list[dict]) -> str:
+    g = _gap(groups, noise, rs)
+    if g is None:
         return "-"
-    pts = [(0.0, groups.get(_key(noise, FULL)))]
-    pts += [(float(np.mean([r["pruned"] for r in g])), g) for k, g in groups.items() if k[:2] == (noise, "random")]
-    r1 = [(p, float(np.mean([_r1(r) for r in g]))) for p, g in pts if g]
-    v = interp_gap(float(np.mean([r["pruned"] for r in rs])), float(np.mean([_r1(r) for r in rs])), r1)
-    return "-" if v is None else f"{100 * v:+.1f}"
+    return f"{g[0]:+.1f}" + ("" if g[1] is None else f" (against random at {g[1]:.1f}%, beyond its points)")
 
 
-def _gaps(groups: dict) -> list[tuple[float, list[dict], str]]:
-    """(noise, runs, ``_vs_random``) of every loss-guided configuration inside dynamic random's points."""
-    return [(n, rs, v) for n in NOISE_LEVELS for rs in _guided(groups, n) if (v := _vs_random(groups, n, rs)) != "-"]
+def _at(rs: list[dict], e: int, field: str, part: str = "rows") -> float:
+    """``r[part][e][field]`` of the runs ``rs``, mean over seeds."""
+    return float(np.mean([r[part][e][field] for r in rs]))
 
 
-def _kept(rs: list[dict], e: int) -> float:
-    """The plan's kept fraction in epoch ``e``, mean over seeds."""
-    return float(np.mean([r["rows"][e]["kept"] / r["rows"][e]["n"] for r in rs]))
-
-
-def _mismatched(rs: list[dict], e: int) -> float:
+def _share(rs: list[dict], e: int) -> float:
     """The mismatched share (%) of the pairs trained in epoch ``e``, mean over seeds."""
-    return float(100 * np.mean([r["rows"][e]["mismatched_share"] for r in rs]))
+    return 100 * _at(rs, e, "mismatched_share")
 
 
 def _loss_cell(rs: list[dict], e: int) -> str:
@@ -288,95 +293,14 @@ def _loss_cell(rs: list[dict], e: int) -> str:
     return "-" if None in a or None in b else f"{np.mean(a):.2f} / {np.mean(b):.2f}"
 
 
-def report(ctx: harness.Ctx | None = None) -> None:
-    results_dir = ctx.results if ctx else RESULTS
-    doc = Path(ctx.args.doc).resolve() if ctx and getattr(ctx.args, "doc", None) else DOC
-    results = load_results(results_dir)
-    if not results:
-        return
-    groups = group_runs(results)
-    missing = _missing(groups, results_dir)
-    bad = [f"{r['policy']} {fmt_params(r['params'])} noise {r['noise']} seed {r['seed']} epoch {c['epoch']}"
-           for r in results for c in r["checks"] if not c["delivered_equals_plan"]]  # fmt: skip
-    n_epochs = sum(len(r["checks"]) for r in results)
-    lines = [
-        f"{len(results)} finished runs ({len(NOISE_LEVELS)} noise levels x up to {1 + 3 * len(LEVELS)} settings x "
-        f"{SEEDS} seeds; one run where a setting serves both pruned levels). "
-        + ("Still missing (the study resumes with them): " + "; ".join(missing) + "." if missing else "None missing."),
-        "",
-        f"**Loader vs plan:** in {n_epochs - len(bad)} of {n_epochs} run-epochs the loader delivered exactly "
-        "the plan's kept pairs (same (shard, key) set, each once)"
-        + (": mismatches in " + "; ".join(bad[:20]) + "." if bad else "."),
-        "",
+def _plan_losses(full: list[dict]) -> tuple[list[float], list[float]]:
+    """Full data's mean plan loss of mismatched and of clean pairs in each epoch after the first (mean over seeds)."""
+    epochs = range(1, len(full[0]["rows"]))
+    return [_at(full, e, "plan_loss_mismatched", "checks") for e in epochs], [
+        _at(full, e, "plan_loss_clean", "checks") for e in epochs
     ]
-    for noise in NOISE_LEVELS:
-        keys = _keys(groups, noise)
-        if not keys:
-            continue
-        title = f"{round(noise * 100)}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
-        full = groups.get(_key(noise, FULL))
-        full_s = float(np.min([r["seconds"] for r in full])) if full else None
-        lines += [
-            f"### {title}",
-            "",
-            "| policy | setting | seeds | pruned % (measured) | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i "
-            "| mean R@1 vs dynamic random | mismatched % of trained pairs | collapsed seeds (epoch, mean R@1) "
-            "| wall s (fastest seed) | time vs full |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for k in keys:
-            rs = groups[k]
-            secs = float(np.min([r["seconds"] for r in rs]))
-            trained = sum(row["trained"] for r in rs for row in r["rows"])
-            mism = sum(row["mismatched_trained"] for r in rs for row in r["rows"])
-            lines.append(row([k[1] + _mark(rs), fmt_params(rs[0]["params"]), str(len(rs)),
-                              *(mean_sd([r[c] for r in rs], digits=1) for c in ("pruned", "i2t_r1", "t2i_r1", "i2t_r5",
-                                                                                "t2i_r5")),
-                              _vs_random(groups, noise, rs), f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
-                              collapse_cell(groups, noise, rs), f"{secs:.0f}",
-                              f"{secs / full_s:.2f}" if full_s else "-"]))  # fmt: skip
-        note = _unstable_note([groups[k] for k in keys])
-        lines += ["", *note]
-        t = partial(_table, groups, keys, note)
-        lines += t("Kept fraction per epoch (plan, mean over seeds):", lambda rs, e: f"{_kept(rs, e):.2f}")
-        if noise:
-            lines += t(
-                f"Share of mismatched pairs among the pairs each policy trained on, per epoch (%, mean over "
-                f"seeds; counted from the keys the loader delivered against `noise.parquet`; "
-                f"{round(noise * 100)}% of the training set):",
-                lambda rs, e: f"{_mismatched(rs, e):.1f}",
-            )
-            lines += t("Mean loss of mismatched / clean pairs in each epoch's plan (the loss each pair had when "
-                       "last trained; e0 has none), mean over seeds:", _loss_cell)  # fmt: skip
-            lines += _per_epoch_table(groups, noise)
-        _plot(noise, groups, keys, doc)
-        lines += [f"![{title}](quality/pairs-noise{round(noise * 100)}.png)", ""]
-    cal = []
-    for p in sorted(results_dir.glob("pairs-noise*-settings.json")):
-        c = json.loads(p.read_text())
-        for policy, levels in c["levels"].items():
-            for lv, v in levels.items():
-                cal.append(row([p.name.split("-")[1], policy, f"{lv}%", fmt_params(v["params"]),
-                                f"{100 * v['simulated']:.1f}"]))  # fmt: skip
-    if cal:
-        lines += ["### Settings chosen for the pruned levels (on training losses of the full run, seed 0)", "",
-                  "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,
-                  ""]  # fmt: skip
-    revs = sorted({r.get("library_rev", "?") for r in results})
-    machines = sorted({", ".join(f"{k} {v}" for k, v in r["software"].items()) if r.get("software") else
-                       "not recorded" for r in results})  # fmt: skip
-    lines += [f"Library revision of the runs: {', '.join(revs)}. Machine, as the run files record it: "
-              f"{'; '.join(machines)}.", ""]  # fmt: skip
-    splice(doc, BEGIN, END, lines, "Image-text pairs under pruning", skip_missing=True)
-    splice(doc, "<!-- reading:begin -->", "<!-- reading:end -->", reading(groups), skip_missing=True)
-    splice(doc.parent / "results.md", "<!-- pairs-summary:begin -->", "<!-- pairs-summary:end -->",
-           summary_lines(groups), skip_missing=True)  # fmt: skip
 
 
-BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
-
-
-# ------------------------------------------------------------------------ collapses, reading
 def _mark(rs: list[dict]) -> str:
     """' †' where a run of ``rs`` collapsed to chance or fell 20 points in one epoch (benchmarks/instability.py)."""
     return f" {MARK}" if any(unstable(r) for r in rs) else ""
@@ -408,42 +332,12 @@ def collapse_cell(groups: dict, noise: float, rs: list[dict]) -> str:
     rest = [r for r in rs if r["seed"] not in bad]
     if not rest:
         return f"**{at}**; without them: no seed left"
-    return f"**{at}**; without them: mean R@1 {100 * float(np.mean([_r1(r) for r in rest])):.1f}"
+    return f"**{at}**; without them: mean R@1 {100 * _mean(rest, _r1):.1f}"
 
 
 def _prune_epochs(rs: list[dict]) -> list[int]:
     """The epochs after the first in which the policy of ``rs`` pruned (its first run's phases)."""
     return [e for e in range(1, len(rs[0]["rows"])) if rs[0]["rows"][e]["phase"] == "prune"]
-
-
-def _per_epoch_table(groups: dict, noise: float) -> list[str]:
-    """Per epoch and seed, for SeTa and InfoBatch: the window (rule), the share of mismatched pairs
-    among those trained, the shares of mismatched and of clean pairs the plan kept, mean R@1."""
-    L = [
-        "Per epoch and seed (s0 / s1), SeTa and InfoBatch: the window (SeTa's rule, algorithms.md §3.2: clusters "
-        "of the plan's losses, 0 the easiest), the share of mismatched pairs among the pairs trained, the share "
-        "of all mismatched and of all clean pairs the plan kept, and the mean R@1 after the epoch "
-        "(**bold**: a collapse):",
-        "",
-        "| policy | setting | epoch | window | mismatched % of trained | mismatched pairs kept % "
-        "| clean pairs kept % | mean R@1 % after the epoch |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for rs in _guided(groups, noise):
-        rs = sorted(rs, key=lambda r: r["seed"])
-        policy, params, bad = rs[0]["policy"], rs[0]["params"], _collapsed(rs)
-        for e in range(len(rs[0]["rows"])):
-            per_seed = [
-                [f"{100 * r['rows'][e]['mismatched_share']:.1f}",
-                 f"{100 * r['checks'][e]['kept_share_mismatched']:.0f}",
-                 f"{100 * r['checks'][e]['kept_share_clean']:.0f}",
-                 ("**{:.1f}**" if e in bad.get(r["seed"], []) else "{:.1f}").format(100 * curve(r)[0][e])]
-                for r in rs
-            ]  # fmt: skip
-            window_e = window(policy, params, e, rs[0]["rows"][e]["phase"])
-            L.append(row([policy + _mark(rs), fmt_params(params), str(e), window_e,
-                          *(" / ".join(cells) for cells in zip(*per_seed))]))  # fmt: skip
-    return L + ["", *_unstable_note(_guided(groups, noise))]
 
 
 def _missing(groups: dict, results: Path) -> list[str]:
@@ -454,211 +348,216 @@ def _missing(groups: dict, results: Path) -> list[str]:
             out.append(f"every run at {round(noise * 100)}% mismatched")
             continue
         for c in configs(json.loads(cal_path.read_text())):
-            have = len(groups.get(_key(noise, c), []))
-            if have < SEEDS:
+            if (have := len(groups.get(_key(noise, c), []))) < SEEDS:
                 out.append(f"{c['policy']} {fmt_params(c['params'])} at {round(noise * 100)}% ({SEEDS - have} seed(s))")
     return out
 
 
-def _name(rs: list[dict]) -> str:
-    r0 = rs[0]
-    return f"{DISPLAY.get(r0['policy'], r0['policy'])} ({fmt_params(r0['params']).replace('=', ' = ')})"
+def _epoch_table(groups: dict, keys: list, title: str, cell: Callable[[list[dict], int], str]) -> list[str]:
+    """A table with a column per epoch: ``cell(runs, epoch)`` for each configuration of ``keys``."""
+    E = len(groups[keys[0]][0]["rows"])
+    head = "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |"
+    cells = [[k[1] + _mark(groups[k]), fmt_params(groups[k][0]["params"]), *(cell(groups[k], e) for e in range(E))]
+             for k in keys]  # fmt: skip
+    return [title, "", *table_head(head), *map(row, cells), ""]
 
 
-def _mean_r1(rs: list[dict]) -> float:
-    return 100 * float(np.mean([_r1(r) for r in rs]))
-
-
-def _pruned(rs: list[dict]) -> float:
-    return 100 * float(np.mean([r["pruned"] for r in rs]))
-
-
-def _shares(rs: list[dict], e: int) -> tuple[float, list[float]]:
-    """The mismatched share of the pairs trained in epoch e: mean over seeds and per seed (%)."""
-    per = [100 * r["rows"][e]["mismatched_share"] for r in sorted(rs, key=lambda r: r["seed"])]
-    return float(np.mean(per)), per
-
-
-def _plan_losses(full: list[dict]) -> tuple[list[float], list[float]]:
-    """Full data's mean plan loss of mismatched and of clean pairs in each epoch after the first (mean over seeds)."""
-    epochs = range(1, len(full[0]["rows"]))
-    mis = [float(np.mean([r["checks"][e]["plan_loss_mismatched"] for r in full])) for e in epochs]
-    return mis, [float(np.mean([r["checks"][e]["plan_loss_clean"] for r in full])) for e in epochs]
-
-
-def _vs_random_value(groups: dict, noise: float, rs: list[dict]) -> str:
-    """The table's interpolated gap, or the plain gap to random's nearest level beyond its points."""
-    v = _vs_random(groups, noise, rs)
-    if v != "-":
-        return f"{v} against dynamic random at the same pruned %"
-    rnd = _guided(groups, noise, ("random",))
-    if not rnd:
-        return ""
-    near = min(rnd, key=lambda g: abs(_pruned(g) - _pruned(rs)))
-    return (f"{_mean_r1(rs) - _mean_r1(near):+.1f} against dynamic random at {_pruned(near):.1f}% (beyond random's "
-            "points, not interpolated)")  # fmt: skip
-
-
-def reading(groups: dict) -> list[str]:
-    """'What the measurements say', numbers from the run files (means over seeds unless per seed)."""
-    noisy = max(NOISE_LEVELS)
-    full = groups.get(_key(noisy, FULL))
-    if not full:
-        return []
-    E = len(full[0]["rows"])
-    mis, cln = _plan_losses(full)
-    L = [
-        f"* **The per-pair contrastive loss finds the mismatched pairs.** In full data's plans (epochs 1-{E - 1}, "
-        f"mean over seeds) a mismatched pair's last loss is {min(mis):.2f}-{max(mis):.2f} while a clean pair's "
-        f"falls from {cln[0]:.2f} to {cln[-1]:.2f} (the loss table above): although the loss of a pair depends on "
-        "the rest of its batch, it ranks pairs by how well their image and caption match, which is the difficulty "
-        "a pruning policy is meant to see.",
-    ]
-    ib = _guided(groups, noisy, ("infobatch",))
-    if ib:
-        prune = _prune_epochs(ib[0])
-        kept_m = [100 * r["checks"][e]["kept_share_mismatched"] for rs in ib for r in rs for e in prune]
-        tops = [f"{_shares(rs, prune[-1])[0]:.1f}% (r = {rs[0]['params']['r']:g})" for rs in ib]
-        L.append(
-            f"* **InfoBatch keeps the mismatched pairs.** It prunes only below-mean pairs, which are clean ones: in "
-            f"its pruning epochs (e{prune[0]}-e{prune[-1]}) it kept {min(kept_m):.0f}-{max(kept_m):.0f}% of the "
-            f"mismatched pairs, and their share of the pairs it trained climbs epoch after epoch to "
-            f"{and_list(tops)} in e{prune[-1]}, against {100 * noisy:.0f}% in the data."
-        )
-    for rs in _guided(groups, noisy, ("seta",)):
-        p = rs[0]["params"]
-        prune = _prune_epochs(rs)
-        items = []
-        for e in prune:
-            m, per = _shares(rs, e)
-            kept = [100 * r["checks"][e]["kept_share_mismatched"] for r in rs]
-            items.append(f"e{e} {window('seta', p, e, 'prune')}: {m:.1f}% ({' / '.join(f'{x:.1f}' for x in per)}), "
-                         f"keeping {' / '.join(f'{x:.0f}' for x in kept)}% of the mismatched pairs")  # fmt: skip
-        hard = [e for e in prune if "hard end" in window("seta", p, e, "prune")]
-        top = max(prune, key=lambda e: _shares(rs, e)[0])
-        text = (f"* **SeTa ({fmt_params(p).replace('=', ' = ')}) trains on a share of mismatched pairs that swings "
-                f"with its window**, by epoch (mean over seeds, then per seed): {'; '.join(items)}. ")  # fmt: skip
-        if top in hard:
-            text += f"The largest share, e{top}, is the epoch whose window reaches the hardest cluster"
-        else:
-            text += (f"The largest share, e{top}, comes in an epoch whose window does not reach the hardest cluster "
-                     f"{'(no window of this setting does)' if not hard else ''}: pairs change clusters as their "
-                     "losses change")  # fmt: skip
-        bad = _collapsed(rs)
-        if bad:
-            by = {r["seed"]: r for r in rs}
-            text += ("; after it the mean R@1 of " + and_list([f"seed {s} fell to {v:.1f}% (e{e})" for s, e, v in
-                     _fallen(rs)]) + f", chance being {100 * curve(rs[0])[1]:.1f}%: a collapse, from which every seed "
-                     "recovered by the last epoch" if all(curve(by[s])[0][-1] > curve(by[s])[0][es[0] - 1] for s, es in
-                     bad.items()) else "; after it the mean R@1 fell to chance")  # fmt: skip
-        L.append(text + ".")
-    # retrieval
-    parts = []
-    for noise in NOISE_LEVELS:
-        items = [f"{_name(rs)} at {_pruned(rs):.1f}% pruned {_vs_random_value(groups, noise, rs)}"
-                 + (" [collapsed]" if _collapsed(rs) else "") for rs in _guided(groups, noise)]  # fmt: skip
-        if items:
-            title = f"{round(noise * 100)}% mismatched" if noise else "Clean pairs"
-            parts.append(f"{title}: " + "; ".join(items))
-    spreads = [abs(_r1(g[0]) - _r1(g[1])) * 100 for g in groups.values() if len(g) == 2]
-    text = "* **Retrieval** (mean R@1, points): " + ". ".join(parts) + "."
-    if spreads:
-        beat = any(float(v) > max(spreads) for _, _, v in _gaps(groups))
-        text += (f" Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
-                 "R@1; " + ("a loss-guided setting beat dynamic random by more." if beat else
-                            "no loss-guided setting beat dynamic random by more than that."))  # fmt: skip
-    L.append(text)
+def _seed_table(groups: dict, noise: float) -> list[str]:
+    """Per epoch and seed, for SeTa and InfoBatch: SeTa's window, the share of mismatched pairs among
+    those trained, the shares of all mismatched and of all clean pairs the plan kept, mean R@1."""
+    L = ["Per epoch and seed (s0 / s1), the loss-guided policies; window: SeTa's (algorithms.md §3.2: clusters of "
+         "the plan's losses, 0 the easiest); **bold**: a collapse:", "",
+         *table_head("| policy | setting | epoch | window | mismatched % of trained | mismatched pairs kept % "
+                     "| clean pairs kept % | mean R@1 % after the epoch |")]  # fmt: skip
+    for rs in _guided(groups, noise):
+        rs, bad = sorted(rs, key=lambda r: r["seed"]), _collapsed(rs)
+        policy, params = rs[0]["policy"], rs[0]["params"]
+        for e in range(len(rs[0]["rows"])):
+            per_seed = []
+            for r in rs:
+                r1, c = f"{100 * curve(r)[0][e]:.1f}", r["checks"][e]
+                per_seed.append([f"{100 * r['rows'][e]['mismatched_share']:.1f}",
+                                 f"{100 * c['kept_share_mismatched']:.0f}", f"{100 * c['kept_share_clean']:.0f}",
+                                 f"**{r1}**" if e in bad.get(r["seed"], []) else r1])  # fmt: skip
+            window_e = window(policy, params, e, rs[0]["rows"][e]["phase"])
+            L.append(row([policy + _mark(rs), fmt_params(params), str(e), window_e,
+                          *(" / ".join(cells) for cells in zip(*per_seed))]))  # fmt: skip
     return L + [""]
 
 
-def summary_lines(groups: dict) -> list[str]:
-    """docs/results.md's section on the pairs study: a sentence and two tables, numbers from the run files."""
+def _level(groups: dict, noise: float, doc: Path) -> list[str]:
+    """The section of one noise level: its configurations, their per-epoch tables, its plot."""
+    keys = _keys(groups, noise)
+    title = f"{round(noise * 100)}% mismatched training pairs" if noise else "clean pairs (0% mismatched)"
+    full = groups.get(_key(noise, FULL))
+    full_s = min(r["seconds"] for r in full) if full else None
+    head = ("| policy | setting | seeds | pruned % (measured) | R@1 i2t | R@1 t2i | R@5 i2t | R@5 t2i | mean R@1 vs "
+            "dynamic random | mismatched % of trained pairs | collapsed seeds (epoch, mean R@1) "
+            "| wall s (fastest seed) | time vs full |")  # fmt: skip
+    L = [f"### {title}", "", *table_head(head)]
+    for k in keys:
+        rs = groups[k]
+        secs = min(r["seconds"] for r in rs)
+        trained = sum(x["trained"] for r in rs for x in r["rows"])
+        mism = sum(x["mismatched_trained"] for r in rs for x in r["rows"])
+        recall = [mean_sd([r[c] for r in rs], digits=1) for c in ("pruned", "i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5")]
+        L.append(row([k[1] + _mark(rs), fmt_params(rs[0]["params"]), str(len(rs)), *recall,
+                      _gap_cell(groups, noise, rs), f"{100 * mism / max(trained, 1):.1f}" if noise else "-",
+                      collapse_cell(groups, noise, rs), f"{secs:.0f}",
+                      f"{secs / full_s:.2f}" if full_s else "-"]))  # fmt: skip
+    L += ["", *_unstable_note([groups[k] for k in keys])]
+    L += _epoch_table(groups, keys, "Kept fraction per epoch (plan, mean over seeds):",
+                      lambda rs, e: f"{_mean(rs, lambda r: r['rows'][e]['kept'] / r['rows'][e]['n']):.2f}")  # fmt: skip
+    if noise:
+        L += _epoch_table(groups, keys, f"Mismatched % of the pairs trained per epoch (the keys the loader delivered "
+                          f"against `noise.parquet`; {round(noise * 100)}% of the training set), mean over seeds:",
+                          lambda rs, e: f"{_share(rs, e):.1f}")  # fmt: skip
+        L += _epoch_table(groups, keys, "Mean loss of mismatched / clean pairs in each epoch's plan (each pair's loss "
+                          "when last trained; e0 has none), mean over seeds:", _loss_cell)  # fmt: skip
+        L += _seed_table(groups, noise)
+    _plot(noise, groups, keys, doc)
+    return L + [f"![{title}](quality/pairs-noise{round(noise * 100)}.png)", ""]
+
+
+def report(ctx: harness.Ctx | None = None) -> None:
+    """docs/quality-pairs.md's results and reading, docs/results.md's summary, the plots: from the run files."""
+    results_dir = ctx.results if ctx else RESULTS
+    doc = Path(ctx.args.doc).resolve() if ctx and getattr(ctx.args, "doc", None) else DOC
+    results = load_results(results_dir)
+    if not results:
+        return
+    groups = group_runs(results)
+    missing = _missing(groups, results_dir)
+    bad = [f"{run_id(r['noise'], r, r['seed'])} e{c['epoch']}" for r in results for c in r["checks"]
+           if not c["delivered_equals_plan"]]  # fmt: skip
+    n_epochs = sum(len(r["checks"]) for r in results)
+    lines = [f"{len(results)} finished runs ({len(NOISE_LEVELS)} noise levels x up to {1 + 3 * len(LEVELS)} settings "
+             f"x {SEEDS} seeds); " + (f"still missing: {'; '.join(missing)}." if missing else "none missing.")
+             + f" In {n_epochs - len(bad)} of {n_epochs} run-epochs the loader delivered exactly the plan's kept pairs"
+             + (f"; not in {'; '.join(bad[:20])}." if bad else "."), ""]  # fmt: skip
+    for noise in NOISE_LEVELS:
+        lines += _level(groups, noise, doc) if _keys(groups, noise) else []
+    cal = [row([p.name.split("-")[1], policy, f"{lv}%", fmt_params(v["params"]), f"{100 * v['simulated']:.1f}"])
+           for p in sorted(results_dir.glob("pairs-noise*-settings.json"))
+           for policy, levels in json.loads(p.read_text())["levels"].items() for lv, v in levels.items()]  # fmt: skip
+    if cal:
+        lines += ["### Settings chosen for the pruned levels (on training losses of the full run, seed 0)", "",
+                  *table_head("| data | policy | level | setting | simulated pruned % |"), *cal, ""]  # fmt: skip
+    machines = sorted({", ".join(f"{k} {v}" for k, v in r["software"].items()) if r.get("software") else
+                       "not recorded" for r in results})  # fmt: skip
+    lines += [f"Library revision of the runs: {', '.join(sorted({r.get('library_rev', '?') for r in results}))}. "
+              f"Machine, as the run files record it: {'; '.join(machines)}.", ""]  # fmt: skip
+    splice(doc, BEGIN, END, lines, "Image-text pairs under pruning", skip_missing=True)
+    splice(doc, "<!-- reading:begin -->", "<!-- reading:end -->", reading(groups), skip_missing=True)
+    splice(doc.parent / "results.md", "<!-- pairs-summary:begin -->", "<!-- pairs-summary:end -->",
+           summary_lines(groups), skip_missing=True)  # fmt: skip
+
+
+def _trained_cell(rs: list[dict], kept: bool) -> str:
+    """What a loss-guided configuration trained in its pruning epochs: the mismatched % of the pairs, and why
+    (``kept``: with InfoBatch's kept % of the mismatched pairs)."""
+    prune = _prune_epochs(rs)
+    shares = {e: _share(rs, e) for e in prune}
+    if rs[0]["policy"] == "infobatch":
+        of = ""
+        if kept:
+            k = [100 * r["checks"][e]["kept_share_mismatched"] for r in rs for e in prune]
+            of = f": it kept {min(k):.0f}-{max(k):.0f}% of the mismatched ones"
+        return f"up to {shares[prune[-1]]:.1f} (it prunes only below-mean pairs{of})"
+    top = max(prune, key=shares.__getitem__)
+    hard = [e for e in prune if "hard end" in window("seta", rs[0]["params"], e, "prune")]
+    where = "reaches" if top in hard else "does not reach"
+    why = "" if top in hard else " (no window of this setting does)" if not hard else ""
+    return (f"{min(shares.values()):.1f} to {shares[top]:.1f} with its window; the most in e{top}, whose window "
+            f"{where} the hardest cluster{why}")  # fmt: skip
+
+
+def _collapse_note(rs: list[dict], chance: bool) -> str:
+    """'-', or the seeds whose mean R@1 fell to chance (``chance``: its value), where, and whether they recovered."""
+    bad = _collapsed(rs)
+    if not bad:
+        return "-"
+    back = all(curve(r)[0][-1] > curve(r)[0][bad[r["seed"]][0] - 1] for r in rs if r["seed"] in bad)
+    at = ", ".join(f"s{s} e{e} {v:.1f}%" for s, e, v in _fallen(rs))
+    level = f" ({100 * curve(rs[0])[1]:.1f}%)" if chance else ""
+    return f"fell to chance{level}: {at}; " + ("every seed recovered by the last epoch" if back else "not recovered")
+
+
+def _findings(groups: dict, page: bool) -> list[str]:
+    """The study's findings (``page``: the reading of docs/quality-pairs.md, with the losses to 2 decimals, else
+    docs/results.md's summary): the losses of mismatched and of clean pairs, the loss-guided settings in one
+    table, their gaps to random against the spread of two seeds."""
     noisy = max(NOISE_LEVELS)
     full = groups.get(_key(noisy, FULL))
     if not full:
         return []
-    mis, cln = _plan_losses(full)
-    L = [f"`benchmarks/pairs_study.py` ({full[0]['data']['train']:,} pairs, {len(full[0]['rows'])} epochs, "
-         f"{len(full)} seeds; tables, plots and the per-epoch shares: [docs/quality-pairs.md](quality-pairs.md)). "
-         f"**Mismatched pairs** have the highest losses (full data's plans: {min(mis):.1f}-{max(mis):.1f} against "
-         f"{cln[-1]:.1f}-{cln[0]:.1f} for clean pairs once training has begun), so the per-pair loss finds them, but "
-         f"the policies treat high loss as informative. With {100 * noisy:.0f}% mismatched pairs, what the "
-         "loss-guided policies trained in their pruning epochs:", "",
-         "| policy (setting) | mismatched % of the pairs trained in its pruning epochs | mean R@1 |",
-         "| --- | --- | --- |"]  # fmt: skip
-    for rs in _guided(groups, noisy, ("infobatch",)):
-        last = _prune_epochs(rs)[-1]
-        L.append(f"| {_name(rs)}{_mark(rs)} | up to {_shares(rs, last)[0]:.1f} (it prunes only below-mean pairs) | - |")
-    for rs in _guided(groups, noisy, ("seta",)):
-        sh = [_shares(rs, e)[0] for e in _prune_epochs(rs)]
-        fell = "-"
-        if _collapsed(rs):
-            at = ", ".join(f"{v:.1f}%" for _, _, v in _fallen(rs))
-            fell = f"fell to chance after its {max(sh):.1f}% epoch (seed by seed: {at})"
-        L.append(
-            f"| {_name(rs)}{_mark(rs)} | {min(sh):.1f} to {max(sh):.1f}, depending on the epoch's window | {fell} |"
-        )
-    rows = [f"| {f'{100 * n:.0f}% mismatched' if n else 'clean pairs'} | {_name(rs)}{_mark(rs)} | {_pruned(rs):.1f} "
-            f"| {v} |" for n, rs, v in _gaps(groups)]  # fmt: skip
-    if rows:
-        L += ["", "Against dynamic random at the same pruned % (mean R@1, points):", "",
-              "| data | policy (setting) | pruned % | mean R@1 minus dynamic random's |", "| --- | --- | --- | --- |",
-              *rows]  # fmt: skip
+    digits = 2 if page else 1
+    mis, cln = [f"{min(v):.{digits}f}-{max(v):.{digits}f}" for v in _plan_losses(full)]
+    L = [f"**Mismatched pairs** have the highest losses (full data's plans: {mis} against {cln} for clean pairs once "
+         "training has begun): although a pair's loss depends on the rest of its batch, it finds them. But the "
+         "loss-guided policies treat high loss as informative:", "",
+         *table_head("| data | policy (setting) | pruned % | mean R@1 minus dynamic random's | mismatched % of the "
+                     "pairs trained in its pruning epochs | collapse |")]  # fmt: skip
+    for noise in NOISE_LEVELS:
+        for rs in _guided(groups, noise):
+            if not noise and ((g := _gap(groups, noise, rs)) is None or g[1] is not None):
+                continue  # clean pairs: the settings inside dynamic random's points
+            L.append(row([f"{100 * noise:.0f}% mismatched" if noise else "clean pairs", _name(rs) + _mark(rs),
+                          f"{100 * _mean(rs, lambda r: r['pruned']):.1f}", _gap_cell(groups, noise, rs),
+                          _trained_cell(rs, page) if noise else "-", _collapse_note(rs, page)]))  # fmt: skip
+    gaps = [g[0] for n in NOISE_LEVELS for rs in _guided(groups, n) if (g := _gap(groups, n, rs)) and g[1] is None]
+    spreads = [100 * abs(_r1(g[0]) - _r1(g[1])) for g in groups.values() if len(g) == 2]
+    if gaps and spreads:
+        beat = "a loss-guided setting beat" if max(gaps) > max(spreads) else "no loss-guided setting beat"
+        L += ["", f"Two seeds of one configuration differ by {min(spreads):.1f}-{max(spreads):.1f} points of mean "
+              f"R@1; {beat} dynamic random by more than that."]  # fmt: skip
     if note := _unstable_note([rs for n in NOISE_LEVELS for rs in _guided(groups, n)]):
         L += ["", *note[:-1]]
     return L
 
 
-def _table(groups: dict, keys: list, note: list[str], title: str, cell: Any) -> list[str]:
-    """A table with a column per epoch: ``cell(runs, epoch)`` for each configuration of ``keys``."""
-    E = len(groups[keys[0]][0]["rows"])
-    return [title, "", "| policy | setting | " + " | ".join(f"e{e}" for e in range(E)) + " |",
-            "| --- | --- |" + " --- |" * E,
-            *(row([f"{k[1]}{_mark(groups[k])}", fmt_params(groups[k][0]["params"]), *(cell(groups[k], e)
-                   for e in range(E))]) for k in keys), "", *note]  # fmt: skip
+def reading(groups: dict) -> list[str]:
+    """'What the measurements say' on docs/quality-pairs.md."""
+    return _findings(groups, True) + [""]
+
+
+def summary_lines(groups: dict) -> list[str]:
+    """docs/results.md's section on the pairs study: the findings, their source and a link to every table."""
+    lines = _findings(groups, False)
+    if not lines:
+        return []
+    runs = groups[_key(max(NOISE_LEVELS), FULL)]
+    source = (f"`benchmarks/pairs_study.py` ({runs[0]['data']['train']:,} pairs, {len(runs[0]['rows'])} epochs, "
+              f"{len(runs)} seeds; every table: [docs/quality-pairs.md](quality-pairs.md)). ")  # fmt: skip
+    return [source + lines[0], *lines[1:]]
 
 
 def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
+    """Mean R@1 against the measured pruned % (mean ± sd over seeds); per epoch, the mismatched % of the pairs
+    trained (clean pairs: the plan's kept fraction). One colour per policy; dashed: its 50% setting."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 3 if noise else 2, figsize=(16 if noise else 11, 4.5))
-    a = axes[0]
-    by_policy: dict[str, list] = {}
-    for k in keys:
-        rs = groups[k]
-        y = np.array([_r1(r) for r in rs]) * 100
-        by_policy.setdefault(k[1], []).append(
-            (np.mean([r["pruned"] for r in rs]) * 100, y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0)
-        )
-    for policy, pts in sorted(by_policy.items(), key=lambda kv: ORDER[kv[0]]):
-        pts.sort()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for policy in sorted({k[1] for k in keys}, key=ORDER.get):
+        ys = {k: np.array([100 * _r1(r) for r in groups[k]]) for k in keys if k[1] == policy}
+        pts = sorted((100 * _mean(groups[k], lambda r: r["pruned"]), y.mean(), y.std(ddof=1) if len(y) > 1 else 0.0)
+                     for k, y in ys.items())  # fmt: skip
         a.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
                    label=policy, color=f"C{ORDER[policy]}")  # fmt: skip
-    a.set_xlabel("measured pruned %")
-    a.set_ylabel("held-out R@1 % (mean of i2t and t2i)")
-    a.set_title(f"{round(noise * 100)}% mismatched: R@1 vs pruned")
-    a.grid(alpha=0.3)
-    a.legend(fontsize=8)
-    # per epoch: the kept fraction; with mismatched pairs, also their share of the pairs trained
-    panels = [(_kept, "kept fraction (plan)", "kept fraction per epoch"),
-              (_mismatched, "mismatched % of trained pairs", "share of mismatched pairs trained on")]  # fmt: skip
-    for ax, (value, ylabel, title) in zip(axes[1:], panels):
-        for k in keys:  # one colour per policy (as in the recall panel); dashed for its 50% setting
-            rs, epochs = groups[k], range(len(groups[k][0]["rows"]))
-            ax.plot(epochs, [value(rs, e) for e in epochs], marker=".", color=f"C{ORDER[k[1]]}",
-                    ls="--" if k[2] == "p50" else "-", label=f"{k[1]} {fmt_params(rs[0]['params'])}")  # fmt: skip
-        if value is _mismatched:
-            ax.axhline(100 * noise, color="gray", ls="--", lw=1)
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
+    a.set(xlabel="measured pruned %", ylabel="held-out R@1 % (mean of i2t and t2i)", title=f"{noise:.0%} mismatched")
+    ylabel = "mismatched % of trained pairs" if noise else "kept fraction (plan)"
+    for k in keys:
+        epochs, rs = range(len(groups[k][0]["rows"])), groups[k]
+        y = [_share(rs, e) if noise else _at(rs, e, "kept") / _at(rs, e, "n") for e in epochs]
+        b.plot(epochs, y, marker=".", color=f"C{ORDER[k[1]]}", ls="--" if k[2] == "p50" else "-",
+               label=f"{k[1]} {fmt_params(rs[0]['params'])}")  # fmt: skip
+    b.set(xlabel="epoch", ylabel=ylabel, title=f"{ylabel} per epoch")
+    for ax in (a, b):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     (doc.parent / "quality").mkdir(exist_ok=True)
     fig.savefig(doc.parent / "quality" / f"pairs-noise{round(noise * 100)}.png", dpi=90)
