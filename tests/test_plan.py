@@ -313,7 +313,8 @@ def test_plan_parquet_follows_the_summary_and_a_planner_killed_between_is_repair
     assert json.loads((tmp_path / "r/state.json").read_text())["current_epoch"] == 1
     with pytest.raises(PlanMissingError) as err:
         load_plan(run, 1)
-    assert f"{root / 'plan.parquet'}: missing; expected the plan's rows, written after its summary.json" in str(err.value)
+    expected = f"{root / 'plan.parquet'}: missing; expected the plan's rows, written after its summary.json"
+    assert expected in str(err.value)
     assert "plan_epoch(run, 1)" in str(err.value)
 
     s = plan_epoch(run, 1, **SETA)  # the lock of the killed planner is broken (its pid is gone)
