@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.instability import MARK, footnote, unstable
 
 from . import docs
-from .docs import ORDER, and_list, last_loss, load_results, mean_acc, row, table_head
+from .docs import ORDER, and_list, load_results, mean_acc, row, table_head
 from .layout import Layout
 from .machine import machine_of
 from .report import splice
@@ -332,39 +332,24 @@ class Reading:
         return text + "."
 
     def findings(self) -> list[str]:
-        """The study's part of the reading: what it found, then the facts the table does not hold."""
-        full, full2 = self.s.full or [], self.full2 or []
-        p = paired(full2, full)
+        """The study's part of the reading: what it found, then the facts the table does not hold (its
+        convergence check is in the study's section above)."""
         L = [f"#### {self.s.title()}", "", f"**{'In one line' if self.converged() else 'So far'}.** "
              + (self.one_line() if self.converged() else self.improving_line()), ""]  # fmt: skip
-        if p:
-            both, both2 = [r for r in full if r["seed"] in p], [r for r in full2 if r["seed"] in p]
-            L.append(f"* Full data {'has' if self.converged() else 'has NOT'} converged by the criterion (at most "
-                     f"+{CRITERION} from E to 2E on every seed): {pct(mean_acc(both))}% at E = {self.E}, "
-                     f"{pct(mean_acc(both2))}% at 2E = {2 * self.E} ({gap(mean_acc(both2) - mean_acc(both))}, the "
-                     f"seeds with both runs); training loss of the last epoch {last_loss(both):.2f} nats at E, "
-                     f"{last_loss(both2):.2f} at 2E.")  # fmt: skip
-        if self.noise is not None and self.noise_rs is not None and self.converged():
-            L.append(
-                f"* Seed spread: two seeds of one configuration differ by up to {pct(self.noise)} point "
-                f"({name(self.noise_rs[0])}; standard deviations {pct(min(self.sds))}-{pct(max(self.sds))})."
-            )
+        if self.noise_rs and self.converged():
+            L.append(f"* Seed spread: up to {pct(self.noise)} point ({name(self.noise_rs[0])}); standard deviations "
+                     f"{pct(min(self.sds))}-{pct(max(self.sds))}.")  # fmt: skip
         if len(self.shorter) > 1 and self.converged():
             accs = [mean_acc(rs) for rs in self.shorter]
             low, best = min(self.shorter, key=mean_acc), max(self.shorter, key=mean_acc)
-            slack = self.noise is not None and all(self.full_acc - a <= self.noise for a in accs)
-            ends = f"{self.shorter[0][0]['n_epochs']}-{self.shorter[-1][0]['n_epochs']}"
-            L.append(f"* Full data at {ends} epochs (the equal-compute references) spans {pct(max(accs) - min(accs))} "
-                     f"point (best: {best[0]['n_epochs']} epochs; lowest: {low[0]['n_epochs']} epochs at "
-                     f"{pct(mean_acc(low))}), so the length a pruned run is held against moves its gap by up to that "
-                     "much" + (f"; each is within the seed spread of full data at E or above it: the {self.E}-epoch "
-                               "schedule has slack." if slack else "."))  # fmt: skip
-        eq = [(rs, g) for rs in self.pruned if (g := mean_gap(self.equal_without_collapses(rs))) is not None]
-        if eq and self.converged() and not any(g > 0 and self.beyond(g) for _, g in eq):
-            rs, g = max(eq, key=lambda x: x[1])
-            L.append(f"* No pruned configuration beat full data at equal compute by more than the seed spread "
-                     f"(largest: {name(rs[0])}, {gap(g)}).")  # fmt: skip
-        elif not any(self.s.equal_compute(rs)[1] for rs in self.pruned):
+            slack = all(self.full_acc - a <= (self.noise or 0) for a in accs)
+            L.append(f"* Full data at {self.shorter[0][0]['n_epochs']}-{self.shorter[-1][0]['n_epochs']} epochs (the "
+                     f"equal-compute references) spans {pct(max(accs) - min(accs))} point (best: {best[0]['n_epochs']}"
+                     f" epochs; lowest: {low[0]['n_epochs']} epochs at {pct(mean_acc(low))}), so the length a pruned "
+                     "run is held against moves its gap by up to that much"
+                     + (f"; each is within the seed spread of full data at E or above it: the {self.E}-epoch "
+                        "schedule has slack." if slack else "."))  # fmt: skip
+        if not any(self.s.equal_compute(rs)[1] for rs in self.pruned):
             L.append("* No equal-compute run has finished yet: nothing yet about pruning against fewer epochs.")
         if any(rs[0]["policy"] == "random" and self.collapsed(rs) for rs in self.s.groups.values()):
             L.append("* Dynamic random's points (the interpolation against it) include a run that collapsed.")
