@@ -1,10 +1,7 @@
-"""The converged study's section of docs/quality.md, generated from its run files (partial results too).
-
-Every pruned run beside full data at E (the papers' comparison) and beside full data trained for
-round(E (1 - p)) epochs (the same samples trained: the equal-compute baseline), the paper's
-figures beside ours, which runs are still missing, which runs shared the machine, the checks,
-and three figures.
-"""
+"""The converged study's sections of docs/quality.md, generated from its run files (partial results too):
+per study its status, convergence check, a table of every configuration beside full data at E (the
+papers' comparison) and beside full data trained for round(E (1 - p)) epochs (the same samples trained:
+the equal-compute baseline), its figures, kept fractions, calibration and checks."""
 
 from __future__ import annotations
 
@@ -64,14 +61,6 @@ SAME_ORDER = Section(
     "its runs trained every epoch in the same order (see above), and it was not continued",
 )  # fmt: skip
 SHARED = 0.10  # a run "shared the machine" when other processes kept > 10% of its cores busy on average
-
-# SeTa paper (CIFAR-10, ResNet-18, 200 epochs), test accuracy % at 30 / 50 / 70% pruned
-PAPER_FULL = 95.6
-PAPER = {
-    "seta": {30: 95.7, 50: 95.3, 70: 95.0},
-    "infobatch": {30: 95.6, 50: 95.1, 70: 94.7},
-    "random": {30: 94.8, 50: 94.5, 70: 93.0},
-}
 
 
 def run_name(r: dict) -> str:
@@ -362,11 +351,10 @@ class Study:
             elif rs[0]["n_epochs"] < E:
                 equal.append((100 * (1 - rs[0]["n_epochs"] / E), *acc_point(rs)))
         if points or equal:
+            full = acc_point(self.full) if self.full else None
             plot_vs_pruned(
-                figs / f"cifar10-{tag}-pruned.png", points, equal, acc_point(self.full) if self.full else None,
-                {p: [(lv, v - PAPER_FULL) for lv, v in PAPER[p].items()] for p in PAPER},
-                f"{title}: accuracy against pruned %",
-            )  # fmt: skip
+                figs / f"cifar10-{tag}-pruned.png", points, equal, full, f"{title}: accuracy against pruned %"
+            )
             L += [f"![accuracy against measured pruned %]({link(f'cifar10-{tag}-pruned.png')})", ""]
         return L
 
