@@ -102,43 +102,24 @@ def plot_curves(path: Path, runs: list[dict], title: str) -> None:
     _save(fig, path)
 
 
-def plot_vs_pruned(
-    path: Path,
-    points: dict[str, list[tuple[float, float, float]]],
-    equal: list[tuple[float, float, float]],
-    full: tuple[float, float] | None,
-    paper: dict[str, list[tuple[float, float]]],
-    title: str,
-) -> None:
-    """Left: test accuracy against measured pruned % per policy (mean ± sd over seeds), with full
-    data at equal compute (x = 1 - n/E) on the same axes. Right: the gap to full data at E, ours
-    (filled) beside the paper's (hollow, dashed)."""
-    fig, (a, b) = _pyplot().subplots(1, 2, figsize=(13, 5))
+Point = tuple[float, float, float]  # x, mean, sd
+
+
+def plot_vs_pruned(path: Path, points: dict[str, list[Point]], equal: list[Point], full: tuple[float, float] | None,
+                   title: str) -> None:  # fmt: skip
+    """Test accuracy against measured pruned % per policy (mean ± sd over seeds), with full data at
+    equal compute (x = 1 - n/E) and full data at E (x = 0) on the same axes."""
+    fig, a = _pyplot().subplots(figsize=(8, 5))
     for policy, pts in points.items():
-        pts = sorted(pts)
         style = {"color": COLORS.get(policy.split()[0], "purple"), "ls": "-" if "target" not in policy else "none"}
-        _errorbar(a, pts, marker="o", label=policy, **style)
-        if full:
-            b.plot([p[0] for p in pts], [p[1] - full[0] for p in pts], marker="o", label=f"{policy} (ours)", **style)
+        _errorbar(a, sorted(pts), marker="o", label=policy, **style)
     if equal:
-        eq = sorted(equal)
-        _errorbar(a, eq, marker="s", color="black", ls="--", label="full data, fewer epochs (equal compute)")
-        if full:
-            b.plot([p[0] for p in eq], [p[1] - full[0] for p in eq], marker="s", ls="--", color="black",
-                   label="full data, equal compute (ours)")  # fmt: skip
+        _errorbar(a, sorted(equal), marker="s", color="black", ls="--", label="full data, fewer epochs (equal compute)")
     if full:
         _errorbar(a, [(0.0, *full)], marker="*", ms=12, color="black", ls="none", label="full data at E")
-    for policy, pts in paper.items():
-        b.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", mfc="none", ls=":",
-               color=COLORS.get(policy, "purple"), label=f"{policy} (paper, ResNet-18, 200 ep.)")  # fmt: skip
     a.set_xlabel("measured pruned % of the samples (equal compute: 1 - epochs / E)")
     a.set_ylabel("test accuracy %")
     a.set_title(title)
-    b.set_xlabel("pruned %")
-    b.set_ylabel("test accuracy minus full data at E (points)")
-    b.set_title("gap to full data: ours beside the paper's")
-    b.axhline(0, color="grey", lw=0.8)
-    for ax in (a, b):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    a.grid(alpha=0.3)
+    a.legend(fontsize=7)
     _save(fig, path)

@@ -12,11 +12,13 @@ from . import docs
 from .checks import finished_run_dirs, run_checks
 from .configs import run_id
 from .data import DATASETS
-from .docs import ORDER, fmt_params, group, interp_gap, load_results, mean_sd, row
+from .docs import ORDER, fmt_params, group, interp_gap, load_results, mean_sd, row, table_head
 from .layout import Layout
 from .plots import plot_short
 
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
+HEAD = ("| policy | setting | seeds | pruned % (measured) | back-propagated pruned % | test acc % | val acc % | wall s "
+        "(fastest seed) | time vs full | test acc vs dynamic random at that pruned % |")  # fmt: skip
 
 
 def splice(doc: Path, begin: str, end: str, lines: list[str]) -> None:
@@ -63,44 +65,38 @@ def report_short(layout: Layout) -> None:
         checks_path.write_text(json.dumps(run_checks(dirs, results), indent=1))
     groups = group(results)
     lines = []
-    for dataset in ("cifar10", "sst2"):
-        for noisy in (False, True):
-            keys = sorted((k for k in groups if k[0] == dataset and k[1] == noisy), key=lambda k: (ORDER[k[2]], k[3]))
-            if not keys:
-                continue
-            full = groups.get((dataset, noisy, "full", "full", "{}"))
-            full_s = np.min([r["seconds"] for r in full]) if full else None
-            title = f"{dataset}, {'40% noisy labels' if noisy else 'clean labels'}"
-            lines += [f"### {title}", "", "| policy | setting | seeds | pruned % (measured) | back-propagated pruned % "
-                      "| test acc % | val acc % | wall s (fastest seed) | time vs full | test acc vs dynamic random at "
-                      "that pruned % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-            for k in keys:
-                rs = groups[k]
-                secs = float(np.min([r["seconds"] for r in rs]))  # other work on the VM only adds time
-                lines.append(row([k[2], fmt_params(rs[0]["params"], "defaults"), str(len(rs)),
-                                  mean_sd([r["pruned"] for r in rs], digits=1),
-                                  mean_sd([r["pruned_backprop"] for r in rs], digits=1),
-                                  mean_sd([r["test_acc"] for r in rs]), mean_sd([r["val_acc"] for r in rs]),
-                                  f"{secs:.0f}", f"{secs / full_s:.2f}" if full_s else "-",
-                                  vs_random(groups, dataset, rs)]))  # fmt: skip
-            n_ep = len(groups[keys[0]][0]["epochs"])
-            lines += ["", f"Kept fraction per epoch (plan of seed {groups[keys[0]][0]['seed']}):", "",
-                      "| policy | setting | " + " | ".join(f"e{e}" for e in range(n_ep)) + " |",
-                      "| --- | --- |" + " --- |" * n_ep]  # fmt: skip
-            for k in keys:
-                r = groups[k][0]
-                lines.append(row([k[2], fmt_params(r["params"], "defaults"), *(f"{e['kept'] / e['n']:.2f}"
-                                                                                 for e in r["epochs"])]))  # fmt: skip
-            lines.append("")
-            name = f"{dataset}-{'noisy' if noisy else 'clean'}"
-            plot_short(layout.plots / f"{name}.png", dataset, noisy, groups, keys)
-            lines += [f"![{title}](quality/{name}.png)", ""]
+    for dataset, noisy in [(d, n) for d in ("cifar10", "sst2") for n in (False, True)]:
+        keys = sorted((k for k in groups if k[:2] == (dataset, noisy)), key=lambda k: (ORDER[k[2]], k[3]))
+        if not keys:
+            continue
+        full = groups.get((dataset, noisy, "full", "full", "{}"))
+        full_s = min(r["seconds"] for r in full) if full else None
+        title, name = (
+            f"{dataset}, {'40% noisy labels' if noisy else 'clean labels'}",
+            f"{dataset}-{'noisy' if noisy else 'clean'}",
+        )
+        lines += [f"### {title}", "", *table_head(HEAD)]
+        for k in keys:
+            rs = groups[k]
+            secs = min(r["seconds"] for r in rs)  # other work on the VM only adds time
+            lines.append(row([k[2], fmt_params(rs[0]["params"], "defaults"), str(len(rs)),
+                              *(mean_sd([r[c] for r in rs], digits=1) for c in ("pruned", "pruned_backprop")),
+                              *(mean_sd([r[c] for r in rs]) for c in ("test_acc", "val_acc")),
+                              f"{secs:.0f}", f"{secs / full_s:.2f}" if full_s else "-",
+                              vs_random(groups, dataset, rs)]))  # fmt: skip
+        first = groups[keys[0]][0]
+        epochs = " | ".join(f"e{e}" for e in range(len(first["epochs"])))
+        lines += ["", f"Kept fraction per epoch (plan of seed {first['seed']}):", "",
+                  *table_head(f"| policy | setting | {epochs} |")]  # fmt: skip
+        lines += [row([k[2], fmt_params(groups[k][0]["params"], "defaults"),
+                       *(f"{e['kept'] / e['n']:.2f}" for e in groups[k][0]["epochs"])]) for k in keys]  # fmt: skip
+        plot_short(layout.plots / f"{name}.png", dataset, noisy, groups, keys)
+        lines += ["", f"![{title}](quality/{name}.png)", ""]
     cal = [x for p in sorted(p for d in DATASETS for p in layout.results.glob(f"{d}-calibration.json"))
            for x in calibration_rows(json.loads(p.read_text()), p.name.split("-")[0])]  # fmt: skip
     if cal:
         lines += ["### Settings chosen for the pruned levels (on training losses, `calibrate`)", "",
-                  "| data | policy | level | setting | simulated pruned % |", "| --- | --- | --- | --- | --- |", *cal,
-                  ""]  # fmt: skip
+                  *table_head("| data | policy | level | setting | simulated pruned % |"), *cal, ""]  # fmt: skip
     if checks_path.exists():
         c = json.loads(checks_path.read_text())
         lines += ["### Checks of the runs against algorithms.md (`benchmarks/quality/checks.py`)", "",

@@ -1,10 +1,7 @@
-"""The converged study's section of docs/quality.md, generated from its run files (partial results too).
-
-Every pruned run beside full data at E (the papers' comparison) and beside full data trained for
-round(E (1 - p)) epochs (the same samples trained: the equal-compute baseline), the paper's
-figures beside ours, which runs are still missing, which runs shared the machine, the checks,
-and three figures.
-"""
+"""The converged study's sections of docs/quality.md, generated from its run files (partial results too):
+per study its status, convergence check, a table of every configuration beside full data at E (the
+papers' comparison) and beside full data trained for round(E (1 - p)) epochs (the same samples trained:
+the equal-compute baseline), its figures, kept fractions, calibration and checks."""
 
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ from .configs import (
     converged_plan,
     model_of,
 )
-from .docs import ORDER, fmt_params, interp_gap, load_results, mean_acc, mean_sd
+from .docs import ORDER, fmt_params, interp_gap, load_results, mean_acc, mean_sd, row, table_head
 from .layout import Layout
 from .machine import machine_of
 from .plots import acc_point, plot_curves, plot_vs_pruned
@@ -64,14 +61,6 @@ SAME_ORDER = Section(
     "its runs trained every epoch in the same order (see above), and it was not continued",
 )  # fmt: skip
 SHARED = 0.10  # a run "shared the machine" when other processes kept > 10% of its cores busy on average
-
-# SeTa paper (CIFAR-10, ResNet-18, 200 epochs), test accuracy % at 30 / 50 / 70% pruned
-PAPER_FULL = 95.6
-PAPER = {
-    "seta": {30: 95.7, 50: 95.3, 70: 95.0},
-    "infobatch": {30: 95.6, 50: 95.1, 70: 94.7},
-    "random": {30: 94.8, 50: 94.5, 70: 93.0},
-}
 
 
 def run_name(r: dict) -> str:
@@ -155,7 +144,7 @@ def report_converged(layout: Layout, section: Section = CURRENT) -> None:
         lines += ["No run of the converged study has finished yet.", ""]
     for s in all_studies:
         lines += [f"### {s.title(' epochs')}", ""]
-        lines += s.status() + s.convergence() + s.table() + s.paper() + s.figures() + s.kept()
+        lines += s.status() + s.convergence() + s.table() + s.figures() + s.kept()
         lines += s.calibration() + s.checks()
     splice(layout.doc, f"<!-- {section.marker}:begin -->", f"<!-- {section.marker}:end -->", lines)
 
@@ -210,21 +199,16 @@ class Study:
         return (n, eq, *same_machine_gaps(rs, eq))
 
     @staticmethod
-    def gap_text(gaps: dict[int, float], other: list[int], seeds: int) -> str:
-        """The mean of the same-machine paired gaps, saying which seeds it covers when not all of
-        them; without such a gap, the seeds left out for their other machine ("" if none)."""
+    def gap_cell(gaps: dict[int, float], other: list[int], seeds: int) -> str:
+        """The mean of the same-machine paired gaps, saying which seeds it covers when not all of them
+        and which were left out for their other machine; "-" without any gap."""
         left = f"seed {'/'.join(map(str, other))}: other machine" if other else ""
         if not gaps:
-            return left
+            return f"- ({left})" if left else "-"
         text = f"{float(np.mean(list(gaps.values()))):+.2f}"
         if len(gaps) < seeds:
             text += f" (seed {'/'.join(map(str, sorted(gaps)))}" + (f"; {left})" if left else ")")
         return text
-
-    def gap_cell(self, gaps: dict[int, float], other: list[int], seeds: int) -> str:
-        """A table cell: :meth:`gap_text`, "- (...)" when only other-machine seeds exist, "-" when none."""
-        text = self.gap_text(gaps, other, seeds)
-        return text if gaps else f"- ({text})" if text else "-"
 
     def status(self) -> list[str]:
         plan = converged_plan(self.E, CONVERGED_SEEDS, self.cal, self.measured, self.augment, self.model)
@@ -241,24 +225,28 @@ class Study:
         return L + [""]
 
     def convergence(self) -> list[str]:
-        E, full, full2 = self.E, self.full, self.full_at(2 * self.E)
+        """Full data at E against 2E, seed by seed: converged where every seed gains at most 0.5 point."""
+        full, full2 = self.full, self.full_at(2 * self.E)
         if not full:
             return []
-        a = 100 * full[0]["test_acc"]
-        if not full2:
-            return [f"**Convergence check:** full data at E = {E}: {a:.2f}% (seed 0); the run at 2E = {2 * E} has not "
-                    "finished yet.", ""]  # fmt: skip
-        b = 100 * full2[0]["test_acc"]
-        text = (f"**Convergence check (seed 0):** full data reaches {a:.2f}% at E = {E} epochs and {b:.2f}% at 2E = "
-                f"{2 * E} ({b - a:+.2f} points). " + ("Within 0.5 point: full data has converged at E." if b - a <= 0.5
-                else "**More than 0.5 point: full data has NOT converged at E**; the next step is a larger E "
-                "(`--epochs`)."))  # fmt: skip
-        at_e = {r["seed"]: 100 * r["test_acc"] for r in full}
-        if len(both := [r for r in full2 if r["seed"] in at_e]) > 1:
-            per = ", ".join(f"seed {r['seed']}: {at_e[r['seed']]:.2f} -> {100 * r['test_acc']:.2f}" for r in both)
-            ma, mb = np.mean([at_e[r["seed"]] for r in both]), mean_acc(both)
-            text += (f" Over {len(both)} seeds ({per}): {ma:.2f}% at E and {mb:.2f}% at 2E "
-                     f"({mb - ma:+.2f} points, {'within' if mb - ma <= 0.5 else 'more than'} 0.5).")  # fmt: skip
+        head = f"**Convergence check:** full data at E = {self.E} and 2E = {2 * self.E} epochs"
+        at_e = {r["seed"]: r for r in full}
+        both = [(at_e[r["seed"]], r) for r in full2 or [] if r["seed"] in at_e]
+        if not both:
+            return [f"{head}: {100 * full[0]['test_acc']:.2f}% at E (seed 0); the run at 2E has not finished yet.", ""]
+        gains = [100 * (b["test_acc"] - a["test_acc"]) for a, b in both]
+        per = [f"seed {a['seed']}: {100 * a['test_acc']:.2f} -> {100 * b['test_acc']:.2f} ({g:+.2f})"
+               for (a, b), g in zip(both, gains)]  # fmt: skip
+        text = f"{head}: {', '.join(per)}"
+        if len(both) > 1:
+            ma, mb = mean_acc([a for a, _ in both]), mean_acc([b for _, b in both])
+            text += f"; over {len(both)} seeds {ma:.2f}% -> {mb:.2f}% ({mb - ma:+.2f} points)"
+        loss = [float(np.mean([x["epochs"][-1]["train_loss"] for x in rs])) for rs in zip(*both)]
+        text += f"; training loss of the last epoch {loss[0]:.2f} -> {loss[1]:.2f} nats. " + (
+            "Within 0.5 point on every seed: full data has converged at E."
+            if max(gains) <= 0.5
+            else "**More than 0.5 point: full data has NOT converged at E**; the next step is a larger E (`--epochs`)."
+        )
         return [text, ""]
 
     def collapses_of(self, rs: list[dict]) -> list[dict]:
@@ -304,92 +292,45 @@ class Study:
         return interp_gap(float(np.mean([r["pruned"] for r in rs])), mean_acc(rs), pts)
 
     def row(self, rs: list[dict]) -> list[str]:
-        r0, E, full_acc = rs[0], self.E, self.full_acc
+        r0, full_acc = rs[0], self.full_acc
         is_full = r0["policy"] == "full"
-        cells = [
+        n, eq, gaps, other = self.equal_gap(rs)
+        vs_full = "-" if full_acc is None or rs is self.full else f"{mean_acc(rs) - full_acc:+.2f}"
+        if is_full and self.full and rs is not self.full:  # paired by seed, where that is not every seed of both
+            gaps, other = same_machine_gaps(rs, self.full)
+            if other or len(gaps) < max(len(rs), len(self.full)):
+                vs_full += f" (paired, one machine: {self.gap_cell(gaps, other, len(self.full))})"
+        v = self.vs_random_value(rs)
+        return [
             (f"full, {r0['n_epochs']} epochs" if is_full else f"{r0['policy']} {r0['label']}")
             + (f" {MARK}" if any(unstable(r) for r in rs) else ""),  # instability scan
             "-" if is_full else fmt_params(r0["params"], "defaults"),
             str(len(rs)),
-            _full_pruned(r0["n_epochs"], E) if is_full else mean_sd([r["pruned"] for r in rs], digits=1),
+            _full_pruned(r0["n_epochs"], self.E) if is_full else mean_sd([r["pruned"] for r in rs], digits=1),
             mean_sd([r["test_acc"] for r in rs]),
-            f"{mean_acc(rs) - full_acc:+.2f}" if full_acc is not None and rs is not self.full else "-",
-        ]
-        if is_full:
-            cells += ["-", "-", "-"]
-        else:
-            n, eq, gaps, other = self.equal_gap(rs)
-            cells += [str(n), mean_sd([r["test_acc"] for r in eq]) if eq else "(not run yet)",
-                      self.gap_cell(gaps, other, len(rs)) if eq else "-"]  # fmt: skip
-        return cells + [
-            "-" if (v := self.vs_random_value(rs)) is None else f"{v:+.2f}",
+            vs_full,
+            "-" if is_full else str(n),
+            "-" if is_full else mean_sd([r["test_acc"] for r in eq]) if eq else "(not run yet)",
+            "-" if is_full or not eq else self.gap_cell(gaps, other, len(rs)),
+            "-" if v is None else f"{v:+.2f}",
             self.collapse_cell(rs),
             f"{min(r['epochs'][-1].get('train_seconds', r['seconds']) for r in rs) / 60:.1f}",  # fastest seed
             " / ".join(f"{100 * other_share(r):.0f}%" for r in rs),
         ]
 
     def table(self) -> list[str]:
-        L = [
+        """Every configuration (docs/quality.md explains the columns above the section), and the files
+        of the marked rows."""
+        L = table_head(
             "| run | setting | seeds | pruned % (measured) | test acc % | vs full at E | equal-compute full data: "
             "epochs | its test acc % | vs equal compute | vs dynamic random at that pruned % | collapsed seeds "
-            "(epoch, test acc) | training min (fastest seed) | other work's CPU share |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
+            "(epoch, test acc) | training min (fastest seed) | other work's CPU share |"
+        )
         order = sorted(self.groups.values(), key=lambda rs: (rs[0]["policy"] != "full", ORDER[rs[0]["policy"]],
                                                              -rs[0]["n_epochs"], rs[0]["label"]))  # fmt: skip
-        L += ["| " + " | ".join(self.row(rs)) + " |" for rs in order]
+        L += [row(self.row(rs)) for rs in order]
         files = [f"{run_name(r)}.json" for rs in order for r in rs if unstable(r)]
-        return L + [
-            "",
-            *([footnote(files), ""] if files else []),
-            "*vs equal compute*: test accuracy minus full data trained for round(E x (1 - p)) epochs, p = the "
-            "pruned fraction seed 0 measured, with the same one-cycle schedule compressed to that length: the "
-            "same number of samples trained; the mean of the differences paired by seed, over the seeds whose "
-            "two runs ran on one machine (the others are named, not compared). *collapsed seeds*: the seeds "
-            "whose test accuracy fell back to chance during training ([Runs that collapsed]"
-            "(#runs-that-collapsed)); the other columns include them, and the cell gives the configuration "
-            "without them. *other work's CPU share*: per seed, the mean share of the machine's cores "
-            f"that other processes used during the run's epochs; above {100 * SHARED:.0f}% the run shared the "
-            "machine and its wall time is inflated.",
-            "",
-        ]
-
-    def paper(self) -> list[str]:
-        """The paper's figures beside ours, level by level."""
-        full_acc = self.full_acc
-
-        def ours(policy: str, level: int) -> str:
-            cfg = next((c for c in self.pruned_cfgs if c["policy"] == policy and c["label"] == f"p{level}"), None)
-            rs = self.groups.get(config_name(cfg)) if cfg else None
-            if not rs or full_acc is None:
-                return "-"
-            mark = " †" if self.collapses_of(rs) else ""
-            return f"{mean_acc(rs):.2f} ({mean_acc(rs) - full_acc:+.2f}) at {pruned_pct(rs):.1f}%{mark}"
-
-        def equal(level: int) -> str:
-            n = round(self.E * (1 - level / 100))
-            g = self.full_at(n)
-            if not g or full_acc is None:
-                return "-"
-            gaps, other = same_machine_gaps(g, self.full)
-            return f"{mean_acc(g):.2f} ({self.gap_text(gaps, other, len(g)) or '-'}), {n} epochs"
-
-        L = [
-            "The paper's figures (SeTa paper, CIFAR-10, ResNet-18, 200 epochs; full data "
-            f"{PAPER_FULL}%) beside ours (gap to full data in brackets; ours: mean over the finished seeds):",
-            "",
-            "| pruned | paper: SeTa | paper: InfoBatch | paper: dynamic random | ours: SeTa | ours: InfoBatch "
-            "| ours: dynamic random | ours: full data, equal compute |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for lv in (30, 50, 70):
-            cells = [f"{PAPER[p][lv]} ({PAPER[p][lv] - PAPER_FULL:+.1f})" for p in ("seta", "infobatch", "random")]
-            cells += [ours("seta", lv), ours("infobatch", lv) if lv == 30 else "-", ours("random", lv), equal(lv)]
-            L.append(f"| {lv}% | " + " | ".join(cells) + " |")
-        note = f"\nOurs: full data at E = {f'{full_acc:.2f}%' if full_acc is not None else '(not finished)'}."
-        if any(" †" in line for line in L):
-            note += " †: the mean includes a run that collapsed (the table above gives it without)."
-        return L + [note, ""]
+        return L + ["", *([footnote(files), ""] if files else [])]
 
     def seed0_curves(self) -> list[dict]:
         return [r for r in self.results if r["seed"] == 0 and "test_acc" in r["epochs"][-1]]
@@ -410,11 +351,10 @@ class Study:
             elif rs[0]["n_epochs"] < E:
                 equal.append((100 * (1 - rs[0]["n_epochs"] / E), *acc_point(rs)))
         if points or equal:
+            full = acc_point(self.full) if self.full else None
             plot_vs_pruned(
-                figs / f"cifar10-{tag}-pruned.png", points, equal, acc_point(self.full) if self.full else None,
-                {p: [(lv, v - PAPER_FULL) for lv, v in PAPER[p].items()] for p in PAPER},
-                f"{title}: accuracy against pruned %",
-            )  # fmt: skip
+                figs / f"cifar10-{tag}-pruned.png", points, equal, full, f"{title}: accuracy against pruned %"
+            )
             L += [f"![accuracy against measured pruned %]({link(f'cifar10-{tag}-pruned.png')})", ""]
         return L
 
@@ -452,31 +392,22 @@ class Study:
     def checks(self) -> list[str]:
         c = _checks(self.layout, self.section, self.tag, self.results)
         problems = c["results_problems"] + [p for ps in c["run_dirs"].values() for p in ps]
-        consistency = [  # the curve's last point is the run's final test accuracy
+        problems += [  # the curve's last point is the run's final test accuracy
             f"{run_name(r)}: last epoch's test accuracy {r['epochs'][-1]['test_acc']} != final {r['test_acc']}"
             for r in self.results
             if abs(r["epochs"][-1].get("test_acc", r["test_acc"]) - r["test_acc"]) > 1e-12
         ]
-        samples = self.sample_ratios()
-        found = checked(
-            c["runs_checked"], len(c["run_dirs"]), "plan rules, window sequence, target_keep budget", problems
-        )
-        same = "yes." if not consistency else f"**no** ({len(consistency)} runs)."
+        rules = "plan rules, window sequence, target_keep budget, the last per-epoch test accuracy the final one"
         L = [f"Checks (`benchmarks/quality/checks.py`, written to `docs/quality-runs/{self.section.folder}/"
-             f"checks.json`): {found} Every run's last per-epoch test accuracy equals its final one: {same}",
-             ""]  # fmt: skip
-        if problems or consistency:
-            L += [f"* {x}" for x in (problems + consistency)[:50]] + [""]
-        if samples:
+             f"checks.json`): {checked(c['runs_checked'], len(c['run_dirs']), rules, problems)}", ""]  # fmt: skip
+        L += [f"* {x}" for x in problems[:50]] + ([""] if problems else [])
+        if samples := self.sample_ratios():
             L += [f"Samples trained by each equal-compute full-data run over those of its pruned run (seed 0): "
                   f"{min(samples):.3f} to {max(samples):.3f} (1 = the same compute; whole epochs).", ""]  # fmt: skip
-        shared = [f"`{run_name(r)}` ({100 * other_share(r):.0f}%)" for r in self.results
-                  if other_share(r) > SHARED]  # fmt: skip
         resumed = [f"`{run_name(r)}` (at epoch {', '.join(str(a['epoch']) for a in r['resumed'])})"
                    for r in self.results if r.get("resumed")]  # fmt: skip
-        return L + [f"Runs that shared the machine with other work (other processes used more than "
-                    f"{100 * SHARED:.0f}% of the machine's cores on average): "
-                    + (", ".join(shared) if shared else "none") + ".", "",
-                    "Runs resumed after an interruption, from the checkpoint of their last finished epoch "
-                    "(`benchmarks/quality/train.py`; wall times count the finished epochs of every attempt): "
-                    + (", ".join(resumed) if resumed else "none") + ".", ""]  # fmt: skip
+        return L + [
+            "Runs resumed after an interruption, from the checkpoint of their last finished epoch (wall "
+            "times count the finished epochs of every attempt): " + (", ".join(resumed) or "none") + ".",
+            "",
+        ]

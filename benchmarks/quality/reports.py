@@ -1,19 +1,11 @@
-"""The report layer: every generated section of the docs, from the committed run files.
+"""The report layer: every generated section of the docs, from the committed run files (nothing
+between markers is written by hand; the shared helpers are in ``docs``).
 
-``report_all`` rewrites every section the studies generate:
-
-* docs/quality.md: the short study (``report``, ``reading_short``), the converged study and its
-  same-order runs (``report_converged``, ``reading``: prose and the summary at the top), the
-  collapses (``report_collapses``), the noise rule on noisy labels and the instability scan
-  (``noise_report``, ``benchmarks.instability``);
-* docs/quality-pairs.md: the pairs study (``pairs``), the noise study on pairs and its replicas
-  (``noise_report``), the rule's scale (``noise_scale``);
-* docs/results.md: the tables of the converged study (``reading``), the pairs study, the noise
-  study and the scale; README.md: the results table (``noise_report``);
-* the plots under docs/quality/.
-
-Every number in those sections comes from the run files; nothing between markers is written by hand.
-The helpers they share are in ``docs``.
+docs/quality.md: the short study (``report``, ``reading_short``), the converged study, its same-order
+runs and the summary at the top (``report_converged``, ``reading``), the collapses (``report_collapses``),
+the noise rule and the instability scan (``noise_report``, ``benchmarks.instability``); docs/quality-pairs.md:
+the pairs study, its noise study and the rule's scale (``pairs``, ``noise_report``, ``noise_scale``);
+docs/results.md and README.md's tables of them; the plots under docs/quality/.
 """
 
 from __future__ import annotations
