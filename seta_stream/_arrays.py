@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .errors import RunFormatError
+
 __all__ = [
     "column_to_numpy",
     "copy_column_into",
@@ -19,6 +21,7 @@ __all__ = [
     "group_order",
     "numpy_dtype",
     "scatter_rows",
+    "shard_runs",
     "utf8_lengths",
 ]
 
@@ -151,3 +154,29 @@ def scatter_rows(pairs: list[tuple[np.ndarray, np.ndarray]], mask: np.ndarray) -
         for dst, values in pairs:
             dst[lo : lo + _MASK_BLOCK][idx] = values[k : k + m]
         k += m
+
+
+def shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
+    """Row ranges [start, stop) of the shards of a dictionary-encoded shard column whose rows
+    are grouped by shard, their names and their codes in the column's dictionary (one
+    dictionary for all chunks). RunFormatError if a shard's rows are not contiguous."""
+    n = len(shard)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int32)
+    starts, codes, o = [], [], 0
+    for chunk in shard.chunks:
+        c = chunk.indices.to_numpy(zero_copy_only=False)
+        if len(c):
+            change = np.flatnonzero(c[1:] != c[:-1]) + 1
+            first = np.concatenate([[0], change])
+            starts.append(first + o)
+            codes.append(c[first])
+        o += len(chunk)
+    start = np.concatenate(starts).astype(np.int64)
+    code = np.concatenate(codes)
+    joined = np.concatenate([[True], code[1:] != code[:-1]])  # a shard spanning chunks is one run
+    start, code = start[joined], code[joined]
+    if len(np.unique(code)) != len(code):
+        raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
+    stop = np.concatenate([start[1:], [n]]).astype(np.int64)
+    return start, stop, shard.chunk(0).dictionary.take(pa.array(code)), code

@@ -58,7 +58,16 @@ from ._plans import (
     read_summary,
 )
 from ._runfs import RunDir
-from ._table import empty_table, load_numeric, load_table, load_table_keys, read_bucket, read_rows, table_buckets
+from ._table import (
+    empty_table,
+    load_numeric,
+    load_table,
+    load_table_keys,
+    read_bucket,
+    read_rows,
+    table_buckets,
+    table_shard_runs,
+)
 from .errors import EpochOrderError, InvalidInputError, PlanWarning, PopulationLocationError, RunFormatError
 from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
 from .policies import (
@@ -889,6 +898,15 @@ def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:
     older version) has its keys decoded from Parquet."""
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
+        runs = table_shard_runs(run, manifest) if run.is_local else None
+        if runs is not None:  # the shard ranges from the table file's footer, no column read
+            return PlanIdentities(
+                None,
+                table_keys,
+                lambda: load_table_keys(run, manifest),
+                lambda lo, n: read_rows(run, manifest, ["uid", "last_loss"], lo, n),
+                (runs.names, runs.starts, runs.stops, runs.chunk_rows),
+            )
         shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
         # each plan.parquet part maps the keys again, and releases them once written; a one-bucket
         # table's uid and last_loss are read again for each part too (the planned rows are the

@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._arrays import float32_array
+from ._arrays import float32_array, shard_runs
 from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
 from ._runfs import RunDir, write_arrow
 from .errors import PlanMissingError, RunFormatError
@@ -149,16 +149,32 @@ class PlanIdentities:
 
     def __init__(
         self,
-        shard: pa.ChunkedArray | pa.Array,
+        shard: pa.ChunkedArray | pa.Array | None,
         key: pa.ChunkedArray | pa.Array,
         key_map: Callable[[], pa.ChunkedArray | None] | None = None,
         table_rows: Callable[[int, int], pa.Table] | None = None,
+        runs: tuple[list[str], np.ndarray, np.ndarray, list[int]] | None = None,
     ) -> None:
+        """``runs`` instead of ``shard`` (with ``key_map`` only): the shards' names, row ranges
+        ``[starts, stops)`` and the rows of each chunk of the column they stand for, as the
+        table file records them (``_table.table_shard_runs``)."""
         self.key_map = key_map
         #: ``table_rows(lo, n)``: the plan's ``uid`` and ``loss`` of rows lo .. lo + n - 1 read
         #: again from the table file they came from (with ``key_map`` only): plan.parquet's parts
         #: take them from there, so the whole columns are dropped once stage.arrow is written
         self.table_rows = table_rows if key_map is not None else None
+        self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
+        if runs is not None:
+            assert key_map is not None and shard is None
+            names, self.starts, self.stops, chunk_rows = runs
+            self.names = pa.array(names, pa.string())
+            self._codes = np.arange(len(names), dtype=np.int32)
+            self._dictionary = self.names
+            self._chunk_ends = np.cumsum(chunk_rows, dtype=np.int64)
+            self._n = int(self.stops[-1]) if len(self.stops) else 0
+            self._shard: pa.ChunkedArray | None = None
+            return
+        assert shard is not None
         if isinstance(shard, pa.Array):
             shard = pa.chunked_array([shard])
         if not pa.types.is_dictionary(shard.type):  # population rows: encode like the table read
@@ -166,12 +182,11 @@ class PlanIdentities:
         # one dictionary, so that plan.parquet keeps the shard column dictionary-encoded without
         # decoding it, and the ranges are found on the integer codes
         shard = shard.cast(_SHARD_TYPE).unify_dictionaries()
-        self.key = key if isinstance(key, pa.ChunkedArray) else pa.chunked_array([key])
-        self.starts, self.stops, self.names, self._codes = _shard_runs(shard)
+        self.starts, self.stops, self.names, self._codes = shard_runs(shard)
         self._dictionary = shard.chunk(0).dictionary if shard.num_chunks else pa.array([], pa.string())
         self._chunk_ends = np.cumsum([len(c) for c in shard.chunks], dtype=np.int64)
         self._n = len(shard)
-        self._shard: pa.ChunkedArray | None = None if key_map is not None else shard
+        self._shard = None if key_map is not None else shard
 
     @property
     def shard(self) -> pa.ChunkedArray:
@@ -807,31 +822,6 @@ def _read_earlier_lookup(run: RunDir, epoch: int) -> pa.Table:
             f"inconsistent: plan the epoch again with force=True"
         )
     return pa.Table.from_arrays([keys, *decisions.columns], ["key", *decisions.column_names])
-
-
-def _shard_runs(shard: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array, np.ndarray]:
-    """Row ranges [start, stop) of the shards, their names and their codes in the column's
-    dictionary (one dictionary for all chunks)."""
-    n = len(shard)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], pa.string()), np.zeros(0, np.int32)
-    starts, codes, o = [], [], 0
-    for chunk in shard.chunks:
-        c = chunk.indices.to_numpy(zero_copy_only=False)
-        if len(c):
-            change = np.flatnonzero(c[1:] != c[:-1]) + 1
-            first = np.concatenate([[0], change])
-            starts.append(first + o)
-            codes.append(c[first])
-        o += len(chunk)
-    start = np.concatenate(starts).astype(np.int64)
-    code = np.concatenate(codes)
-    joined = np.concatenate([[True], code[1:] != code[:-1]])  # a shard spanning chunks is one run
-    start, code = start[joined], code[joined]
-    if len(np.unique(code)) != len(code):
-        raise RunFormatError("plan rows are not grouped by shard; the loss table is not sorted")
-    stop = np.concatenate([start[1:], [n]]).astype(np.int64)
-    return start, stop, shard.chunk(0).dictionary.take(pa.array(code)), code
 
 
 def shard_ranges(ids: PlanIdentities, keep: np.ndarray, ranges: np.ndarray | None = None) -> pa.Table:

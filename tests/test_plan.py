@@ -405,3 +405,49 @@ def test_plan_epoch_in_background_holds_the_lock_until_plan_parquet_is_published
     assert sorted(p.name for p in root.iterdir()) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
     assert load_plan(run, 1).num_rows == summary["n"] == 200
     assert not list((tmp_path / "r/locks").iterdir())
+
+
+def test_the_plan_from_the_table_files_shard_runs_is_the_plan_from_its_shard_column(tmp_path, monkeypatch):
+    """Planning takes the shard ranges from the table file's footer (written by compaction)
+    instead of reading its shard column: every plan file is the same bytes either way, also
+    with a table file of several row groups (the chunks a read of the column has)."""
+    import seta_stream._plan as PL
+    import seta_stream._table as T
+    from seta_stream._table import table_shard_runs
+
+    monkeypatch.setitem(T.TABLE_WRITE_OPTIONS, "row_group_size", 64)
+    run = seeded_run(tmp_path / "r", n=300, shards=7)
+    manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())
+    runs = table_shard_runs(run, manifest)
+    assert runs is not None
+    assert runs.names == [f"shard-{i}.tar" for i in range(7)]
+    assert runs.stops.tolist() == np.cumsum([43, 43, 43, 43, 43, 43, 42]).tolist()
+    assert runs.starts.tolist() == [0, *runs.stops[:-1].tolist()]
+    assert runs.chunk_rows == [64, 64, 64, 64, 44]
+    plan_epoch(run, 1, **SETA)
+    root = tmp_path / "r/plans/epoch=1"
+    fast = _plan_files(root)
+    read_columns = []
+    monkeypatch.setattr(PL, "table_shard_runs", lambda run, manifest: read_columns.append(1))  # None: the column
+    plan_epoch(run, 1, force=True)
+    assert read_columns == [1]
+    assert _plan_files(root) == fast
+
+
+def test_a_table_file_without_shard_runs_is_planned_from_its_shard_column(tmp_path):
+    from seta_stream._table import SHARD_RUNS_META, table_shard_runs
+
+    ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
+    manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())
+    path = tmp_path / "r" / manifest["table"]
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata)
+    del meta[SHARD_RUNS_META]  # a table file of an earlier version
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    assert table_shard_runs(run, manifest) is None
+    bad = {**meta, SHARD_RUNS_META: b'{"names":["shard-0.tar","shard-1.tar"],"rows":[100,99]}'}
+    pq.write_table(table.replace_schema_metadata(bad), path)  # runs that miss a row: not used
+    assert table_shard_runs(run, manifest) is None
+    plan_epoch(ref, 1, **SETA)
+    plan_epoch(run, 1, **SETA)
+    assert load_plan(run, 1).equals(load_plan(ref, 1))
