@@ -15,7 +15,7 @@ Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_i
     configs, calibrate   the runs of the short and converged studies and their ids; settings chosen on
                 training losses (``choose``, also the pairs study's)
     study       the short and converged studies' jobs        (harness, configs, calibrate, train)
-    pairs       the image-text pairs study: jobs and report  (harness, calibrate, collapses, docs)
+    pairs       the image-text pairs study: jobs and report  (harness, calibrate, collapses, configs, docs)
     noise       the noise rule on pairs and noisy labels: jobs, measures, the rule's calibration
                 (harness, pairs, configs, train); its report: noise_report (docs)
     noise_scale the closed-loop check of the rule's scale   (noise, noise_report, docs)
@@ -23,8 +23,9 @@ Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_i
                 the experiments on its cause
     checks, plots  result files and run directories against the policy rules; the figures
     docs        the report layer's helpers (readers of result files, splicing, tables)
-    report, reading_short   the short study's section and prose   (docs, checks, plots)
-    report_converged, reading, report_collapses   the converged study's sections, its prose,
-                summary and docs/results.md's table, the collapses section
+    report, reading_short   the short study's section and its findings table   (docs, checks, plots)
+    report_converged, reading, report_collapses   the converged study's sections, its reading
+                (one table of the pruned configurations), the summary and docs/results.md's table,
+                the collapses section
     reports     every generated section (``report_all``)       (all the report modules)
 """

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import harness
+from .configs import params_id
 from .harness import Job
 from .layout import ROOT
 
@@ -70,10 +71,6 @@ def Ctx(**kw: Any) -> harness.Ctx:
     return harness.Ctx(**{**defaults, **kw})
 
 
-def _params_id(params: dict) -> str:
-    return "-".join(f"{k}{v}" for k, v in sorted(params.items())) or "default"
-
-
 def pct(x: float) -> int:
     return round(100 * x)
 
@@ -95,7 +92,7 @@ def pairs_cfg(policy: str, params: dict, label: str, epochs: int) -> dict:
 
 def pairs_rid(noise: float, E: int, cfg: dict, seed: int) -> str:
     """e.g. ``pairs-n20-E12-random-rule-p30-noiseTrue-r0.18-s0``; the 2E run is ``...-full-full2E-...``."""
-    return f"pairs-n{pct(noise)}-E{E}-{cfg['policy']}-{cfg['label']}-{_params_id(cfg['params'])}-s{seed}"
+    return f"pairs-n{pct(noise)}-E{E}-{cfg['policy']}-{cfg['label']}-{params_id(cfg['params'])}-s{seed}"
 
 
 def pairs_cal(noise: float, E: int, name: str) -> str:

@@ -32,6 +32,7 @@ from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
 from . import harness
 from .collapses import window
+from .configs import params_id
 from .docs import fmt_params, interp_gap, mean_sd, row, splice, table_head
 from .harness import Job
 from .layout import ROOT
@@ -76,8 +77,7 @@ def make_pairs(d: Path, data: dict, noise: float, workers: int) -> Path:
 
 # ---------------------------------------------------------------------------------- runs
 def run_id(noise: float, cfg: dict, seed: int) -> str:
-    p = "-".join(f"{k}{v}" for k, v in sorted(cfg["params"].items())) or "default"
-    return f"pairs-noise{round(noise * 100)}-{cfg['policy']}-{cfg['label']}-{p}-seed{seed}"
+    return f"pairs-noise{round(noise * 100)}-{cfg['policy']}-{cfg['label']}-{params_id(cfg['params'])}-seed{seed}"
 
 
 def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys: set) -> list[dict]:
