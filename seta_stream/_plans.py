@@ -502,6 +502,20 @@ class PlanFileWriter:
             self._pool.shutdown(wait=True)
 
 
+#: plan.parquet folders being written by this process (their path -> writer): :func:`load_plan`
+#: waits for the one it reads, so a training process reads its own plan right after
+#: ``Pruner.start_epoch`` returns.
+_WRITING: dict[str, PlanFileWriter] = {}
+_WRITING_LOCK = threading.Lock()
+
+
+def _wait_if_writing(path: str) -> None:
+    with _WRITING_LOCK:
+        writer = _WRITING.get(path)
+    if writer is not None:
+        writer.wait()
+
+
 def _publish_beside(
     run: RunDir, rel: str, table: pa.Table, work: Any, ids: PlanIdentities | None = None
 ) -> PlanFileWriter:
@@ -530,8 +544,14 @@ def _publish_beside(
                 pending.discard()
         finally:
             decided.wait()  # the functions given to ``then`` run once ``work()`` has ended
+            with _WRITING_LOCK:
+                if _WRITING.get(path) is writer:
+                    del _WRITING[path]
 
+    path = run.path(rel)
     writer = PlanFileWriter(write)
+    with _WRITING_LOCK:
+        _WRITING[path] = writer
     try:
         work()
         succeeded.append(True)
@@ -612,10 +632,12 @@ def load_summary(run: str | RunDir, epoch: int) -> dict[str, Any]:
 
 
 def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -> pa.Table:
-    """plan.parquet of ``epoch`` as an Arrow table."""
+    """plan.parquet of ``epoch`` as an Arrow table (waiting for it if this process's planner
+    is still writing it: the plan is published for training before plan.parquet is)."""
     run = run if isinstance(run, RunDir) else RunDir(run)
     summary = load_summary(run, epoch)  # raises PlanMissingError with a hint
     rel = plan_file(epoch, "plan.parquet")
+    _wait_if_writing(run.path(rel))  # this process's planner may still be writing it
     if not run.exists(rel):
         raise PlanMissingError(_plan_file_lost(run, epoch, "missing"))
     table = run.read_parquet(rel, columns=columns)

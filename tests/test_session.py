@@ -110,9 +110,9 @@ def test_pruner_trains_while_plan_parquet_is_written_and_waits_for_it_at_the_bou
     assert summary["n"] == 40 and summary["kept"] < 40
     assert not any("plans/epoch=1" in w for w in written)
     threading.Timer(0.5, release.set).start()
-    pruner.close()  # waits for epoch 1's plan.parquet, then folds the epoch
+    assert seta.load_plan(run, 1).num_rows == 40  # in this process, load_plan waits for it
     assert any("plans/epoch=1" in w for w in written)
-    assert seta.load_plan(run, 1).num_rows == 40
+    pruner.close()  # then folds the epoch
     assert not list((tmp_path / "run/locks").iterdir())
     table = seta.load_table(run).to_pydict()
     last = {(s, k): e for s, k, e in zip(table["shard"], table["key"], table["last_epoch"])}
