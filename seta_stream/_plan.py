@@ -516,16 +516,23 @@ def _rewrite_plan_file(
 
     def summary() -> None:
         summarize(result, held.pop(), cfg["policy"], params, guard, safeguards)
-        differ = sorted(k for k, v in result.summary.items() if _json(published.get(k)) != _json(v))
+        differ = sorted(
+            k for k, v in result.summary.items() if k not in _COMPLETED and _json(published.get(k)) != _json(v)
+        )
         if not same_rows or differ:
             raise RunFormatError(
-                f"{where}: missing, and the plan of epoch {epoch} made again from the same table differs "
+                f"{where}: missing or incomplete, and the plan of epoch {epoch} made again from the same table differs "
                 f"from the published one ({'rows' if not same_rows else 'summary fields ' + ', '.join(differ)}); "
                 "expected the same plan (plans are deterministic). The run directory was changed by hand? "
                 "Training is unaffected; plan the epoch again with force=True to replace the whole plan"
             )
 
     return publish_plan(run, epoch, ids, columns, summary, stage=False)
+
+
+#: Summary fields that publishing adds to or extends after the policy (:func:`_complete`: a
+#: ``small_final_batch`` warning joins the policy's warnings): not compared by a repair.
+_COMPLETED = frozenset({"warnings", "phase", "pruned_so_far", "table_generation", "population_listed", "batch_size"})
 
 
 def _json(value: Any) -> str:
