@@ -260,6 +260,9 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
         fit = _fit(scores, p.noise_scale)
         suspect = fit.suspects(inp, p.noise_warmup, scores)
         del scores
+        # the rule is the loss history's only reader: from here on the input without it, so
+        # that a caller handing over its only reference frees the history columns here
+        inp = replace(inp, loss_count=None, loss_mean=None, memo=None)
         n_sus = int(np.count_nonzero(suspect))
         if not n_sus:
             result = fn(inp, p)
@@ -271,7 +274,7 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
         # the policy reads no loss history (the rule is its only reader): its input is the other
         # rows' own columns, without copies of the history columns, and ``seen`` as the mask
         # seen > 0, which is all the wrapped policies read of it (1 byte a row instead of 4)
-        own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
+        own = replace(inp, seen=np.asarray(inp.seen) > 0)
         sub = own.take(rest)
         del own
         planned = fn(sub, p)
@@ -355,7 +358,7 @@ class _Rule:
         the loss history and with ``seen`` as the mask seen > 0 (what the policies read of it;
         as in :func:`with_noise`), taken by a mask (1 byte a row in the memo, not 8)."""
         rows = memo(inp, "noise/rest-mask", lambda: ~self.suspect(inp))  # a key outside noise/rest/
-        own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
+        own = replace(inp, seen=np.asarray(inp.seen) > 0)
         return own.take(rows, None if inp.memo is None else _Namespaced(inp.memo, "noise/rest/"))
 
 
