@@ -358,7 +358,7 @@ class _Rule:
         the loss history and with ``seen`` as the mask seen > 0 (what the policies read of it;
         as in :func:`with_noise`), taken by a mask (1 byte a row in the memo, not 8)."""
         rows = memo(inp, "noise/rest-mask", lambda: ~self.suspect(inp))  # a key outside noise/rest/
-        own = replace(inp, seen=np.asarray(inp.seen) > 0)
+        own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
         return own.take(rows, None if inp.memo is None else _Namespaced(inp.memo, "noise/rest/"))
 
 
