@@ -915,27 +915,22 @@ def _read_identities(run: RunDir, manifest: dict[str, Any]) -> PlanIdentities:
     older version) has its keys decoded from Parquet."""
     table_keys = load_table_keys(run, manifest)
     if table_keys is not None:
-        runs = table_shard_runs(run, manifest) if run.is_local else None
-        if runs is not None:  # the shard ranges from the table file's footer, no column read
-            return PlanIdentities(
-                None,
-                table_keys,
-                lambda: load_table_keys(run, manifest),
-                lambda lo, n: read_rows(run, manifest, ["uid", "last_loss"], lo, n),
-                (runs.names, runs.starts, runs.stops, runs.chunk_rows),
-            )
-        shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
+        if not run.is_local:
+            shard = load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
+            return PlanIdentities(shard, table_keys)
+        # a one-bucket table file has its shard ranges in its footer: no column to read then
+        runs = table_shard_runs(run, manifest)
+        shard = None if runs else load_table(run, ["shard"], use_threads=False, manifest=manifest).column("shard")
         # each plan.parquet part maps the keys again, and releases them once written; a one-bucket
         # table's uid and last_loss are read again for each part too (the planned rows are the
         # table's rows, in its order: load_numeric read them)
-        if not run.is_local:
-            return PlanIdentities(shard, table_keys)
         one = len(table_buckets(manifest)) == 1
         return PlanIdentities(
             shard,
             table_keys,
             lambda: load_table_keys(run, manifest),
             (lambda lo, n: read_rows(run, manifest, ["uid", "last_loss"], lo, n)) if one else None,
+            (runs.names, runs.starts, runs.stops, runs.chunk_rows) if runs else None,
         )
     t = load_table(run, ["shard", "key"], use_threads=False, manifest=manifest)
     return PlanIdentities(t.column("shard"), t.column("key"))

@@ -276,14 +276,15 @@ class RunDir:
 
     def parquet_rows(self, *parts: str) -> int:
         """Rows of a Parquet file or folder, from the files' footers."""
-        total = 0
-        for f in self.parquet_files(*parts):
-            if self.is_local:
-                total += pq.read_metadata(f).num_rows
-            else:
-                with self.fs.open(f, "rb") as fh:
-                    total += pq.ParquetFile(fh).metadata.num_rows
-        return total
+        return sum(self.parquet_footer(f).num_rows for f in self.parquet_files(*parts))
+
+    def parquet_footer(self, path: str) -> pq.FileMetaData:
+        """The footer of the Parquet file at ``path`` (a path of this run directory's file
+        system, as :meth:`path` gives): rows, row groups, schema and its metadata."""
+        if self.is_local:
+            return pq.read_metadata(path)
+        with self.fs.open(path, "rb") as fh:
+            return pq.ParquetFile(fh).metadata
 
     def _read_parquet_file(self, path: str, columns: list[str] | None, options: dict[str, Any]) -> pa.Table:
         if self.is_local:

@@ -413,12 +413,7 @@ def table_shard_runs(run: RunDir, manifest: dict[str, Any]) -> ShardRuns | None:
     buckets = table_buckets(manifest)
     if len(buckets) != 1:
         return None
-    path = run.path(buckets[0].table)
-    if run.is_local:
-        meta = pq.read_metadata(path)
-    else:
-        with run.fs.open(path, "rb") as fh:
-            meta = pq.ParquetFile(fh).metadata
+    meta = run.parquet_footer(run.path(buckets[0].table))
     raw = (meta.schema.to_arrow_schema().metadata or {}).get(SHARD_RUNS_META)
     if raw is None:
         return None
