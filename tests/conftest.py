@@ -88,3 +88,29 @@ def seeded_run(path, n=200, shards=4, epochs=1, buckets=1):
 
 
 SETA = dict(policy="seta", params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)
+
+
+def hold_plan_parquet(monkeypatch, epoch: int, release) -> list[str]:
+    """Hold the writes of the parts of epoch ``epoch``'s plan.parquet until ``release`` (a
+    threading.Event) is set, 60 s at most; every other Parquet write goes through. Returns the
+    list of the paths written since, in order (plan.parquet's parts are written through
+    ``_plans``' pyarrow.parquet or ``_runfs``', depending on the plan's identities)."""
+    import seta_stream._plans as P
+    import seta_stream._runfs as R
+
+    real = P.pq
+    written: list[str] = []
+
+    class HeldParquet:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def write_table(self, table, where, **options):
+            if f"plans/epoch={epoch}/" in str(where):
+                release.wait(60)
+            real.write_table(table, where, **options)
+            written.append(str(where))
+
+    for module in (P, R):
+        monkeypatch.setattr(module, "pq", HeldParquet())
+    return written

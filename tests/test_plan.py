@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SETA, seeded_run
+from conftest import SETA, hold_plan_parquet, seeded_run
 
 from seta_stream import (
     EpochOrderError,
@@ -379,21 +379,10 @@ def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_p
 def test_plan_epoch_in_background_holds_the_lock_until_plan_parquet_is_published(tmp_path, monkeypatch):
     import threading
 
-    import seta_stream._plans as P
     from seta_stream._plan import plan_epoch_in_background
 
     release = threading.Event()
-    real = P.pq
-
-    class SlowParquet:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def write_table(self, *args, **kwargs):
-            release.wait(30)
-            real.write_table(*args, **kwargs)
-
-    monkeypatch.setattr(P, "pq", SlowParquet())
+    hold_plan_parquet(monkeypatch, 1, release)
     run = seeded_run(tmp_path / "r")
     summary, writer = plan_epoch_in_background(run, 1, **SETA)
     root = tmp_path / "r/plans/epoch=1"

@@ -5,25 +5,31 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import web_dataset, write_shards
+from conftest import hold_plan_parquet, web_dataset, write_shards
 
 import seta_stream as seta
 
 
-def test_pruner_loop_records_plans_and_reports_counts(tmp_path):
+def _pruner_loop(tmp_path, run: str, epochs: int, fields: tuple[str, ...]):
+    """A Pruner (SeTa, a listed population of 40 samples in 2 shards) and its loader's
+    batches of 8 as tuples of ``fields``."""
     urls = write_shards(tmp_path / "s", [20, 20])
-    run = str(tmp_path / "run")
     pruner = seta.Pruner(
         run,
         policy="seta",
         params=dict(r=0.2, k=3, alpha=0.5),
-        epochs=3,
+        epochs=epochs,
         seed=1,
         population=seta.list_samples(urls),
         flush_rows=16,
     )
     ds = seta.attach(web_dataset(urls, shardshuffle=False, empty_check=False), run)
-    ds = ds.to_tuple("__key__", "__url__", "__weight__").batched(8)
+    return pruner, ds.to_tuple(*fields).batched(8)
+
+
+def test_pruner_loop_records_plans_and_reports_counts(tmp_path):
+    run = str(tmp_path / "run")
+    pruner, ds = _pruner_loop(tmp_path, run, epochs=3, fields=("__key__", "__url__", "__weight__"))
     for epoch in range(3):
         summary = pruner.start_epoch(epoch)
         assert summary["epoch"] == epoch and summary["n"] == 40
@@ -60,38 +66,10 @@ def test_pruner_trains_while_plan_parquet_is_written_and_waits_for_it_at_the_bou
     the epoch's losses."""
     import threading
 
-    import seta_stream._plans as P
-    import seta_stream._runfs as R
-
     release = threading.Event()
-    written: list[str] = []
-    real = P.pq
-
-    class HeldParquet:  # epoch 1's plan.parquet parts wait for ``release``
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def write_table(self, table, where, **options):
-            if "plans/epoch=1" in str(where):
-                release.wait(60)
-            real.write_table(table, where, **options)
-            written.append(str(where))
-
-    for module in (P, R):  # plan.parquet's parts are written by one or the other
-        monkeypatch.setattr(module, "pq", HeldParquet())
-    urls = write_shards(tmp_path / "s", [20, 20])
+    written = hold_plan_parquet(monkeypatch, 1, release)
     run = str(tmp_path / "run")
-    pruner = seta.Pruner(
-        run,
-        policy="seta",
-        params=dict(r=0.2, k=3, alpha=0.5),
-        epochs=2,
-        seed=1,
-        population=seta.list_samples(urls),
-        flush_rows=16,
-    )
-    ds = seta.attach(web_dataset(urls, shardshuffle=False, empty_check=False), run)
-    ds = ds.to_tuple("__key__", "__url__").batched(8)
+    pruner, ds = _pruner_loop(tmp_path, run, epochs=2, fields=("__key__", "__url__"))
     plan_dir = tmp_path / "run/plans/epoch=1"
     for epoch in range(2):
         summary = pruner.start_epoch(epoch)
