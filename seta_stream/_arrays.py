@@ -129,7 +129,10 @@ def gather_rows(arrays: list[np.ndarray], mask: np.ndarray, count: int | None = 
     number of True, if known), block by block: each block's row indices are found once and
     every array takes them (``np.take`` into the output). Why: a boolean index walks the mask
     again for every array; at 15M rows and 80% True, three columns take 82 ms this way against
-    136 ms (this machine), with a block's indices (8 MB) as the only temporary."""
+    136 ms (this machine), with a block's indices (8 MB) as the only temporary. The take is in
+    ``mode="clip"`` (the indices are in range, so the values are the same): in the default
+    mode NumPy buffers ``out`` (a temporary as large as it, then a copy), which at 15M rows
+    was 43,000 more page faults and 0.22 s against 0.14 s here."""
     n = len(mask)
     count = int(np.count_nonzero(mask)) if count is None else count
     out = [np.empty(count, dtype=a.dtype) for a in arrays]
@@ -138,7 +141,7 @@ def gather_rows(arrays: list[np.ndarray], mask: np.ndarray, count: int | None = 
         idx = np.flatnonzero(mask[lo : lo + _MASK_BLOCK])
         m = len(idx)
         for a, o in zip(arrays, out):
-            np.take(a[lo : lo + _MASK_BLOCK], idx, out=o[k : k + m])
+            np.take(a[lo : lo + _MASK_BLOCK], idx, out=o[k : k + m], mode="clip")
         k += m
     return out
 
