@@ -75,6 +75,15 @@ def copy_column_into(dst: np.ndarray, col: pa.ChunkedArray | pa.Array | np.ndarr
         o += n
 
 
+def one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A column's values as one Arrow array: an array as is, a chunked array's only chunk as
+    is, the chunks of any other concatenated. Why not ``ChunkedArray.combine_chunks`` alone:
+    it copies even a single chunk (a plan's 15M-row float32 weight column: 0.16 s here)."""
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
+
+
 def numpy_dtype(t: pa.DataType) -> np.dtype | None:
     """The NumPy dtype of an Arrow integer or floating-point type (None for other types).
 

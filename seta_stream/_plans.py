@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._arrays import float32_array, shard_runs
+from ._arrays import float32_array, one_array, shard_runs
 from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
 from ._runfs import RunDir, write_arrow
 from .errors import PlanMissingError, RunFormatError
@@ -307,7 +307,7 @@ def _plan_part(decisions: pa.Table, ids: PlanIdentities, keys: pa.ChunkedArray |
             )
         for name, column in _VALUES.items():
             field = PLAN_SCHEMA.field(name)
-            head.append((field, pa.chunked_array([rows.column(column).combine_chunks().cast(field.type)])))
+            head.append((field, pa.chunked_array([one_array(rows.column(column)).cast(field.type)])))
     schema = pa.schema([f for f, _ in head] + list(part.schema))
     return pa.Table.from_arrays([c for _, c in head] + part.columns, schema=schema)
 
@@ -376,7 +376,7 @@ def _stage_table(plan: pa.Table, uid: pa.Array | None = None) -> tuple[list[str]
     """The stage's columns of ``plan``'s rows (``uid``: its uid column, when ``plan`` has none):
     their names, the distinct weights ``weight_code`` indexes (None with a float32 ``weight``
     column), and the table."""
-    weights, stage = weight_codes(plan.column("weight").combine_chunks())
+    weights, stage = weight_codes(one_array(plan.column("weight")))
     stage = {"uid": plan.column("uid") if uid is None else uid, "keep": plan.column("keep"), **stage}
     if "score" in plan.column_names:
         stage["score"] = plan.column("score")

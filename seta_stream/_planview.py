@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._arrays import one_array
 from ._plans import read_stage_lookup
 from ._runfs import RunDir
 from ._state import current_epoch
@@ -254,7 +255,7 @@ class ShardDecisions:
         if rows is None:
             return pa.array([], pa.uint64())
         uids = rows.column("uid")
-        return uids.combine_chunks() if isinstance(uids, pa.ChunkedArray) else uids
+        return one_array(uids)
 
     def count_unlisted(self, keys: list[str]) -> int:
         """How many of ``keys`` (samples of this shard, repeats counted) the plan does not list

@@ -31,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
+from ._arrays import one_array
 from .errors import InvalidInputError, SampleIdCollisionError, ShardNameConflictError, ShardNameError
 
 __all__ = [
@@ -279,8 +280,7 @@ def sample_uid(shard: str, key: str) -> int:
 
 def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64[n+1], data uint8) of a string array without nulls."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = one_array(arr)
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if pa.types.is_string(arr.type):
@@ -308,8 +308,7 @@ def sample_uids(
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
     # Start state per row: the state after folding the shard name, once per distinct shard.
-    if isinstance(shards_arr, pa.ChunkedArray):
-        shards_arr = shards_arr.combine_chunks()
+    shards_arr = one_array(shards_arr)
     enc = shards_arr if pa.types.is_dictionary(shards_arr.type) else shards_arr.dictionary_encode()
     names = enc.dictionary.to_pylist()
     indices = enc.indices.to_numpy(zero_copy_only=False)
