@@ -111,6 +111,20 @@ def test_empty_plan_guard_keeps_the_smallest_u_of_stream_7():
         assert s["kept"] == 0 and s["empty_plan_guard"] is False
 
 
+def test_finalize_gives_dropped_rows_weight_plus_zero_and_keeps_kept_weights():
+    inp = lognormal_input(n=6, epoch=2)
+    params = get_policy("random").make_params(r=0.3)
+    keep = np.array([True, False, True, False, False, True])
+    for dropped, fresh in ((np.float32(0.0), False), (np.float32(-0.0), True), (np.float32(np.nan), True), (np.float32(2.5), True)):
+        res = get_policy("random").fn(inp, params)
+        res.keep[:] = keep
+        res.weight[:] = np.where(keep, np.float32(1.5), dropped)
+        given = res.weight
+        out = finalize(res, inp, "random", params)
+        assert out.weight.view(np.uint32).tolist() == np.where(keep, np.float32(1.5), np.float32(0.0)).view(np.uint32).tolist()
+        assert (out.weight is not given) == fresh  # already +0.0 everywhere dropped: the same array
+
+
 def test_nonfinite_losses_count_as_unseen_and_nonfinite():
     inp = lognormal_input(n=100)
     loss = inp.last_loss.copy()

@@ -217,7 +217,22 @@ def _settle(
     weight = np.asarray(result.weight, dtype=np.float32)
     if cap is not None:
         weight, result.capped = cap_weights(weight, result.keep, cap)
-    result.weight = np.where(result.keep, weight, np.float32(0.0))
+    result.weight = _zero_dropped(weight, np.asarray(result.keep, dtype=bool))
+
+
+def _zero_dropped(weight: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``np.where(keep, weight, 0.0)`` (float32): ``weight`` itself (if writable) when every row
+    not kept already has the bits of +0.0 (as the shipped policies leave them), checked block by block.
+    Why: the new array is 60 MB of fresh memory at 15M rows, on the path to the published plan,
+    and this VM pays for fresh memory page by page."""
+    if not weight.flags.writeable:  # (a constant view, say): a new array, as before
+        return np.where(keep, weight, np.float32(0.0))
+    bits = weight.view(np.uint32)
+    for lo in range(0, len(keep), _COUNT_BLOCK_ROWS):
+        dropped = ~keep[lo : lo + _COUNT_BLOCK_ROWS]
+        if np.count_nonzero(bits[lo : lo + _COUNT_BLOCK_ROWS][dropped]):
+            return np.where(keep, weight, np.float32(0.0))
+    return weight
 
 
 @dataclass
