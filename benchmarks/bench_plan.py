@@ -57,16 +57,19 @@ def prepared(n: int) -> object:
     return run
 
 
-def floor_code(run) -> tuple[str, str]:
-    """(code, setup) of the baseline: read the columns a SeTa plan reads, sort the losses."""
+def floor_code(run, pages: str = "4k") -> tuple[str, str]:
+    """(code, setup) of the baseline: read the columns a SeTa plan reads, sort the losses; with
+    ``pages="default"``, NumPy's arrays on the pages it asks for by default (a row beside the
+    baseline: what the 4 KB pages save on this machine)."""
     # the same imports as the plan's process (seta_stream: its RSS before is comparable); the
     # dataset module pq.read_table uses is imported untimed; NumPy's arrays on 4 KB pages, as
     # planning asks for them (seta_stream._plan's normal pages: the 2 MB pages NumPy asks for by
-    # default cost this VM a compaction of memory, up to 1 s of system time for the sort's output)
+    # default can cost this VM a compaction of memory; the "default" row measures it)
+    small_pages = "import numpy._core.multiarray as multiarray\nmultiarray._set_madvise_hugepage(False)\n"
     setup = (
         "import numpy as np, pyarrow.dataset, pyarrow.parquet as pq\n"
-        "import numpy._core.multiarray as multiarray\n"
-        "multiarray._set_madvise_hugepage(False)\n" + table_files_code(run)
+        + (small_pages if pages == "4k" else "")
+        + table_files_code(run)
     )
     code = """
         t = pq.read_table(files[0], columns=['uid', 'last_loss', 'seen'], memory_map=True)
@@ -200,7 +203,8 @@ def main() -> None:
     """
     floor = floor_code(run)
     epochs = 4 * args.repeat + 4  # every planned epoch stays a pruning epoch (delta = 0.875)
-    samples: dict[str, list[dict]] = {"seta": [], "seta_noise": [], "floor": [], "sklearn": []}
+    floor_default = floor_code(run, pages="default")
+    samples: dict[str, list[dict]] = {"seta": [], "seta_noise": [], "floor": [], "floor_default": [], "sklearn": []}
     for i in range(args.repeat):
         for name, extra in (("seta", ""), ("seta_noise", ", noise=True")):
             e = 1 + 2 * i + (name == "seta_noise")  # epoch e of one run: a new plan directory each
@@ -220,6 +224,8 @@ def main() -> None:
                 shutil.rmtree(run / "plans" / f"epoch={e}")
         time.sleep(args.idle)
         samples["floor"].append(measure(*floor))
+        time.sleep(args.idle)
+        samples["floor_default"].append(measure(*floor_default))
         if args.sklearn:
             base_n = min(args.n, args.baseline_n)
             samples["sklearn"].append(
@@ -233,13 +239,14 @@ def main() -> None:
                 )
             )
         print(f"repetition {i + 1}: " + ", ".join(f"{k} {v[-1]['wall_s']:.2f} s" for k, v in samples.items() if v))
-    seta, noisy, base = (summarize(k, samples[k]) for k in ("seta", "seta_noise", "floor"))
+    seta, noisy, base, default = (summarize(k, samples[k]) for k in ("seta", "seta_noise", "floor", "floor_default"))
     seta["what"] = (
         f"plan_epoch SeTa (r=0, k={args.k}, alpha=0.5): read table, policy, stage files, summary, plan.parquet"
     )
     noisy["what"] = "the same with noise=True (the noise rule in front of SeTa)"
     base["what"] = "floor: read uid, last_loss, seen (pyarrow, memory-mapped) + np.sort of the losses (4 KB pages, as planning)"
-    for row in (seta, noisy, base):
+    default["what"] = "the floor with NumPy's default pages (2 MB where the kernel has them)"
+    for row in (seta, noisy, base, default):
         row["median_over_floor"] = row["median_s"] / base["median_s"]
     figures = {
         "n": args.n,
@@ -261,6 +268,8 @@ def main() -> None:
         "seta_minor_faults_median": seta["minor_faults_median"],
         "noise_minor_faults_median": noisy["minor_faults_median"],
         "floor_minor_faults_median": base["minor_faults_median"],
+        "floor_default_pages_median_s": default["median_s"],
+        "floor_default_pages_sys_median_s": default["sys_median_s"],
         "noise_rss_ratio": noisy["peak_rss_mb"] / seta["peak_rss_mb"],
         "seta_runs_s": [r["wall_s"] for r in samples["seta"]],
         "noise_runs_s": [r["wall_s"] for r in samples["seta_noise"]],
@@ -294,7 +303,12 @@ def main() -> None:
             "SeTa's whole plan)."
         )
     print(f"## Planning one SeTa epoch of {args.n:,} samples ({machine()})\n")
-    rows = [seta, noisy, base]
+    notes.append(
+        f"The floor with NumPy's default pages: median {default['median_s']:.2f} s, of which "
+        f"{default['sys_median_s']:.2f} s of system time, against {base['median_s']:.2f} s and "
+        f"{base['sys_median_s']:.2f} s on 4 KB pages (planning's)."
+    )
+    rows = [seta, noisy, base, default]
     for row in rows:
         print(
             f"{row['what']}: median {row['median_s']:.2f} s ({row['min_s']:.2f} - {row['max_s']:.2f}), "
