@@ -244,7 +244,9 @@ def main() -> None:
         f"plan_epoch SeTa (r=0, k={args.k}, alpha=0.5): read table, policy, stage files, summary, plan.parquet"
     )
     noisy["what"] = "the same with noise=True (the noise rule in front of SeTa)"
-    base["what"] = "floor: read uid, last_loss, seen (pyarrow, memory-mapped) + np.sort of the losses (4 KB pages, as planning)"
+    base["what"] = (
+        "floor: read uid, last_loss, seen (pyarrow, memory-mapped) + np.sort of the losses (4 KB pages, as planning)"
+    )
     default["what"] = "the floor with NumPy's default pages (2 MB where the kernel has them)"
     for row in (seta, noisy, base, default):
         row["median_over_floor"] = row["median_s"] / base["median_s"]

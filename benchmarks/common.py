@@ -550,12 +550,3 @@ def ratio_note(text: str, fig: dict, bar: float | None, *, at_most: bool = True,
 def _ratio_verdict(fig: dict, bar: float, at_most: bool) -> str:
     se2 = None if fig["se"] is None else 2 * fig["se"]
     return verdict_of(fig["mean"], se2, bar, at_most=at_most, unit="round")
-
-
-def probe_sort(n: int = 15_000_000) -> dict:
-    """The machine's speed now: ``np.sort`` of n log-normal float32 values in a fresh process
-    (planning's floor at 15M is about this sort and one read of the table's columns)."""
-    return measure(
-        "np.sort(loss)",
-        f"import numpy as np\nloss = np.random.default_rng(0).lognormal(size={n}).astype(np.float32)",
-    )

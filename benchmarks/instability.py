@@ -143,7 +143,7 @@ def footnote(files: list[str], where: str = "") -> str:
             f"epoch (instability scan, `docs/quality-runs/{OUT}`{where}): {names}.")  # fmt: skip
 
 
-def report_lines(found: dict[str, Any], reported: set[str] | None = None) -> list[str]:
+def report_lines(found: dict[str, Any]) -> list[str]:
     """The section naming every unstable run: one row per file (where it stands, what happened)."""
     runs = found["runs"]
     L = [

@@ -393,13 +393,9 @@ class PlanView:
         u = uniform_of(uid, self.seed, self.absent_epoch, self.absent_stream)
         return Decision(bool(u < self.absent_fraction), 1.0, None, False)
 
-    def known_decisions(self, shard: str) -> dict[Any, Decision]:
-        """uid (or key, for plans of earlier versions: see ``identity``) -> Decision of every
-        sample of ``shard`` the plan lists."""
-        return self.decisions_of(self.stage.shard_rows(shard))
-
     def decisions_of(self, rows: pa.RecordBatch | pa.Table | None) -> dict[Any, Decision]:
-        """identity -> Decision of the plan's rows of one shard (:meth:`known_decisions`)."""
+        """identity (uid, or key for plans of earlier versions: see ``identity``) -> Decision of
+        the plan's rows of one shard."""
         if rows is None:
             return {}
         idents = rows.column(self.identity).to_pylist()

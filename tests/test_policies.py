@@ -115,13 +115,15 @@ def test_finalize_gives_dropped_rows_weight_plus_zero_and_keeps_kept_weights():
     inp = lognormal_input(n=6, epoch=2)
     params = get_policy("random").make_params(r=0.3)
     keep = np.array([True, False, True, False, False, True])
-    for dropped, fresh in ((np.float32(0.0), False), (np.float32(-0.0), True), (np.float32(np.nan), True), (np.float32(2.5), True)):
+    cases = [(0.0, False), (-0.0, True), (np.nan, True), (2.5, True)]  # weight of the dropped rows; a new array?
+    for dropped, fresh in ((np.float32(d), f) for d, f in cases):
         res = get_policy("random").fn(inp, params)
         res.keep[:] = keep
         res.weight[:] = np.where(keep, np.float32(1.5), dropped)
         given = res.weight
         out = finalize(res, inp, "random", params)
-        assert out.weight.view(np.uint32).tolist() == np.where(keep, np.float32(1.5), np.float32(0.0)).view(np.uint32).tolist()
+        expected = np.where(keep, np.float32(1.5), np.float32(0.0))
+        assert out.weight.view(np.uint32).tolist() == expected.view(np.uint32).tolist()
         assert (out.weight is not given) == fresh  # already +0.0 everywhere dropped: the same array
 
 
