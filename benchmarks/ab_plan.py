@@ -20,31 +20,21 @@ import time
 from pathlib import Path
 
 from bench_plan import prepared
-from common import Result, measure, path_label, tree_commit, tree_label, tree_setup
+from common import Result, measure, path_label, timed_plan_code, tree_commit, tree_label, tree_setup
 
 
 def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:
     """Epochs 1 and 2 of a new run over ``run``'s table, each in a fresh process importing
-    seta_stream from ``tree``, after 5 s idle. Each result has ``published_s``, the time until
-    the plan is published for training (what ``Pruner`` waits for), in a tree that plans in
-    the background (``_plan.plan_epoch_in_background``); in an older one, the whole plan's."""
+    seta_stream from ``tree``, after 5 s idle; each result has ``published_s``
+    (:func:`common.timed_plan_code`)."""
     shutil.rmtree(run / "plans", ignore_errors=True)
     (run / "state.json").unlink(missing_ok=True)
     os.sync()
-    setup = tree_setup(tree) + "\n        import seta_stream._plan as planning\n"
+    setup = tree_setup(tree)
     out = []
     for args in (f"1, policy='seta', params={params}, epochs=10, seed=0", "2"):
-        code = f"""
-            if hasattr(planning, "plan_epoch_in_background"):
-                _, writer = planning.plan_epoch_in_background(P.RunDir({str(run)!r}), {args})
-                marks = {{"published_s": time.perf_counter() - t0}}
-                writer.wait()
-            else:
-                P.plan_epoch(P.RunDir({str(run)!r}), {args})
-                marks = {{"published_s": time.perf_counter() - t0}}
-        """
         time.sleep(idle)
-        out.append(measure(code, setup))
+        out.append(measure(timed_plan_code(run, args), setup))
     return out
 
 

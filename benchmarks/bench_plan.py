@@ -39,7 +39,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import OUT, Result, machine, make_table_run, measure, own_peak_rss_mb, table_files_code
+from common import OUT, Result, machine, make_table_run, measure, own_peak_rss_mb, table_files_code, timed_plan_code
 
 SETA = "dict(r=0.0, k={k}, alpha=0.5{extra})"
 
@@ -196,14 +196,10 @@ def main() -> None:
     args = p.parse_args()
     res = Result(args.result or f"plan-{args.n}", title=f"Planning one SeTa epoch of {args.n:,} samples")
     run = prepared(args.n)
-    setup = f"""
-        from seta_stream import RunDir
-        from seta_stream._plan import plan_epoch_in_background
-        run = RunDir({str(run)!r})
-    """
+    setup = "import seta_stream as P"
     floor = floor_code(run)
-    epochs = 4 * args.repeat + 4  # every planned epoch stays a pruning epoch (delta = 0.875)
     floor_default = floor_code(run, pages="default")
+    epochs = 4 * args.repeat + 4  # every planned epoch stays a pruning epoch (delta = 0.875)
     samples: dict[str, list[dict]] = {"seta": [], "seta_noise": [], "floor": [], "floor_default": [], "sklearn": []}
     for i in range(args.repeat):
         for name, extra in (("seta", ""), ("seta_noise", ", noise=True")):
@@ -212,12 +208,7 @@ def main() -> None:
             # force: the run's settings are fixed by its first plan; the two variants alternate
             # published: the stage files and the summary (what training waits for); the whole
             # time also waits for plan.parquet (what plan_epoch waits for)
-            code = f"""
-                s, writer = plan_epoch_in_background(run, {e}, policy='seta', params={params}, epochs={epochs},
-                                                     seed=0, force=True)
-                marks = {{"published_s": time.perf_counter() - t0}}
-                writer.wait()
-            """
+            code = timed_plan_code(run, f"{e}, policy='seta', params={params}, epochs={epochs}, seed=0, force=True")
             time.sleep(args.idle)
             samples[name].append(measure(code, setup))
             if not args.keep_plans and not (args.codecs and i == args.repeat - 1 and name == "seta"):

@@ -247,6 +247,25 @@ def tree_setup(tree: Path) -> str:
     """
 
 
+def timed_plan_code(run: Path, args: str) -> str:
+    """``measure`` code planning ``run`` with ``plan_epoch``'s arguments ``args`` (the epoch,
+    then keywords), marking ``published_s``: the time until the plan is published for training
+    (what ``Pruner`` waits for), then waiting for plan.parquet (the whole time: what
+    ``plan_epoch`` waits for). A tree without ``plan_epoch_in_background`` (earlier versions)
+    plans with ``plan_epoch``: ``published_s`` is then the whole plan's. The setup imports
+    seta_stream (as ``P``: :func:`tree_setup` or ``import seta_stream as P``)."""
+    return f"""
+        import seta_stream._plan as planning
+        if hasattr(planning, "plan_epoch_in_background"):
+            _, writer = planning.plan_epoch_in_background(P.RunDir({str(run)!r}), {args})
+            marks = {{"published_s": time.perf_counter() - t0}}
+            writer.wait()
+        else:
+            P.plan_epoch(P.RunDir({str(run)!r}), {args})
+            marks = {{"published_s": time.perf_counter() - t0}}
+    """
+
+
 def tree_commit(tree: Path) -> str | None:
     """The commit checked out in the source tree ``tree`` (a clone or ``git worktree``), or None."""
     proc = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)

@@ -53,7 +53,7 @@ from .seta import SetaParams as SetaParams
 from .seta import seta as seta
 from .steps import Cut, PlanContext, run_steps, smallest, total, uniform_keys
 
-_COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts
+_COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts and of _zero_dropped's check
 
 __all__ = [
     "INPUT_COLUMNS",
