@@ -1,6 +1,7 @@
 """Web scale: record -> compact -> plan on synthetic ST+MJ-shaped runs of N samples (5,000 per
-shard, MJSynth-like keys), partitioned into B = ceil(N / 8,388,608) buckets (the default for a
-run whose dataset_size is N), one process on this machine.
+shard, MJSynth-like keys), partitioned as a run whose dataset_size is N is by default (one bucket
+up to 16,777,216 samples, else B = ceil(N / 8,388,608) buckets; ``--buckets`` sets B), one process
+on this machine.
 
 Per size: epoch 0's parts (every sample new) and their first compaction, epoch 1's parts (every
 sample known) and the steady compaction, then a SeTa plan of epoch 1 (k-means window), the same

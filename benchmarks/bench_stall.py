@@ -2,12 +2,13 @@
 of epoch 2 published, split into the recorder's last flush, compaction and planning (what
 ``Pruner.start_epoch`` does on rank 0 while the loaders wait).
 
-The run (``common.make_table_run``, ``dataset_size`` = N, so partitioned into ceil(N / 8,388,608)
-buckets as a run of that size is) holds epoch 0 in its table. Epoch 1's records are on disk as
-a training run leaves them when its last batch is recorded: every sample once, in parts of
-``flush_rows`` = 65,536 records (``LossRecorder``'s default: the parts a recorder flushes while the
-epoch runs), except the last 65,535 records, which are in a real ``LossRecorder``'s buffer (the
-largest last flush). Each repetition, in a fresh process: ``recorder.flush()``, ``compact()``,
+The run (``common.make_table_run``, ``dataset_size`` = N, so partitioned as a run of that size
+is: one bucket up to 16,777,216 samples, else ceil(N / 8,388,608) buckets) holds epoch 0 in its
+table. Epoch 1's records are on disk as a training run leaves them when its last batch is
+recorded: every sample once, in parts of ``flush_rows`` = 65,536 records (``LossRecorder``'s
+default: the parts a recorder flushes while the epoch runs), except the last 65,535 records,
+which are in a real ``LossRecorder``'s buffer (the largest last flush). Each repetition, in a
+fresh process: ``recorder.flush()``, ``compact()``,
 the plan of epoch 2 (SeTa, r=0.1, k=10, alpha=0.5) until it is published for training (stage
 files and summary: the stall ends there; a one-bucket plan's plan.parquet may follow, timed
 apart as ``plan_file_after_s``), each timed; then the run is put back as it

@@ -53,7 +53,9 @@ __all__ = [
     "RunDir",
     "DEFAULT_SETTINGS",
     "BUCKET_ROWS",
+    "ONE_BUCKET_ROWS",
     "bucket_count",
+    "new_run_buckets",
     "write_arrow",
 ]
 
@@ -64,6 +66,11 @@ FORMAT_VERSION = 2
 #: Rows per bucket the default bucket count aims at (``buckets`` unset, ``dataset_size`` set):
 #: compaction and planning hold about one bucket at a time (docs/benchmarks.md, "Web scale").
 BUCKET_ROWS = 1 << 23
+#: Samples of ``dataset_size`` up to which a new run stays in one bucket (``buckets`` unset).
+#: Why: at 15M samples two buckets made every plan and the steady compaction slower and the
+#: plans' peak RSS no lower; they lowered only the compactions' peaks (docs/benchmarks.md, "One
+#: bucket or two at 15M", which also gives the peaks of a one-bucket run of 2^24 samples).
+ONE_BUCKET_ROWS = 1 << 24
 _MAX_BUCKETS = 4096
 
 #: Run-level settings fixed when the run is created (stored in seta-stream.json).
@@ -76,20 +83,32 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 
 
 def bucket_count(settings: dict[str, Any]) -> int:
-    """The number of buckets of a run with these settings: ``buckets`` if set, else one per
-    :data:`BUCKET_ROWS` of ``dataset_size`` (at most 4096), else 1."""
+    """The number of buckets of a partitioned run (format version 2) with these settings:
+    ``buckets`` if set, else one per :data:`BUCKET_ROWS` of ``dataset_size`` (at most 4096),
+    else 1. (Whether a new run is partitioned at all: :func:`new_run_buckets`.)"""
     explicit = settings.get("buckets")
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, int) or not 1 <= explicit <= _MAX_BUCKETS:
             raise RunFormatError(
                 f"run setting buckets={explicit!r}; expected an integer from 1 to {_MAX_BUCKETS} (or None: "
-                "one bucket per 8,388,608 samples of dataset_size)"
+                "one bucket up to 16,777,216 samples of dataset_size, else one per 8,388,608)"
             )
         return explicit
     size = settings.get("dataset_size")
     if not size:
         return 1
     return max(1, min(_MAX_BUCKETS, -(-int(size) // BUCKET_ROWS)))
+
+
+def new_run_buckets(settings: dict[str, Any]) -> int:
+    """The number of buckets a new run with these settings is created with: ``buckets`` if set;
+    else 1 up to :data:`ONE_BUCKET_ROWS` samples of ``dataset_size``, and one per
+    :data:`BUCKET_ROWS` above (:func:`bucket_count`). A run keeps the count it was created with:
+    one created partitioned by an earlier release below that size stays so."""
+    size = settings.get("dataset_size")
+    if settings.get("buckets") is None and (not size or int(size) <= ONE_BUCKET_ROWS):
+        return 1
+    return bucket_count(settings)
 
 
 class RunDir:
@@ -157,7 +176,7 @@ class RunDir:
         if unknown:
             raise RunFormatError(f"unknown run setting(s) {sorted(unknown)}; valid: {sorted(DEFAULT_SETTINGS)}")
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
-        self._version = 2 if bucket_count(self._settings) > 1 else 1
+        self._version = 2 if new_run_buckets(self._settings) > 1 else 1
         doc = {"format": FORMAT_NAME, "version": self._version, "settings": self._settings}
         try:
             self.fs.makedirs(self.root, exist_ok=True)

@@ -44,7 +44,7 @@ from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, st
 from ._plan import load_plan, load_summary, plan_epoch_in_background, population_locations, set_current_epoch
 from ._plans import PlanFileWriter
 from ._record import LossRecorder
-from ._runfs import BUCKET_ROWS, RunDir, bucket_count
+from ._runfs import ONE_BUCKET_ROWS, RunDir, new_run_buckets
 from ._table import folded_parts, load_table
 from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
@@ -111,7 +111,7 @@ class Pruner:
     weight above 4, a last batch of a few samples; each message names its remedy
     (docs/algorithms.md §0.10).
 
-    A new run with a population of more than 8,388,608 samples (and no ``buckets`` or
+    A new run with a population of more than 16,777,216 samples (and no ``buckets`` or
     ``dataset_size`` setting) is partitioned into one bucket per 8,388,608 samples.
     """
 
@@ -356,16 +356,16 @@ def _population_size(population: Any) -> int | None:
 def _with_buckets(
     run: Any, settings: dict[str, Any] | None, population: Any, storage_options: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """``settings`` of a new run, with one bucket per BUCKET_ROWS samples of a large population
-    (an existing run keeps the buckets it was created with)."""
+    """``settings`` of a new run, partitioned as a run of its population's ``dataset_size``
+    would be (``new_run_buckets``; an existing run keeps the buckets it was created with)."""
     given = settings or {}
     if population is None or given.get("buckets") or given.get("dataset_size"):
         return settings
     size = _population_size(population)
-    if not size or size <= BUCKET_ROWS:
+    if not size or size <= ONE_BUCKET_ROWS:
         return settings
     try:
         RunDir(run, storage_options=storage_options)
         return settings  # the run exists
     except RunFormatError:
-        return {**given, "buckets": bucket_count({"dataset_size": size})}
+        return {**given, "buckets": new_run_buckets({"dataset_size": size})}

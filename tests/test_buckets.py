@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -206,6 +207,42 @@ def test_bucket_setting(tmp_path):
     assert json.loads((tmp_path / "b/seta-stream.json").read_text())["version"] == 2
     with pytest.raises(RunFormatError, match=r"run setting buckets=0; expected an integer from 1 to 4096"):
         RunDir(tmp_path / "c", create=True, settings={"buckets": 0})
+
+
+@pytest.mark.parametrize(
+    "settings, buckets",
+    [
+        ({"dataset_size": 15_000_000}, 1),  # ST+MJ's size: one bucket plans ~3x faster than two
+        ({"dataset_size": 16_777_216}, 1),  # ONE_BUCKET_ROWS
+        ({"dataset_size": 16_777_217}, 3),  # past it: one bucket per 8,388,608 samples
+        ({"dataset_size": 200_000_000}, 24),
+        ({"dataset_size": 15_000_000, "buckets": 2}, 2),  # an explicit count wins
+        ({"buckets": 1, "dataset_size": 200_000_000}, 1),
+    ],
+)
+def test_new_runs_stay_in_one_bucket_up_to_16_777_216_samples(tmp_path, settings, buckets):
+    run = RunDir(tmp_path / "r", create=True, settings=settings)
+    assert (run.buckets, run.version) == (buckets, 2 if buckets > 1 else 1)
+    again = RunDir(tmp_path / "r")  # as recorded in seta-stream.json
+    assert (again.buckets, again.version) == (buckets, 2 if buckets > 1 else 1)
+    assert json.loads((tmp_path / "r/seta-stream.json").read_text())["settings"] == {
+        "shard_depth": 1,
+        "ema_beta2": 0.9,
+        "dataset_size": None,
+        "buckets": None,
+        **settings,
+    }
+
+
+def test_a_run_keeps_the_buckets_an_earlier_release_created_it_with(tmp_path):
+    """A run created partitioned below 16,777,216 samples (an earlier release made one bucket per
+    8,388,608 samples of any dataset_size) keeps its two buckets: its table and plans are split so."""
+    (tmp_path / "r").mkdir()
+    settings = {"shard_depth": 1, "ema_beta2": 0.9, "dataset_size": 15_000_000, "buckets": None}
+    doc = {"format": "seta-stream-run", "version": 2, "settings": settings}
+    (tmp_path / "r/seta-stream.json").write_text(json.dumps(doc))
+    run = RunDir(tmp_path / "r")
+    assert (run.buckets, run.version, run.settings) == (2, 2, settings)
 
 
 POLICIES = {
@@ -407,3 +444,16 @@ def test_partitioned_compaction_stops_on_one_name_for_two_shards(tmp_path):
     table = Path(run.path("table"))
     assert not (table / "manifest.json").exists()
     assert not table.exists() or list(table.glob("gen-*")) == []
+
+
+@pytest.mark.parametrize("size, buckets", [(16_777_216, 1), (16_777_217, 3)])
+def test_pruner_partitions_a_new_run_past_16_777_216_population_samples(tmp_path, size, buckets):
+    from seta_stream import Pruner
+
+    keys = pc.cast(pa.array(np.arange(size, dtype=np.int64)), pa.string())
+    shard = pa.DictionaryArray.from_arrays(np.zeros(size, dtype=np.int32), pa.array(["s-000000.tar"]))
+    population = pa.table({"shard": shard, "key": keys})
+    Pruner(tmp_path / "r", policy="seta", params=dict(r=0.1, k=5, alpha=0.6), epochs=3, population=population)
+    run = RunDir(tmp_path / "r")
+    expected = (buckets, 2, buckets) if buckets > 1 else (1, 1, None)  # a one-bucket run records no count
+    assert (run.buckets, run.version, run.settings["buckets"]) == expected
