@@ -689,7 +689,7 @@ def _gather_binned(
     held, held_start = np.zeros(0, np.float32), 0
     with open(path, "wb") as sorted_sink:
         for f in files:
-            run = np.sort(np.fromfile(f, dtype=np.float32))
+            run = _sorted_values(np.fromfile(f, dtype=np.float32))  # as kmeans1d sorts (polars past 1M)
             os.unlink(f)
             end = start + len(run)
             # cuts floor(t M / B) moved right past the values equal to v[raw - 1] (kmeans1d's cuts)

@@ -325,6 +325,25 @@ def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
     assert_same_kmeans(split_kmeans(v, 10, 3, 1), whole)
 
 
+@pytest.mark.parametrize("signed", [False, True], ids=["non-negative", "signed"])
+def test_kmeans_steps_equal_kmeans1d_when_a_gathered_range_is_sorted_by_polars(signed):
+    """A gathered range of more than 2^20 values is sorted as kmeans1d sorts (polars: by the
+    float32 bits as int32 when no sign bit is set, else as floats, -0.0 and 0.0 among them)."""
+    import seta_stream._kmeans1d as km
+
+    rng = np.random.default_rng(11)
+    v = rng.lognormal(size=2_500_000).astype(np.float32)
+    v[rng.random(len(v)) < 0.05] = 0.0
+    if signed:
+        v[rng.random(len(v)) < 0.05] = -0.0
+        v[rng.random(len(v)) < 0.3] *= np.float32(-1.0)
+    assert km.GATHER_VALUES > len(v) > km._POLARS_SORT_MIN  # one range, sorted by polars
+    whole = kmeans1d(v, 10)
+    assert whole.binned
+    assert_same_kmeans(split_kmeans(v, 10, 2, 3), whole)
+    assert_same_kmeans(split_kmeans(v, 10, 2, 3), kmeans1d(np.sort(v), 10))  # NumPy's sort: the same
+
+
 def test_heavy_ties_leave_fewer_bins_than_k():
     """Most bin cuts fall in one run of zeros: k' is capped by the bins left (it used to fail)."""
     v = np.concatenate([np.zeros(1000), np.arange(1, 101)]).astype(np.float32)
