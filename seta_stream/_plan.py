@@ -64,6 +64,7 @@ from ._table import (
     load_table,
     load_table_keys,
     read_bucket,
+    read_bucket_numeric,
     read_rows,
     table_buckets,
     table_shard_runs,
@@ -719,8 +720,10 @@ class _Buckets:
         if self.population is not None:
             merged = self._merged(b)
             cols = {c: _column(merged.column(c)) for c in self.columns}
-        else:
+        elif self.files[b] is None:
             cols = {c: _column(self._table(b, self.columns).column(c)) for c in self.columns}
+        else:
+            cols = read_bucket_numeric(self.run, self.files[b], self.columns)
         size = sum(a.nbytes for a in cols.values())
         if self._cached + size <= _INPUT_CACHE_BYTES:
             self._cache[b] = cols

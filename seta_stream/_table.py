@@ -39,6 +39,7 @@ from ._arrays import copy_column_into, numpy_dtype, shard_runs
 from ._layout import MANIFEST, TABLE_GLOBS, bucket_keys_file, bucket_table_file, keys_file, table_file, table_folder
 from ._parts import PART_SCHEMA
 from ._runfs import RunDir
+from .errors import RunFormatError
 
 __all__ = [
     "TableBucket",
@@ -51,6 +52,7 @@ __all__ = [
     "load_table",
     "load_table_keys",
     "load_numeric",
+    "read_bucket_numeric",
     "folded_parts",
     "TABLE_SCHEMA",
     "PART_SCHEMA",
@@ -299,6 +301,19 @@ def load_numeric(
     return out
 
 
+def read_bucket_numeric(
+    run: RunDir, bucket: TableBucket, columns: list[str], dtypes: dict[str, Any] | None = None
+) -> dict[str, np.ndarray]:
+    """:func:`load_numeric` of one bucket's table file: its numeric ``columns`` as NumPy arrays,
+    read row group by row group into them (on two threads for a local file), not decoded whole
+    and then copied out of Arrow's chunks (what a partitioned plan's passes read per bucket)."""
+    fields = [TABLE_SCHEMA.field(c) for c in columns]
+    dtypes = dtypes or {}
+    out = {f.name: np.empty(bucket.rows, dtype=dtypes.get(f.name, numpy_dtype(f.type))) for f in fields}
+    _read_file_numeric(run, bucket.table, columns, fields, out)
+    return out
+
+
 def _read_file_numeric(
     run: RunDir, rel: str, columns: list[str], fields: list[pa.Field], out: dict[str, np.ndarray]
 ) -> None:
@@ -307,9 +322,11 @@ def _read_file_numeric(
     if local is None:
         with run.open(rel) as fh:
             remote = pq.ParquetFile(fh)
+            _check_rows(run, rel, remote, out)
             _read_numeric(remote, columns, range(remote.num_row_groups), out)
         return
     pf = pq.ParquetFile(local, memory_map=True)
+    _check_rows(run, rel, pf, out)
     groups = pf.metadata.num_row_groups
     if groups < 4:
         _read_numeric(pf, columns, range(groups), out)
@@ -319,6 +336,17 @@ def _read_file_numeric(
         halves = (range(0, groups // 2), range(groups // 2, groups))
         files = (pf, pq.ParquetFile(local, memory_map=True))
         list(pool.map(lambda h, f: _read_numeric(f, columns, h, out), halves, files))
+
+
+def _check_rows(run: RunDir, rel: str, pf: pq.ParquetFile, out: dict[str, np.ndarray]) -> None:
+    """The file holds as many rows as the manifest gave it (``out``'s arrays), or RunFormatError."""
+    expected = len(next(iter(out.values()))) if out else pf.metadata.num_rows
+    if pf.metadata.num_rows != expected:
+        raise RunFormatError(
+            f"{run.display(rel)}: table file has {pf.metadata.num_rows:,} rows, the manifest says {expected:,}; "
+            "expected the same (compaction never rewrites a table file: it was changed or replaced since). "
+            "Restore the run's table folder from a copy"
+        )
 
 
 def _read_numeric(pf: pq.ParquetFile, columns: list[str], groups: range, out: dict[str, np.ndarray]) -> None:

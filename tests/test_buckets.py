@@ -19,6 +19,7 @@ import seta_stream._parts as parts_module
 import seta_stream._plan as plan_module
 import seta_stream._route as route
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
+from seta_stream._table import table_buckets
 from seta_stream.errors import CorruptPartError, RunFormatError
 from seta_stream.ids import sample_uid, shard_bucket
 from seta_stream.policies import POLICIES as ALL_POLICIES
@@ -457,3 +458,24 @@ def test_pruner_partitions_a_new_run_past_16_777_216_population_samples(tmp_path
     run = RunDir(tmp_path / "r")
     expected = (buckets, 2, buckets) if buckets > 1 else (1, 1, None)  # a one-bucket run records no count
     assert (run.buckets, run.version, run.settings["buckets"]) == expected
+
+
+def test_a_bucket_file_whose_rows_differ_from_the_manifest_stops_the_plan(tmp_path):
+    """A partitioned plan reads each bucket's numeric columns into arrays of the manifest's row
+    count: a table file replaced by one of another length stops it before anything is planned."""
+    run = RunDir(tmp_path / "run", create=True, settings={"buckets": 3})
+    record_epochs(run, epochs=1)
+    bucket = table_buckets(json.loads((tmp_path / "run/table/manifest.json").read_text()))[1]
+    rel = bucket.table
+    path = tmp_path / "run" / rel
+    t = pq.read_table(path)
+    pq.write_table(t.slice(0, t.num_rows - 1), path)
+    expected = (
+        f"{run.display(rel)}: table file has {t.num_rows - 1:,} rows, the manifest says {t.num_rows:,}; expected "
+        "the same (compaction never rewrites a table file: it was changed or replaced since). Restore the run's "
+        "table folder from a copy"
+    )
+    with pytest.raises(RunFormatError) as err:
+        plan_epoch(run, 1, policy="seta", params=POLICIES["seta"], epochs=10, seed=3)
+    assert str(err.value) == expected
+    assert not (tmp_path / "run/plans/epoch=1/summary.json").exists()
