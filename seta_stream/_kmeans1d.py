@@ -484,6 +484,10 @@ def _lloyd(v: np.ndarray, pre: _Prefix, bounds: np.ndarray, max_iter: int, mean:
 #: Sorted values a partitioned k-means gathers at once (bin sums are added a range of bins at a
 #: time): 32 MB of float32 plus the sort's temporaries.
 GATHER_VALUES = 1 << 23
+#: Ranges up to which a bucket's values are split into their ranges by one mask a range rather
+#: than by grouping them (``group_order``) and gathering: 7.5M values in 2 ranges took 0.10 s
+#: against 0.15 s here, in 24 ranges 0.17 s against 0.21 s (a pass a range grows with them).
+_MASK_SPLIT_MAX = 32
 
 
 class _GatheredPrefix(_Prefix):
@@ -663,6 +667,8 @@ def _gather_binned(
         keys >>= np.uint32(16)
         where = range_of[keys]
         del keys
+        if len(bounds16) <= _MASK_SPLIT_MAX:  # the same pieces, in the same order
+            return [v[where == r] for r in range(len(bounds16))]
         order = group_order(where, len(bounds16))
         cut = np.concatenate([[0], np.cumsum(np.bincount(where, minlength=len(bounds16)))])
         return [v[order[cut[r] : cut[r + 1]]] for r in range(len(bounds16))]
