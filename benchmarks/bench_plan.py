@@ -57,6 +57,10 @@ def prepared(n: int) -> object:
     return run
 
 
+#: Setup code asking NumPy for 4 KB pages, as planning does (seta_stream._plan's normal pages).
+SMALL_PAGES = "import numpy._core.multiarray as multiarray\nmultiarray._set_madvise_hugepage(False)\n"
+
+
 def floor_code(run, pages: str = "4k") -> tuple[str, str]:
     """(code, setup) of the baseline: read the columns a SeTa plan reads, sort the losses; with
     ``pages="default"``, NumPy's arrays on the pages it asks for by default (a row beside the
@@ -65,10 +69,9 @@ def floor_code(run, pages: str = "4k") -> tuple[str, str]:
     # dataset module pq.read_table uses is imported untimed; NumPy's arrays on 4 KB pages, as
     # planning asks for them (seta_stream._plan's normal pages: the 2 MB pages NumPy asks for by
     # default can cost this VM a compaction of memory; the "default" row measures it)
-    small_pages = "import numpy._core.multiarray as multiarray\nmultiarray._set_madvise_hugepage(False)\n"
     setup = (
         "import numpy as np, pyarrow.dataset, pyarrow.parquet as pq\n"
-        + (small_pages if pages == "4k" else "")
+        + (SMALL_PAGES if pages == "4k" else "")
         + table_files_code(run)
     )
     code = """
@@ -86,10 +89,7 @@ def fit_code(run) -> tuple[str, str]:
     the mixture and the suspects. What noise=True must add to SeTa's plan at the least, beside
     the bar's 25%."""
     setup = (  # planning's pages (as the floor's) and its imports (polars sorts), untimed
-        "import numpy as np, polars, seta_stream as P\n"
-        "import numpy._core.multiarray as multiarray\n"
-        "multiarray._set_madvise_hugepage(False)\n"
-        "from seta_stream._table import load_numeric\n"
+        "import numpy as np, polars, seta_stream as P\n" + SMALL_PAGES + "from seta_stream._table import load_numeric\n"
         "from seta_stream.policies.base import PolicyInput\n"
         "from seta_stream.policies.noise import NOISE_DEFAULTS, noise_fit\n"
     )

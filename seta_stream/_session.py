@@ -44,7 +44,7 @@ from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, st
 from ._plan import load_plan, load_summary, plan_epoch_in_background, population_locations, set_current_epoch
 from ._plans import PlanFileWriter
 from ._record import LossRecorder
-from ._runfs import ONE_BUCKET_ROWS, RunDir, new_run_buckets
+from ._runfs import RunDir, new_run_buckets
 from ._table import folded_parts, load_table
 from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
@@ -361,11 +361,11 @@ def _with_buckets(
     given = settings or {}
     if population is None or given.get("buckets") or given.get("dataset_size"):
         return settings
-    size = _population_size(population)
-    if not size or size <= ONE_BUCKET_ROWS:
+    buckets = new_run_buckets({"dataset_size": _population_size(population)})
+    if buckets == 1:
         return settings
     try:
         RunDir(run, storage_options=storage_options)
         return settings  # the run exists
     except RunFormatError:
-        return {**given, "buckets": new_run_buckets({"dataset_size": size})}
+        return {**given, "buckets": buckets}

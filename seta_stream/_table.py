@@ -284,15 +284,9 @@ def load_numeric(
     the NumPy copies never coexist whole (planning reads 15M rows this way).
     """
     run = run if isinstance(run, RunDir) else RunDir(run)
-    fields = [TABLE_SCHEMA.field(c) for c in columns]
     m = read_manifest(run) if manifest is None else manifest
     buckets = table_buckets(m)
-    total = sum(b.rows for b in buckets)
-    dtypes = dtypes or {}
-    native = {f.name: numpy_dtype(f.type) for f in fields}
-    if any(dtype is None for dtype in native.values()):  # (a NumPy dtype compares equal to None)
-        raise ValueError(f"load_numeric reads numeric columns only; asked for {columns}")
-    out = {name: np.empty(total, dtype=dtypes.get(name, dtype)) for name, dtype in native.items()}
+    fields, out = _numeric_arrays(columns, sum(b.rows for b in buckets), dtypes)
     o = 0
     for bucket in buckets:
         views = {name: col[o : o + bucket.rows] for name, col in out.items()}
@@ -307,11 +301,22 @@ def read_bucket_numeric(
     """:func:`load_numeric` of one bucket's table file: its numeric ``columns`` as NumPy arrays,
     read row group by row group into them (on two threads for a local file), not decoded whole
     and then copied out of Arrow's chunks (what a partitioned plan's passes read per bucket)."""
-    fields = [TABLE_SCHEMA.field(c) for c in columns]
-    dtypes = dtypes or {}
-    out = {f.name: np.empty(bucket.rows, dtype=dtypes.get(f.name, numpy_dtype(f.type))) for f in fields}
+    fields, out = _numeric_arrays(columns, bucket.rows, dtypes)
     _read_file_numeric(run, bucket.table, columns, fields, out)
     return out
+
+
+def _numeric_arrays(
+    columns: list[str], rows: int, dtypes: dict[str, Any] | None
+) -> tuple[list[pa.Field], dict[str, np.ndarray]]:
+    """(the table fields of ``columns``, an empty array of ``rows`` for each): the output of
+    :func:`load_numeric` and :func:`read_bucket_numeric`, numeric columns only (ValueError)."""
+    fields = [TABLE_SCHEMA.field(c) for c in columns]
+    native = {f.name: numpy_dtype(f.type) for f in fields}
+    if any(dtype is None for dtype in native.values()):  # (a NumPy dtype compares equal to None)
+        raise ValueError(f"load_numeric reads numeric columns only; asked for {columns}")
+    dtypes = dtypes or {}
+    return fields, {name: np.empty(rows, dtype=dtypes.get(name, dtype)) for name, dtype in native.items()}
 
 
 def _read_file_numeric(

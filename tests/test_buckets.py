@@ -213,7 +213,7 @@ def test_bucket_setting(tmp_path):
 @pytest.mark.parametrize(
     "settings, buckets",
     [
-        ({"dataset_size": 15_000_000}, 1),  # ST+MJ's size: one bucket plans ~3x faster than two
+        ({"dataset_size": 15_000_000}, 1),  # ST+MJ's size: it plans faster in one bucket than in two
         ({"dataset_size": 16_777_216}, 1),  # ONE_BUCKET_ROWS
         ({"dataset_size": 16_777_217}, 3),  # past it: one bucket per 8,388,608 samples
         ({"dataset_size": 200_000_000}, 24),
