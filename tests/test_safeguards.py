@@ -539,3 +539,28 @@ def test_with_nothing_kept_and_nothing_to_fill_the_guard_keeps_one_row_as_over_b
     ctx = PlanContext(epoch=3, epochs=10, seed=4, n=200, n_ref=200)
     summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear, safeguards=sg)
     assert_same(whole, rows, summary, 200)
+
+
+@pytest.mark.parametrize(
+    "stray", [None, (5, -0.0), ((1 << 20) + 3, 0.5), (2_100_000 - 1, 1e-45)], ids=["clean", "neg-zero", "half", "tiny"]
+)
+def test_finalize_gives_every_row_not_kept_weight_plus_zero_across_blocks(stray):
+    """A policy may leave a weight on a row it does not keep (-0.0, 0.5, the smallest
+    subnormal), in any block of 2^20 rows: finalize zeroes it, and only it; clean weights are
+    kept as they are, in the same array."""
+    n = 2_100_000
+    rng = np.random.default_rng(4)
+    keep = rng.random(n) < 0.5
+    weight = keep.astype(np.float32)
+    keep[[5, (1 << 20) + 3, n - 1]] = False
+    weight[[5, (1 << 20) + 3, n - 1]] = 0.0
+    if stray is not None:
+        weight[stray[0]] = np.float32(stray[1])
+    want = np.where(keep, weight, np.float32(0.0))
+    inp = PolicyInput.from_losses(np.arange(n, dtype=np.uint64), np.ones(n, np.float32), epoch=1, epochs=3, seed=0)
+    result = PolicyResult(keep, weight, np.zeros(n, np.int8), {})
+    finalize(result, inp, "seta", {})
+    assert result.weight.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    assert (result.weight is weight) == (stray is None)
+    if stray is not None:
+        assert weight[stray[0]] == np.float32(stray[1])  # the policy's own array is left as it was

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from ..ids import mix64, mix64_array
-from .base import PolicyInput, PolicyResult, PolicySpec, RunSetting, reason_code
+from .base import PolicyInput, PolicyResult, PolicySpec, RunSetting, reason_code, reason_codes
 from .random_draws import (
     STREAM_ES_BATCH,
     STREAM_ESWP,
@@ -146,7 +146,7 @@ def _rows(inp: PolicyInput, seen: np.ndarray, score: np.ndarray, drawn: np.ndarr
         reason = np.full(n, reason_code("all"), dtype=np.int8)
     else:
         keep = drawn | ~seen
-        reason = np.where(drawn, reason_code("drawn"), reason_code("not_drawn")).astype(np.int8)
+        reason = reason_codes(drawn, "drawn", "not_drawn")
         reason[~seen] = reason_code("unseen")
     return PolicyResult(keep, keep.astype(np.float32), reason, {}, score=score)
 

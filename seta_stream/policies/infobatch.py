@@ -17,7 +17,7 @@ import numpy as np
 
 from .._exact import ExactSums
 from ..errors import InvalidInputError
-from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
+from .base import PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
 from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys_of
@@ -84,7 +84,7 @@ def _rows(inp: PolicyInput, p: InfoBatchParams, mu: float | None, drawn_of: Any,
     score, seen = _scores(inp, p)
     keep = np.ones(inp.n, dtype=bool)
     weight = np.ones(inp.n, dtype=np.float32)
-    reason = np.where(seen, reason_code("above_mean"), reason_code("unseen")).astype(np.int8)
+    reason = reason_codes(seen, "above_mean", "unseen")
     if mu is None:
         return PolicyResult(keep, weight, reason, {})
     below = seen & (score < mu)  # strict: samples equal to the mean are not candidates

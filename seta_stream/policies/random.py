@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidInputError
-from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
 from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Steps, smallest, uniform_keys_of
@@ -81,7 +81,7 @@ def _anneal(n: int) -> PolicyResult:
 
 
 def _rows(keep: np.ndarray, f: float, stream: int, epoch: int, phase: str) -> PolicyResult:
-    reason = np.where(keep, reason_code("kept"), reason_code("dropped")).astype(np.int8)
+    reason = reason_codes(keep, "kept", "dropped")
     return PolicyResult(
         keep=keep,
         weight=keep.astype(np.float32),

@@ -38,7 +38,7 @@ import numpy as np
 
 from .._kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
 from ..errors import InvalidInputError
-from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
 from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import (
     STREAM_ANNEAL,
@@ -215,7 +215,7 @@ def _seta(inp: PolicyInput, p: SetaParams) -> PolicyResult:
         in_window &= c < s + w
     else:
         in_window = _budget_band(vals, inp.uid if all_seen else inp.uid[idx], km.counts, s, w, p.order, budget - n_Ru)
-    code = np.where(in_window, np.int8(reason_code("window")), np.int8(reason_code("outside_window")))
+    code = reason_codes(in_window, "window", "outside_window")
     if all_seen:
         keep = in_window
         reason = code
@@ -313,7 +313,7 @@ def _seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
 
         def anneal_rows(inp: PolicyInput) -> PolicyResult:
             keep = anneal.mask(*u_keys(STREAM_ANNEAL)(inp))
-            reason = np.where(keep, reason_code("anneal"), reason_code("anneal_dropped")).astype(np.int8)
+            reason = reason_codes(keep, "anneal", "anneal_dropped")
             return _result(keep, reason, {}, None, AbsentRule())
 
         summary = {"P": P, "phase": "anneal", "n_downsampled": min(m, n), "s": "all", "w": None, "k_eff": None}
@@ -414,7 +414,7 @@ def _seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
         reason = np.full(inp.n, reason_code("downsampled_out"), dtype=np.int8)
         reason[Ru] = reason_code("unseen")
         keep[idx] = in_window
-        reason[idx] = np.where(in_window, np.int8(reason_code("window")), np.int8(reason_code("outside_window")))
+        reason[idx] = reason_codes(in_window, "window", "outside_window")
         if unseen_cut is not None:
             dropped = Ru & ~unseen_cut.mask(*unseen_keys(inp))
             keep[dropped] = False
