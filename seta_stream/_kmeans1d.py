@@ -154,8 +154,10 @@ def _dp(c: np.ndarray, s: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray
         D_cur = np.full(B, np.inf)
         opt = np.zeros(B, dtype=np.int64)
         before = np.concatenate([[np.inf], D_prev[:-1]])  # before[a] = D[j-1][a-1]
-        # intervals of i with candidate ranges of a
-        ilo = np.array([j], dtype=np.int64)
+        # intervals of i with candidate ranges of a; the last layer is read at i = B-1 alone
+        # (the split's last run and the SSE): one level, its candidates the whole range, the
+        # same minimum and leftmost a as the recursion finds there (1/k of the DP's time less)
+        ilo = np.array([j if j < k - 1 else B - 1], dtype=np.int64)
         ihi = np.array([B - 1], dtype=np.int64)
         alo = np.array([j], dtype=np.int64)
         ahi = np.array([B - 1], dtype=np.int64)

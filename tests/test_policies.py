@@ -218,9 +218,11 @@ def test_parameters_out_of_range_are_rejected(policy, params, message):
         run_policy(policy, lognormal_input(n=10), **params)
 
 
-def test_summary_counts_are_exact_across_blocks(monkeypatch):
+@pytest.mark.parametrize("few", [False, True], ids=["every-reason", "two-reasons"])
+def test_summary_counts_are_exact_across_blocks(monkeypatch, few):
     """The reason counts are made block by block and the weight histogram from the kept
-    weights other than 1.0: both equal plain counts, here over 286 blocks of 7 rows."""
+    weights other than 1.0: both equal plain counts, here over 286 blocks of 7 rows, with
+    every reason (blocks counted by np.bincount or code by code) or two (code by code)."""
     import seta_stream.policies as policies
     from seta_stream.policies import REASONS, summarize
 
@@ -232,6 +234,8 @@ def test_summary_counts_are_exact_across_blocks(monkeypatch):
     weight = np.where(keep, rng.choice(np.array([1.0, 2.0, 0.5], np.float32), n), np.float32(0.0))
     weight[~keep & (rng.random(n) < 0.5)] = 3.0  # not kept: not counted, whatever the weight
     reason = rng.integers(0, len(REASONS), n).astype(np.int8)
+    if few:
+        reason = np.where(keep, reason_code("window"), reason_code("outside_window")).astype(np.int8)
     result = PolicyResult(keep, weight, reason, {}, None)
     summarize(result, inp, "test", {}, False)
     s = result.summary

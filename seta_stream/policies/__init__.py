@@ -142,13 +142,12 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _weight_histogram(weight: np.ndarray, keep: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct weights of the ``kept`` kept samples and their counts, ascending. Nearly every
-    kept weight is 1.0, so only the others are gathered and sorted (a full np.unique sorts N
-    values, and gathering every kept weight copies up to 4 bytes a sample)."""
-    other = np.asarray(weight) != np.float32(1.0)
-    other &= keep
-    values, counts = np.unique(weight[other], return_counts=True)
+def _weight_histogram(others: list[np.ndarray], kept: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct weights of the ``kept`` kept samples and their counts, ascending, from the kept
+    weights other than 1.0 (``others``, gathered block by block). Nearly every kept weight is
+    1.0, so only the others are sorted (a full np.unique sorts N values, and gathering every
+    kept weight copies up to 4 bytes a sample)."""
+    values, counts = np.unique(np.concatenate(others) if others else np.empty(0, np.float32), return_counts=True)
     ones = kept - int(counts.sum())
     if ones:
         at = int(np.searchsorted(values, np.float32(1.0)))
@@ -157,16 +156,17 @@ def _weight_histogram(weight: np.ndarray, keep: np.ndarray, kept: int) -> tuple[
     return values, counts
 
 
-def _reason_counts(reason: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Rows and kept rows per reason code in one count: bincount of 2 * reason + keep, block by
-    block (np.bincount converts its input to 8-byte integers: 120 MB at 15M rows at once)."""
-    both = np.zeros(2 * len(REASONS), dtype=np.int64)
-    r = np.asarray(reason, dtype=np.int8).view(np.uint8)
-    for lo in range(0, len(r), _COUNT_BLOCK_ROWS):
-        code = r[lo : lo + _COUNT_BLOCK_ROWS] * np.uint8(2)
-        code += keep[lo : lo + _COUNT_BLOCK_ROWS]
-        both += np.bincount(code, minlength=len(both))
-    return both
+def _count_codes(codes: np.ndarray, into: np.ndarray, scratch: np.ndarray) -> None:
+    """Add each uint8 code's occurrences in ``codes`` to ``into`` (``scratch``: a bool buffer
+    as long). A block holds few codes (a policy gives two to four reasons): one comparison pass
+    per code between the block's smallest and largest, 0.007 s at 15M rows against 0.025 s for
+    np.bincount, which widens every code to 8 bytes; np.bincount past 8 codes."""
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo >= 8:
+        into[: hi + 1] += np.bincount(codes, minlength=hi + 1)
+        return
+    for v in range(lo, hi + 1):
+        into[v] += np.count_nonzero(np.equal(codes, v, out=scratch))
 
 
 def finalize(
@@ -272,17 +272,38 @@ class SummaryCounts:
 
 def summary_counts(result: PolicyResult, inp: PolicyInput) -> SummaryCounts:
     """The :class:`SummaryCounts` of ``inp``'s rows (reads ``result`` and ``inp`` only)."""
-    kept = int(np.count_nonzero(result.keep))
-    seen = inp.seen > 0
-    n_seen = int(np.count_nonzero(seen))
-    seen &= np.isfinite(inp.last_loss)
-    n_seen_finite = int(np.count_nonzero(seen))
-    del seen
-    values, counts = _weight_histogram(result.weight, result.keep, kept)
+    keep = np.asarray(result.keep, dtype=bool)
+    weight = np.asarray(result.weight)
+    reason = np.asarray(result.reason, dtype=np.int8).view(np.uint8)
+    seen, last = np.asarray(inp.seen), np.asarray(inp.last_loss)
+    n = len(keep)
+    # block by block, in reused buffers: no row-sized temporaries (each would be fresh memory,
+    # which this VM pays for page by page, on the path to the published plan)
+    size = min(n, _COUNT_BLOCK_ROWS)
+    mask, other, code = np.empty(size, dtype=bool), np.empty(size, dtype=bool), np.empty(size, dtype=np.uint8)
+    kept = n_seen = n_seen_finite = 0
+    others: list[np.ndarray] = []
+    reasons = np.zeros(2 * len(REASONS), dtype=np.int64)
+    for lo in range(0, n, _COUNT_BLOCK_ROWS):
+        hi = min(n, lo + _COUNT_BLOCK_ROWS)
+        k, m, o, c = keep[lo:hi], mask[: hi - lo], other[: hi - lo], code[: hi - lo]
+        kept += int(np.count_nonzero(k))
+        np.greater(seen[lo:hi], 0, out=m)
+        n_seen += int(np.count_nonzero(m))
+        np.isfinite(last[lo:hi], out=o)
+        m &= o
+        n_seen_finite += int(np.count_nonzero(m))
+        np.not_equal(weight[lo:hi], np.float32(1.0), out=o)
+        o &= k
+        if o.any():
+            others.append(weight[lo:hi][o])
+        # rows and kept rows per reason code in one count of 2 * reason + keep
+        np.multiply(reason[lo:hi], np.uint8(2), out=c)
+        c += k.view(np.uint8)
+        _count_codes(c, reasons, o)
+    values, counts = _weight_histogram(others, kept)
     weights = {float(v): int(c) for v, c in zip(values, counts)}
-    return SummaryCounts(
-        inp.n, kept, n_seen, n_seen_finite, weights, _reason_counts(result.reason, result.keep), result.capped
-    )
+    return SummaryCounts(inp.n, kept, n_seen, n_seen_finite, weights, reasons, result.capped)
 
 
 def summary_of(
