@@ -86,7 +86,8 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
     cand = np.zeros(n, bool)
     x = np.full(n, np.nan)
     for i in range(n):
-        mean = np.float32(cols["loss_mean"][i]) if np.isfinite(cols["loss_mean"][i]) else np.float32(np.nan)
+        with np.errstate(over="ignore"):  # a mean beyond float32's range: inf, not a candidate
+            mean = np.float32(cols["loss_mean"][i]) if np.isfinite(cols["loss_mean"][i]) else np.float32(np.nan)
         if cols["seen"][i] > 0 and np.isfinite(cols["last_loss"][i]) and cols["loss_count"][i] >= warmup:
             if np.isfinite(mean):
                 cand[i], x[i] = True, float(np.float32(on(float(mean))))

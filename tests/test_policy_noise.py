@@ -109,7 +109,16 @@ def test_two_modes_suspect_the_upper_mode_by_mean_and_last_loss_and_recheck_the_
     assert s["noise_threshold"] == pytest.approx(t, rel=1e-7) and 1.39 < t < 8.0
 
 
-def test_an_independent_implementation_finds_the_same_suspects():
+@pytest.mark.parametrize(
+    "blocks, narrow", [(False, False), (True, False), (True, True)], ids=["whole", "blocks-of-7", "float32-mean"]
+)
+def test_an_independent_implementation_finds_the_same_suspects(monkeypatch, blocks, narrow):
+    """Also over blocks of 7 rows, and with the mean read as float32 (as the planner reads it
+    when the rule is its only reader), with means beyond float32's range (not candidates)."""
+    import seta_stream.policies.noise as noise
+
+    if blocks:
+        monkeypatch.setattr(noise, "_BLOCK", 7)
     rng = np.random.default_rng(5)
     n = 3000
     noisy = rng.random(n) < 0.25
@@ -117,8 +126,13 @@ def test_an_independent_implementation_finds_the_same_suspects():
     last = (mean + rng.normal(0, 0.8, n)).astype(np.float32)
     count = rng.integers(0, 5, n)
     mean[count == 0] = np.nan
+    mean[[10, 2000]] = 1e39  # float32(mean) is inf: not a candidate
+    count[[10, 2000]] = 4
     last[rng.random(n) < 0.02] = np.nan  # a non-finite last record: not a candidate
     cols = columns(mean, last, count, seen=count + 1)
+    if narrow:
+        with np.errstate(over="ignore"):
+            cols["loss_mean"] = cols["loss_mean"].astype(np.float32)
     for name, params in [("full", {}), ("seta", dict(r=0.1, k=5, alpha=0.6)), ("infobatch", {}), ("random", {})]:
         res = plan(name, cols, noise=True, noise_warmup=2, **params)
         cand, suspect, fit = noise_suspects(cols, 2)

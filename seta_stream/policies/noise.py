@@ -166,6 +166,8 @@ class NoiseFit:
             return np.zeros(inp.n, dtype=bool)
         cand, x = candidate_scores(inp, warmup, self.scale) if scores is None else scores
         last = np.asarray(inp.last_loss)
+        if self.scale == "loss" and inp.loss_mean is not None:
+            return _both_above(cand, np.asarray(inp.loss_mean), last, t)
         out = np.zeros(inp.n, dtype=bool)
         k = 0
         for lo in range(0, inp.n, _BLOCK):  # small temporaries: no float64 copy of every score
@@ -196,6 +198,34 @@ class NoiseFit:
             if m is None
             else {"weight": list(m.weight), "mean": list(m.mean), "sd": list(m.sd), "iterations": m.iterations},
         }
+
+
+def _both_above(cand: np.ndarray, mean: np.ndarray, last: np.ndarray, t: float) -> np.ndarray:
+    """Bool mask of the rows of ``cand`` whose float32(``mean``) and ``last`` are both above
+    ``t``, compared in float64 (the suspects on the loss scale, §12.4).
+
+    Row by row in reused block buffers, without gathering the candidates' values or assigning
+    through a mask: at 15M rows 0.05 s against 0.13 s, on the path to a published plan."""
+    n = len(cand)
+    out = np.empty(n, dtype=bool)
+    size = min(n, _BLOCK)
+    wide, above = np.empty(size, dtype=np.float64), np.empty(size, dtype=bool)
+    narrow = None if mean.dtype == np.float32 else np.empty(size, dtype=np.float32)
+    for lo in range(0, n, _BLOCK):
+        hi = min(n, lo + _BLOCK)
+        o, w, a = out[lo:hi], wide[: hi - lo], above[: hi - lo]
+        if narrow is None:
+            np.copyto(w, mean[lo:hi])  # float32 to float64: exact
+        else:
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, not a candidate
+                np.copyto(narrow[: hi - lo], mean[lo:hi], casting="same_kind")
+            np.copyto(w, narrow[: hi - lo])
+        np.greater(w, t, out=o)
+        np.copyto(w, last[lo:hi])
+        np.greater(w, t, out=a)
+        o &= a
+        o &= cand[lo:hi]
+    return out
 
 
 def noise_fit(inp: PolicyInput, warmup: int, scale: str = "loss") -> NoiseFit:
