@@ -29,6 +29,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,26 +330,25 @@ def _read_file_numeric(
         with run.open(rel) as fh:
             remote = pq.ParquetFile(fh)
             _check_rows(run, rel, remote, out)
-            _read_numeric(remote, columns, range(remote.num_row_groups), out)
+            _read_numeric(remote, columns, range(remote.num_row_groups), out, lambda: contextlib.nullcontext(remote))
         return
-    pf = pq.ParquetFile(local, memory_map=True)
-    _check_rows(run, rel, pf, out)
-    groups = pf.metadata.num_row_groups
+    with contextlib.closing(pq.ParquetFile(local, memory_map=True)) as pf:
+        _check_rows(run, rel, pf, out)
 
-    def mapped() -> pq.ParquetFile:
+    def mapped() -> contextlib.closing[pq.ParquetFile]:
         # a mapping a row group: the file's pages it touched leave the process's RSS when it
         # is closed, instead of staying mapped until the whole file is read (at 15M rows, the
         # noise rule's 280 MB of table pages on top of the arrays they are read into)
-        return pq.ParquetFile(local, memory_map=True, metadata=pf.metadata)
+        return contextlib.closing(pq.ParquetFile(local, memory_map=True, metadata=pf.metadata))
 
-    pf.close()
+    groups = pf.metadata.num_row_groups
     if groups < 4:
-        _read_numeric(None, columns, range(groups), out, mapped)
+        _read_numeric(pf, columns, range(groups), out, mapped)
         return
     # two halves of the row groups on two threads (decoding and copying release the GIL)
     with ThreadPoolExecutor(2) as pool:
         halves = (range(0, groups // 2), range(groups // 2, groups))
-        list(pool.map(lambda h: _read_numeric(None, columns, h, out, mapped), halves))
+        list(pool.map(lambda h: _read_numeric(pf, columns, h, out, mapped), halves))
 
 
 def _check_rows(run: RunDir, rel: str, pf: pq.ParquetFile, out: dict[str, np.ndarray]) -> None:
@@ -363,21 +363,17 @@ def _check_rows(run: RunDir, rel: str, pf: pq.ParquetFile, out: dict[str, np.nda
 
 
 def _read_numeric(
-    pf: pq.ParquetFile | None,
+    pf: pq.ParquetFile,
     columns: list[str],
     groups: range,
     out: dict[str, np.ndarray],
-    opener: Callable[[], pq.ParquetFile] | None = None,
+    open_file: Callable[[], AbstractContextManager[pq.ParquetFile]],
 ) -> None:
-    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets); a history
-    column the file lacks (written before it existed) is filled (:func:`absent_column`).
-    ``opener``: each row group is read through a file it opens, closed after that group."""
-    if pf is None:
-        assert opener is not None
-        with contextlib.closing(opener()) as first:
-            meta, names = first.metadata, set(first.schema_arrow.names)
-    else:
-        meta, names = pf.metadata, set(pf.schema_arrow.names)
+    """Row groups ``groups`` of ``columns`` into ``out`` (at their row offsets), each read
+    through the file ``open_file()`` gives for it (``pf``: the file's metadata and schema); a
+    history column the file lacks (written before it existed) is filled (:func:`absent_column`)."""
+    meta = pf.metadata
+    names = set(pf.schema_arrow.names)
     present = [c for c in columns if c in names]
     for name in columns:
         if name not in names:
@@ -389,16 +385,12 @@ def _read_numeric(
     o = sum(meta.row_group(i).num_rows for i in range(groups.start))
     for i in groups:
         if present:
-            f = pf if opener is None else opener()
-            try:
+            with open_file() as f:
                 group = f.read_row_group(i, columns=present, use_threads=False)
                 for name in present:
                     with np.errstate(over="ignore"):  # a value beyond a narrower dtype (dtypes) becomes inf
                         copy_column_into(out[name][o:], group.column(name))
                 del group
-            finally:
-                if opener is not None:
-                    f.close()
         o += meta.row_group(i).num_rows
 
 

@@ -164,20 +164,8 @@ class NoiseFit:
         t = self.threshold
         if t is None:
             return np.zeros(inp.n, dtype=bool)
-        cand, x = candidate_scores(inp, warmup, self.scale) if scores is None else scores
-        last = np.asarray(inp.last_loss)
-        if self.scale == "loss" and inp.loss_mean is not None:
-            return _both_above(cand, np.asarray(inp.loss_mean), last, t)
-        out = np.zeros(inp.n, dtype=bool)
-        k = 0
-        for lo in range(0, inp.n, _BLOCK):  # small temporaries: no float64 copy of every score
-            c = cand[lo : lo + _BLOCK]
-            m = int(np.count_nonzero(c))
-            above = x[k : k + m].astype(np.float64) > t
-            above &= on_scale(last[lo : lo + _BLOCK][c], self.scale) > t
-            out[lo : lo + _BLOCK][c] = above
-            k += m
-        return out
+        cand = (candidate_scores(inp, warmup, self.scale) if scores is None else scores)[0]
+        return _both_above(cand, np.asarray(inp.loss_mean), np.asarray(inp.last_loss), t, self.scale)
 
     def summary(self, suspected: int, rechecked: int) -> dict[str, Any]:
         m = self.mixture
@@ -200,31 +188,36 @@ class NoiseFit:
         }
 
 
-def _both_above(cand: np.ndarray, mean: np.ndarray, last: np.ndarray, t: float) -> np.ndarray:
-    """Bool mask of the rows of ``cand`` whose float32(``mean``) and ``last`` are both above
-    ``t``, compared in float64 (the suspects on the loss scale, §12.4).
+def _both_above(cand: np.ndarray, mean: np.ndarray, last: np.ndarray, t: float, scale: str) -> np.ndarray:
+    """Bool mask of the rows of ``cand`` whose score and last loss are both above ``t`` on the
+    rule's scale, compared in float64 (the suspects, §12.4): the score float32(``mean``), on the
+    log1p scale float32(log1p(float64(float32(``mean``)))) (as :func:`candidate_scores` makes
+    it), the last loss float64(``last``), on the log1p scale log1p of it.
 
     Row by row in reused block buffers, without gathering the candidates' values or assigning
     through a mask: at 15M rows 0.05 s against 0.13 s, on the path to a published plan."""
     n = len(cand)
     out = np.empty(n, dtype=bool)
     size = min(n, _BLOCK)
-    wide, above = np.empty(size, dtype=np.float64), np.empty(size, dtype=bool)
-    narrow = None if mean.dtype == np.float32 else np.empty(size, dtype=np.float32)
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
-        o, w, a = out[lo:hi], wide[: hi - lo], above[: hi - lo]
-        if narrow is None:
-            np.copyto(w, mean[lo:hi])  # float32 to float64: exact
-        else:
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, not a candidate
-                np.copyto(narrow[: hi - lo], mean[lo:hi], casting="same_kind")
-            np.copyto(w, narrow[: hi - lo])
-        np.greater(w, t, out=o)
-        np.copyto(w, last[lo:hi])
-        np.greater(w, t, out=a)
-        o &= a
-        o &= cand[lo:hi]
+    wide, narrow, above = np.empty(size, np.float64), np.empty(size, np.float32), np.empty(size, bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # beyond float32's range: inf, not a candidate; below -1: no log1p, not a candidate
+        for lo in range(0, n, _BLOCK):
+            hi = min(n, lo + _BLOCK)
+            o, w, f, a = out[lo:hi], wide[: hi - lo], narrow[: hi - lo], above[: hi - lo]
+            np.copyto(f, mean[lo:hi], casting="same_kind")  # float32(mean), rounded to nearest
+            np.copyto(w, f)
+            if scale != "loss":
+                np.log1p(w, out=w)
+                np.copyto(f, w, casting="same_kind")
+                np.copyto(w, f)
+            np.greater(w, t, out=o)
+            np.copyto(w, last[lo:hi])
+            if scale != "loss":
+                np.log1p(w, out=w)
+            np.greater(w, t, out=a)
+            o &= a
+            o &= cand[lo:hi]
     return out
 
 
