@@ -52,10 +52,15 @@ def run_steps(steps: Generator[Step, Any, Any], inputs: Callable[[int], Any], bu
         step = next(steps)
         while True:
             apply = _Apply(step.map, inputs)
-            pieces = (
-                list(engine.map(apply, range(buckets))) if engine is not None else [apply(b) for b in range(buckets)]
-            )
-            step = steps.send(step.reduce(pieces))
+            results = engine.map(apply, range(buckets)) if engine is not None else (apply(b) for b in range(buckets))
+            if step.streamed:  # one bucket's result at a time: reduced as it arrives, then dropped
+                value = None
+                for piece in results:
+                    value = step.reduce([piece])
+                    del piece
+                step = steps.send(value)
+            else:
+                step = steps.send(step.reduce(list(results)))
     except StopIteration as stop:
         return stop.value
 

@@ -71,3 +71,34 @@ def test_order_statistics_equal_sorting(n, seed, buckets, double):
     parts = split(n, buckets, rng)
     got = run_steps(order_statistics(lambda idx: values[idx], ranks, n, values.dtype), lambda b: parts[b], buckets)
     assert got.dtype == values.dtype and np.array_equal(got, np.sort(values)[ranks] + values.dtype.type(0.0))
+
+
+def _logged_steps(events: list[tuple], streamed: bool):
+    def reduce(pieces):
+        events.append(("reduce", list(pieces)))
+        return sum(pieces)
+
+    def mapped(inp):
+        events.append(("map", inp))
+        return inp * 10
+
+    first = yield steps.Step(mapped, reduce, streamed=streamed)
+    second = yield steps.Step(mapped, reduce)
+    return first, second
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_streamed_step_reduces_each_bucket_before_the_next_is_mapped(streamed):
+    """A streamed step's reduce gets one bucket's result at a time, in bucket order, before the
+    next bucket is mapped (the caller never holds two buckets' results); the round's value is the
+    last call's. A plain step's reduce gets every result at once."""
+    events: list[tuple] = []
+    result = run_steps(_logged_steps(events, streamed), lambda b: b + 1, 3)
+    rest = [("map", 1), ("map", 2), ("map", 3), ("reduce", [10, 20, 30])]
+    if streamed:
+        one_by_one = [("map", 1), ("reduce", [10]), ("map", 2), ("reduce", [20]), ("map", 3), ("reduce", [30])]
+        assert events == one_by_one + rest
+        assert result == (30, 60)
+    else:
+        assert events == rest + rest
+        assert result == (60, 60)
