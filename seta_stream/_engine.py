@@ -16,12 +16,14 @@ driver holds one bucket's result at a time).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "get_engine"]
+__all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "ThreadEngine", "get_engine"]
 
 ENGINES = ("local", "ray")
 
@@ -41,6 +43,44 @@ class Engine:
 
 
 LocalEngine = Engine
+
+
+class ThreadEngine(Engine):
+    """The local engine on ``workers`` threads of this process: ``fn`` runs on up to ``workers``
+    items at once, and an item is started only once the caller is done with all but
+    ``workers - 1`` of the results before it, so at most ``workers`` results (the one the
+    caller holds and the ones being made) are alive at a time, as with one bucket at a time
+    and ``workers`` = 1. Results come in the items' order.
+
+    Why: a partitioned plan's passes are NumPy kernels, Parquet decoding and file writes that
+    release the GIL; one bucket at a time left the other core idle for most of a plan
+    (docs/benchmarks.md, "Web scale")."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, int(workers))
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        if self.workers == 1:
+            yield from (fn(item) for item in items)
+            return
+        todo = iter(items)
+        pending: deque[Future[Any]] = deque()
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="seta-stream-bucket") as pool:
+            try:
+                for item in todo:
+                    pending.append(pool.submit(fn, item))
+                    if len(pending) == self.workers:
+                        break
+                while pending:
+                    result = pending.popleft().result()
+                    yield result
+                    del result
+                    for item in todo:  # the next item, once the caller is done with this result
+                        pending.append(pool.submit(fn, item))
+                        break
+            finally:  # an error or a caller that stops: nothing more starts, the running ones finish
+                for future in pending:
+                    future.cancel()
 
 
 def _call(fn: Callable[[Any], Any], item: Any) -> Any:

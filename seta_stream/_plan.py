@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from . import _state as run_state
 from ._arrays import column_to_numpy, group_order
-from ._engine import Engine, get_engine
+from ._engine import Engine, ThreadEngine, get_engine
 from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir, plan_file
 from ._plans import (
@@ -636,6 +636,12 @@ def _complete(
 
 
 # ---------------------------------------------------------------------------------- buckets
+#: Buckets a local partitioned plan works on at once (each pass, and the rows pass that writes
+#: the plan files). Two use both cores of a small machine; each bucket in flight adds its pass's
+#: transient arrays (a few bytes a row of one bucket) to the peak, so the count stays fixed
+#: rather than growing with the machine's cores.
+_BUCKET_THREADS = 2
+
 #: Bytes of bucket inputs a partitioned plan keeps between its passes (buckets past it are
 #: read again from their files at each pass); what the steps derive from a kept bucket
 #: (``PolicyInput.memo``, up to about 0.7 of it) comes on top.
@@ -683,6 +689,7 @@ class _Buckets:
         self._cache: dict[int, dict[str, np.ndarray]] = {}
         self._memo: dict[int, dict[str, Any]] = {}
         self._cached = 0
+        self._lock = threading.Lock()  # buckets are read on several threads (ThreadEngine)
         #: buckets past the cache: their input columns as .npy files in a scratch folder
         #: (TMPDIR), memory-mapped by later passes: 3-4x cheaper than decoding Parquet again
         self._spill: Any = tempfile.TemporaryDirectory(prefix="seta-stream-plan-")
@@ -698,7 +705,12 @@ class _Buckets:
             "_spill": None,
             "_spilled": {},
             "_rows_ids": {},
+            "_lock": None,
         }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         if self._spill is not None:
@@ -725,14 +737,21 @@ class _Buckets:
         else:
             cols = read_bucket_numeric(self.run, self.files[b], self.columns)
         size = sum(a.nbytes for a in cols.values())
-        if self._cached + size <= _INPUT_CACHE_BYTES:
-            self._cache[b] = cols
+        with self._lock:
+            cache = self._cached + size <= _INPUT_CACHE_BYTES
+            if cache:
+                self._cached += size
+        if cache:
             self._memo[b] = {}
-            self._cached += size
+            self._cache[b] = cols
         elif self._spill is not None:  # later passes map the arrays instead of decoding Parquet
             self._spilled[b] = self._spill_arrays(b, cols)
             self._memo[b] = _SpilledMemo(os.path.join(self._spill.name, f"b{b:05d}-memo"))
         return cols
+
+    def count_rows(self, b: int) -> int:
+        """Bucket b's number of rows (its input read, and kept or spilled for the passes)."""
+        return len(self.numeric(b)["uid"])
 
     def _spill_arrays(self, b: int, cols: dict[str, np.ndarray]) -> dict[str, str]:
         paths = {}
@@ -850,7 +869,8 @@ def _plan_buckets(
         pop = _split_population(population, manifest.get("shard_locations") or {}, run)
     declared = sorted(set(spec.columns(params)) | {"uid"})
     buckets = _Buckets(run, manifest, declared, pop, spec.table_columns(params))
-    n = sum(len(buckets.numeric(b)["uid"]) for b in range(buckets.count))
+    local = ThreadEngine(min(_BUCKET_THREADS, os.cpu_count() or 1)) if engine.name == "local" else None
+    n = sum((local or Engine()).map(buckets.count_rows, range(buckets.count)))
     ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
     buckets.context = ctx
     files = BucketPlanFiles(run, epoch)
@@ -864,7 +884,7 @@ def _plan_buckets(
             buckets.count,
             _WriteBucket(buckets, files),
             files.restart,
-            None if engine.name == "local" else engine,
+            local or engine,
             lambda b, has_score: scored.add(has_score),
             buckets.rows_input,
             done[1],
