@@ -1,15 +1,18 @@
 """Planning only, on the runs bench_scale.py kept (--keep; made here when missing): a SeTa plan
 of epoch 1, the same with ``noise=True``, and a dynamic random plan, each in a fresh process
 (wall time, peak RSS), beside the floor (read the losses, sort them) measured in the same run.
-Time per sample against the smallest N tells whether planning stays flat with N.
+Time per sample against the smallest N tells whether planning stays flat with N. With
+``--repeat R`` each plan and the floor are measured R times, round by round (each round plans
+every step once), and the median is reported with the fastest and slowest.
 
-    python benchmarks/bench_scale_plan.py --n 15000000 200000000
+    python benchmarks/bench_scale_plan.py --n 15000000 200000000 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 from common import OUT, Result, measure
 
@@ -28,6 +31,7 @@ PLANS = {
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=[15_000_000])
+    p.add_argument("--repeat", type=int, default=1, help="rounds at each N (the median is reported)")
     p.add_argument("--result", default=None, help="result file name (default scale-plan-N1-N2...)")
     args = p.parse_args()
     from bench_scale import floor, one_size
@@ -39,15 +43,22 @@ def main() -> None:
         if not (run / "table/manifest.json").exists():
             one_size(n, keep=True, buckets=None)
         setup = f"from seta_stream import plan_epoch\nrun = {str(run)!r}"
-        m = {k: measure(code, setup) for k, code in PLANS.items()}
-        floors[n] = floor(run)
-        print(json.dumps({"n": n, **m, "floor": floors[n]}), flush=True)
-        for step, r in [*m.items(), ("floor", floors[n])]:
+        runs: dict[str, list[dict]] = {k: [] for k in [*PLANS, "floor"]}
+        for _ in range(args.repeat):
+            for k, code in PLANS.items():
+                runs[k].append(measure(code, setup))
+            runs["floor"].append(floor(run))
+            print(json.dumps({"n": n, **{k: v[-1] for k, v in runs.items()}}), flush=True)
+        m = {k: _median(v) for k, v in runs.items()}
+        floors[n] = m["floor"]
+        for step, r in m.items():
             rows.append(
                 {
                     "n": n,
                     "step": step,
                     "wall_s": r["wall_s"],
+                    "fastest_s": r["fastest_s"],
+                    "slowest_s": r["slowest_s"],
                     "ns_per_sample": r["wall_s"] / n * 1e9,
                     "over_floor": r["wall_s"] / floors[n]["wall_s"],
                     "peak_rss_mb": r["peak_rss_mb"],
@@ -68,7 +79,8 @@ def main() -> None:
                 )
     res.write(
         baseline={
-            "what": "floor at each N: read the table's losses and np.sort them, fresh process (rows 'floor')",
+            "what": "floor at each N: read the table's losses and np.sort them, fresh process (rows 'floor'; "
+            "the median of the rounds, as every step's)",
             **{f"wall_s_at_{n}": f["wall_s"] for n, f in floors.items()},
         },
         rows=rows,
@@ -76,6 +88,17 @@ def main() -> None:
         notes=notes,
         params=vars(args),
     )
+
+
+def _median(results: list[dict]) -> dict:
+    """The median wall time of ``results`` with the fastest and slowest, and the highest peak RSS."""
+    walls = [r["wall_s"] for r in results]
+    return {
+        "wall_s": statistics.median(walls),
+        "fastest_s": min(walls),
+        "slowest_s": max(walls),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+    }
 
 
 if __name__ == "__main__":

@@ -749,6 +749,22 @@ class _Buckets:
             self._memo[b] = _SpilledMemo(os.path.join(self._spill.name, f"b{b:05d}-memo"))
         return cols
 
+    def release(self, b: int) -> None:
+        """Forget bucket b's input and what the steps derived from it (its spilled files are
+        removed), once its plan rows are written: the rows pass holds less memory and the
+        scratch folder is emptied bucket by bucket instead of all at the end (about 3 s at 200M
+        samples, on this process's last step). A bucket asked for again (the empty-plan guard
+        writes every bucket again) is read again from its file."""
+        cols = self._cache.pop(b, None)
+        if cols is not None:
+            with self._lock:
+                self._cached -= sum(a.nbytes for a in cols.values())
+        memo = self._memo.pop(b, None)
+        if isinstance(memo, _SpilledMemo):
+            memo.remove()
+        for path in (self._spilled.pop(b, None) or {}).values():
+            os.unlink(path)
+
     def count_rows(self, b: int) -> int:
         """Bucket b's number of rows (its input read, and kept or spilled for the passes)."""
         return len(self.numeric(b)["uid"])
@@ -806,6 +822,13 @@ class _SpilledMemo(dict):  # type: ignore[type-arg]
         super().__init__()
         self.prefix = prefix
         self._files = 0
+
+    def remove(self) -> None:
+        """Remove the files saved so far (the memo is not used again)."""
+        for i in range(self._files):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.prefix}-{i}.npy")
+        self.clear()
 
     def _save(self, value: Any) -> Any:
         if isinstance(value, np.ndarray):
@@ -908,6 +931,7 @@ class _WriteBucket:
 
     def __call__(self, b: int, inp: PolicyInput, result: Any) -> bool:
         has_score = self.files.write(b, self.buckets.identities(b), _plan_columns(inp, result))
+        self.buckets.release(b)
         fault("plan:bucket_written")
         return has_score
 

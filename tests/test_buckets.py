@@ -479,3 +479,37 @@ def test_a_bucket_file_whose_rows_differ_from_the_manifest_stops_the_plan(tmp_pa
         plan_epoch(run, 1, policy="seta", params=POLICIES["seta"], epochs=10, seed=3)
     assert str(err.value) == expected
     assert not (tmp_path / "run/plans/epoch=1/summary.json").exists()
+
+
+def _keep_none(inp, params):
+    dropped = np.full(inp.n, reason_code("dropped"), np.int8)
+    return PolicyResult(np.zeros(inp.n, bool), np.zeros(inp.n, np.float32), dropped, {"phase": "prune"})
+
+
+def _keep_none_steps(ctx, params):
+    return Decide(lambda inp: _keep_none(inp, params), {"phase": "prune"})
+    yield  # a generator with no step
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
+def test_a_partitioned_plan_keeping_nothing_writes_every_bucket_again_with_the_guard(runs, spilled, monkeypatch):
+    """A policy that keeps no row: the rows pass writes every bucket (each bucket's input and
+    spilled files released once its rows are written), finds nothing kept, and writes every
+    bucket again with the empty-plan guard, reading the buckets again: the one-bucket plan, and
+    no scratch file left behind."""
+    if spilled:
+        monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)
+    spec = PolicySpec("test_keep_none", _NoParams, _keep_none, "test policy", lambda p: {"uid"}, steps=_keep_none_steps)
+    monkeypatch.setitem(ALL_POLICIES, spec.name, spec)
+    scratch = Path(tempfile.mkdtemp())
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    plans, summaries = {}, {}
+    for buckets in (1, 3):
+        summaries[buckets] = plan_epoch(runs[buckets], 2, policy=spec.name, params={}, epochs=10, seed=3, force=True)
+        plans[buckets] = load_plan(runs[buckets], 2).sort_by("uid")
+    assert summaries[3].pop("stage") == {"buckets": 3, "score": False}
+    assert summaries[3] == summaries[1]
+    assert summaries[1]["kept"] == 1 and summaries[1]["kept_by_reason"] == {"empty_plan_guard": 1}
+    assert_bitwise_equal(plans[3].drop_columns(["shard", "reason"]), plans[1].drop_columns(["shard", "reason"]))
+    assert plans[3].column("reason").to_pylist() == plans[1].column("reason").to_pylist()
+    assert os.listdir(scratch) == []

@@ -309,16 +309,16 @@ def summary_counts(result: PolicyResult, inp: PolicyInput) -> SummaryCounts:
 def summary_of(
     counts: SummaryCounts,
     policy_summary: dict[str, Any],
-    inp: PolicyInput,
+    inp: PolicyInput | PlanContext,
     name: str,
     params: Any,
     guard: bool,
     absent_rule: AbsentRule,
     safeguards: Safeguards | None = None,
 ) -> dict[str, Any]:
-    """The plan summary from the counts of all rows and the policy's own fields (``inp`` gives
-    the epoch, epochs and seed), with the safeguards' fields and the plan's ``warnings``
-    (§0.10)."""
+    """The plan summary from the counts of all rows and the policy's own fields (``inp``, an
+    input or the plan's context, gives the epoch, epochs and seed), with the safeguards' fields
+    and the plan's ``warnings`` (§0.10)."""
     sg = safeguards or Safeguards()
     n, kept = counts.n, counts.kept
     kept_reasons = counts.reasons[1::2]
@@ -573,5 +573,4 @@ def plan_partitioned(
             break
         guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets, engine)
         restart()
-    first = inputs(0)
-    return summary_of(counts, decide.summary, first, spec.name, params, guard is not None, decide.absent_rule, sg)
+    return summary_of(counts, decide.summary, ctx, spec.name, params, guard is not None, decide.absent_rule, sg)
