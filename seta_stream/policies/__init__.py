@@ -532,8 +532,9 @@ def plan_partitioned(
     ``row_inputs(b)``, default ``inputs``: its input for the pass that decides its rows, with
     every column the plan files and the summary read) with the policy's steps.
     ``emit(b, inp, result)`` receives each bucket's rows where they are decided:
-    in this process, in bucket order, or with an ``engine`` in the task of bucket b (then
-    ``emit`` must be picklable, and it writes the rows wherever they go); ``received(b, value)``,
+    in this process, in bucket order, or with an ``engine`` where it runs bucket b's map (a
+    Ray task, then ``emit`` must be picklable and writes the rows wherever they go; a thread of
+    ``ThreadEngine``, then buckets are emitted several at a time); ``received(b, value)``,
     if given, gets here, in bucket order, what ``emit`` returned. If no row is kept anywhere,
     the empty-plan guard keeps the row of smallest guard uniform (ties by uid) exactly as
     :func:`finalize` would: ``restart()`` is called and every bucket is emitted again. Returns
