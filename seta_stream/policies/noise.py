@@ -43,7 +43,7 @@ from .._steps import Cut, Step, smallest, total
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, reason_code
 from .random_draws import STREAM_NOISE, keep_count, uniform_subset, uniforms
-from .steps import Decide, PlanContext, memo, uniform_keys_of
+from .steps import Decide, PlanContext, memo, uniform_keys
 
 __all__ = [
     "NOISE_COLUMNS",
@@ -372,9 +372,24 @@ class _Rule:
     def suspect(self, inp: PolicyInput) -> np.ndarray:
         return memo(inp, f"noise/suspect/{self.warmup}/{self.fit.scale}", lambda: self.fit.suspects(inp, self.warmup))
 
-    def recheck_keys(self, inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, np.ndarray]:
-        uid = np.asarray(inp.uid, np.uint64)
-        return uniform_keys_of(inp, self.seed, self.epoch, STREAM_NOISE), uid, None, self.suspect(inp)
+    def recheck_keys(self, inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, None, None]:
+        """The bucket's suspects' (key, uid) for the re-check cut: their uniform keys of stream 8,
+        drawn for the suspects alone (as :func:`_recheck` draws them; a key is a function of the
+        uid alone): a fifth of the rows hashed and kept in the memo instead of every row."""
+
+        def make() -> tuple[np.ndarray, np.ndarray]:
+            uid = np.asarray(inp.uid, np.uint64)[self.suspect(inp)]
+            return uniform_keys(uid, self.seed, self.epoch, STREAM_NOISE), uid
+
+        keys, uid = memo(inp, f"noise/recheck/{self.warmup}/{self.fit.scale}/{self.seed}/{self.epoch}", make)
+        return keys, uid, None, None
+
+    def recheck_mask(self, inp: PolicyInput, suspect: np.ndarray) -> np.ndarray:
+        """The bucket's rows the re-check cut keeps (a mask over all its rows)."""
+        assert self.recheck is not None
+        out = np.zeros(inp.n, dtype=bool)
+        out[suspect] = self.recheck.mask(*self.recheck_keys(inp))
+        return out
 
     def rest(self, inp: PolicyInput) -> PolicyInput:
         """The bucket's non-suspects, as the policy's steps see them: their own columns, without
@@ -428,9 +443,7 @@ class _MergedRows:
     def __call__(self, inp: PolicyInput) -> PolicyResult:
         rule = self.rule
         suspect = rule.suspect(inp)
-        assert rule.recheck is not None
-        recheck = rule.recheck.mask(*rule.recheck_keys(inp))
-        return _merge(inp.n, ~suspect, self.rows(rule.rest(inp)), suspect, recheck)
+        return _merge(inp.n, ~suspect, self.rows(rule.rest(inp)), suspect, rule.recheck_mask(inp, suspect))
 
 
 def _on_rest(steps: Generator[Step, Any, Decide], rule: _Rule) -> Generator[Step, Any, Decide]:
