@@ -1,6 +1,7 @@
 """Engines: where the per-bucket work of a partitioned compaction or plan runs.
 
-* ``"local"`` (default): in this process, one bucket after the other.
+* ``"local"`` (default): in this process, one bucket after the other (a partitioned plan maps
+  its buckets two at a time on threads of this process: :class:`ThreadEngine`).
 * ``"ray"``: as Ray tasks on the cluster ``ray.init`` reaches (``pip install
   seta-stream[ray]``; ``address`` as ``ray.init`` takes it: None starts or joins a local
   cluster, ``"auto"`` or ``"ray://host:10001"`` joins one). Every node must reach the run

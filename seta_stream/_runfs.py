@@ -64,7 +64,7 @@ FORMAT_NAME = "seta-stream-run"
 #: version 1 (the layout every earlier release reads); a partitioned run in version 2.
 FORMAT_VERSION = 2
 #: Rows per bucket the default bucket count aims at (``buckets`` unset, ``dataset_size`` set):
-#: compaction and planning hold about one bucket at a time (docs/benchmarks.md, "Web scale").
+#: compaction holds about one bucket at a time and planning two (docs/benchmarks.md, "Web scale").
 BUCKET_ROWS = 1 << 23
 #: Samples of ``dataset_size`` up to which a new run stays in one bucket (``buckets`` unset).
 #: Why: at 15M samples two buckets made every plan and the steady compaction slower and the
