@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
 from typing import Any
 
 from .errors import InvalidInputError
@@ -62,23 +63,19 @@ class ThreadEngine(Engine):
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         if self.workers == 1:
-            yield from (fn(item) for item in items)
+            yield from super().map(fn, items)
             return
         todo = iter(items)
         pending: deque[Future[Any]] = deque()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="seta-stream-bucket") as pool:
             try:
-                for item in todo:
-                    pending.append(pool.submit(fn, item))
-                    if len(pending) == self.workers:
-                        break
+                pending.extend(pool.submit(fn, item) for item in islice(todo, self.workers))
                 while pending:
                     result = pending.popleft().result()
                     yield result
                     del result
-                    for item in todo:  # the next item, once the caller is done with this result
-                        pending.append(pool.submit(fn, item))
-                        break
+                    # the next item, once the caller is done with this result
+                    pending.extend(pool.submit(fn, item) for item in islice(todo, 1))
             finally:  # an error or a caller that stops: nothing more starts, the running ones finish
                 for future in pending:
                     future.cancel()
