@@ -6,6 +6,7 @@ tools/openclip_check.sh runs the same change on OpenCLIP's own code (docs/opencl
 
 from __future__ import annotations
 
+import collections
 import math
 import random
 import sys
@@ -263,7 +264,12 @@ def test_without_one_pass_a_pruned_openclip_epoch_rereads_kept_pairs(tmp_path, k
     ds.pipeline[-2].args = (*ds.pipeline[-2].args, "__key__", "__url__", "__weight__")
     delivered, steps, _ = train(data, pruner, 3)
     assert steps == [8, 8, 8]
-    assert len(delivered[2]) == 64 and set(delivered[2]) == kept[2]  # 18 pairs, 46 re-reads
+    # each worker's 9 kept pairs, re-read in 4 passes of one full batch each: OpenCLIP's
+    # unseeded sample shuffle picks which pair a pass's dropped partial batch leaves out, so
+    # each pass delivers 8 distinct pairs of the 9 and no pair comes more than once a pass
+    times = collections.Counter(delivered[2])
+    assert len(delivered[2]) == 64 and set(times) <= kept[2] and max(times.values()) <= 4
+    assert len(times) >= 16  # at least 46 re-reads of at most 18 pairs
 
 
 def snapshot(data):
