@@ -71,6 +71,7 @@ __all__ = [
     "ExactSums",
     "exact_sum",
     "float_keys",
+    "digit_histogram",
     "key_values",
     "RankCounts",
     "RankSelect",
@@ -357,18 +358,46 @@ def float_keys(values: np.ndarray) -> np.ndarray:
     """Order-preserving unsigned keys: float32 -> uint32, float64 -> uint64.
 
     ``a < b`` iff ``key(a) < key(b)``; -0.0 and 0.0 get the same key; ±inf are ordered; NaN raises.
-    """
+
+    A 1-D array is keyed block by block (:data:`_KEY_BLOCK` values) through two scratch
+    buffers, writing each block's keys into the output: the whole-array expression made four
+    temporaries as large as the output, whose fresh pages were a fifth of a partitioned plan's
+    page faults (docs/benchmarks.md, "Web scale")."""
     v = np.asarray(values)
-    _, ut, bits = _key_types(v.dtype)
+    ft, ut, bits = _key_types(v.dtype)
+    sign = ut(1 << (bits - 1))
+    if v.ndim != 1:
+        _check_no_nan(v)
+        b = (v + ft(0.0)).view(ut)  # -0.0 + 0.0 == +0.0
+        return np.where(b >= sign, ~b, b | sign)
+    n = len(v)
+    out = np.empty(n, dtype=ut)
+    size = min(n, _KEY_BLOCK)
+    wide, negative, nan = np.empty(size, ft), np.empty(size, bool), np.empty(size, bool)
+    for lo in range(0, n, _KEY_BLOCK):
+        hi = min(n, lo + _KEY_BLOCK)
+        w, neg, o = wide[: hi - lo], negative[: hi - lo], out[lo:hi]
+        if np.isnan(v[lo:hi], out=nan[: hi - lo]).any():
+            _check_no_nan(v)
+        np.add(v[lo:hi], ft(0.0), out=w)  # -0.0 + 0.0 == +0.0
+        b = w.view(ut)
+        np.greater_equal(b, sign, out=neg)
+        np.bitwise_or(b, sign, out=o)
+        np.invert(b, out=o, where=neg)
+    return out
+
+
+#: Values per block of :func:`float_keys`.
+_KEY_BLOCK = 1 << 16
+
+
+def _check_no_nan(v: np.ndarray) -> None:
     nan = np.isnan(v)
     if nan.any():
         raise InvalidInputError(
-            f"float_keys: found {int(nan.sum())} NaN value(s) (first at index {int(np.flatnonzero(nan)[0])}); "
+            f"float_keys: found {int(nan.sum())} NaN value(s) (first at index {int(np.flatnonzero(nan.ravel())[0])}); "
             "expected no NaN (NaN has no place in the order)"
         )
-    b = (v + v.dtype.type(0.0)).view(ut)  # -0.0 + 0.0 == +0.0
-    sign = ut(1 << (bits - 1))
-    return np.where(b >= sign, ~b, b | sign)
 
 
 def key_values(keys: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
@@ -404,6 +433,26 @@ def _as_keys(keys: np.ndarray, bits: int, who: str, noun: str = "keys") -> np.nd
             "(use float_keys() for floats)"
         )
     return k.astype(np.uint32 if bits == 32 else _U64, copy=False)
+
+
+def digit_histogram(keys: np.ndarray, shift: int) -> np.ndarray:
+    """Counts (int64, 65,536 of them) of the 16-bit digit ``(k >> shift) & 0xFFFF`` of unsigned
+    ``keys``: ``np.bincount`` of the digits, counted :data:`_COUNT_BLOCK` keys at a time. The
+    whole-array expression made three temporaries as large as the keys (the last int64), about
+    a tenth of a partitioned plan's page faults, and took 2-3x as long (docs/benchmarks.md, "Web
+    scale")."""
+    k = np.asarray(keys)
+    hist = np.zeros(1 << 16, dtype=np.int64)
+    digits = np.empty(min(len(k), _COUNT_BLOCK), dtype=k.dtype)
+    for lo in range(0, len(k), _COUNT_BLOCK):
+        d = np.right_shift(k[lo : lo + _COUNT_BLOCK], k.dtype.type(shift), out=digits[: min(len(k) - lo, _COUNT_BLOCK)])
+        d &= k.dtype.type((1 << 16) - 1)
+        hist += np.bincount(d.astype(np.int64), minlength=1 << 16)
+    return hist
+
+
+#: Keys per block of :func:`digit_histogram`.
+_COUNT_BLOCK = 1 << 16
 
 
 def _sparse_counts(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -467,6 +516,10 @@ class RankSelect:
         slot = None
         if self._pass > 0:
             k, slot = self._match_open(k, shift + 16)
+        elif len(k) > _COUNT_BLOCK:  # one open prefix: the first digit's counts are dense
+            hist = digit_histogram(k, shift)
+            nz = np.flatnonzero(hist)
+            return RankCounts(self._pass, nz.astype(np.int64), hist[nz])
         codes = ((k >> shift) & (1 << 16) - 1).astype(np.int64)
         if slot is not None:
             codes |= slot << 16

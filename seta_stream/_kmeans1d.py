@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import group_order
-from ._exact import Distinct, exact_sum, float_keys, key_values
+from ._exact import Distinct, digit_histogram, exact_sum, float_keys, key_values
 from ._steps import Step
 from .errors import InvalidInputError
 
@@ -553,7 +553,7 @@ class _FirstPass:
         v = self.values_of(inp)
         keys = float_keys(v)
         head = Distinct.of(keys[: 4 * self.cap], self.cap)  # usually enough to see more than cap values
-        hist = np.bincount(keys >> np.uint32(16), minlength=1 << 16)
+        hist = digit_histogram(keys, 16)
         return sum_cells(v), head if head.overflow else Distinct.of(keys, self.cap), hist
 
 

@@ -78,9 +78,22 @@ def total(count: Callable[[Any], Any]) -> Step:
 
 
 def float_order_keys(values: np.ndarray) -> np.ndarray:
-    """uint64 keys in the order of float32 or float64 values (no NaN; -0.0 and 0.0 alike)."""
-    keys = float_keys(values)
-    return keys.astype(np.uint64) if keys.dtype != np.uint64 else keys
+    """uint64 keys in the order of float32 or float64 values (no NaN; -0.0 and 0.0 alike).
+
+    float32 values are keyed a block of :data:`_ORDER_BLOCK` at a time into the uint64 output,
+    instead of keying them all and widening a copy (a temporary half the output's size)."""
+    v = np.asarray(values)
+    if v.dtype != np.float32 or v.ndim != 1:
+        keys = float_keys(v)
+        return keys.astype(np.uint64) if keys.dtype != np.uint64 else keys
+    out = np.empty(len(v), dtype=np.uint64)
+    for lo in range(0, len(v), _ORDER_BLOCK):
+        out[lo : lo + _ORDER_BLOCK] = float_keys(v[lo : lo + _ORDER_BLOCK])
+    return out
+
+
+#: Values per block of :func:`float_order_keys`.
+_ORDER_BLOCK = 1 << 16
 
 
 # ---------------------------------------------------------------------------------- m smallest

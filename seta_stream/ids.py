@@ -211,11 +211,23 @@ def mix64(x: int) -> int:
 def mix64_array(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """SplitMix64 finalizer applied elementwise to a uint64 array.
 
-    Works in place on ``out`` (a new array by default; pass ``out=x`` to overwrite ``x``) with
-    one scratch buffer, because temporaries dominate the cost at 15M elements.
-    """
+    Works in place on ``out`` (a new array by default; pass ``out=x`` to overwrite ``x``). A
+    1-D array is mixed :data:`_MIX_BLOCK` words at a time through one block-sized scratch
+    buffer: the steps then run on a block in the CPU's cache, and no temporary as large as the
+    array is faulted in (docs/benchmarks.md, "Web scale")."""
     z = np.add(np.asarray(x, dtype=np.uint64), _GOLDEN, out=out)
-    t = np.empty_like(z)
+    if z.ndim != 1:
+        _mix_in_place(z, np.empty_like(z))
+        return z
+    scratch = np.empty(min(len(z), _MIX_BLOCK), dtype=np.uint64)
+    for lo in range(0, len(z), _MIX_BLOCK):
+        block = z[lo : lo + _MIX_BLOCK]
+        _mix_in_place(block, scratch[: len(block)])
+    return z
+
+
+def _mix_in_place(z: np.ndarray, t: np.ndarray) -> None:
+    """The finalizer's steps after the golden-ratio add, in place on ``z`` (``t``: scratch)."""
     np.right_shift(z, _S30, out=t)
     z ^= t
     z *= _M1
@@ -224,7 +236,10 @@ def mix64_array(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     z *= _M2
     np.right_shift(z, _S31, out=t)
     z ^= t
-    return z
+
+
+#: Words per block of :func:`mix64_array`.
+_MIX_BLOCK = 1 << 16
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

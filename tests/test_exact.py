@@ -21,6 +21,7 @@ from seta_stream._exact import (
     ExactSums,
     RankCounts,
     RankSelect,
+    digit_histogram,
     exact_sum,
     float_keys,
     key_values,
@@ -276,6 +277,52 @@ def test_float_keys_errors():
         float_keys(np.arange(3))
     with pytest.raises(InvalidInputError, match=re.escape("found keys of dtype uint32; expected uint64 for float64")):
         key_values(np.zeros(2, np.uint32), np.float64)
+
+
+def whole_array_keys(v: np.ndarray) -> np.ndarray:
+    """float_keys' definition as one whole-array expression (what the block loop must equal)."""
+    ut = np.uint32 if v.dtype == np.float32 else np.uint64
+    sign = ut(1 << (8 * v.itemsize - 1))
+    b = (v + v.dtype.type(0.0)).view(ut)
+    return np.where(b >= sign, ~b, b | sign)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_keys_over_several_blocks_equal_the_whole_array_expression(dtype):
+    rng = np.random.default_rng(5)
+    n = 2 * _exact._KEY_BLOCK + 12_345  # two whole blocks and a tail
+    v = (rng.standard_normal(n) * 1e3).astype(dtype)
+    special = [-0.0, 0.0, np.inf, -np.inf, np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).max]
+    for start in (0, _exact._KEY_BLOCK - 3, n - len(special)):  # in the first block, across a boundary, the tail
+        v[start : start + len(special)] = special
+    k = float_keys(v)
+    assert k.dtype == (np.uint32 if dtype == np.float32 else np.uint64) and k.shape == (n,)
+    assert np.array_equal(k, whole_array_keys(v))
+    assert np.array_equal(float_keys(v[::-1]), whole_array_keys(v[::-1].copy()))  # a strided view
+    two_d = v[: 2 * 1000].reshape(2, 1000)
+    assert np.array_equal(float_keys(two_d), whole_array_keys(two_d))
+
+
+def test_float_keys_report_every_nan_when_one_is_in_a_later_block():
+    v = np.zeros(3 * _exact._KEY_BLOCK, np.float32)
+    v[[2 * _exact._KEY_BLOCK + 7, 2 * _exact._KEY_BLOCK + 9]] = np.nan
+    want = f"float_keys: found 2 NaN value(s) (first at index {2 * _exact._KEY_BLOCK + 7}); expected no NaN"
+    with pytest.raises(InvalidInputError, match=re.escape(want)):
+        float_keys(v)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_digit_histogram_counts_each_digit_of_every_key(dtype):
+    rng = np.random.default_rng(6)
+    bits = 8 * np.dtype(dtype).itemsize
+    keys = rng.integers(0, 2**bits, 3 * _exact._COUNT_BLOCK + 77, dtype=np.uint64).astype(dtype)
+    keys[:1000] = keys[5000]  # one digit many times
+    for shift in (bits - 16, 8, 0):
+        want = np.bincount(
+            ((keys.astype(np.uint64) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64), minlength=1 << 16
+        )
+        got = digit_histogram(keys, shift)
+        assert got.dtype == np.int64 and np.array_equal(got, want) and got.sum() == len(keys)
 
 
 # ---------------------------------------------------------------------------------------------

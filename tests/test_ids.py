@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seta_stream import ids
 from seta_stream.errors import InvalidInputError, SampleIdCollisionError
 from seta_stream.ids import (
     check_identity_collisions,
@@ -44,6 +45,19 @@ def test_mix64_matches_splitmix64_reference_values():
     assert mix64(0) == 0xE220A8397B1DCDAF
     x = np.array([0, 1, 2**64 - 1], dtype=np.uint64)
     assert mix64_array(x).tolist() == [mix64(0), mix64(1), mix64(2**64 - 1)]
+
+
+def test_mix64_array_over_several_blocks_in_place_and_not():
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 2**64, 2 * ids._MIX_BLOCK + 999, dtype=np.uint64)  # two whole blocks and a tail
+    picks = [0, ids._MIX_BLOCK - 1, ids._MIX_BLOCK, 2 * ids._MIX_BLOCK, len(x) - 1]
+    want = [mix64(int(x[i])) for i in picks]
+    got = mix64_array(x)
+    assert got is not x and got[picks].tolist() == want
+    y = x.copy()
+    assert mix64_array(y, out=y) is y and np.array_equal(y, got)
+    square = x[: 2 * 500].reshape(2, 500)
+    assert mix64_array(square).ravel().tolist() == [mix64(int(v)) for v in square.ravel()]
 
 
 def test_uid_depends_on_shard_and_key_and_is_fixed():

@@ -45,7 +45,7 @@ def test_uniforms_match_the_scalar_definition_and_are_in_range():
 
 
 def test_uniforms_are_blockwise_consistent_and_uniform():
-    uid = np.arange(3_000_000, dtype=np.uint64)  # crosses the 2^20 block boundary
+    uid = np.arange(3_000_000, dtype=np.uint64)  # crosses block boundaries (2^16 and 2^20 rows alike)
     u = uniforms(uid, 1, 0, 1)
     assert np.array_equal(u[1_048_570:1_048_580], uniforms(uid[1_048_570:1_048_580], 1, 0, 1))
     hist = np.bincount((u * 10).astype(int), minlength=10) / len(u)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seta_stream._steps as steps
+from seta_stream._exact import float_keys
 from seta_stream._steps import order_statistics, run_steps, smallest
 
 
@@ -102,3 +103,13 @@ def test_a_streamed_step_reduces_each_bucket_before_the_next_is_mapped(streamed)
     else:
         assert events == rest + rest
         assert result == (60, 60)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_order_keys_over_several_blocks_are_the_widened_float_keys(dtype):
+    rng = np.random.default_rng(8)
+    v = (rng.standard_normal(2 * steps._ORDER_BLOCK + 4321) * 50).astype(dtype)
+    v[steps._ORDER_BLOCK - 2 : steps._ORDER_BLOCK + 2] = [-0.0, 0.0, np.inf, -np.inf]  # across a boundary
+    keys = steps.float_order_keys(v)
+    assert keys.dtype == np.uint64 and np.array_equal(keys, float_keys(v).astype(np.uint64))
+    assert np.array_equal(np.argsort(keys, kind="stable"), np.argsort(v + dtype(0.0), kind="stable"))

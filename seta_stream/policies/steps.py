@@ -96,7 +96,8 @@ def uniform_keys_of(inp: PolicyInput, seed: int, epoch: int, stream: int) -> np.
 def uniform_keys(uid: np.ndarray, seed: int, epoch: int, stream: int) -> np.ndarray:
     """uint64 keys in the order of the per-sample uniforms u (random_draws.uniforms): u is
     (mix(uid XOR salt) >> 11) * 2^-53, so the top 53 bits of the mixed word order it exactly."""
-    z = mix64_array(np.asarray(uid, dtype=np.uint64) ^ np.uint64(salt(seed, epoch, stream)))
+    z = np.bitwise_xor(np.asarray(uid, dtype=np.uint64), np.uint64(salt(seed, epoch, stream)))
+    mix64_array(z, out=z)
     z >>= np.uint64(11)
     z <<= np.uint64(11)
     return z
