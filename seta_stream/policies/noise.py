@@ -394,10 +394,38 @@ class _Rule:
     def rest(self, inp: PolicyInput) -> PolicyInput:
         """The bucket's non-suspects, as the policy's steps see them: their own columns, without
         the loss history and with ``seen`` as the mask seen > 0 (what the policies read of it;
-        as in :func:`with_noise`), taken by a mask (1 byte a row in the memo, not 8)."""
+        as in :func:`with_noise`).
+
+        With a memo, the columns are gathered once and kept in it (a spilled bucket's as .npy
+        files, memory-mapped by the later passes): the policy's steps ask for the rest about six
+        times a bucket, and gathering it each time was the largest share of a partitioned noise
+        plan's page faults (1.5M of 5.4M at 200M samples; docs/benchmarks.md, "Web scale")."""
         rows = memo(inp, "noise/rest-mask", lambda: ~self.suspect(inp))  # a key outside noise/rest/
         own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
-        return own.take(rows, None if inp.memo is None else _Namespaced(inp.memo, "noise/rest/"))
+        if inp.memo is None:
+            return own.take(rows)
+        kept = memo(inp, "noise/rest-columns", lambda: _gathered(own.take(rows)))
+        n = len(kept[0])  # the uid, never a constant
+        columns = {
+            name: np.broadcast_to(np.asarray(getattr(own, name))[:1], (n,)) if value is None else value
+            for name, value in zip(_REST_COLUMNS, kept)
+            if value is not None or getattr(own, name) is not None
+        }
+        return replace(own, **columns, loss_count=None, loss_mean=None, memo=_Namespaced(inp.memo, "noise/rest/"))
+
+
+#: The columns of :meth:`_Rule.rest` (a PolicyInput's, without the loss history).
+_REST_COLUMNS = ("uid", "last_loss", "ema", "seen", "last_epoch")
+
+
+def _gathered(taken: PolicyInput) -> tuple[np.ndarray | None, ...]:
+    """The columns of ``taken`` to keep in a memo, in :data:`_REST_COLUMNS` order: None for a
+    column that is None or a constant (a constant stays one, and costs nothing to rebuild)."""
+    out = []
+    for name in _REST_COLUMNS:
+        a = getattr(taken, name)
+        out.append(None if a is None or (a.ndim == 1 and a.strides == (0,) and len(a)) else a)
+    return tuple(out)
 
 
 def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
