@@ -3,7 +3,8 @@ of epoch 1, the same with ``noise=True``, and a dynamic random plan, each in a f
 (wall time, peak RSS), beside the floor (read the losses, sort them) measured in the same run.
 Time per sample against the smallest N tells whether planning stays flat with N. With
 ``--repeat R`` each plan and the floor are measured R times, round by round (each round plans
-every step once), and the median is reported with the fastest and slowest.
+every step once, at every N one after the other), and the median is reported with the fastest
+and slowest, beside each round's ratio of the time per sample (the sizes paired in one period).
 
     python benchmarks/bench_scale_plan.py --n 15000000 200000000 --repeat 3
 """
@@ -38,18 +39,22 @@ def main() -> None:
 
     res = Result(args.result or "scale-plan-" + "-".join(str(n) for n in args.n), title="Planning at web scale")
     rows, floors = [], {}
-    for n in args.n:
-        run = OUT / f"scale-{n}"
+    runs_at = {n: OUT / f"scale-{n}" for n in args.n}
+    for n, run in runs_at.items():
         if not (run / "table/manifest.json").exists():
             one_size(n, keep=True, buckets=None)
-        setup = f"from seta_stream import plan_epoch\nrun = {str(run)!r}"
-        runs: dict[str, list[dict]] = {k: [] for k in [*PLANS, "floor"]}
-        for _ in range(args.repeat):
+    # every N in each round, one after the other: the sizes are compared in the same period
+    # (timings on this VM drift by 30% over minutes), and each round's ratio is paired
+    runs: dict[int, dict[str, list[dict]]] = {n: {k: [] for k in [*PLANS, "floor"]} for n in args.n}
+    for _ in range(args.repeat):
+        for n, run in runs_at.items():
+            setup = f"from seta_stream import plan_epoch\nrun = {str(run)!r}"
             for k, code in PLANS.items():
-                runs[k].append(measure(code, setup))
-            runs["floor"].append(floor(run))
-            print(json.dumps({"n": n, **{k: v[-1] for k, v in runs.items()}}), flush=True)
-        m = {k: _median(v) for k, v in runs.items()}
+                runs[n][k].append(measure(code, setup))
+            runs[n]["floor"].append(floor(run))
+            print(json.dumps({"n": n, **{k: v[-1] for k, v in runs[n].items()}}), flush=True)
+    for n in args.n:
+        m = {k: _median(v) for k, v in runs[n].items()}
         floors[n] = m["floor"]
         for step, r in m.items():
             rows.append(
@@ -69,13 +74,25 @@ def main() -> None:
     for row in rows:
         base = next(r for r in rows if r["n"] == first and r["step"] == row["step"])
         row["per_sample_vs_smallest_n"] = row["ns_per_sample"] / base["ns_per_sample"]
+        # the same ratio round by round (each round's two sizes measured minutes apart at most)
+        paired = [
+            (a["wall_s"] / row["n"]) / (b["wall_s"] / first)
+            for a, b in zip(runs[row["n"]][row["step"]], runs[first][row["step"]])
+        ]
+        row["per_sample_vs_smallest_n_rounds"] = paired
+        row["per_sample_vs_smallest_n_paired_mean"] = statistics.fmean(paired)
+        row["per_sample_vs_smallest_n_paired_se"] = (
+            statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("nan")
+        )
     for n in args.n:
         if n != first:
             for step in PLANS:
                 row = next(r for r in rows if r["n"] == n and r["step"] == step)
+                rounds = ", ".join(f"{x:.2f}" for x in row["per_sample_vs_smallest_n_rounds"])
                 notes.append(
-                    f"{step} at {n:,}: {row['per_sample_vs_smallest_n']:.2f}x the time per sample at {first:,}, "
-                    f"peak RSS {row['peak_rss_mb']:,.0f} MB."
+                    f"{step} at {n:,}: {row['per_sample_vs_smallest_n']:.2f}x the time per sample at {first:,} "
+                    f"(medians; round by round {rounds}: mean {row['per_sample_vs_smallest_n_paired_mean']:.2f}x, "
+                    f"SE {row['per_sample_vs_smallest_n_paired_se']:.2f}), peak RSS {row['peak_rss_mb']:,.0f} MB."
                 )
     res.write(
         baseline={

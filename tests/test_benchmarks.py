@@ -49,7 +49,7 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
     "bench_record.py": (["--batches", "4", "--batch-size", "16"], ["record"], "here"),
     "bench_route.py": (["--parts", "3"], ["route"], "here"),
     "bench_scale.py": (["--n", "12000", "--buckets", "2", "--keep"], ["scale-12000"], "here"),
-    "bench_scale_plan.py": (["--n", "12000", "--repeat", "2"], ["scale-plan-12000"], "here"),
+    "bench_scale_plan.py": (["--n", "6000", "12000", "--repeat", "2"], ["scale-plan-6000-12000"], "here"),
     "bench_stall.py": (["--n", "12000", "--parts", "3", "--repeat", "1"], ["stall-12000"], "here"),
     "bench_ranks.py": (["--shards-per-rank", "1", "--samples", "40", "--epochs", "2"], ["ranks"], "here"),
     "bench_ray.py": (["--n", "12000", "--cpus", "1"], ["ray-12000"], "subprocess"),
