@@ -365,11 +365,9 @@ def float_keys(values: np.ndarray) -> np.ndarray:
     page faults (docs/benchmarks.md, "Web scale")."""
     v = np.asarray(values)
     ft, ut, bits = _key_types(v.dtype)
-    sign = ut(1 << (bits - 1))
     if v.ndim != 1:
-        _check_no_nan(v)
-        b = (v + ft(0.0)).view(ut)  # -0.0 + 0.0 == +0.0
-        return np.where(b >= sign, ~b, b | sign)
+        return float_keys(v.ravel()).reshape(v.shape)
+    sign = ut(1 << (bits - 1))
     n = len(v)
     out = np.empty(n, dtype=ut)
     size = min(n, _KEY_BLOCK)
@@ -395,7 +393,7 @@ def _check_no_nan(v: np.ndarray) -> None:
     nan = np.isnan(v)
     if nan.any():
         raise InvalidInputError(
-            f"float_keys: found {int(nan.sum())} NaN value(s) (first at index {int(np.flatnonzero(nan.ravel())[0])}); "
+            f"float_keys: found {int(nan.sum())} NaN value(s) (first at index {int(np.flatnonzero(nan)[0])}); "
             "expected no NaN (NaN has no place in the order)"
         )
 
@@ -513,16 +511,13 @@ class RankSelect:
         self._check_running("count")
         k = _as_keys(keys, self._bits, "RankSelect.count")
         shift = self._bits - 16 * (self._pass + 1)
-        slot = None
-        if self._pass > 0:
-            k, slot = self._match_open(k, shift + 16)
-        elif len(k) > _COUNT_BLOCK:  # one open prefix: the first digit's counts are dense
+        if self._pass == 0:  # one open prefix: the first digit's counts, dense
             hist = digit_histogram(k, shift)
             nz = np.flatnonzero(hist)
             return RankCounts(self._pass, nz.astype(np.int64), hist[nz])
+        k, slot = self._match_open(k, shift + 16)
         codes = ((k >> shift) & (1 << 16) - 1).astype(np.int64)
-        if slot is not None:
-            codes |= slot << 16
+        codes |= slot << 16
         return RankCounts(self._pass, *_sparse_counts(codes, len(self._open) << 16))
 
     def _match_open(self, k: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray]:

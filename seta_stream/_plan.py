@@ -810,7 +810,8 @@ class _Buckets:
 class _SpilledMemo(dict):  # type: ignore[type-arg]
     """``PolicyInput.memo`` of a spilled bucket: what the steps derive from its rows, arrays
     saved as .npy files beside its spilled columns and memory-mapped (read-only) when a later
-    pass asks; other values kept as they are.
+    pass asks; other values, and constant arrays (a broadcast value: nothing to save), kept as
+    they are.
 
     Why: without a memo every pass derives them again, and at 100M samples (12 buckets, 11 of
     them spilled) a SeTa plan computed each bucket's uniform keys (a 64-bit mix of every uid)
@@ -831,7 +832,7 @@ class _SpilledMemo(dict):  # type: ignore[type-arg]
         self.clear()
 
     def _save(self, value: Any) -> Any:
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray) and not (value.ndim and not any(value.strides)):  # a constant stays one
             path = f"{self.prefix}-{self._files}.npy"
             self._files += 1
             np.save(path, np.ascontiguousarray(value))

@@ -513,3 +513,21 @@ def test_a_partitioned_plan_keeping_nothing_writes_every_bucket_again_with_the_g
     assert_bitwise_equal(plans[3].drop_columns(["shard", "reason"]), plans[1].drop_columns(["shard", "reason"]))
     assert plans[3].column("reason").to_pylist() == plans[1].column("reason").to_pylist()
     assert os.listdir(scratch) == []
+
+
+def test_a_spilled_memo_saves_arrays_as_files_and_keeps_constants_as_they_are(tmp_path):
+    """What a spilled bucket's memo holds: an array as a memory-mapped .npy file, a constant
+    (a broadcast value, as PolicyInput's unread columns are) and other values as they are."""
+    from seta_stream._plan import _SpilledMemo
+
+    memo = _SpilledMemo(str(tmp_path / "b00000-memo"))
+    values = np.arange(5, dtype=np.float32)
+    constant = np.broadcast_to(np.array(np.nan, np.float64), (7,))
+    memo["cols"] = (values, constant, None)
+    memo["n"] = 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b00000-memo-0.npy"]
+    got, kept, none = memo["cols"]
+    assert isinstance(got, np.memmap) and got.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and not got.flags.writeable
+    assert kept is constant and none is None and memo["n"] == 3
+    memo.remove()
+    assert list(tmp_path.iterdir()) == [] and "cols" not in memo

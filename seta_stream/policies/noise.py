@@ -404,13 +404,8 @@ class _Rule:
         own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
         if inp.memo is None:
             return own.take(rows)
-        kept = memo(inp, "noise/rest-columns", lambda: _gathered(own.take(rows)))
-        n = len(kept[0])  # the uid, never a constant
-        columns = {
-            name: np.broadcast_to(np.asarray(getattr(own, name))[:1], (n,)) if value is None else value
-            for name, value in zip(_REST_COLUMNS, kept)
-            if value is not None or getattr(own, name) is not None
-        }
+        kept = memo(inp, "noise/rest-columns", lambda: _rest_columns(own.take(rows)))
+        columns = dict(zip(_REST_COLUMNS, kept))
         return replace(own, **columns, loss_count=None, loss_mean=None, memo=_Namespaced(inp.memo, "noise/rest/"))
 
 
@@ -418,14 +413,10 @@ class _Rule:
 _REST_COLUMNS = ("uid", "last_loss", "ema", "seen", "last_epoch")
 
 
-def _gathered(taken: PolicyInput) -> tuple[np.ndarray | None, ...]:
-    """The columns of ``taken`` to keep in a memo, in :data:`_REST_COLUMNS` order: None for a
-    column that is None or a constant (a constant stays one, and costs nothing to rebuild)."""
-    out = []
-    for name in _REST_COLUMNS:
-        a = getattr(taken, name)
-        out.append(None if a is None or (a.ndim == 1 and a.strides == (0,) and len(a)) else a)
-    return tuple(out)
+def _rest_columns(taken: PolicyInput) -> tuple[np.ndarray | None, ...]:
+    """The columns of ``taken`` to keep in a memo, in :data:`_REST_COLUMNS` order (a constant
+    column stays a constant there: a spilled memo saves no file for it)."""
+    return tuple(getattr(taken, name) for name in _REST_COLUMNS)
 
 
 def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
