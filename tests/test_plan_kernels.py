@@ -115,6 +115,7 @@ def test_noise_candidates_and_suspects_blockwise_are_the_whole_array_expressions
             want_x = want_x[np.isfinite(want_x)]
     assert np.array_equal(cand, want)
     assert np.array_equal(x.view(np.uint32), want_x.view(np.uint32))
+    assert np.array_equal(noise_rule.candidate_mask(inp, warmup, scale), want)
     fit = noise_rule.noise_fit(inp, warmup, scale)
     assert fit.active
     t = fit.threshold

@@ -52,6 +52,7 @@ __all__ = [
     "NoiseFit",
     "check_noise_params",
     "candidate_scores",
+    "candidate_mask",
     "noise_fit",
     "on_scale",
     "with_noise",
@@ -102,10 +103,24 @@ def candidate_scores(inp: PolicyInput, warmup: int, scale: str = "loss") -> tupl
     Block by block (:data:`_BLOCK` rows): the temporaries are a block's, and the scores array
     is touched only as far as the candidates go (at 15M rows, about 300 MB of temporaries and
     page faults less than whole-column expressions)."""
+    cand, x = _candidates(inp, warmup, scale, with_scores=True)
+    assert x is not None
+    return cand, x
+
+
+def candidate_mask(inp: PolicyInput, warmup: int, scale: str = "loss") -> np.ndarray:
+    """The candidate mask of :func:`candidate_scores` alone, without gathering the scores (what
+    a partitioned plan's suspects pass needs, the scores of its buckets being kept apart)."""
+    return _candidates(inp, warmup, scale, with_scores=False)[0]
+
+
+def _candidates(inp: PolicyInput, warmup: int, scale: str, with_scores: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(candidate mask, their scores in row order, or None without ``with_scores``)."""
     n = inp.n
     seen, last, count, mean = (np.asarray(a) for a in (inp.seen, inp.last_loss, inp.loss_count, inp.loss_mean))
     cand = np.empty(n, dtype=bool)
-    x = np.empty(n, dtype=np.float32)  # an upper bound: the pages past the candidates are never touched
+    # an upper bound: the pages past the candidates are never touched
+    x = np.empty(n, dtype=np.float32) if with_scores else None
     k = 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for lo in range(0, n, _BLOCK):
@@ -116,15 +131,17 @@ def candidate_scores(inp: PolicyInput, warmup: int, scale: str = "loss") -> tupl
             c &= count[lo:hi] >= warmup
             xb = mean[lo:hi].astype(np.float32)  # a mean beyond float32's range becomes inf: not a candidate
             c &= np.isfinite(xb)
-            xb = xb[c]
             if scale != "loss":
-                xb = on_scale(xb, scale).astype(np.float32)
+                xb = on_scale(xb[c], scale).astype(np.float32)
                 finite = np.isfinite(xb)  # a mean below -1 has no log1p: not a candidate
                 c[np.flatnonzero(c)[~finite]] = False
                 xb = xb[finite]
-            x[k : k + len(xb)] = xb
-            k += len(xb)
-    return cand, x[:k]
+            elif x is not None:
+                xb = xb[c]
+            if x is not None:
+                x[k : k + len(xb)] = xb
+                k += len(xb)
+    return cand, None if x is None else x[:k]
 
 
 #: Rows per block of the rule's row-wise passes.
@@ -164,7 +181,7 @@ class NoiseFit:
         t = self.threshold
         if t is None:
             return np.zeros(inp.n, dtype=bool)
-        cand = (candidate_scores(inp, warmup, self.scale) if scores is None else scores)[0]
+        cand = candidate_mask(inp, warmup, self.scale) if scores is None else scores[0]
         return _both_above(cand, np.asarray(inp.loss_mean), np.asarray(inp.last_loss), t, self.scale)
 
     def summary(self, suspected: int, rechecked: int) -> dict[str, Any]:
