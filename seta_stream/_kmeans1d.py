@@ -14,6 +14,7 @@ point. No RNG anywhere: the same values give the same clusters on any machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Generator, Iterator
@@ -704,8 +705,9 @@ def _gather_binned(
     # sums run over whole pieces only, as kmeans1d's do (a piece summed in two parts rounds
     # otherwise)
     held, held_start = np.zeros(0, np.float32), 0
-    with open(path, "wb") as sorted_sink:
-        for run in _sorted_ranges(files):
+    # closed on an error too: the range being read ahead is waited for before the scratch goes
+    with contextlib.closing(_sorted_ranges(files)) as ranges, open(path, "wb") as sorted_sink:
+        for run in ranges:
             end = start + len(run)
             # cuts floor(t M / B) moved right past the values equal to v[raw - 1] (kmeans1d's cuts)
             inside = raw[(raw - 1 >= start) & (raw - 1 < end)]

@@ -351,3 +351,31 @@ def test_heavy_ties_leave_fewer_bins_than_k():
     assert km.binned and km.k_eff == 7 and km.counts.sum() == 1100
     assert km.lower.tolist() == [0, 7, 21, 35, 50, 66, 83] and km.counts.tolist() == [1006, 14, 14, 15, 16, 17, 18]
     assert_same_kmeans(split_kmeans(v, 10, 3, 0, b_max=64), km)
+
+
+def test_sorted_ranges_sort_each_file_in_order_and_stop_with_no_thread_left(tmp_path):
+    """The external sort's ranges come sorted, in file order, each file removed once read (the
+    next one read ahead on a thread); closed early, the read-ahead ends with it: the file read
+    ahead is removed, the later ones are not, and no sorting thread is left."""
+    import threading
+
+    import seta_stream._kmeans1d as km
+
+    rng = np.random.default_rng(2)
+    values = [rng.lognormal(size=size).astype(np.float32) for size in (5, 0, 3000, 7)]
+    files = []
+    for i, v in enumerate(values):
+        files.append(str(tmp_path / f"range-{i}.f32"))
+        v.tofile(files[-1])
+    got = list(km._sorted_ranges(files))
+    assert [g.view(np.uint32).tolist() for g in got] == [np.sort(v).view(np.uint32).tolist() for v in values]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+    for i, v in enumerate(values):
+        v.tofile(files[i])
+    ranges = km._sorted_ranges(files)
+    first = next(ranges)
+    assert np.array_equal(first, np.sort(values[0]))
+    ranges.close()  # the consumer stops after one range (an error in its work)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["range-2.f32", "range-3.f32"]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("seta-stream-sort")]
