@@ -19,6 +19,7 @@ __all__ = [
     "float32_array",
     "gather_rows",
     "group_order",
+    "is_broadcast",
     "numpy_dtype",
     "scatter_rows",
     "shard_runs",
@@ -39,6 +40,13 @@ def group_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
     elif n_groups <= 1 << 16:
         codes = codes.astype(np.uint16, copy=False)
     return np.argsort(codes, kind="stable")
+
+
+def is_broadcast(a: np.ndarray) -> bool:
+    """Whether ``a`` (at least 1-D) holds one value for every element without storing it for
+    each: every stride 0, as ``np.broadcast_to`` makes a constant column. Such an array stays a
+    constant where rows are taken or arrays saved."""
+    return a.ndim >= 1 and not any(a.strides)
 
 
 def float32_array(values: Any) -> pa.Array:

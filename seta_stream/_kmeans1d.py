@@ -756,7 +756,7 @@ def _sorted_ranges(files: list[str]) -> Iterator[np.ndarray]:
             run = ahead.result()
             ahead = pool.submit(load, files[i + 1]) if i + 1 < len(files) else None
             yield run
-            del run
+            del run  # the range the caller is done with is not held while the next one is awaited
 
 
 def points1d_steps(

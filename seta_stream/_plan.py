@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _state as run_state
-from ._arrays import column_to_numpy, group_order
+from ._arrays import column_to_numpy, group_order, is_broadcast
 from ._engine import Engine, ThreadEngine, get_engine
 from ._faults import fault
 from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir, plan_file
@@ -832,7 +832,7 @@ class _SpilledMemo(dict):  # type: ignore[type-arg]
         self.clear()
 
     def _save(self, value: Any) -> Any:
-        if isinstance(value, np.ndarray) and not (value.ndim and not any(value.strides)):  # a constant stays one
+        if isinstance(value, np.ndarray) and not is_broadcast(value):  # a constant stays one
             path = f"{self.prefix}-{self._files}.npy"
             self._files += 1
             np.save(path, np.ascontiguousarray(value))

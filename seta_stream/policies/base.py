@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._arrays import gather_rows
+from .._arrays import gather_rows, is_broadcast
 from ..errors import InvalidInputError
 
 __all__ = [
@@ -136,7 +136,7 @@ class PolicyInput:
         columns: dict[str, np.ndarray | None] = {name: getattr(self, name) for name in names}
         taken = {}
         for name, a in columns.items():
-            if a is not None and a.ndim == 1 and a.strides == (0,) and len(a):  # a constant stays one
+            if a is not None and is_broadcast(a) and len(a):  # a constant stays one
                 taken[name] = np.broadcast_to(a[:1], (count,))
         rest = [name for name, a in columns.items() if a is not None and name not in taken]
         if rows.dtype == bool:  # the mask's indices found once for every column

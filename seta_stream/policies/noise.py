@@ -418,12 +418,17 @@ class _Rule:
         times a bucket, and gathering it each time was the largest share of a partitioned noise
         plan's page faults (1.5M of 5.4M at 200M samples; docs/benchmarks.md, "Web scale")."""
         rows = memo(inp, "noise/rest-mask", lambda: ~self.suspect(inp))  # a key outside noise/rest/
-        own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
-        if inp.memo is None:
+
+        def taken() -> PolicyInput:
+            own = replace(inp, loss_count=None, loss_mean=None, memo=None, seen=np.asarray(inp.seen) > 0)
             return own.take(rows)
-        kept = memo(inp, "noise/rest-columns", lambda: _rest_columns(own.take(rows)))
+
+        if inp.memo is None:
+            return taken()
+        # the mask seen > 0 and the gather are made once, with the memo's columns
+        kept = memo(inp, "noise/rest-columns", lambda: _rest_columns(taken()))
         columns = dict(zip(_REST_COLUMNS, kept))
-        return replace(own, **columns, loss_count=None, loss_mean=None, memo=_Namespaced(inp.memo, "noise/rest/"))
+        return replace(inp, **columns, loss_count=None, loss_mean=None, memo=_Namespaced(inp.memo, "noise/rest/"))
 
 
 #: The columns of :meth:`_Rule.rest` (a PolicyInput's, without the loss history).
