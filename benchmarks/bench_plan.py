@@ -39,7 +39,17 @@ import statistics
 import time
 from pathlib import Path
 
-from common import OUT, Result, machine, make_table_run, measure, own_peak_rss_mb, table_files_code, timed_plan_code
+from common import (
+    OUT,
+    Result,
+    machine,
+    make_table_run,
+    measure,
+    own_peak_rss_mb,
+    read_through,
+    table_files_code,
+    timed_plan_code,
+)
 
 SETA = "dict(r=0.0, k={k}, alpha=0.5{extra})"
 
@@ -50,10 +60,7 @@ def prepared(n: int) -> object:
     run = make_table_run(OUT / f"plan-{n}", n, epochs=2, noisy=0.2)
     shutil.rmtree(run / "plans", ignore_errors=True)
     (run / "state.json").unlink(missing_ok=True)
-    for path in sorted((run / "table").iterdir()):
-        with open(path, "rb") as fh:
-            while fh.read(1 << 24):
-                pass
+    read_through(run / "table")
     return run
 
 

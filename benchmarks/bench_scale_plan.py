@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import OUT, Result, measure
+from common import OUT, Result, mean_se, measure, read_through
 
 PLANS = {
     "plan_seta": (
@@ -81,11 +81,10 @@ def main() -> None:
             (a["wall_s"] / row["n"]) / (b["wall_s"] / first)
             for a, b in zip(runs[row["n"]][row["step"]], runs[first][row["step"]])
         ]
+        mean, se = mean_se(paired)
         row["per_sample_vs_smallest_n_rounds"] = paired
-        row["per_sample_vs_smallest_n_paired_mean"] = statistics.fmean(paired)
-        row["per_sample_vs_smallest_n_paired_se"] = (
-            statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("nan")
-        )
+        row["per_sample_vs_smallest_n_paired_mean"] = mean
+        row["per_sample_vs_smallest_n_paired_se"] = float("nan") if se is None else se
     for n in args.n:
         if n != first:
             for step in PLANS:
@@ -114,11 +113,7 @@ def _warm(run: Path) -> None:
     page cache as far as it fits (as compaction leaves it), not after the other size's plans
     evicted it (in one probe the 15M noise plans, which read two columns more than SeTa's, took
     3.2, 4.5 and 5.3 s in three rounds after the 200M plans)."""
-    for path in sorted((run / "table").rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as fh:
-                while fh.read(1 << 24):
-                    pass
+    read_through(run / "table")
 
 
 def _median(results: list[dict]) -> dict:

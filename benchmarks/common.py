@@ -485,6 +485,15 @@ def _rounded(value, digits: int = 6):
 
 
 # ---------------------------------------------------------------------------------- paired ratios
+def read_through(folder: Path) -> None:
+    """Read every file under ``folder`` once, untimed (into the page cache, as far as it fits)."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
 def mean_se(values: list[float]) -> tuple[float, float | None]:
     """The mean of ``values`` and its standard error (None for a single value)."""
     m = sum(values) / len(values)
