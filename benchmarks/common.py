@@ -249,20 +249,22 @@ def tree_setup(tree: Path) -> str:
 
 def timed_plan_code(run: Path, args: str) -> str:
     """``measure`` code planning ``run`` with ``plan_epoch``'s arguments ``args`` (the epoch,
-    then keywords), marking ``published_s``: the time until the plan is published for training
-    (what ``Pruner`` waits for), then waiting for plan.parquet (the whole time: what
-    ``plan_epoch`` waits for). A tree without ``plan_epoch_in_background`` (earlier versions)
-    plans with ``plan_epoch``: ``published_s`` is then the whole plan's. The setup imports
-    seta_stream (as ``P``: :func:`tree_setup` or ``import seta_stream as P``)."""
+    then keywords), marking ``published_s`` and ``published_cpu_s``: the time and the CPU time
+    (every thread) until the plan is published for training (what ``Pruner`` waits for), then
+    waiting for plan.parquet (the whole time: what ``plan_epoch`` waits for). A tree without
+    ``plan_epoch_in_background`` (earlier versions) plans with ``plan_epoch``: ``published_s``
+    is then the whole plan's. The setup imports seta_stream (as ``P``: :func:`tree_setup` or
+    ``import seta_stream as P``)."""
     return f"""
+        cpu0 = time.process_time()
         import seta_stream._plan as planning
         if hasattr(planning, "plan_epoch_in_background"):
             _, writer = planning.plan_epoch_in_background(P.RunDir({str(run)!r}), {args})
-            marks = {{"published_s": time.perf_counter() - t0}}
+            marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
             writer.wait()
         else:
             P.plan_epoch(P.RunDir({str(run)!r}), {args})
-            marks = {{"published_s": time.perf_counter() - t0}}
+            marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
     """
 
 
