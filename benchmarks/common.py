@@ -258,13 +258,14 @@ def timed_plan_code(run: Path, args: str) -> str:
     return f"""
         cpu0 = time.process_time()
         import seta_stream._plan as planning
+        writer = None
         if hasattr(planning, "plan_epoch_in_background"):
             _, writer = planning.plan_epoch_in_background(P.RunDir({str(run)!r}), {args})
-            marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
-            writer.wait()
         else:
             P.plan_epoch(P.RunDir({str(run)!r}), {args})
-            marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
+        marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
+        if writer is not None:
+            writer.wait()
     """
 
 
