@@ -381,8 +381,10 @@ def _truth_ids(path: str) -> pl.DataFrame:
             f"{path}: no column(s) {sorted(missing)}; expected a Parquet file with the shard and key of "
             "every known-noisy sample (as tools/make_pair_shards.py's noise.parquet has)"
         )
+    # typed, so that a file of no rows (a clean data set) joins as one listing no sample
     return pl.DataFrame(
-        {"shard": t.column("shard").cast(pa.string()).to_pylist(), "key": t.column("key").cast(pa.string()).to_pylist()}
+        {"shard": t.column("shard").cast(pa.string()).to_pylist(), "key": t.column("key").cast(pa.string()).to_pylist()},
+        schema={"shard": pl.String, "key": pl.String},
     ).unique()
 
 

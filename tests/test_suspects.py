@@ -267,3 +267,59 @@ def test_suspects_on_a_pairs_data_set_prints_precision_and_recall(tmp_path, caps
         f"{report['plans'][0]['noise_separation']:.3f}", f"{report['plans'][0]['noise_upper_weight']:.3f}",
         f"{math.expm1(t5):.6g}", f"{t5:.4g}"]  # fmt: skip
     assert lines[2].split()[5] == "-"  # epoch 4 was fitted on the loss scale
+
+
+def _pair_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_pair_shards", Path(__file__).resolve().parent.parent / "tools" / "make_pair_shards.py"
+    )
+    mps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mps)
+    return mps
+
+
+def test_an_empty_truth_file_of_a_clean_data_set_gives_no_ratio(tmp_path, capsys):
+    """A clean data set (the pairs generator at --noise 0) lists no noisy sample: its
+    noise.parquet has 0 rows, typed string. The rule suspects nothing on unimodal losses, so
+    precision and recall are n/a over 0 listed samples: one line each, no traceback."""
+    data = tmp_path / "pairs"
+    _pair_tool().main(["--out", str(data), "--train", "200", "--test", "10", "--shard-size", "100", "--noise", "0",
+                       "--seed", "3", "--workers", "1"])  # fmt: skip
+    truth = pq.read_table(data / "noise.parquet")
+    assert truth.num_rows == 0 and truth.schema.field("shard").type == pa.string()
+    samples = seta.list_samples(sorted(str(p) for p in (data / "train").glob("*.tar")))
+    keys, urls = samples.column("key").to_pylist(), samples.column("url").to_pylist()
+    run = RunDir(tmp_path / "run", create=True)
+    rng = np.random.default_rng(0)
+    for e in range(3):
+        with LossRecorder(run, epoch=e) as rec:
+            rec.record(keys, urls, rng.lognormal(np.log(3.0 / (1 + e)), 0.3, len(keys)).astype(np.float32))
+        compact(run)
+    plan_epoch(run, 3, policy="full", params={"noise": True}, epochs=5, seed=0, population=samples)
+    capsys.readouterr()
+    assert main(["suspects", str(tmp_path / "run"), "--truth", str(data / "noise.parquet"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["suspected"], report["truth_listed"], report["truth_in_plans"], report["true_positives"]) == (
+        0, 0, 0, 0)  # fmt: skip
+    assert (report["precision"], report["recall"]) == (None, None)
+    assert [(p["epoch"], p["suspected"], p["precision"], p["recall"]) for p in report["plans"]] == [(3, 0, None, None)]
+    assert main(["suspects", str(tmp_path / "run"), "--truth", str(data / "noise.parquet")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[2].split()[-2:] == ["n/a", "n/a"]
+    assert (
+        f"  over the run: precision n/a (0 of the 0 samples ever suspected are listed in {data / 'noise.parquet'}), "
+        "recall n/a (0 of the 0 listed samples the plans hold)"
+    ) in text
+
+
+def test_an_empty_truth_file_makes_every_suspect_a_false_positive(noisy_run: Path, tmp_path) -> None:
+    """The run that suspected 45 samples, against a truth file of 0 rows: precision 0 (none of
+    the 45 is listed), recall n/a (no listed sample), per plan and over the run."""
+    empty = tmp_path / "none.parquet"
+    pq.write_table(pa.table({"shard": pa.array([], pa.string()), "key": pa.array([], pa.string())}), empty)
+    report = suspect_report(noisy_run / "run", truth=str(empty))
+    assert (report["suspected"], report["truth_listed"], report["true_positives"]) == (45, 0, 0)
+    assert (report["precision"], report["recall"]) == (0.0, None)
+    assert [(p["precision"], p["recall"]) for p in report["plans"]] == [(None, None)] * 2 + [(0.0, None)] * 5
