@@ -25,8 +25,7 @@ from common import Result, measure, path_label, timed_plan_code, tree_commit, tr
 
 def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:
     """Epochs 1 and 2 of a new run over ``run``'s table, each in a fresh process importing
-    seta_stream from ``tree``, after 5 s idle; each result has ``published_s``
-    (:func:`common.timed_plan_code`)."""
+    seta_stream from ``tree``, after 5 s idle (:func:`common.timed_plan_code`)."""
     shutil.rmtree(run / "plans", ignore_errors=True)
     (run / "state.json").unlink(missing_ok=True)
     os.sync()
@@ -55,7 +54,6 @@ def main() -> None:
     if not (run / "table/manifest.json").exists():
         raise SystemExit(f"{run}: no loss table")
     walls: dict[str, list[list[float]]] = {"A": [], "B": []}
-    published: dict[str, list[float]] = {"A": [], "B": []}
     rss: dict[str, list[float]] = {"A": [], "B": []}
     cpu: dict[str, list[float]] = {"A": [], "B": []}
     for r in range(args.rounds):
@@ -65,12 +63,7 @@ def main() -> None:
             walls[name].append(w)
             rss[name].extend(x["peak_rss_mb"] for x in m)
             cpu[name].extend(x["cpu_s"] for x in m)
-            published[name].extend(x["published_s"] for x in m)
-            print(
-                f"round {r + 1} {name}: epoch 1 {w[0]:.2f} s, epoch 2 {w[1]:.2f} s "
-                f"(published after {m[0]['published_s']:.2f} s, {m[1]['published_s']:.2f} s)",
-                flush=True,
-            )
+            print(f"round {r + 1} {name}: epoch 1 {w[0]:.2f} s, epoch 2 {w[1]:.2f} s", flush=True)
     rows = []
     for name, tree in (("A", args.a), ("B", args.b)):
         e1 = statistics.median(w[0] for w in walls[name])
@@ -87,7 +80,6 @@ def main() -> None:
                 "epoch1_median_s": e1,
                 "epoch2_median_s": e2,
                 "median_s": statistics.median(every),
-                "published_median_s": statistics.median(published[name]),
                 "cpu_median_s": statistics.median(cpu[name]),
                 "min_s": min(every),
                 "max_s": max(every),
@@ -97,11 +89,7 @@ def main() -> None:
     ratio = rows[1]["median_s"] / rows[0]["median_s"]
     cpu_ratio = rows[1]["cpu_median_s"] / rows[0]["cpu_median_s"]
     rss_ratio = rows[1]["peak_rss_mb"] / rows[0]["peak_rss_mb"]
-    pub_ratio = rows[1]["published_median_s"] / rows[0]["published_median_s"]
-    print(
-        f"B / A (medians): {ratio:.2f}x wall, {pub_ratio:.2f}x the time to published, {cpu_ratio:.2f}x CPU, "
-        f"{rss_ratio:.2f}x peak RSS"
-    )
+    print(f"B / A (medians): {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU, {rss_ratio:.2f}x peak RSS")
     res.write(
         baseline={"what": f"tree A ({tree_label(args.a)}), alternating with B in the same period", **rows[0]},
         rows=rows,
@@ -110,16 +98,12 @@ def main() -> None:
             "b_over_a": ratio,
             "b_over_a_cpu": cpu_ratio,
             "b_over_a_peak_rss": rss_ratio,
-            "b_over_a_published": pub_ratio,
-            "a_published_s": published["A"],
-            "b_published_s": published["B"],
             "a_runs_s": walls["A"],
             "b_runs_s": walls["B"],
         },
         notes=[
             f"B / A (medians of {args.rounds} alternating rounds of two fresh-process plans each): {ratio:.2f}x "
-            f"the wall time, {pub_ratio:.2f}x the time until the plan is published for training, {cpu_ratio:.2f}x "
-            f"the CPU time (all threads), {rss_ratio:.2f}x the peak RSS."
+            f"the wall time, {cpu_ratio:.2f}x the CPU time (all threads), {rss_ratio:.2f}x the peak RSS."
         ],
         params={k: path_label(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()},
     )

@@ -9,9 +9,8 @@ recorded: every sample once, in parts of ``flush_rows`` = 65,536 records (``Loss
 default: the parts a recorder flushes while the epoch runs), except the last 65,535 records,
 which are in a real ``LossRecorder``'s buffer (the largest last flush). Each repetition, in a
 fresh process: ``recorder.flush()``, ``compact()``,
-the plan of epoch 2 (SeTa, r=0.1, k=10, alpha=0.5) until it is published for training (stage
-files and summary: the stall ends there; a one-bucket plan's plan.parquet may follow, timed
-apart as ``plan_file_after_s``), each timed; then the run is put back as it
+the plan of epoch 2 (SeTa, r=0.1, k=10, alpha=0.5) until its whole folder is published (the
+stall ends there), each timed; then the run is put back as it
 was (the manifest of epoch 0, the new part and the plan removed) for the next one.
 
 What folding the flushed parts during the epoch could save: compaction with every part of the
@@ -85,7 +84,7 @@ def stall_code(run: Path, tail_start: int, n: int, flush_rows: int, phases: Path
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from common import st_mj_range, shard_url
         from seta_stream import LossRecorder, compact
-        from seta_stream._plan import plan_epoch_in_background
+        from seta_stream import plan_epoch
         rec = LossRecorder({str(run)!r}, rank=0, epoch=1, flush_rows={flush_rows})
         shards, keys = st_mj_range({tail_start}, {n})
         names = shards.dictionary.to_pylist()
@@ -101,12 +100,10 @@ def stall_code(run: Path, tail_start: int, n: int, flush_rows: int, phases: Path
         t1 = time.perf_counter()
         compact({str(run)!r})
         t2 = time.perf_counter()
-        _, writer = plan_epoch_in_background({str(run)!r}, 2, policy='seta', params={PLAN}, epochs=10, seed=0)
-        t3 = time.perf_counter()  # published for training (Pruner's stall ends here)
-        writer.wait()
-        t4 = time.perf_counter()
-        json.dump({{"flush_s": t1 - t0, "compact_s": t2 - t1, "plan_s": t3 - t2, "plan_file_after_s": t4 - t3,
-                   "stall_s": t3 - t0}}, open({str(phases)!r}, "w"))
+        plan_epoch({str(run)!r}, 2, policy='seta', params={PLAN}, epochs=10, seed=0)
+        t3 = time.perf_counter()  # the whole plan published (Pruner's stall ends here)
+        json.dump({{"flush_s": t1 - t0, "compact_s": t2 - t1, "plan_s": t3 - t2, "stall_s": t3 - t0}},
+                  open({str(phases)!r}, "w"))
     """
     return code, setup
 

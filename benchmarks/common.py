@@ -170,7 +170,7 @@ def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
     """Run ``setup`` then ``code`` in a fresh interpreter: the wall time of ``code``, its CPU
     time (every thread, user + system: on a machine shared with other work, the figure that
     depends least on the load) and its peak RSS. ``code`` may set ``marks``, a dict of more
-    figures for the result (e.g. ``marks = {"published_s": time.perf_counter() - t0}``: ``t0``
+    figures for the result (e.g. ``marks = {"fit_s": time.perf_counter() - t0}``: ``t0``
     is the start of ``code``).
 
     Peak RSS is the kernel's VmHWM of the child (not ru_maxrss, which Linux carries over from
@@ -249,24 +249,10 @@ def tree_setup(tree: Path) -> str:
 
 def timed_plan_code(run: Path, args: str) -> str:
     """``measure`` code planning ``run`` with ``plan_epoch``'s arguments ``args`` (the epoch,
-    then keywords), marking ``published_s`` and ``published_cpu_s``: the time and the CPU time
-    (every thread) until the plan is published for training (what ``Pruner`` waits for), then
-    waiting for plan.parquet (the whole time: what ``plan_epoch`` waits for). A tree without
-    ``plan_epoch_in_background`` (earlier versions) plans with ``plan_epoch``: ``published_s``
-    is then the whole plan's. The setup imports seta_stream (as ``P``: :func:`tree_setup` or
-    ``import seta_stream as P``)."""
-    return f"""
-        cpu0 = time.process_time()
-        import seta_stream._plan as planning
-        writer = None
-        if hasattr(planning, "plan_epoch_in_background"):
-            _, writer = planning.plan_epoch_in_background(P.RunDir({str(run)!r}), {args})
-        else:
-            P.plan_epoch(P.RunDir({str(run)!r}), {args})
-        marks = {{"published_s": time.perf_counter() - t0, "published_cpu_s": time.process_time() - cpu0}}
-        if writer is not None:
-            writer.wait()
-    """
+    then keywords): it returns with the whole plan folder published (what ``Pruner.start_epoch``
+    waits for too). The setup imports seta_stream (as ``P``: :func:`tree_setup` or ``import
+    seta_stream as P``)."""
+    return f"P.plan_epoch(P.RunDir({str(run)!r}), {args})"
 
 
 def tree_commit(tree: Path) -> str | None:

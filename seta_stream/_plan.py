@@ -9,14 +9,13 @@ gets exactly the plans of an uninterrupted one); the settings of a run (policy, 
 epochs) are fixed by its first plan; planning an epoch below the last planned one whose plan is
 missing is refused. Plans are deterministic: same table + seed + epoch -> same plan.
 
-A plan is published for training by its stage files, then summary.json; plan.parquet (read by
-inspection only) is encoded meanwhile on other threads and published when done, usually after
-the summary (:func:`plan_epoch_in_background` returns before it is). A plan whose plan.parquet
-a killed planner never wrote gets it from the next plan_epoch of its epoch, made again from the
-same table and checked against the published plan.
+A plan is published by its stage files and plan.parquet (encoded on other threads while the
+stage files are written), then summary.json, which completes it, then state.json: when
+``plan_epoch`` returns, the plan folder holds every file. A planner killed before the summary
+leaves no plan; the next plan_epoch of that epoch makes it again.
 
 Fault injection for tests: ``SETA_STREAM_FAULT=plan:after_plan_file`` (after the stage files
-of a one-bucket plan, after every bucket's files of a partitioned one) or
+and plan.parquet of a one-bucket plan, after every bucket's files of a partitioned one) or
 ``plan:after_summary`` SIGKILLs the process at that point.
 """
 
@@ -24,12 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import sys
 import tempfile
 import threading
-import warnings
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -43,16 +40,14 @@ from . import _state as run_state
 from ._arrays import column_to_numpy, group_order, is_broadcast
 from ._engine import Engine, ThreadEngine, get_engine
 from ._faults import fault
-from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir, plan_file
+from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
 from ._plans import (
     PLAN_SCHEMA,
     BucketPlanFiles,
-    PlanFileWriter,
     PlanIdentities,
     discard_leftovers,
     load_plan,
     load_summary,
-    plan_file_rows,
     publish_plan,
     publish_summary,
     read_summary,
@@ -69,7 +64,7 @@ from ._table import (
     table_buckets,
     table_shard_runs,
 )
-from .errors import EpochOrderError, InvalidInputError, PlanWarning, PopulationLocationError, RunFormatError
+from .errors import EpochOrderError, InvalidInputError, PopulationLocationError, RunFormatError
 from .ids import ShardLocations, sample_uids, shard_bucket, shard_location
 from .policies import (
     REASONS,
@@ -87,7 +82,6 @@ from .policies.steps import PlanContext
 
 __all__ = [
     "plan_epoch",
-    "plan_epoch_in_background",
     "load_plan",
     "load_summary",
     "set_current_epoch",
@@ -328,59 +322,15 @@ def plan_epoch(
     if known; the summary then records it and warns (``small_final_batch``) when the epoch's
     kept samples end with a batch of fewer than 8.
     """
-    summary, writer = plan_epoch_in_background(
-        run,
-        epoch,
-        policy=policy,
-        params=params,
-        epochs=epochs,
-        seed=seed,
-        population=population,
-        force=force,
-        engine=engine,
-        ray_address=ray_address,
-        batch_size=batch_size,
-    )
-    writer.wait()
-    return summary
-
-
-def plan_epoch_in_background(
-    run: str | RunDir,
-    epoch: int,
-    *,
-    policy: str | None = None,
-    params: dict[str, Any] | None = None,
-    epochs: int | None = None,
-    seed: int | None = None,
-    population: Iterable[tuple[str, str]] | pa.Table | dict[str, Any] | None = None,
-    force: bool = False,
-    engine: str | Engine | None = None,
-    ray_address: str | None = None,
-    batch_size: int | None = None,
-) -> tuple[dict[str, Any], PlanFileWriter]:
-    """:func:`plan_epoch`, returning as soon as the plan is published for training (its stage
-    files, summary.json and state.json) with the writer of its plan.parquet, which may still be
-    encoding it (``writer.wait()``: until it is published). The run's plan lock is held until
-    the writer is done. ``Pruner`` plans this way and waits for the writer at the next epoch
-    boundary: at 15M samples, plan.parquet's encoding is about half of a plan's wall time
-    (docs/benchmarks.md, "Planning"), and no training step reads it."""
     run = _run(run)
     epoch = int(epoch)
     if epoch < 0:
         raise InvalidInputError(f"epoch must be >= 0, got {epoch}")
     check_batch_size(batch_size, "plan_epoch")
     chosen = get_engine(engine, ray_address)
-    held = contextlib.ExitStack()
-    held.enter_context(run.lock("plan", wait=120))
-    writer = PlanFileWriter()
-    try:
-        with _normal_pages():
-            given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
-            summary, writer = _plan_locked(run, epoch, given, population, force, chosen, batch_size)
-    finally:
-        writer.then(held.close)  # the lock is released once plan.parquet is published
-    return summary, writer
+    with run.lock("plan", wait=120), _normal_pages():
+        given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
+        return _plan_locked(run, epoch, given, population, force, chosen, batch_size)
 
 
 def _plan_locked(
@@ -391,24 +341,21 @@ def _plan_locked(
     force: bool,
     chosen: Engine,
     batch_size: int | None,
-) -> tuple[dict[str, Any], PlanFileWriter]:
-    """The body of :func:`plan_epoch_in_background`, holding the run's plan lock."""
+) -> dict[str, Any]:
+    """The body of :func:`plan_epoch`, holding the run's plan lock."""
     state = run_state.read_state(run)
     cfg = run_state.resolve_settings(run, state, given, force)
     if not 0 <= epoch < cfg["epochs"]:
         raise InvalidInputError(f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs")
     existing = read_summary(run, epoch)
-    repair = None
     if existing is not None and not force:
         # also completes state.json if a crash came between the summary and the state
         new_state = run_state.after_plan(state, cfg, epoch, existing)
         if new_state != state:
             run.publish_json(STATE, new_state)
-        repair = _plan_file_to_repair(run, epoch, existing, population)
-        if repair is None:
-            return existing, PlanFileWriter()
+        return existing
     last = int(state.get("last_planned_epoch", -1))
-    if epoch < last and not force and repair is None:
+    if epoch < last and not force:
         raise EpochOrderError(
             f"{run.display(plan_dir(epoch))}: epoch {epoch} has no plan but epoch {last} was "
             f"already planned; plans are made in epoch order (a resumed run finds its plans "
@@ -422,8 +369,7 @@ def _plan_locked(
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         done = (batch_size, safeguards)
         if run.buckets > 1:
-            summary = _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
-            return summary, PlanFileWriter()
+            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
         if population is not None:
             columns = _table_columns(spec, params)
             table = load_table(run, columns=columns, manifest=manifest)
@@ -446,99 +392,7 @@ def _plan_locked(
         del numeric
         held = [inp]  # _publish drops the input's columns once the summary has read them
         del inp
-        if repair is not None:
-            return repair, _rewrite_plan_file(run, epoch, ids, result, held, guard, (cfg, params, done), repair)
         return _publish(run, epoch, ids, result, held, guard, (cfg, params, done), state, manifest, listed)
-
-
-def _plan_file_to_repair(run: RunDir, epoch: int, summary: dict[str, Any], population: Any) -> dict[str, Any] | None:
-    """The summary of the plan of ``epoch`` if its plan.parquet is missing or incomplete (a
-    planner killed after publishing the plan for training, before plan.parquet) and can be
-    written again: the plan is made again from the same table generation, checked against the
-    summary and stage.arrow, and only plan.parquet is written. None if plan.parquet is there
-    (its rows are the summary's ``n``), and None with a PlanWarning (``plan_file_missing``)
-    if it cannot be made again (the table has changed since, the plan listed a population not
-    given now, or the plan is of a partitioned run, whose plan.parquet comes before its summary)."""
-    rows = plan_file_rows(run, epoch)
-    if rows == int(summary["n"]):
-        return None
-    where = run.display(plan_file(epoch, "plan.parquet"))
-    manifest = run.read_json(MANIFEST, default=None) or {}
-    why = ""
-    if run.buckets > 1 or "stage" in summary:
-        why = "a partitioned run's plan.parquet is written before its summary, so it was removed since"
-    elif int(summary.get("table_generation", -1)) != int(manifest.get("generation", 0)):
-        why = (
-            f"the plan was made from the loss table of generation {summary.get('table_generation')}, "
-            f"the run's table is now generation {manifest.get('generation', 0)}"
-        )
-    elif summary.get("population_listed") and population is None:
-        why = "the plan listed a population; pass the same population to plan_epoch to write it again"
-    elif not run.exists(plan_file(epoch, "stage.arrow")):
-        why = "the plan has no stage.arrow to check a plan made again against (a plan of an earlier version)"
-    if not why:
-        return summary
-    found = "missing" if rows is None else f"{rows} rows, the summary says {summary['n']}"
-    warnings.warn(
-        PlanWarning(
-            f"{where}: {found}, and it cannot be written again: {why}. Training is unaffected (the "
-            "stage reads stage.arrow); load_plan and seta-stream inspect cannot read this epoch's plan",
-            "plan_file_missing",
-            epoch=epoch,
-        ),
-        stacklevel=4,
-    )
-    return None
-
-
-def _rewrite_plan_file(
-    run: RunDir,
-    epoch: int,
-    ids: PlanIdentities,
-    result: Any,
-    held: list[PolicyInput],
-    guard: Any,
-    settings: tuple[dict[str, Any], Any, tuple[int | None, Any]],
-    published: dict[str, Any],
-) -> PlanFileWriter:
-    """Write plan.parquet of a published plan again from the plan made again: only if that plan
-    is the published one (the same uid and keep of every row as stage.arrow, the same summary
-    fields), so plan.parquet always describes the plan that was trained."""
-    cfg, params, (_, safeguards) = settings
-    columns = _plan_columns(held[0], result)
-    stage = run.read_arrow(plan_file(epoch, "stage.arrow"))
-    where = run.display(plan_file(epoch, "plan.parquet"))
-    same_rows = (
-        stage.num_rows == len(columns["keep"])
-        and np.array_equal(column_to_numpy(stage.column("uid")), np.asarray(columns["uid"]))
-        and np.array_equal(column_to_numpy(stage.column("keep")), np.asarray(columns["keep"]))
-    )
-    del stage
-
-    def summary() -> None:
-        summarize(result, held.pop(), cfg["policy"], params, guard, safeguards)
-        differ = sorted(
-            k for k, v in result.summary.items() if k not in _COMPLETED and _json(published.get(k)) != _json(v)
-        )
-        if not same_rows or differ:
-            raise RunFormatError(
-                f"{where}: missing or incomplete, and the plan of epoch {epoch} made again from the same table differs "
-                f"from the published one ({'rows' if not same_rows else 'summary fields ' + ', '.join(differ)}); "
-                "expected the same plan (plans are deterministic). The run directory was changed by hand? "
-                "Training is unaffected; plan the epoch again with force=True to replace the whole plan"
-            )
-
-    return publish_plan(run, epoch, ids, columns, summary, stage=False)
-
-
-#: Summary fields that publishing adds to or extends after the policy (:func:`_complete`: a
-#: ``small_final_batch`` warning joins the policy's warnings): not compared by a repair.
-_COMPLETED = frozenset({"warnings", "phase", "pruned_so_far", "table_generation", "population_listed", "batch_size"})
-
-
-def _json(value: Any) -> str:
-    """How summary.json writes ``value`` (a NaN is then equal to a NaN)."""
-    return json.dumps(value, sort_keys=True)
 
 
 def _run_policy(
@@ -584,9 +438,9 @@ def _publish(
     state: dict[str, Any],
     manifest: dict[str, Any],
     population_listed: bool,
-) -> tuple[dict[str, Any], PlanFileWriter]:
-    """Publish the stage files, then summary.json, then state.json; returns the summary and
-    plan.parquet's writer (plan.parquet is published once encoded: before or after the summary).
+) -> dict[str, Any]:
+    """Publish the stage files and plan.parquet, then summary.json, then state.json; returns
+    the summary.
 
     ``held``: the policy's input, alone in a list that nothing else references: the summary is
     the last reader of the columns the plan files do not hold (``seen``, the loss history...),
@@ -598,15 +452,9 @@ def _publish(
     def summary() -> None:
         summarize(result, held.pop(), cfg["policy"], params, guard, safeguards)
 
-    writer = publish_plan(run, epoch, ids, columns, summary)
+    publish_plan(run, epoch, ids, columns, summary)
     fault("plan:after_plan_file")
-    try:
-        published = _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed, batch_size)
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            writer.wait()
-        raise
-    return published, writer
+    return _complete(run, epoch, dict(result.summary), cfg, state, manifest, population_listed, batch_size)
 
 
 def _complete(

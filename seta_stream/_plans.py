@@ -11,11 +11,9 @@ This module owns the folder (docs/format.md, "Plans"):
   (listed in shards.arrow), 1 byte a row instead of 4;
 * ``shards.arrow``: one row per shard, its row range, kept count and the byte range of its
   record batch in stage.arrow (the stage skips a shard with no kept row without opening it);
-* ``summary.json``: written after the stage files, so its presence means the plan is complete
-  for training. plan.parquet, which only inspection reads, is published when its parts are
-  encoded (on other threads: :class:`PlanFileWriter`), usually after the summary; a planner
-  killed before leaves a plan without it, which :func:`load_plan` reports
-  (:func:`plan_file_rows` against the summary's ``n``) and the next plan of that epoch writes again.
+* ``summary.json``: written last, after the stage files and plan.parquet (encoded on other
+  threads while the stage files are written), so its presence means the plan folder is
+  complete: for training and for any query of plan.parquet.
 
 :func:`publish_plan` writes them; :func:`load_plan`, :func:`load_summary` and
 :func:`read_stage_lookup` read them. Nothing here decides what to keep (``policies``) or how a
@@ -62,7 +60,6 @@ __all__ = [
     "BucketPlanFiles",
     "PLAN_SCHEMA",
     "PLAN_PART_ROWS",
-    "PlanFileWriter",
     "PlanIdentities",
     "STAGE_FIELDS",
     "StageLookup",
@@ -77,7 +74,6 @@ __all__ = [
     "read_summary",
     "discard_leftovers",
     "planned_epochs",
-    "plan_file_rows",
 ]
 
 #: Every column is non-nullable (Parquet ``required``): a plan has a value in every cell, and
@@ -219,17 +215,15 @@ def publish_plan(
     ids: PlanIdentities,
     columns: dict[str, np.ndarray | pa.Array],
     summarize: Any,
-    stage: bool = True,
-) -> PlanFileWriter:
-    """Publish stage.arrow and shards.arrow of ``epoch`` while plan.parquet's parts are encoded
-    on other threads; returns plan.parquet's writer, which publishes it once its parts are
-    written, while the caller publishes the summary (:func:`publish_summary`: it completes the
-    plan for training; plan.parquet, read by inspection only, may follow it).
+) -> None:
+    """Publish stage.arrow, shards.arrow and plan.parquet of ``epoch``: plan.parquet's parts are
+    encoded on other threads while this one writes the stage files; returns once all three are
+    published (the caller then publishes the summary, :func:`publish_summary`, which completes
+    the plan). Nothing of plan.parquet is published if the stage files fail.
 
     ``columns`` holds uid, loss, cluster, keep, weight, reason (int8 codes with
     ``reason_names``) and optionally score. ``summarize()`` is called while the parts are
-    encoded (the summary costs about as much as one part). Without ``stage``, only plan.parquet
-    is written (a plan whose plan.parquet a killed planner never wrote: its stage files stand)."""
+    encoded (the summary costs about as much as one part)."""
     # with keys mapped per part, the parts take their identity columns from ``ids`` themselves,
     # and with ``ids.table_rows`` their uid and loss too: then the stage files are the last
     # readers of the whole uid column, which this function holds alone (``columns`` gives it up)
@@ -246,16 +240,13 @@ def publish_plan(
     def stage_files() -> None:  # the summary and the stage's files, while plan.parquet is encoded
         if values:
             summarize()
-        if not stage:
-            uid.clear()
-            return
         stage_columns, weights, table = _stage_table(plan, uid.pop() if uid else None)
         batches, ranges = stage_batches(ids, table)
         run.publish_arrow(plan_file(epoch, "stage.arrow"), pa.Table.from_batches(batches, batches[0].schema))
         shards = shards_table(shard_ranges(ids, keep, ranges), stage_columns, weights)
         run.publish_arrow(plan_file(epoch, "shards.arrow"), shards, compression="zstd")
 
-    return _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
+    _publish_beside(run, plan_file(epoch, "plan.parquet"), plan, stage_files, ids)
 
 
 def _plan_table(ids: PlanIdentities, columns: dict[str, Any], identities: bool = True, values: bool = True) -> pa.Table:
@@ -463,107 +454,33 @@ def stage_batches(ids: PlanIdentities, stage: pa.Table) -> tuple[list[pa.RecordB
     return batches, ranges
 
 
-class PlanFileWriter:
-    """plan.parquet of a plan, encoded and published by ``write()`` on a thread of its own
-    (:func:`publish_plan`). :meth:`wait` returns once it is done, raising the writer's error if
-    it failed; :meth:`then` runs a function on the writer's thread once it is done (published or
-    failed), or at once if it is. Without ``write``, a writer with nothing to do."""
-
-    def __init__(self, write: Callable[[], None] | None = None) -> None:
-        self._after: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
-        self._done = write is None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="seta-stream-plan-file") if write else None
-        self._future = self._pool.submit(self._write, write) if self._pool is not None and write else None
-
-    def _write(self, write: Callable[[], None]) -> None:
-        try:
-            write()
-        finally:
-            with self._lock:
-                self._done = True
-                after, self._after = self._after, []
-            for fn in after:
-                fn()
-
-    def then(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            if not self._done:
-                self._after.append(fn)
-                return
-        fn()
-
-    def wait(self) -> None:
-        if self._future is None or self._pool is None:
-            return
-        try:
-            self._future.result()
-        finally:
-            self._pool.shutdown(wait=True)
-
-
-#: plan.parquet folders being written by this process (their path -> writer): :func:`load_plan`
-#: waits for the one it reads, so a training process reads its own plan right after
-#: ``Pruner.start_epoch`` returns.
-_WRITING: dict[str, PlanFileWriter] = {}
-_WRITING_LOCK = threading.Lock()
-
-
-def _wait_if_writing(path: str) -> None:
-    with _WRITING_LOCK:
-        writer = _WRITING.get(path)
-    if writer is not None:
-        writer.wait()
-
-
-def _publish_beside(
-    run: RunDir, rel: str, table: pa.Table, work: Any, ids: PlanIdentities | None = None
-) -> PlanFileWriter:
+def _publish_beside(run: RunDir, rel: str, table: pa.Table, work: Any, ids: PlanIdentities | None = None) -> None:
     """Encode ``table`` as a Parquet folder on other threads while ``work()`` runs on this one
     (pyarrow releases the GIL while encoding): the summary and the stage files then cost no
-    wall time at 15M rows (docs/benchmarks.md, "Planning"). Returns the folder's writer: it
-    publishes the folder once its parts are written, if ``work()`` succeeded; an error in
-    ``work()`` publishes nothing of it. With ``ids.key_map``, each part reads its keys through a
-    mapping of its own (:class:`PlanIdentities`)."""
+    wall time at 15M rows (docs/benchmarks.md, "Planning"). Publishes the folder once its parts
+    are written and ``work()`` succeeded; an error in either publishes nothing of it. With
+    ``ids.key_map``, each part reads its keys through a mapping of its own
+    (:class:`PlanIdentities`)."""
     # this thread's work takes one CPU: until it ends, the parts are encoded on the others (a
     # part encoded meanwhile on a CPU already busy would only hold its memory longer)
     slots = threading.Semaphore(max(1, _cpus() - 1))
-    decided = threading.Event()
-    succeeded: list[bool] = []
 
-    def write() -> None:
+    def write() -> Any:
+        if ids is not None and ids.key_map is not None:
+            return _prepare_parts(run, rel, table, ids, slots)
+        return run.prepare_parquet_parts(rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="seta-stream-plan-file") as pool:
+        encoding = pool.submit(write)
         try:
-            if ids is not None and ids.key_map is not None:
-                pending = _prepare_parts(run, rel, table, ids, slots)
-            else:
-                pending = run.prepare_parquet_parts(rel, table, part_rows=PLAN_PART_ROWS, **_WRITE_OPTIONS)
-            decided.wait()
-            if succeeded:
-                pending.commit()
-            else:
-                pending.discard()
-        finally:
-            decided.wait()  # the functions given to ``then`` run once ``work()`` has ended
-            with _WRITING_LOCK:
-                if _WRITING.get(path) is writer:
-                    del _WRITING[path]
-
-    path = run.path(rel)
-    writer = PlanFileWriter(write)
-    with _WRITING_LOCK:
-        _WRITING[path] = writer
-    try:
-        work()
-        succeeded.append(True)
-    except BaseException:
-        decided.set()
-        with contextlib.suppress(BaseException):
-            writer.wait()
-        raise
-    finally:
-        decided.set()
+            work()
+        except BaseException:
+            slots.release()
+            with contextlib.suppress(BaseException):
+                encoding.result().discard()
+            raise
         slots.release()
-    return writer
+        encoding.result().commit()
 
 
 def _prepare_parts(
@@ -607,8 +524,8 @@ def _cpus() -> int:
 
 
 def publish_summary(run: RunDir, epoch: int, summary: dict[str, Any]) -> None:
-    """summary.json: written after the stage files, it marks the plan of ``epoch`` complete
-    for training (plan.parquet may follow it)."""
+    """summary.json: written after the stage files and plan.parquet, it marks the plan folder of
+    ``epoch`` complete."""
     run.publish_json(plan_file(epoch, "summary.json"), summary)
 
 
@@ -632,12 +549,10 @@ def load_summary(run: str | RunDir, epoch: int) -> dict[str, Any]:
 
 
 def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -> pa.Table:
-    """plan.parquet of ``epoch`` as an Arrow table (waiting for it if this process's planner
-    is still writing it: the plan is published for training before plan.parquet is)."""
+    """plan.parquet of ``epoch`` as an Arrow table."""
     run = run if isinstance(run, RunDir) else RunDir(run)
     summary = load_summary(run, epoch)  # raises PlanMissingError with a hint
     rel = plan_file(epoch, "plan.parquet")
-    _wait_if_writing(run.path(rel))  # this process's planner may still be writing it
     if not run.exists(rel):
         raise PlanMissingError(_plan_file_lost(run, epoch, "missing"))
     table = run.read_parquet(rel, columns=columns)
@@ -652,18 +567,14 @@ def load_plan(run: str | RunDir, epoch: int, columns: list[str] | None = None) -
     return table
 
 
-def plan_file_rows(run: RunDir, epoch: int) -> int | None:
-    """Rows of plan.parquet of ``epoch`` (from its parts' footers), or None if it is missing."""
-    rel = plan_file(epoch, "plan.parquet")
-    return run.parquet_rows(rel) if run.exists(rel) else None
-
-
 def _plan_file_lost(run: RunDir, epoch: int, found: str) -> str:
     return (
-        f"{run.display(plan_file(epoch, 'plan.parquet'))}: {found}; expected the plan's rows, written after its "
-        f"summary.json. Its planner is still writing it, or was stopped before it had written it (training is "
-        f"unaffected: the stage reads stage.arrow). plan_epoch(run, {epoch}) with the run's settings writes it "
-        "again while the loss table is the one the plan was made from (before the epoch's losses are compacted)"
+        f"{run.display(plan_file(epoch, 'plan.parquet'))}: {found}; expected the plan's rows, published before its "
+        "summary.json. A plan published by an earlier version of seta_stream can lack it (that version published "
+        "plan.parquet after the summary, and its planner was stopped in between), or the folder was changed by "
+        f"hand. Training is unaffected (the stage reads stage.arrow); plan_epoch(run, {epoch}, force=True) makes "
+        "the whole plan again, the same plan while the loss table is the one it was made from (before the "
+        "epoch's losses are compacted)"
     )
 
 

@@ -31,7 +31,6 @@ are folded exactly once, so no flushed loss is lost or counted twice.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Sequence
@@ -41,8 +40,7 @@ import pyarrow.compute as pc
 
 from ._compaction import compact
 from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
-from ._plan import load_plan, load_summary, plan_epoch_in_background, population_locations, set_current_epoch
-from ._plans import PlanFileWriter
+from ._plan import load_plan, load_summary, plan_epoch, population_locations, set_current_epoch
 from ._record import LossRecorder
 from ._runfs import RunDir, new_run_buckets
 from ._table import folded_parts, load_table
@@ -157,8 +155,6 @@ class Pruner:
         self.superseded: list[str] = []
         self._recorded = 0  # samples recorded in the current epoch by this rank
         self._trained = 0  # of which back-propagated (ES selects a share of each meta-batch)
-        #: plan.parquet of the last plan (rank 0), written while the epoch starts
-        self._plan_file = PlanFileWriter()
         #: timings of the last epoch boundary: compact_s, plan_s, wait_s (seconds)
         self.last_boundary: dict[str, float] = {}
 
@@ -179,7 +175,6 @@ class Pruner:
         undelivered: list[PlanWarning] = []
 
         def work() -> None:
-            self._plan_file.wait()  # the previous plan's plan.parquet, before its losses are folded
             if first_call:
                 self.superseded = supersede_parts(self.run, epoch)
             t = time.perf_counter()
@@ -188,9 +183,7 @@ class Pruner:
             if self.check_delivered and trained is not None:
                 undelivered.extend(undelivered_warning(self.run, trained))
             t = time.perf_counter()
-            # published for training once its stage files and summary are: plan.parquet (read
-            # by inspection only) is written meanwhile, and waited for at the next boundary
-            _, self._plan_file = plan_epoch_in_background(
+            plan_epoch(
                 self.run,
                 epoch,
                 policy=self.policy,
@@ -272,7 +265,6 @@ class Pruner:
         undelivered: list[PlanWarning] = []
 
         def work() -> None:
-            self._plan_file.wait()
             compact(self.run, engine=self.engine, ray_address=self.ray_address)
             if self.check_delivered and self.epoch is not None:
                 undelivered.extend(undelivered_warning(self.run, self.epoch))
@@ -289,8 +281,6 @@ class Pruner:
         if exc[0] is None:
             self.close()
         else:
-            with contextlib.suppress(Exception):
-                self._plan_file.wait()
             self.recorder.close()
 
     # ------------------------------------------------------------------ ranks

@@ -109,9 +109,7 @@ class PlanWarning(SetaStreamWarning):
     ``warnings`` (docs/algorithms.md §0.10); ``code``, ``value``, ``limit`` and ``epoch`` are
     that entry's. With ``Pruner(check_delivered=True)`` also an epoch that recorded fewer losses
     than its plan kept (``undelivered``: ``value`` the losses recorded, ``limit`` the kept count),
-    at the next ``start_epoch`` or ``close``. And ``plan_file_missing`` from ``plan_epoch`` on a
-    plan whose plan.parquet a killed planner never wrote and that cannot be made again (training
-    is unaffected; docs/format.md, "plan.parquet after the summary")."""
+    at the next ``start_epoch`` or ``close``."""
 
     def __init__(self, message: str, code: str = "", value: float | None = None, limit: float | None = None,
                  epoch: int | None = None) -> None:  # fmt: skip

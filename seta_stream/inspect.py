@@ -382,10 +382,8 @@ def _truth_ids(path: str) -> pl.DataFrame:
             "every known-noisy sample (as tools/make_pair_shards.py's noise.parquet has)"
         )
     # typed, so that a file of no rows (a clean data set) joins as one listing no sample
-    return pl.DataFrame(
-        {"shard": t.column("shard").cast(pa.string()).to_pylist(), "key": t.column("key").cast(pa.string()).to_pylist()},
-        schema={"shard": pl.String, "key": pl.String},
-    ).unique()
+    columns = {c: t.column(c).cast(pa.string()).to_pylist() for c in ("shard", "key")}
+    return pl.DataFrame(columns, schema={"shard": pl.String, "key": pl.String}).unique()
 
 
 def _ratio(part: int, whole: int) -> float | None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -278,126 +279,109 @@ def _plan_files(root):
 
 
 _HELD_WRITER = """
-import os, signal, threading, sys
+import os, signal, threading, sys, time
 import seta_stream._plans as P
+import seta_stream._runfs as R
 
-class HeldParquet:  # plan.parquet's parts are never written: the kill comes in between
+class HeldParquet:  # plan.parquet's parts are never written: the kill comes while they are held
     def __getattr__(self, name):
         return getattr(P.__dict__['_real_pq'], name)
     def write_table(self, *args, **kwargs):
-        threading.Event().wait()
+        if 'plans/epoch=1/' in str(args[1] if len(args) > 1 else kwargs.get('where')):
+            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+            threading.Event().wait()
+        return P.__dict__['_real_pq'].write_table(*args, **kwargs)
 
-P._real_pq, P.pq = P.pq, HeldParquet()
-from seta_stream._plan import plan_epoch_in_background
-summary, writer = plan_epoch_in_background({run!r}, 1, policy='seta', params=dict(r=0.1, k=5, alpha=0.6),
-                                           epochs=10, seed=3)
-assert os.path.exists({run!r} + '/plans/epoch=1/summary.json')
-os.kill(os.getpid(), signal.SIGKILL)
+P._real_pq = P.pq
+P.pq = R.pq = HeldParquet()
+from seta_stream import plan_epoch
+plan_epoch({run!r}, 1, policy='seta', params=dict(r=0.1, k=5, alpha=0.6), epochs=10, seed=3)
 """
 
 
-def test_plan_parquet_follows_the_summary_and_a_planner_killed_between_is_repaired(tmp_path):
-    """The plan is published for training (stage files, summary, state) before plan.parquet,
-    the inspection file, is; a planner killed in between leaves a plan that trains as it should,
-    whose plan.parquet the next plan_epoch of that epoch writes again, the same bytes."""
+def test_a_planner_killed_while_plan_parquet_is_written_publishes_no_plan(tmp_path):
+    """plan.parquet is published before the summary: a planner killed while its parts are
+    written leaves the stage files at most, no summary, so no plan for training or for a
+    query; the next plan_epoch of that epoch makes the whole plan, the same bytes."""
     ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
     plan_epoch(ref, 1, **SETA)
     proc = subprocess.run([sys.executable, "-c", _HELD_WRITER.format(run=str(tmp_path / "r"))])
     assert proc.returncode == -9
     root = tmp_path / "r/plans/epoch=1"
     left = _plan_files(root)
-    assert {k for k in left if not k.startswith(".tmp-")} == {"shards.arrow", "stage.arrow", "summary.json"}
-    ref_files = _plan_files(tmp_path / "ref/plans/epoch=1")
-    for name in ("shards.arrow", "stage.arrow", "summary.json"):
-        assert left[name] == ref_files[name]
-    assert json.loads((tmp_path / "r/state.json").read_text())["current_epoch"] == 1
-    with pytest.raises(PlanMissingError) as err:
-        load_plan(run, 1)
-    expected = f"{root / 'plan.parquet'}: missing; expected the plan's rows, written after its summary.json"
-    assert expected in str(err.value)
-    assert "plan_epoch(run, 1)" in str(err.value)
-
+    assert {k for k in left if not k.startswith(".tmp-")} == {"shards.arrow", "stage.arrow"}
+    assert not (tmp_path / "r/state.json").exists()
+    for read in (lambda: load_summary(run, 1), lambda: load_plan(run, 1)):
+        with pytest.raises(PlanMissingError, match=r"plans/epoch=1/summary\.json: no plan for epoch 1"):
+            read()
     s = plan_epoch(run, 1, **SETA)  # the lock of the killed planner is broken (its pid is gone)
     assert s == load_summary(ref, 1)
-    assert _plan_files(root) == ref_files  # plan.parquet again, the same bytes; no leftover
-    assert load_plan(run, 1).equals(load_plan(ref, 1))
+    assert _plan_files(root) == _plan_files(tmp_path / "ref/plans/epoch=1")  # the same bytes; no leftover
     assert not list((tmp_path / "r/locks").iterdir())
 
 
-def test_an_incomplete_plan_parquet_is_written_again(tmp_path):
+def test_plan_epoch_returns_once_plan_parquet_is_published(tmp_path, monkeypatch):
+    """plan_epoch does not return, and no summary is published, while plan.parquet's parts are
+    still being written; when it returns, the folder holds every file and the lock is free."""
+    import threading
+
+    release = threading.Event()
+    written = hold_plan_parquet(monkeypatch, 1, release)
     run = seeded_run(tmp_path / "r")
-    kept = plan_epoch(seeded_run(tmp_path / "probe"), 1, **SETA)["kept"]
-    # a batch size that leaves a final batch of 1: the published summary warns small_final_batch,
-    # which a plan made again does not hold before publishing (its other fields must be the same)
-    s = plan_epoch(run, 1, **SETA, batch_size=kept - 1)
-    assert [w["code"] for w in s["warnings"]] == ["small_final_batch"]
-    folder = tmp_path / "r/plans/epoch=1/plan.parquet"
-    before = _plan_files(folder)
-    part = folder / "part-00000.parquet"
-    pq.write_table(pq.read_table(part).slice(0, 150), part)  # rows lost
-    with pytest.raises(PlanMissingError, match=r"plan\.parquet: 150 rows, its summary says 200; expected"):
-        load_plan(run, 1)
-    assert plan_epoch(run, 1, batch_size=kept - 1) == s
-    assert _plan_files(folder) == before
+    out: list[dict] = []
+    planner = threading.Thread(target=lambda: out.append(plan_epoch(run, 1, **SETA)))
+    planner.start()
+    root = tmp_path / "r/plans/epoch=1"
+    deadline = time.monotonic() + 30
+    while not (root / "shards.arrow").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert planner.is_alive() and not out and not (root / "summary.json").exists()
+    assert not any("plans/epoch=1" in w for w in written)
+    release.set()
+    planner.join(30)
+    assert sorted(p.name for p in root.iterdir()) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
+    assert any("plans/epoch=1" in w for w in written)
+    assert load_plan(run, 1).num_rows == out[0]["n"] == 200
+    assert not list((tmp_path / "r/locks").iterdir())
 
 
-def test_plan_parquet_that_cannot_be_made_again_warns_and_training_goes_on(tmp_path, capsys):
-    from seta_stream import LossRecorder, PlanWarning, compact
+def test_a_plan_parquet_lost_or_cut_is_named_and_force_makes_the_plan_again(tmp_path, capsys):
+    """A plan folder whose plan.parquet is missing (as an earlier version could leave it) or
+    lost rows by hand: training is unaffected, load_plan and `seta-stream inspect` name the
+    file and the fix in one line, plan_epoch returns the published plan as it is (plans are
+    never recomputed silently), and force=True makes the whole plan again, the same bytes."""
+    import shutil
+
+    from seta_stream._cli import main
     from seta_stream._plans import read_stage_lookup
 
     run = seeded_run(tmp_path / "r")
-    plan_epoch(run, 1, **SETA)
-    stage = read_stage_lookup(run, 1)
-    import shutil
-
-    shutil.rmtree(tmp_path / "r/plans/epoch=1/plan.parquet")
-    with LossRecorder(run, epoch=1) as rec:  # the table moves on: generation 2
-        rec.record(["k0000"], ["/d/shard-0.tar"], np.array([0.5], np.float32))
-    compact(run)
-    with pytest.warns(PlanWarning) as caught:
-        s = plan_epoch(run, 1)
-    (w,) = [c.message for c in caught]
-    assert w.code == "plan_file_missing" and w.epoch == 1
-    assert str(w) == (
-        f"{tmp_path / 'r/plans/epoch=1/plan.parquet'}: missing, and it cannot be written again: the plan was made "
-        "from the loss table of generation 1, the run's table is now generation 2. Training is unaffected (the "
-        "stage reads stage.arrow); load_plan and seta-stream inspect cannot read this epoch's plan"
-    )
-    assert s["kept"] == load_summary(run, 1)["kept"]
-    assert not (tmp_path / "r/plans/epoch=1/plan.parquet").exists()
-    assert read_stage_lookup(run, 1).shards == stage.shards
-    with pytest.raises(PlanMissingError, match="plan.parquet: missing"):
-        load_plan(run, 1)
-    from seta_stream._cli import main
-
-    assert main(["inspect", str(tmp_path / "r"), "--epoch", "1"]) == 2  # one line, no traceback
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert f"{tmp_path / 'r/plans/epoch=1/plan.parquet'}: missing; expected the plan's rows" in err
-
-
-def test_plan_epoch_in_background_holds_the_lock_until_plan_parquet_is_published(tmp_path, monkeypatch):
-    import threading
-
-    from seta_stream._plan import plan_epoch_in_background
-
-    release = threading.Event()
-    hold_plan_parquet(monkeypatch, 1, release)
-    run = seeded_run(tmp_path / "r")
-    summary, writer = plan_epoch_in_background(run, 1, **SETA)
+    s = plan_epoch(run, 1, **SETA)
     root = tmp_path / "r/plans/epoch=1"
-    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".tmp-")) == [
-        "shards.arrow",
-        "stage.arrow",
-        "summary.json",
-    ]
-    assert load_summary(run, 1) == summary
-    assert [p.name for p in (tmp_path / "r/locks").iterdir()] == ["plan.lock"]
-    release.set()
-    writer.wait()
-    assert sorted(p.name for p in root.iterdir()) == ["plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]
-    assert load_plan(run, 1).num_rows == summary["n"] == 200
-    assert not list((tmp_path / "r/locks").iterdir())
+    before = _plan_files(root)
+    stage = read_stage_lookup(run, 1)
+    part = root / "plan.parquet/part-00000.parquet"
+    pq.write_table(pq.read_table(part).slice(0, 150), part)  # rows lost
+    with pytest.raises(PlanMissingError, match=r"plan\.parquet: 150 rows, its summary says 200; expected"):
+        load_plan(run, 1)
+    shutil.rmtree(root / "plan.parquet")
+    with pytest.raises(PlanMissingError) as err:
+        load_plan(run, 1)
+    assert str(err.value) == (
+        f"{root / 'plan.parquet'}: missing; expected the plan's rows, published before its summary.json. A plan "
+        "published by an earlier version of seta_stream can lack it (that version published plan.parquet after the "
+        "summary, and its planner was stopped in between), or the folder was changed by hand. Training is unaffected "
+        "(the stage reads stage.arrow); plan_epoch(run, 1, force=True) makes the whole plan again, the same plan "
+        "while the loss table is the one it was made from (before the epoch's losses are compacted)"
+    )
+    assert read_stage_lookup(run, 1).shards == stage.shards
+    assert plan_epoch(run, 1) == s and not (root / "plan.parquet").exists()
+    assert main(["inspect", str(tmp_path / "r"), "--epoch", "1"]) == 2  # one line, no traceback
+    err_text = capsys.readouterr().err.strip()
+    assert len(err_text.splitlines()) == 1 and f"{root / 'plan.parquet'}: missing; expected" in err_text
+    assert plan_epoch(run, 1, force=True) == s
+    assert _plan_files(root) == before
 
 
 def test_the_plan_from_the_table_files_shard_runs_is_the_plan_from_its_shard_column(tmp_path, monkeypatch):

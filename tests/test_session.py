@@ -60,39 +60,38 @@ def test_es_and_eswp_runs_get_the_policy_beta2(tmp_path):
     assert seta.RunDir(tmp_path / "b").settings["ema_beta2"] == 0.9
 
 
-def test_pruner_trains_while_plan_parquet_is_written_and_waits_for_it_at_the_boundary(tmp_path, monkeypatch):
-    """start_epoch returns once the plan is published for training; plan.parquet (inspection
-    only) is written meanwhile, and close() (or the next start_epoch) waits for it before folding
-    the epoch's losses."""
+def test_start_epoch_returns_a_complete_plan_folder_a_user_can_query(tmp_path, monkeypatch):
+    """start_epoch returns once the whole plan folder is published: with plan.parquet's parts
+    of epoch 1 held for 0.5 s, it does not return before they are written, and a webdataset
+    user's Parquet query of RUN/plans/epoch=E/plan.parquet right after it (polars, as
+    docs/format.md shows it) reads every row of every epoch."""
     import threading
+
+    import polars as pl
 
     release = threading.Event()
     written = hold_plan_parquet(monkeypatch, 1, release)
     run = str(tmp_path / "run")
-    pruner, ds = _pruner_loop(tmp_path, run, epochs=2, fields=("__key__", "__url__"))
-    plan_dir = tmp_path / "run/plans/epoch=1"
-    for epoch in range(2):
+    pruner, ds = _pruner_loop(tmp_path, run, epochs=3, fields=("__key__", "__url__"))
+    plan_dir = tmp_path / "run/plans"
+    for epoch in range(3):
+        if epoch == 1:
+            threading.Timer(0.5, release.set).start()
         summary = pruner.start_epoch(epoch)
         if epoch == 1:
-            assert sorted(p.name for p in plan_dir.iterdir() if not p.name.startswith(".tmp-")) == [
-                "shards.arrow",
-                "stage.arrow",
-                "summary.json",
-            ]
-            assert [p.name for p in (tmp_path / "run/locks").iterdir()] == ["plan.lock"]
+            assert release.is_set() and any("plans/epoch=1" in w for w in written)
+        assert sorted(p.name for p in (plan_dir / f"epoch={epoch}").iterdir()) == [
+            "plan.parquet", "shards.arrow", "stage.arrow", "summary.json"]  # fmt: skip
+        assert not list((tmp_path / "run/locks").iterdir())
+        plan = pl.read_parquet(plan_dir / f"epoch={epoch}/plan.parquet")
+        assert (plan.height, int(plan["keep"].sum())) == (40, summary["kept"]) and summary["n"] == 40
         got = 0
-        for keys, urls_ in ds:  # epoch 1 trains while its plan.parquet is held
+        for keys, urls_ in ds:
             pruner.record(keys, urls_, np.linspace(0.1, 2.0, len(keys), dtype=np.float32))
             got += len(keys)
         assert got == summary["kept"]
-    assert summary["n"] == 40 and summary["kept"] < 40
-    assert not any("plans/epoch=1" in w for w in written)
-    threading.Timer(0.5, release.set).start()
-    assert seta.load_plan(run, 1).num_rows == 40  # in this process, load_plan waits for it
-    assert any("plans/epoch=1" in w for w in written)
-    pruner.close()  # then folds the epoch
-    assert not list((tmp_path / "run/locks").iterdir())
+    pruner.close()
     table = seta.load_table(run).to_pydict()
     last = {(s, k): e for s, k, e in zip(table["shard"], table["key"], table["last_epoch"])}
-    plan = seta.load_plan(run, 1).to_pydict()  # epoch 1's losses folded: exactly its kept samples
-    assert [last.get(sk) == 1 for sk in zip(plan["shard"], plan["key"])] == plan["keep"]
+    plan = seta.load_plan(run, 2).to_pydict()  # epoch 2's losses folded: exactly its kept samples
+    assert [last.get(sk) == 2 for sk in zip(plan["shard"], plan["key"])] == plan["keep"]
