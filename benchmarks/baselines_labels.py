@@ -11,7 +11,8 @@ after every epoch. Studies (:func:`registry`):
   measured pruned %, full data at equal compute (exactly the rule run's samples trained), the
   oracle filter (full data without the known noisy samples), and cleanlab as its documentation
   recommends (out-of-sample predicted probabilities by ``K``-fold cross-validation with the same
-  model and schedule, ``cleanlab.filter.find_label_issues(labels, pred_probs)`` at its defaults,
+  model and schedule, the folds stratified by the noisy label and shuffled as cleanlab makes them,
+  :func:`fold_keys`; ``cleanlab.filter.find_label_issues(labels, pred_probs)`` at its defaults,
   then full data on what it keeps).
 * **B**, low noise rates (3% and 10% wrong labels, the same key-hash corruption at a lower rate;
   and 5% and 20% for the rule alone): full data, the rule alone and the oracle.
@@ -35,7 +36,6 @@ import json
 import math
 import shutil
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ from benchmarks import instability  # noqa: E402  (after the path set-up above)
 from benchmarks.common import gap_verdict  # noqa: E402
 from benchmarks.quality import harness  # noqa: E402
 from benchmarks.quality.configs import NOISE_RULE  # noqa: E402
-from benchmarks.quality.data import Sst2, noise_offsets, symmetric_offsets  # noqa: E402
+from benchmarks.quality.data import Sst2, noise_offsets, shard_labels, symmetric_offsets  # noqa: E402
+from benchmarks.quality.draws import stratified_folds  # noqa: E402
 from benchmarks.quality.harness import Job  # noqa: E402
 from benchmarks.quality.layout import Layout  # noqa: E402
 from benchmarks.quality.machine import machine_of  # noqa: E402
@@ -104,11 +105,13 @@ def registry(seeds: int = SEEDS, folds: int = K) -> list[Run]:
     return out
 
 
-def fold_keys(keys: list[str], folds: int, seed: int) -> list[frozenset[str]]:
-    """``folds`` disjoint parts of ``keys`` covering them, of sizes differing by at most one: the
-    keys in the order of a hash of (seed, key), cut into consecutive parts."""
-    order = sorted(keys, key=lambda k: (zlib.crc32(f"fold{seed}:{k}".encode()), k))
-    return [frozenset(p.tolist()) for p in np.array_split(np.asarray(order, dtype=object), folds)]
+def fold_keys(keys: list[str], labels: list[int], folds: int, seed: int) -> list[frozenset[str]]:
+    """cleanlab's ``folds`` cross-validation folds of ``keys`` (``labels``: their noisy labels, in
+    the same order): disjoint, covering the keys, stratified by label and shuffled as cleanlab's
+    documentation makes them (``draws.stratified_folds``: ``StratifiedKFold(shuffle=True)`` with a
+    random state of the seed, over the keys in sorted order)."""
+    fold = stratified_folds(keys, labels, folds, seed)
+    return [frozenset(k for k, f in zip(keys, fold.tolist()) if f == part) for part in range(folds)]
 
 
 # ------------------------------------------------------------------------------------ one run
@@ -171,6 +174,20 @@ def noisy_keys(ctx: Ctx, rate: float) -> dict[str, int]:
     return noise_offsets(ctx.population, ctx.ds.classes, rate)
 
 
+_LABELS: dict[tuple[str, ...], dict[str, int]] = {}  # the training shards' labels, read once per process
+
+
+def run_folds(ctx: Ctx, run: Run) -> list[frozenset[str]]:
+    """The cross-validation folds of ``run``'s seed: :func:`fold_keys` of the training population,
+    stratified by its labels as trained (the noise of ``run.rate`` applied)."""
+    key = tuple(ctx.ds.train)
+    if key not in _LABELS:
+        _LABELS[key] = shard_labels(ctx.ds.train)
+    clean, noise, classes = _LABELS[key], noisy_keys(ctx, run.rate), ctx.ds.classes
+    keys = ctx.population.column("key").to_pylist()
+    return fold_keys(keys, [(clean[k] + noise.get(k, 0)) % classes for k in keys], ctx.folds, run.seed)
+
+
 SAME_AS_FULL = "same as full data"  # dynamic random at 0% pruned, equal compute of a rule that pruned nothing
 
 
@@ -202,7 +219,7 @@ def cfg_of(ctx: Ctx, run: Run) -> tuple[dict, frozenset[str] | None] | str | Non
     elif m == "oracle":
         exclude = frozenset(noisy_keys(ctx, run.rate))
     elif m.startswith("fold"):
-        exclude = fold_keys(ctx.population.column("key").to_pylist(), ctx.folds, run.seed)[int(m[4:])]
+        exclude = run_folds(ctx, run)[int(m[4:])]
     elif m == "cleanlab":
         found = cleanlab_issues(ctx, run)
         if found is None:

@@ -23,9 +23,10 @@ agree), every one through ``seta_stream.Pruner`` (record every loss, compact and
   of samples the rule trained in the same seed, the last epoch cut where the budget ends;
 * ``cleanlab``: cleanlab as its documentation recommends: out-of-sample predicted
   probabilities by K-fold cross-validation (``clfold<k>`` jobs: the same model and schedule
-  trained on the other K-1 folds, folds by key hash), ``cleanlab.filter.find_label_issues`` with
-  its defaults, then full data on what it keeps; its compute is the K fold trainings plus the
-  final one.
+  trained on the other K-1 folds; the folds stratified by the noisy label and shuffled, per seed,
+  as cleanlab makes them: :func:`fold_of`), ``cleanlab.filter.find_label_issues`` with its
+  defaults, then full data on what it keeps; its compute is the K fold trainings plus the final
+  one.
 
 Training: SGD (Nesterov, momentum 0.9, weight decay 5e-4), batch 512, peak lr 0.2, warm-up over
 the first 10% then cosine to 0, random crop (4-pixel zero padding) and horizontal flip on the
@@ -70,7 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.quality.data import NOISE_SEED, asymmetric_offsets, hash01, noise_offsets  # noqa: E402
+from benchmarks.quality import draws  # noqa: E402
+from benchmarks.quality.data import asymmetric_offsets, noise_offsets  # noqa: E402
 
 B, LR, WD, EPOCHS, FOLDS = 512, 0.2, 5e-4, 15, 4
 SEEDS = (0, 1)
@@ -167,9 +169,12 @@ def noisy_labels(kind: str, keys: np.ndarray, y: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown noise kind {kind!r}; expected clean, sym40 or asym40")
 
 
-def fold_of(keys: np.ndarray, folds: int) -> np.ndarray:
-    """Fold of every key for cleanlab's cross-validation: a hash of the key (fixed, seed-free)."""
-    return np.array([int(hash01(k, NOISE_SEED + 7) * folds) for k in keys.tolist()], dtype=np.int64)
+def fold_of(keys: np.ndarray, labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Fold of every key for cleanlab's cross-validation of seed ``seed``: stratified by the
+    (noisy) ``labels`` and shuffled as cleanlab makes its folds (``draws.stratified_folds``:
+    ``StratifiedKFold(shuffle=True)`` with a random state of the seed, over the keys in sorted
+    order)."""
+    return draws.stratified_folds(keys.tolist(), labels.tolist(), folds, seed)
 
 
 # ------------------------------------------------------------------------------------ jobs
@@ -247,12 +252,12 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     if method == "oracle":
         use = ~noisy
     elif method.startswith("clfold"):
-        use = fold_of(keys, FOLDS) != job["fold"]
+        use = fold_of(keys, y, FOLDS, seed) != job["fold"]
     elif method == "cleanlab":
         from cleanlab.filter import find_label_issues
 
         probs = np.zeros((len(keys), 10), dtype=np.float32)
-        folds = fold_of(keys, FOLDS)
+        folds = fold_of(keys, y, FOLDS, seed)
         for k in range(FOLDS):
             probs[folds == k] = np.load(work / f"{kind}-clfold{k}-s{seed}.probs.npy")
         issues = find_label_issues(labels=y, pred_probs=probs)
@@ -290,7 +295,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     }
     amp = torch.autocast(dev, dtype=torch.bfloat16, enabled=dev == "cuda")
     gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
+    gen.manual_seed(draws.seed_int(draws.GPU_AUGMENT, seed))  # crops and flips: a stream of their own
 
     def prep(xb: Any) -> Any:
         return ((xb.float() - mean) / std).contiguous(memory_format=torch.channels_last)
@@ -333,7 +338,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     if budget is not None:
         result["budget"] = budget
     seen_total, t_run = 0, time.perf_counter()
-    rng = np.random.default_rng([seed, 20261127])
+    rng = draws.generator(draws.GPU_ORDER, seed)  # the epochs' sample order
     for epoch in range(epochs):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -413,7 +418,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     result["status"] = "done"
     if method.startswith("clfold"):  # out-of-sample predicted probabilities of the held-out fold
         model.eval()
-        held = np.flatnonzero(fold_of(keys, FOLDS) == job["fold"])
+        held = np.flatnonzero(fold_of(keys, y, FOLDS, seed) == job["fold"])
         probs = []
         with torch.no_grad(), amp:
             for s in range(0, len(held), 2000):

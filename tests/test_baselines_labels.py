@@ -18,14 +18,18 @@ def test_committed_report_is_generated_from_the_result_files() -> None:
     assert bl.DOC.read_text() == bl.render(bl.load_all(bl.RESULTS))
 
 
-def test_folds_are_disjoint_and_cover_the_keys() -> None:
+def test_folds_are_disjoint_cover_the_keys_and_are_stratified() -> None:
     keys = [f"{i:06d}" for i in range(1003)]
-    folds = bl.fold_keys(keys, 4, seed=1)
+    labels = [i % 3 % 2 for i in range(1003)]  # 669 zeros, 334 ones
+    folds = bl.fold_keys(keys, labels, 4, seed=1)
     assert sorted(len(f) for f in folds) == [250, 251, 251, 251]
     assert set().union(*folds) == set(keys)
     assert sum(len(f) for f in folds) == len(keys)
-    assert bl.fold_keys(keys[::-1], 4, seed=1) == folds  # fixed by the keys, not their order
-    assert bl.fold_keys(keys, 4, seed=2) != folds
+    label = dict(zip(keys, labels))
+    ones = [sum(label[k] for k in f) for f in folds]
+    assert max(ones) - min(ones) <= 1  # each label dealt evenly (stratified)
+    assert bl.fold_keys(keys[::-1], labels[::-1], 4, seed=1) == folds  # fixed by the keys, not their order
+    assert bl.fold_keys(keys, labels, 4, seed=2) != folds
 
 
 def _shards(tmp: Path) -> object:
@@ -88,8 +92,9 @@ def test_smoke_run_of_the_runner(tmp_path: Path) -> None:
     assert all(plan_keys(bl.Run(0.4, "oracle", 0), e) == all_keys - noisy for e in range(3))
     assert [e["backprop"] for e in oracle["epochs"]] == [288 - len(noisy)] * 3
     # the folds: disjoint, covering the training set; each trains on the others and predicts itself
-    folds = bl.fold_keys(sorted(all_keys), 2, 0)
+    folds = bl.run_folds(ctx, bl.Run(0.4, "fold0", 0))
     assert folds[0] | folds[1] == all_keys and not folds[0] & folds[1]
+    assert abs(len(folds[0]) - len(folds[1])) <= 1
     for k in range(2):
         run = bl.Run(0.4, f"fold{k}", 0)
         assert plan_keys(run) == all_keys - folds[k]

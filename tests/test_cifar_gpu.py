@@ -37,11 +37,17 @@ def test_job_list_order_and_inputs() -> None:
     }
 
 
-def test_folds_are_disjoint_and_cover_every_key() -> None:
-    keys = np.array([f"train_{i:06d}" for i in range(4000)])
-    folds = cifar_gpu.fold_of(keys, 4)
-    assert set(folds.tolist()) == {0, 1, 2, 3}
-    assert all(700 < (folds == k).sum() < 1300 for k in range(4))  # each key in exactly one fold
+def test_folds_are_disjoint_cover_every_key_and_are_stratified() -> None:
+    keys = np.array([f"train_{i:06d}" for i in range(4003)])
+    labels = np.arange(4003) * 7 % 10
+    folds = cifar_gpu.fold_of(keys, labels, 4, 0)
+    assert set(folds.tolist()) == {0, 1, 2, 3}  # each key in exactly one fold, of sizes within one
+    assert sorted(np.bincount(folds).tolist()) == [1000, 1001, 1001, 1001]
+    for c in range(10):
+        per = np.bincount(folds[labels == c], minlength=4)
+        assert per.max() - per.min() <= 1  # each label dealt evenly (stratified)
+    assert np.array_equal(cifar_gpu.fold_of(keys[::-1], labels[::-1], 4, 0)[::-1], folds)  # not the order
+    assert not np.array_equal(cifar_gpu.fold_of(keys, labels, 4, 1), folds)  # another seed, other folds
 
 
 @pytest.mark.slow

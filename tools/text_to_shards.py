@@ -22,13 +22,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import random
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from webdataset import TarWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
 
 
 class ConversionError(ValueError):
@@ -64,6 +69,12 @@ def read_rows(path: Path, fmt: str | None = None) -> Iterator[tuple[int, dict[st
                     f"has {len(reader.fieldnames or [])}; check the delimiter (--format) or quoting"
                 )
             yield reader.line_num, row
+
+
+def row_order(n: int, shuffle: int) -> list[int]:
+    """The source rows in the order ``--shuffle SEED`` writes them: a uniform permutation of 0..n-1
+    drawn by a NumPy generator of its own purpose and the seed (``benchmarks/quality/draws.py``)."""
+    return draws.generator(draws.TEXT_SHUFFLE, shuffle).permutation(n).tolist()
 
 
 def convert(
@@ -119,7 +130,7 @@ def convert(
             sample[ext] = row[col]
         samples.append(sample)
     if shuffle is not None:
-        random.Random(shuffle).shuffle(samples)
+        samples = [samples[i] for i in row_order(len(samples), shuffle)]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     t0 = time.perf_counter()
@@ -139,6 +150,8 @@ def convert(
         "rows": len(samples),
         "shards": written,
         "labels": {str(k): v for k, v in sorted(counts.items())},
+        "shuffle": shuffle,
+        "draws": draws.VERSION,
         "seconds": round(time.perf_counter() - t0, 3),
     }
     (out / f"{prefix}.json").write_text(json.dumps(summary, indent=1))

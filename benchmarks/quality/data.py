@@ -10,12 +10,14 @@
 from __future__ import annotations
 
 import glob
+import shutil
 import subprocess
 import sys
-import zlib
+import tarfile
 from pathlib import Path
 from typing import Any
 
+from . import draws
 from .layout import ROOT
 
 NOISE = 0.4
@@ -61,7 +63,8 @@ class Sst2(Dataset):
 
     def prepare(self) -> None:
         d = self.out / "sst2-shards"
-        if not (d / "sst2-test.json").exists():
+        if not ((d / "sst2-test.json").exists() and draws.made_with_these_draws(d / "sst2-train.json")):
+            shutil.rmtree(d, ignore_errors=True)  # none yet, or shuffled by an older tool: made again
             tool = [sys.executable, str(ROOT / "tools" / "text_to_shards.py"), "--out", str(d), "--json"]
             tool += ["--text", "sentence", "--label", "label", "--labels", "0,1", "--shard-size", "5000"]
             for split, tsv, extra in (("train", "train.tsv", ["--shuffle", "0"]), ("test", "dev.tsv", [])):
@@ -73,10 +76,6 @@ class Sst2(Dataset):
 
 
 DATASETS: dict[str, type[Dataset]] = {"cifar10": Cifar, "sst2": Sst2}
-
-
-def hash01(text: str, salt: int) -> float:
-    return zlib.crc32(f"{salt}:{text}".encode()) / 2**32
 
 
 def noise_offsets(population: Any, classes: int, rate: float = NOISE) -> dict[str, int]:
@@ -91,15 +90,27 @@ def noise_offsets(population: Any, classes: int, rate: float = NOISE) -> dict[st
 
 def symmetric_offsets(keys: list[str], classes: int, rate: float = NOISE, seed: int = NOISE_SEED) -> dict[str, int]:
     """key -> label offset (1..C-1) for exactly round(rate * len(keys)) of ``keys``: the keys
-    first in the order of a hash of (seed, key). The order does not depend on ``rate``, so a
-    lower rate corrupts a subset of a higher rate's samples, each with the same offset."""
-    chosen = _hash_order(keys, seed)[: round(rate * len(keys))]
-    return {k: 1 + int(hash01(k, seed + 1) * (classes - 1)) for k in chosen}
+    first in the order of a keyed hash of (seed, key) (purpose ``noise-pick``), each offset a
+    second, independent keyed hash (purpose ``noise-offset``), uniform over 1..C-1. The order does
+    not depend on ``rate``, so a lower rate corrupts a subset of a higher rate's samples, each with
+    the same offset."""
+    chosen = draws.order(draws.NOISE_PICK, seed, keys)[: round(rate * len(keys))]
+    return {k: 1 + draws.below(draws.NOISE_OFFSET, seed, k, classes - 1) for k in chosen}
 
 
-def _hash_order(keys: list[str], seed: int) -> list[str]:
-    """``keys`` in the order of a hash of (seed, key): the order samples are chosen for label noise in."""
-    return sorted(keys, key=lambda k: (hash01(k, seed), k))
+def shard_labels(urls: list[str]) -> dict[str, int]:
+    """key -> label (the ``.cls`` member) of every sample of these tar shards (read in one pass, no
+    decoding of the other members)."""
+    out: dict[str, int] = {}
+    for url in urls:
+        with tarfile.open(url, "r:*") as tar:
+            for m in tar:
+                folder, _, base = m.name.rpartition("/")
+                stem, _, ext = base.partition(".")  # webdataset's key: up to the first dot of the name
+                if m.isfile() and ext == "cls":
+                    key = f"{folder}/{stem}" if folder else stem
+                    out[key] = int(tar.extractfile(m).read())  # type: ignore[union-attr]
+    return out
 
 
 # CIFAR-10's class-dependent flips (the asymmetric noise of the noisy-label literature):
@@ -112,13 +123,14 @@ def asymmetric_offsets(keys: list[str], labels: list[int], rate: float, seed: in
     :data:`ASYMMETRIC_FLIPS` (``count``: that class's samples among ``keys``), flipped to the
     class it maps to; the other classes keep their labels.
 
-    Fixed and seeded like :func:`noise_offsets`: the samples of a class are ordered by a hash of
-    (seed, key), so every policy and training seed sees the same corrupted labels.
+    Fixed and seeded like :func:`noise_offsets`: the samples of a class are ordered by a keyed
+    hash of (seed, key) (purpose ``asym-pick``), so every policy and training seed sees the same
+    corrupted labels, and a lower rate flips a subset of a higher rate's samples.
     """
     if len(keys) != len(labels):
         raise ValueError(f"{len(keys)} keys but {len(labels)} labels")
     out: dict[str, int] = {}
     for source, target in ASYMMETRIC_FLIPS.items():
         members = [k for k, y in zip(keys, labels) if y == source]
-        out.update((k, target) for k in _hash_order(members, seed)[: round(rate * len(members))])
+        out.update((k, target) for k in draws.order(draws.ASYM_PICK, seed, members)[: round(rate * len(members))])
     return out
