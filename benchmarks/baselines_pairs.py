@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import gap_verdict  # noqa: E402  (after the path set-up above)
-from benchmarks.quality import harness  # noqa: E402
+from benchmarks.quality import draws, harness  # noqa: E402
 from benchmarks.quality.harness import Job, load  # noqa: E402
 
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-pairs"
@@ -137,7 +137,8 @@ def prepare(ctx: Ctx, noise: float) -> dict[str, Path | list[str]]:
 
     base = ctx.out / f"data-n{pct(noise)}"
     D = ctx.data
-    if not (base / "info.json").exists():
+    if not draws.made_with_these_draws(base / "info.json"):
+        shutil.rmtree(base, ignore_errors=True)  # none yet, or made with an older tool's draws: made again
         args = ["--out", base, "--noise", noise, "--train", D["train"], "--test", D["test"]]
         args += ["--shard-size", D["shard_size"], "--size", D["size"], "--seed", D["seed"], "--workers", 1]
         cmd = [sys.executable, str(ROOT / "tools" / "make_pair_shards.py"), *map(str, args)]

@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import gap_verdict  # noqa: E402  (after the path set-up above)
-from benchmarks.quality import harness  # noqa: E402
+from benchmarks.quality import draws, harness  # noqa: E402
 from benchmarks.quality.harness import Job  # noqa: E402
 
 RESULTS = ROOT / "docs" / "quality-runs" / "words-noise"
@@ -80,7 +80,8 @@ def data_dir(ctx: harness.Ctx, share: float) -> Path:
 
 
 def _generate(d: Path, share: float, D: dict) -> None:
-    if not (d / "info.json").exists():
+    if not draws.made_with_these_draws(d / "info.json"):
+        shutil.rmtree(d, ignore_errors=True)  # none yet, or made with an older tool's draws: made again
         args = ["--out", d, "--train", D["train"], "--test", D["test"], "--seed", D["seed"], "--label-noise", share]
         args += ["--workers", 1]
         cmd = [sys.executable, str(ROOT / "tools" / "make_word_shards.py"), *map(str, args)]

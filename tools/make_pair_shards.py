@@ -26,7 +26,10 @@ within a split; the train and test splits use the same shard names in different 
 
 Deterministic for ``--seed``: the same arguments write byte-identical shards (JPEG bytes from
 the same Pillow build). Images and clean captions do not depend on ``--noise``, so sets made
-with different noise levels differ only in the captions of the mismatched pairs.
+with different noise levels differ only in the captions of the mismatched pairs: exactly
+round(noise x n) of a shard's n pairs, chosen and given their donors by keyed hashes of the key
+(``benchmarks/quality/draws.py``), so a lower level mismatches a subset of a higher level's pairs,
+each with the same caption.
 
     python tools/make_pair_shards.py --out bench-out/pairs/noise20 --train 24000 --test 1000 --noise 0.2
 """
@@ -40,9 +43,16 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring", "star", "bar")
 COLOURS = {
@@ -184,11 +194,37 @@ def compute_key(index: int, shard_id: int, shard_size: int, shards: int) -> str:
     return f"{10**digits * shard_id + index:0{digits + oom_shard_count(shards)}d}"
 
 
+def scene_rng(seed: int, test: bool, shard_id: int) -> random.Random:
+    """The generator of a shard's scenes, clean captions and renderings, in that order: a stream of
+    the shard's own (purpose ``pair-scene``), independent of the noise level."""
+    return random.Random(draws.seed_int(draws.PAIR_SCENE, seed, test, shard_id))
+
+
+def mismatched(keys: list[str], noise: float, seed: int) -> list[int]:
+    """The positions (ascending) of the exactly round(noise * n) pairs of a shard's n ``keys`` given
+    another image's caption: the keys first in the order of a keyed hash of (seed, key) (purpose
+    ``pair-mismatch``). The order does not depend on ``noise``, so a lower level mismatches a subset of
+    a higher level's pairs (each with the same donor: a keyed hash of its own, ``pair-donor``)."""
+    pos = {k: i for i, k in enumerate(keys)}
+    return sorted(pos[k] for k in draws.order(draws.PAIR_MISMATCH, seed, keys)[: round(noise * len(keys))])
+
+
+def donor(keys: list[str], attrs: list[dict], i: int, seed: int) -> int | None:
+    """The pair of the shard whose caption pair ``i`` gets: another image that shows a different
+    object (shape or colour differ), the first such of the candidates a keyed hash of (seed, key of
+    ``i``, attempt) draws uniformly from the shard (purpose ``pair-donor``); None after 1,000 tries."""
+    for attempt in range(1000):
+        d = draws.below(draws.PAIR_DONOR, seed, f"{keys[i]}/{attempt}", len(keys))
+        if d != i and (attrs[d]["shape"], attrs[d]["colour"]) != (attrs[i]["shape"], attrs[i]["colour"]):
+            return d
+    return None
+
+
 def _make_shard(job: dict) -> list[dict]:
     """Write one shard; return the mismatched pairs it holds."""
     import webdataset as wds
 
-    rng = random.Random(job["seed"])  # images and clean captions: independent of the noise level
+    rng = scene_rng(job["seed"], job["split"] == "test", job["shard_id"])
     n = job["stop"] - job["start"]
     keys = [compute_key(i, job["shard_id"], job["shard_size"], job["shards"]) for i in range(n)]
     attrs = [draw_attrs(rng) for _ in range(n)]
@@ -197,14 +233,9 @@ def _make_shard(job: dict) -> list[dict]:
     shown = list(clean)
     noisy: list[dict] = []
     if job["noise"] > 0 and n > 1:
-        nrng = random.Random(job["seed"] * 31 + 7)
-        for i in sorted(nrng.sample(range(n), round(job["noise"] * n))):
-            # a caption of another image that describes a different object (shape or colour differ)
-            for _ in range(1000):
-                d = nrng.randrange(n)
-                if d != i and (attrs[d]["shape"], attrs[d]["colour"]) != (attrs[i]["shape"], attrs[i]["colour"]):
-                    break
-            else:  # pragma: no cover - needs a shard of one repeated object
+        for i in mismatched(keys, job["noise"], job["seed"]):
+            d = donor(keys, attrs, i, job["seed"])
+            if d is None:  # pragma: no cover - needs a shard of one repeated object
                 continue
             shown[i] = clean[d]
             noisy.append(
@@ -252,7 +283,7 @@ def make_split(out: Path, split: str, n: int, shard_size: int, seed: int, noise:
                 "shard_size": shard_size,
                 "start": s * shard_size,
                 "stop": min(n, (s + 1) * shard_size),
-                "seed": seed * 1_000_003 + s * 7919 + (split == "test") * 104_729,
+                "seed": seed,
                 "noise": noise,
                 "size": size,
                 "mtime": MTIME,
@@ -303,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         "test": {"pairs": args.test, "shards": len(test_jobs), "mismatched": 0},
         "noise": args.noise,
         "seed": args.seed,
+        "draws": draws.VERSION,
         "size": args.size,
         "shard_size": args.shard_size,
         "vocabulary": {

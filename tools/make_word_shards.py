@@ -22,9 +22,16 @@ import io
 import json
 import os
 import random
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
 
 VOCAB = (
     "Lube Train Stream Shard Window Cluster Random Prune Epoch Loss Batch Tensor Kernel "
@@ -87,10 +94,23 @@ def render(word: str, rng: random.Random, fonts: list, hard: bool) -> bytes:
     return buf.getvalue()
 
 
+def random_label(key: str, share: float, seed: int, classes: int) -> int | None:
+    """The random label (0..classes-1, maybe the true one) shown for the sample ``key``, or None
+    for a sample shown its own: a share ``share`` of the samples, each in with probability ``share``
+    by a keyed hash of (seed, key) (purpose ``word-noise-pick``) and its label a second one
+    (``word-noise-label``). A lower share's samples are a subset of a higher share's, each shown the
+    same label."""
+    if draws.uniform(draws.WORD_NOISE_PICK, seed, key) >= share:
+        return None
+    return draws.below(draws.WORD_NOISE_LABEL, seed, key, classes)
+
+
 def _make_shard(job: dict) -> dict:
     import webdataset as wds
 
-    rng = random.Random(job["seed"])
+    seed, where = job["seed"], (job["test"], job["shard"])
+    rng = random.Random(draws.seed_int(draws.WORD_SAMPLE, seed, *where))  # words, casing, hard samples
+    look = random.Random(draws.seed_int(draws.WORD_RENDER, seed, *where))  # their rendering
     fonts = _fonts([14, 17, 20, 23])
     vocab = VOCAB[: job["vocab"]]
     counts = {"hard": 0, "noisy_label": 0}
@@ -101,13 +121,14 @@ def _make_shard(job: dict) -> dict:
             if rng.random() < 0.3:
                 word = word.upper() if rng.random() < 0.5 else word.lower()
             hard = rng.random() < job["hard"]
-            shown = label
-            if rng.random() < job["label_noise"]:
-                shown = rng.randrange(len(vocab))
+            key = f"mj/{i // 1000:04d}/{i % 7}/{i:07d}_{vocab[label]}"
+            shown = random_label(key, job["label_noise"], seed, len(vocab))
+            if shown is None:
+                shown = label
+            else:
                 counts["noisy_label"] += int(shown != label)
             counts["hard"] += int(hard)
-            key = f"mj/{i // 1000:04d}/{i % 7}/{i:07d}_{vocab[label]}"
-            sink.write({"__key__": key, "png": render(word, rng, fonts, hard), "cls": str(shown)})
+            sink.write({"__key__": key, "png": render(word, look, fonts, hard), "cls": str(shown)})
     return counts
 
 
@@ -121,7 +142,9 @@ def make_split(
                 "path": str(out / f"stmj-{split}-{s:06d}.tar"),
                 "start": start,
                 "stop": min(n, start + shard_size),
-                "seed": seed * 1_000_003 + s * 7919 + (split == "test"),
+                "seed": seed,
+                "test": split == "test",
+                "shard": s,
                 "vocab": vocab,
                 "hard": hard,
                 "label_noise": label_noise,
@@ -165,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
             out, "test", args.test, args.shard_size, args.seed, args.vocab, args.hard, 0.0, args.workers
         ),
         "seed": args.seed,
+        "draws": draws.VERSION,
     }
     (out / "info.json").write_text(json.dumps(info, indent=1))
     print(f"wrote {args.train} train and {args.test} test samples to {out} in {time.time() - t0:.1f}s")

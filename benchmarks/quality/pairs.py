@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
-from . import harness
+from . import draws, harness
 from .collapses import window
 from .configs import params_id
 from .docs import fmt_params, interp_gap, mean_sd, row, splice, table_head
@@ -67,7 +67,8 @@ def data_dir(out: Path, noise: float) -> Path:
 
 def make_pairs(d: Path, data: dict, noise: float, workers: int) -> Path:
     """``tools/make_pair_shards.py``'s set of ``data``'s shape at ``noise`` in ``d`` (once)."""
-    if not (d / "info.json").exists():
+    if not draws.made_with_these_draws(d / "info.json"):
+        shutil.rmtree(d, ignore_errors=True)  # none yet, or made with an older tool's draws: made again
         cmd = [sys.executable, str(ROOT / "tools" / "make_pair_shards.py"), "--out", str(d), "--noise", str(noise),
                "--train", str(data["train"]), "--test", str(data["test"]), "--shard-size", str(data["shard_size"]),
                "--size", str(data["size"]), "--seed", str(data["seed"]), "--workers", str(max(1, workers))]  # fmt: skip
