@@ -59,6 +59,10 @@ BUCKETS = 1 << 12  # hashed word and word-pair ids of the text tower
 EMBED = 64  # shared embedding width
 MEAN = np.array([0.5, 0.5, 0.5], np.float32) * 255
 STD = np.array([0.25, 0.25, 0.25], np.float32) * 255
+#: the training order's detshuffle stages seed by seed + epoch: the shard order of run seed s takes the
+#: seeds 2000 s + e, its sample order 2000 s + 1000 + e, so no two seeds, epochs (< 1000) or stages share one
+#: (seed + epoch for both would give seed 1 the orders of seed 0 shifted by one epoch, both stages one stream)
+ORDER_SEED = 1000
 
 
 # ------------------------------------------------------------------------------------ model
@@ -134,11 +138,13 @@ def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, s
         wds.SimpleShardList(urls),
         wds.split_by_node,
         wds.split_by_worker,
-        wds.detshuffle(len(urls), seed=seed),  # each worker's shards in a new order every epoch, the same for a seed
+        # each worker's shards in a new order every epoch, the same for a seed; detshuffle seeds by
+        # seed + epoch, so each (run seed, stage) takes a range of ORDER_SEED seeds of its own
+        wds.detshuffle(len(urls), seed=ORDER_SEED * (2 * seed)),
         wds.tarfile_to_samples(),
         # a new sample order (so new batch neighbours) every epoch, the same for a seed: detshuffle
         # seeds by seed + epoch, where shuffle(1000, seed=seed) would reseed every epoch alike
-        wds.detshuffle(1000, seed=seed),
+        wds.detshuffle(1000, seed=ORDER_SEED * (2 * seed + 1)),
         wds.select(has_pair),
         wds.decode("rgb8"),
         wds.to_tuple("jpg", "txt", "__key__", "__url__", "__weight__"),

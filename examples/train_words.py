@@ -41,6 +41,11 @@ from tqdm import tqdm
 import seta_stream as seta
 from seta_stream import list_samples
 
+#: the training order's detshuffle stages seed by seed + epoch: the shard order of run seed s takes the
+#: seeds 2000 s + e, its sample order 2000 s + 1000 + e, so no two seeds, epochs (< 1000) or stages share one
+#: (seed + epoch for both would give seed 1 the orders of seed 0 shifted by one epoch, both stages one stream)
+ORDER_SEED = 1000
+
 
 def make_model(n_classes: int) -> nn.Module:
     def block(i: int, o: int, stride: int = 1) -> nn.Module:
@@ -71,11 +76,13 @@ def train_loader(urls: list[str], run_dir: str, batch_size: int, workers: int, s
         wds.SimpleShardList(urls),
         wds.single_node_only,
         wds.split_by_worker,
-        wds.detshuffle(len(urls), seed=seed),  # each worker's shards in a new order every epoch, the same for a seed
+        # each worker's shards in a new order every epoch, the same for a seed; detshuffle seeds by
+        # seed + epoch, so each (run seed, stage) takes a range of ORDER_SEED seeds of its own
+        wds.detshuffle(len(urls), seed=ORDER_SEED * (2 * seed)),
         wds.tarfile_to_samples(),
         # a new sample order every epoch, the same for a seed (runs of one seed are paired by it):
         # detshuffle seeds by seed + epoch; shuffle(1000) without a seed differs from run to run
-        wds.detshuffle(1000, seed=seed),
+        wds.detshuffle(1000, seed=ORDER_SEED * (2 * seed + 1)),
         wds.decode("l8"),
         wds.to_tuple("png", "cls", "__key__", "__url__", "__weight__"),
         wds.map_tuple(to_tensor, int),

@@ -417,7 +417,8 @@ def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> No
 @pytest.mark.parametrize("augment", [False, True])
 def test_the_training_loader_crops_and_flips_only_when_augmenting(tmp_path: Path, augment: bool) -> None:
     """Real shard, real loader worker: without augmentation every image arrives exactly as decoded
-    (normalised); with it, the crops and flips change most of them."""
+    (normalised); with it, the crops and flips change most of them, each image cropped and flipped as
+    ``crop_and_flip`` of the seed, the epoch and its key says (the same in every run of the seed)."""
     import io
 
     import numpy as np
@@ -425,7 +426,7 @@ def test_the_training_loader_crops_and_flips_only_when_augmenting(tmp_path: Path
     from PIL import Image
 
     from benchmarks.quality.data import Dataset
-    from benchmarks.quality.pipeline import MEAN, STD, train_loader
+    from benchmarks.quality.pipeline import MEAN, STD, crop_and_flip, train_loader
 
     rng = np.random.default_rng(0)
     images = {f"{i:04d}": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for i in range(40)}
@@ -455,6 +456,13 @@ def test_the_training_loader_crops_and_flips_only_when_augmenting(tmp_path: Path
     pruner.close()
     if augment:
         assert same < 10  # the identity crop without a flip has probability 1/162 per image
+        for k, im in images.items():
+            dy, dx, flip = crop_and_flip(0, 0, k)
+            pad = np.zeros((40, 40, 3), np.uint8)
+            pad[4:36, 4:36] = im
+            want = pad[dy : dy + 32, dx : dx + 32]
+            want = want[:, ::-1] if flip else want
+            assert np.allclose(seen[k], (want.astype(np.float32) - MEAN) / STD)
     else:
         assert same == len(images)
 

@@ -8,42 +8,57 @@ order, 500 at a time.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
 
+from . import draws
 from .data import Dataset
 from .models import tokens
 
 MEAN = np.array([0.4914, 0.4822, 0.4465], np.float32) * 255
 STD = np.array([0.2470, 0.2435, 0.2616], np.float32) * 255
 
-_RNG: list[np.random.Generator] = []
 ORDER = "reshuffled every epoch"  # what a result file says of its epochs' sample order
-ORDER_SEED = 1000  # seed s orders epoch e by ORDER_SEED * s + e: distinct for every (seed, epoch < 1000)
 
 
-def _images(batch: list, augment: bool = False) -> Any:
-    """Batch of HWC uint8 images -> normalised NCHW float tensor (channels-last memory).
+def crop_and_flip(seed: int, epoch: int, key: str) -> tuple[int, int, bool]:
+    """(row, column) offset 0..8 of a sample's 32x32 crop of its 4-pixel zero-padded image, and
+    whether it is flipped, in epoch ``epoch`` of seed ``seed``: three disjoint bit fields of a keyed
+    hash of (seed, epoch, key) (purpose ``augment``), so a sample's draw is the same in every run of
+    the seed (whatever the policy kept, the batch it fell in, or where a resumed run restarted) and
+    new every epoch."""
+    d = draws.digest(draws.AUGMENT, seed, f"{epoch}/{key}")
+    return ((d & 0xFFFFFF) * 9) >> 24, (((d >> 24) & 0xFFFFFF) * 9) >> 24, bool((d >> 48) & 1)
 
-    ``augment``: random 32x32 crop of the 4-pixel zero-padded image and a random horizontal
-    flip, drawn per sample for the whole batch at once.
-    """
+
+class _Augment:
+    """The loader's augmentation stage (after decode): every image cropped and flipped by
+    :func:`crop_and_flip` of its key and the epoch, counted like webdataset's ``detshuffle`` (one
+    more at every iteration of the persistent worker's pipeline, from ``start_epoch``)."""
+
+    def __init__(self, seed: int, start_epoch: int) -> None:
+        self.seed, self.epoch = seed, start_epoch - 1
+
+    def __call__(self, src: Any) -> Any:
+        self.epoch += 1  # now, not at the first sample: as detshuffle counts
+        return self._run(src, self.epoch)
+
+    def _run(self, src: Any, epoch: int) -> Any:
+        for sample in src:
+            dy, dx, flip = crop_and_flip(self.seed, epoch, sample["__key__"])
+            pad = np.zeros((40, 40, 3), np.uint8)
+            pad[4:36, 4:36] = sample["jpg"]
+            x = pad[dy : dy + 32, dx : dx + 32]
+            sample["jpg"] = np.ascontiguousarray(x[:, ::-1] if flip else x)
+            yield sample
+
+
+def _images(batch: list) -> Any:
+    """Batch of HWC uint8 images -> normalised NCHW float tensor (channels-last memory)."""
     import torch
 
-    x = np.stack(batch)
-    if augment:
-        if not _RNG:  # one generator per worker process, created on first use
-            _RNG.append(np.random.default_rng())
-        b = len(x)
-        pad = np.zeros((b, 40, 40, 3), np.uint8)
-        pad[:, 4:36, 4:36] = x
-        d = _RNG[0].integers(0, 9, (b, 2))
-        flip = _RNG[0].random(b) < 0.5
-        x = np.stack([pad[i, d[i, 0] : d[i, 0] + 32, d[i, 1] : d[i, 1] + 32] for i in range(b)])
-        x[flip] = x[flip, :, ::-1]
-    x = (x.astype(np.float32) - MEAN) / STD
+    x = (np.stack(batch).astype(np.float32) - MEAN) / STD
     return torch.from_numpy(x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
 
 
@@ -55,9 +70,9 @@ def _texts(batch: list) -> Any:
     return torch.tensor([i for t in ids for i in t]), torch.from_numpy(offsets)
 
 
-def _collate(samples: list, augment: bool = False) -> tuple:
+def _collate(samples: list) -> tuple:
     cols = list(zip(*samples))
-    x = _images(list(cols[0]), augment) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
+    x = _images(list(cols[0])) if isinstance(cols[0][0], np.ndarray) else _texts(list(cols[0]))
     return (x, *[list(c) for c in cols[1:]])
 
 
@@ -74,22 +89,26 @@ def _relabel(offsets: dict[str, int], classes: int) -> Any:
 def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | None, with_score: bool, bs: int,
                  augment: bool = True, start_epoch: int = 0, exclude: frozenset[str] | None = None) -> Any:  # fmt: skip
     """Batches of (input, labels, keys, urls, weights[, scores]) of the samples the plan keeps
-    (images cropped and flipped at random unless ``augment`` is false), without the samples whose
-    keys are in ``exclude`` (a filter applied before a run: the oracle, a cross-validation fold).
+    (images cropped and flipped at random unless ``augment`` is false: :func:`crop_and_flip`),
+    without the samples whose keys are in ``exclude`` (a filter applied before a run: the oracle,
+    a cross-validation fold).
 
     Every epoch reads the shards and the samples in a new order, the same for a seed and epoch:
-    webdataset's ``detshuffle`` stages, seeded by ``ORDER_SEED * seed + epoch`` in the (persistent)
-    worker. webdataset's ``shuffle(n, seed=s)`` and ``shardshuffle`` without ``detshuffle`` seed a
-    new generator at every iteration, so each epoch would repeat the first one's order and full
-    data would train the same batches every epoch. ``start_epoch``: the epoch the loader's first
-    iteration trains (a resumed run replays that epoch's order).
+    webdataset's ``detshuffle`` stages in the (persistent) worker, each seeded by ``s + epoch``
+    with ``s`` a 63-bit integer of the seed and its own purpose (``draws.seed_int``: shard order,
+    sample order), so no two seeds, epochs or stages share a stream. webdataset's
+    ``shuffle(n, seed=s)`` and ``shardshuffle`` without ``detshuffle`` seed a new generator at
+    every iteration, so each epoch would repeat the first one's order and full data would train
+    the same batches every epoch. ``start_epoch``: the epoch the loader's first iteration trains
+    (a resumed run replays that epoch's order and crops).
     """
     import webdataset as wds
 
     import seta_stream as seta
 
-    base = ORDER_SEED * seed
-    shards = wds.WebDataset(ds.train, shardshuffle=len(ds.train), detshuffle=True, seed=base, empty_check=False)
+    shard_seed = draws.seed_int(draws.SHARD_ORDER, seed)
+    shards = wds.WebDataset(ds.train, shardshuffle=len(ds.train), detshuffle=True, seed=shard_seed,
+                            empty_check=False)  # fmt: skip
     for stage in shards.pipeline:
         if isinstance(stage, wds.filters.detshuffle):
             stage.epoch = start_epoch - 1  # detshuffle adds 1 before each iteration
@@ -101,9 +120,12 @@ def train_loader(ds: Dataset, run_dir: str, seed: int, noise: dict[str, int] | N
     fields = ["jpg" if ds.image else "txt", "cls", "__key__", "__url__", "__weight__"] + (
         ["__score__"] if with_score else []
     )
-    pipe = pipe.compose(wds.filters.detshuffle(2000, seed=base, epoch=start_epoch - 1))
-    pipe = pipe.decode(*(["rgb8"] if ds.image else [])).to_tuple(*fields)
-    pipe = pipe.batched(bs, collation_fn=partial(_collate, augment=augment), partial=True)
+    pipe = pipe.compose(wds.filters.detshuffle(2000, seed=draws.seed_int(draws.SAMPLE_ORDER, seed),
+                                               epoch=start_epoch - 1))  # fmt: skip
+    pipe = pipe.decode(*(["rgb8"] if ds.image else []))
+    if augment and ds.image:
+        pipe = pipe.compose(_Augment(seed, start_epoch))
+    pipe = pipe.to_tuple(*fields).batched(bs, collation_fn=_collate, partial=True)
     return wds.WebLoader(pipe, batch_size=None, num_workers=ds.workers, persistent_workers=True)
 
 
