@@ -8,8 +8,11 @@ generated section of the docs (``--report-only``); each finished run is one JSON
 
 Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_imports.py):
 
+    draws       the studies' seeded choices: one keyed hash, one generator per purpose (imported by
+                the data tools too; tests/test_study_draws.py checks each choice is what it says)
     layout, data, models, pipeline, machine, train   where things live; the data sets, networks,
-                the training loader, the machine's load, one training run (data, models, pipeline, machine)
+                the training loader, the machine's load, one training run (draws, data, models, pipeline,
+                machine)
     harness     the one runner: a study's plan of jobs shared by processes under claims, resume
                 (finished result files skipped), whole-file writes, the machine recorded, deadline
     configs, calibrate   the runs of the short and converged studies and their ids; settings chosen on

@@ -15,9 +15,10 @@ evaluation mode (``one_running_stats``), or its weighted loss divided by 128 ins
 fewer samples is not trained (``batched(..., partial=False)`` / ``drop_last=True``).
 
 The experiments reproduce the collapsed runs, so they train with the loop those runs had: each
-batch's loss averaged over its own length (``train_run(..., nominal_batch=False)``). Augmentation
-draws are not seeded, so a rerun is another sample of its run, not a replay: its kept counts and
-final batches differ; the E = 72 runs were trained in the same order every epoch, their reruns
+batch's loss averaged over its own length (``train_run(..., nominal_batch=False)``). The collapsed
+runs' augmentation draws were not seeded (the loader's are now: ``pipeline.crop_and_flip``), and the
+training order's seeds have changed since, so a rerun is another sample of its run, not a replay: its
+kept counts and final batches differ; the E = 72 runs were trained in the same order every epoch, their reruns
 reshuffle every epoch as the study now does.
 
 python -m benchmarks.quality.collapse --run infobatch --until 10     # one experiment
