@@ -31,22 +31,45 @@ given exactly ``q = K // S`` kept samples (K kept in the epoch, S = world size x
 Rank and world size are read as webdataset reads them (``RANK``/``WORLD_SIZE``, else
 torch.distributed), the worker from ``torch.utils.data.get_worker_info()`` (or
 ``WORKER``/``NUM_WORKERS``); slot = rank x workers + worker.
+
+What the deal cannot see is refused where it can be known first:
+
+* **Slots counted differently** (``num_workers`` not the same on every rank): each reader claims
+  its slot and its count of the job's slots in the run directory when its iterator starts
+  (:mod:`seta_stream._slots`), lists the epoch's claims, and stops with a :class:`BalanceError`
+  before yielding a sample if another reader counted otherwise; it lists them again when its
+  share ends, so a reader that started before the other claims were there stops too, and
+  ``Pruner.start_epoch`` checks the epoch before on every rank (:func:`check_epoch_slots`).
+* **No population listing**: in the main process, when ``attach``/``split_balanced``/a balanced
+  keep stage is built for a run whose ``Pruner`` has no population, or whose current plan was
+  made without one (:func:`note_balanced_reader`, :func:`note_pruner`), not in a DataLoader
+  worker at the first sample.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
+import os
+import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from typing import Any, NamedTuple
 
+import fsspec
 import numpy as np
 
+from . import _slots
+from ._layout import plan_file
+from ._plans import read_summary
 from ._planview import Decision, PlanView, ShardDecisions, StageCounts
 from ._runfs import RunDir
-from .errors import BalanceError, InvalidInputError, RunFormatError, UnsupportedPipelineError
+from ._state import read_state
+from .errors import BalanceError, InvalidInputError, PlanWarning, RunFormatError, UnsupportedPipelineError
 from .ids import shard_name
+from .policies.safeguards import SMALL_FINAL_BATCH
 
 __all__ = [
     "Deal",
@@ -63,6 +86,11 @@ __all__ = [
     "split_slot",
     "replace_splitters",
     "SPLITTER_NAMES",
+    "check_epoch_slots",
+    "note_balanced_reader",
+    "note_pruner",
+    "read_balanced",
+    "noting_stage",
 ]
 
 #: Decision for a sample the plan does not list, in a balanced epoch (dropped: the deal counts
@@ -214,6 +242,115 @@ def _epoch_deal(view: PlanView, slots: int, what: str) -> EpochDeal:
     return d
 
 
+# ---------------------------------------------------------------------------------- slots counted alike
+_FIX_SLOTS = (
+    "expected every reader of every rank to count the same slots: the same DataLoader num_workers on every rank "
+    "(0 counts as one slot per rank, the main process) and one world size (docs/ranks.md)"
+)
+
+
+def _describe(configs: dict[tuple[int, int], list[_slots.Claim]]) -> str:
+    """'rank 0 with 2 workers (world size 2); rank 1 with 3 workers (world size 2)'."""
+    parts = []
+    for (world, workers), found in configs.items():
+        ranks = sorted({c.rank for c in found})
+        shown = ", ".join(map(str, ranks[:4])) + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {shown} with {workers} worker{'s' if workers > 1 else ''} "
+                     f"a rank (world size {world}: {world * workers} slots)")  # fmt: skip
+    return "; ".join(parts)
+
+
+def _check_claims(run: RunDir, epoch: int, own: _slots.Claim, when: str) -> None:
+    """Raise if a reader of ``epoch`` counted the job's slots otherwise than ``own``."""
+    configs = _slots.configurations(_slots.claims(run, epoch))
+    if not set(configs) - {(own.world_size, own.workers)}:
+        return
+    configs.setdefault((own.world_size, own.workers), [own])
+    raise BalanceError(
+        f"{run.display(_slots.SLOTS)}: balanced epoch {epoch}, {when}: this reader (rank {own.rank}, worker "
+        f"{own.worker} of {own.workers}) and others count the job's (rank, worker) slots differently: "
+        f"{_describe(configs)}. Their chunks of the epoch would not tile its kept samples (some read by two ranks, "
+        f"others by none) and the ranks would take different numbers of steps; {_FIX_SLOTS}"
+    )
+
+
+def check_epoch_slots(run: RunDir, epoch: int) -> None:
+    """Raise :class:`BalanceError` if the readers of balanced epoch ``epoch`` counted the job's
+    slots differently (what ``Pruner.start_epoch`` checks of the epoch before the one it starts,
+    on rank 0, for every rank)."""
+    configs = _slots.configurations(_slots.claims(run, epoch))
+    if len(configs) > 1:
+        raise BalanceError(
+            f"{run.display(_slots.SLOTS)}: balanced epoch {epoch} was read by readers that counted the job's (rank, "
+            f"worker) slots differently: {_describe(configs)}, so some of its kept samples were read by two ranks "
+            f"and others by none; {_FIX_SLOTS}. Resume from the checkpoint before epoch {epoch} to train it again"
+        )
+
+
+# ---------------------------------------------------------------------------------- balanced runs of this process
+#: what this process set up, by run: the balanced readers built (attach(balance=True),
+#: split_balanced, a balanced keep stage) and whether the run's Pruner lists the population, so
+#: that a balanced epoch without a population listing is refused where the pipeline or the
+#: Pruner is built, in the main process, rather than in a DataLoader worker at its first sample
+_READERS: dict[tuple[str, str], str] = {}
+_PRUNERS: dict[tuple[str, str], bool] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _run_key(run: str | RunDir) -> tuple[str, str]:
+    if isinstance(run, RunDir):
+        return (type(run.fs).__name__, run.root)
+    fs, root = fsspec.core.url_to_fs(os.fspath(run))
+    return (type(fs).__name__, root.rstrip("/") or "/")
+
+
+def _no_population(run: RunDir, what: str, why: str) -> BalanceError:
+    return BalanceError(
+        f"{run.display()}: {what}: {why}, so its kept count per shard leaves out the samples never recorded; a "
+        "balanced epoch needs exact counts. Pass the listing to every plan: Pruner(..., "
+        "population=seta_stream.list_samples(urls)) (or plan_epoch(..., population=...)), with the URLs the pipeline "
+        "reads"
+    )
+
+
+def note_balanced_reader(run: str | RunDir, what: str) -> None:
+    """Record that this process reads ``run`` balanced (``what`` built it); raise
+    :class:`BalanceError` now if its ``Pruner`` lists no population or its current plan was made
+    without one."""
+    key = _run_key(run)
+    with _REGISTRY_LOCK:
+        _READERS[key] = what
+        listed = _PRUNERS.get(key)
+    if not isinstance(run, RunDir):
+        try:
+            run = RunDir(run)
+        except RunFormatError:  # not created yet: no Pruner of it, no plan
+            return
+    if listed is False:
+        raise _no_population(run, what, "the run's Pruner was given no population listing")
+    epoch = read_state(run).get("current_epoch")
+    summary = None if epoch is None else read_summary(run, int(epoch))
+    if summary is not None and not summary.get("population_listed", False):
+        raise _no_population(run, what, f"its current plan (epoch {epoch}) was made without a population listing")
+
+
+def note_pruner(run: RunDir, population_listed: bool) -> None:
+    """Record whether ``run``'s ``Pruner`` lists the population; raise :class:`BalanceError` if
+    it does not and this process reads the run balanced."""
+    key = _run_key(run)
+    with _REGISTRY_LOCK:
+        _PRUNERS[key] = population_listed
+        what = _READERS.get(key)
+    if what is not None and not population_listed:
+        raise _no_population(run, f"Pruner (the run is read by {what})", "the Pruner was given no population listing")
+
+
+def read_balanced(run: str | RunDir) -> bool:
+    """Whether this process built a balanced reader of ``run``."""
+    with _REGISTRY_LOCK:
+        return _run_key(run) in _READERS
+
+
 # ---------------------------------------------------------------------------------- the loop's side
 class BalancedEpoch(NamedTuple):
     """What a balanced epoch gives each rank (:func:`balanced_epoch`)."""
@@ -249,12 +386,23 @@ class BalancedEpoch(NamedTuple):
 
 
 def balanced_epoch(
-    run: str | RunDir, epoch: int | None = None, *, workers: int, world_size: int | None = None
+    run: str | RunDir,
+    epoch: int | None = None,
+    *,
+    workers: int,
+    world_size: int | None = None,
+    batch_size: int | None = None,
 ) -> BalancedEpoch:
     """The balanced deal of ``epoch`` (default: the current one) for ``world_size`` ranks
     (default: as webdataset reads it) of ``workers`` DataLoader workers each: every rank
     delivers ``per_rank`` samples in ``steps(batch_size)`` steps. Call it after
-    ``pruner.start_epoch(epoch)``; pass ``per_rank`` to ``EpochClock.start_epoch``."""
+    ``pruner.start_epoch(epoch)``; pass ``per_rank`` to ``EpochClock.start_epoch``.
+
+    ``batch_size`` (default: the one the plan's summary records, ``Pruner(batch_size=...)``):
+    every worker batches its own ``per_slot`` samples, so when they end with a batch of fewer
+    than 8 a :class:`~seta_stream.errors.PlanWarning` (``small_final_batch``) says so, on rank
+    0 (``Pruner.start_epoch`` leaves this warning to this function for a run read balanced: the
+    plan counts the epoch's kept samples as one loader would batch them)."""
     if int(workers) < 0:
         raise InvalidInputError(f"balanced_epoch(workers={workers}): expected the DataLoader's num_workers (>= 0)")
     world = slot_info()[1] if world_size is None else int(world_size)
@@ -266,6 +414,11 @@ def balanced_epoch(
     pieces = d.deal
     used = pieces.slot < pieces.slots
     partial = (pieces.lo > 0) | (pieces.hi < d.kept[pieces.shard])
+    size = batch_size if batch_size is not None else view.stage.summary.get("batch_size")
+    if size is not None and slot_info()[0] == 0:  # one warning a job
+        small = slot_batch_warning(view, pieces.per_slot, world, readers, int(size))
+        if small is not None:
+            warnings.warn(small, stacklevel=2)
     return BalancedEpoch(
         epoch=view.epoch,
         world_size=world,
@@ -280,6 +433,32 @@ def balanced_epoch(
         opens=int(used.sum()),
         split=len(np.unique(pieces.shard[partial])),
         deferred_samples=tuple((name, lo, hi) for name, lo, hi, _ in d.pieces(pieces.slots)),
+    )
+
+
+def slot_batch_warning(view: PlanView, per_slot: int, world: int, workers: int, batch_size: int) -> PlanWarning | None:
+    """``small_final_batch`` of a balanced epoch: every slot batches its ``per_slot`` samples
+    ``batch_size`` at a time and ends with a batch of ``per_slot mod batch_size``."""
+    if int(batch_size) < 1:
+        raise InvalidInputError(f"balanced_epoch(batch_size={batch_size}): expected batch_size >= 1")
+    last = per_slot % batch_size
+    if not 0 < last < SMALL_FINAL_BATCH:
+        return None
+    samples = f"sample{'s' if last != 1 else ''}"
+    where = view.run.display(plan_file(view.epoch, "summary.json"))
+    return PlanWarning(
+        f"{where}: balanced epoch {view.epoch}: each of the {world * workers} (rank, "
+        f"worker) slots ({world} rank{'s' if world > 1 else ''} x {workers} DataLoader worker"
+        f"{'s' if workers > 1 else ''}) delivers {per_slot} samples, so its batches of {batch_size} end with a batch "
+        f"of {last} {samples}: {workers} optimiser step{'s' if workers > 1 else ''} a rank on {last} {samples} "
+        f"each (a gradient about {math.sqrt(batch_size / last):.0f} times a full batch's) can throw the model off "
+        "at the end of the epoch. Drop each worker's last partial batch (batched(..., partial=False): "
+        "steps(batch_size, partial=False) counts the steps then), or scale each batch's loss by its size: "
+        "seta_stream.weighted_mean(losses, weights, batch_size=...)",
+        "small_final_batch",
+        float(last),
+        float(SMALL_FINAL_BATCH),
+        view.epoch,
     )
 
 
@@ -327,7 +506,19 @@ class BalancedView(PlanView):
 
     @cached_property
     def deal(self) -> EpochDeal:
-        return _epoch_deal(self, self.slots, "a balanced epoch")
+        d = _epoch_deal(self, self.slots, "a balanced epoch")
+        _slots.claim(self.run, self.epoch, self.claim)
+        _check_claims(self.run, self.epoch, self.claim, "as its share starts")
+        return d
+
+    @property
+    def claim(self) -> _slots.Claim:
+        """This reader's slot claim (:mod:`seta_stream._slots`)."""
+        return _slots.Claim(self.world_size, self.workers, self.rank, self.worker)
+
+    def check_slots(self) -> None:
+        """Raise if a reader of this epoch counted the job's slots otherwise (the claims again)."""
+        _check_claims(self.run, self.epoch, self.claim, "as its share ends")
 
     @cached_property
     def pieces(self) -> dict[str, tuple[int, int, int]]:
@@ -399,6 +590,7 @@ def split_slot(src: Iterable[Any], view: BalancedView) -> Iterator[Any]:
             yield by_name[name]
     finally:
         counts_here.update(shards_dealt=dealt, shards_dealt_in_part=split)
+    view.check_slots()  # a reader of another rank that claimed after this one's start
 
 
 def _split_balanced(
@@ -419,7 +611,24 @@ def _pipelinefilter(f: Any) -> Any:
     return pipelinefilter(f)
 
 
-split_balanced = _pipelinefilter(_split_balanced)
+def noting_stage(f: Any, what: str, always: bool = False) -> Any:
+    """``webdataset``'s ``pipelinefilter(f)``, whose stages, when built with ``balance=True`` (or
+    ``always``), note a balanced reader of their run in this process (:func:`note_balanced_reader`:
+    a missing population listing is refused there, not in a DataLoader worker)."""
+    stage = _pipelinefilter(f)
+    signature = inspect.signature(f)
+
+    def build(*args: Any, **kw: Any) -> Any:
+        given = signature.bind_partial(None, *args, **kw).arguments  # None: the source, given later
+        if always or given.get("balance"):
+            note_balanced_reader(given["run"], what)
+        return stage(*args, **kw)
+
+    build.__name__ = build.__qualname__ = f.__name__.lstrip("_")
+    return build
+
+
+split_balanced = noting_stage(_split_balanced, "split_balanced(run)", always=True)
 split_balanced.__doc__ = """URL stage: ``split_balanced(run, epoch=None, rank=None, world_size=None)``;
 put it in place of ``split_by_node`` + ``split_by_worker``, and pass ``balance=True`` to the
 keep stage (``kept_tar_samples(run, balance=True)`` or ``keep_filter(run, balance=True)``). Each

@@ -12,6 +12,7 @@ run directory and use ``/`` on every storage (``RunDir.path`` joins them to the 
     plans/epoch=E/{plan.parquet/, summary.json, stage.arrow, shards.arrow | stage/}  (plans)
     state.json                                         policy settings, history, current epoch (state)
     stats/epoch=E/rank=R.json                          samples each rank trained (session, inspect)
+    slots/epoch=E/world=W-workers=N-rank=R-worker=K    slot claims of a balanced epoch (slots)
     locks/NAME.lock                                    (runfs)
 
 Pure string functions, no I/O.
@@ -42,6 +43,9 @@ __all__ = [
     "plan_file",
     "stats_file",
     "stats_glob",
+    "SLOTS",
+    "slot_claim_file",
+    "slot_claims_glob",
     "lock_file",
     "epoch_of",
     "rank_of",
@@ -120,6 +124,18 @@ def stats_file(epoch: int, rank: int) -> str:
 
 def stats_glob(epoch: int) -> str:
     return f"stats/epoch={int(epoch)}/rank=*.json"
+
+
+SLOTS = "slots"
+
+
+def slot_claim_file(epoch: int, world_size: int, workers: int, rank: int, worker: int) -> str:
+    """The claim of one reader of a balanced epoch: its count of the job's slots and its slot."""
+    return f"{SLOTS}/epoch={int(epoch)}/world={world_size}-workers={workers}-rank={rank}-worker={worker}"
+
+
+def slot_claims_glob(epoch: int) -> str:
+    return f"{SLOTS}/epoch={int(epoch)}/world=*"
 
 
 def lock_file(name: str) -> str:

@@ -53,6 +53,7 @@ from ._plans import (
     read_summary,
 )
 from ._runfs import RunDir
+from ._slots import clear_claims
 from ._table import (
     empty_table,
     load_numeric,
@@ -330,7 +331,9 @@ def plan_epoch(
     chosen = get_engine(engine, ray_address)
     with run.lock("plan", wait=120), _normal_pages():
         given = {"policy": policy, "params": params, "epochs": epochs, "seed": seed}
-        return _plan_locked(run, epoch, given, population, force, chosen, batch_size)
+        summary = _plan_locked(run, epoch, given, population, force, chosen, batch_size)
+    clear_claims(run, epoch)  # of an earlier attempt at this epoch: its readers start after this
+    return summary
 
 
 def _plan_locked(

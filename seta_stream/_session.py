@@ -31,6 +31,7 @@ are folded exactly once, so no flushed loss is lost or counted twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Sequence
@@ -38,11 +39,14 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from . import errors
+from ._balance import check_epoch_slots, note_pruner, read_balanced
 from ._compaction import compact
 from ._layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
 from ._plan import load_plan, load_summary, plan_epoch, population_locations, set_current_epoch
 from ._record import LossRecorder
 from ._runfs import RunDir, new_run_buckets
+from ._slots import clear_claims
 from ._table import folded_parts, load_table
 from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
@@ -96,7 +100,9 @@ class Pruner:
             it and warns when the epoch's kept samples, batched in order by one loader, end with a
             batch of fewer than 8 (``small_final_batch``). With several ranks or DataLoader
             workers each ends its share with a partial batch of its own, which no plan can tell:
-            drop partial batches, or use ``weighted_mean(..., batch_size=...)``.
+            drop partial batches, or use ``weighted_mean(..., batch_size=...)``. For a run this
+            process reads balanced (``attach(..., balance=True)``) that warning is left to
+            ``balanced_epoch``, which counts each worker's share (docs/ranks.md).
         check_delivered: the loader delivers every kept sample once per epoch
             (``one_pass_per_epoch``, ``seta_stream.openclip.adapt``): at the next
             :meth:`start_epoch` and at :meth:`close`, rank 0 compares the samples recorded in the
@@ -151,6 +157,7 @@ class Pruner:
         self.recorder = LossRecorder(
             self.run, rank=self.rank, flush_rows=flush_rows, population_locations=population_locations(population)
         )
+        note_pruner(self.run, population is not None)  # a balanced reader of the run needs the listing
         self.epoch: int | None = None
         self.superseded: list[str] = []
         self._recorded = 0  # samples recorded in the current epoch by this rank
@@ -175,6 +182,9 @@ class Pruner:
         undelivered: list[PlanWarning] = []
 
         def work() -> None:
+            if epoch > 0:  # the readers of the epoch before counted the job's slots alike (balanced runs)
+                check_epoch_slots(self.run, epoch - 1)
+            clear_claims(self.run)
             if first_call:
                 self.superseded = supersede_parts(self.run, epoch)
             t = time.perf_counter()
@@ -211,7 +221,10 @@ class Pruner:
             warnings.warn(w, stacklevel=2)
         if self.rank == 0:
             where = self.run.display(plan_file(epoch, "summary.json"))
+            balanced = read_balanced(self.run)
             for w in summary.get("warnings") or []:
+                if balanced and w["code"] == "small_final_batch":
+                    continue  # each slot batches its own share: balanced_epoch() warns per slot
                 message = f"{where}: {w['message']}"
                 warnings.warn(PlanWarning(message, w["code"], w.get("value"), w.get("limit"), epoch), stacklevel=2)
         if self.verbose and self.rank == 0:
@@ -296,12 +309,23 @@ class Pruner:
             try:
                 fn()
             except Exception as exc:  # propagated to every rank below
-                status = [f"{type(exc).__name__}: {exc}"]
+                status = [(type(exc).__name__, str(exc))]
                 dist.broadcast_object_list(status, src=0)
                 raise
         dist.broadcast_object_list(status, src=0)
         if status[0] is not None:
-            raise SetaStreamError(f"rank 0 failed at the epoch boundary: {status[0]}")
+            raise _rank0_error(*status[0])
+
+
+def _rank0_error(name: str, message: str) -> SetaStreamError:
+    """The error of another rank for rank 0's: the same class where it is one of seta_stream's
+    (``except BalanceError`` catches it on every rank), else :class:`SetaStreamError`."""
+    text = f"rank 0 failed at the epoch boundary: {name}: {message}"
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, SetaStreamError):
+        with contextlib.suppress(TypeError):
+            return cls(text)
+    return SetaStreamError(text)
 
 
 def undelivered_warning(run: RunDir, epoch: int, shown: int = 5) -> list[PlanWarning]:

@@ -43,7 +43,14 @@ from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys as wds_group_by_keys
 from webdataset.tariterators import tar_file_expander, tarfile_samples, url_opener
 
-from ._balance import BalancedView, ranks_here, replace_splitters, split_balanced_shared
+from ._balance import (
+    BalancedView,
+    note_balanced_reader,
+    noting_stage,
+    ranks_here,
+    replace_splitters,
+    split_balanced_shared,
+)
 from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
 from ._runfs import RunDir
 from ._tario import tar_members
@@ -306,13 +313,13 @@ def _skip_shards_of(
         )
 
 
-keep_filter = pipelinefilter(_keep_filter)
+keep_filter = noting_stage(_keep_filter, "keep_filter(run, balance=True)")
 keep_filter.__doc__ = """Sample stage: ``keep_filter(run, epoch=None, balance=False)``; put it after
 the tar reader (``wds.tarfile_to_samples()``) and before decode. Drops samples the current plan
 does not keep; attaches ``__weight__`` (float) and, for ES/ESWP plans, ``__score__``.
 ``balance=True``: keeps only this (rank, worker) slot's share of a balanced epoch, behind
 ``split_balanced(run)`` (docs/ranks.md)."""
-kept_tar_samples = pipelinefilter(_kept_tar_samples)
+kept_tar_samples = noting_stage(_kept_tar_samples, "kept_tar_samples(run, balance=True)")
 kept_tar_samples.__doc__ = """URL stage: ``kept_tar_samples(run, epoch=None, handler=reraise_exception,
 select_files=None, rename_files=None, balance=False)``; replaces ``wds.tarfile_to_samples() +
 keep_filter(run)`` and yields exactly their samples (same order, fields, ``__weight__`` and
@@ -382,6 +389,7 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
     views = _Views(run_url, epoch, shared=True, balance=ranks_here() if balance else None)
     if balance:
         replace_splitters(list(pipeline), None)  # its refusals, before any change
+        note_balanced_reader(run_url, "attach(balance=True)")
 
     def done() -> Any:
         if balance:  # in place of the shard splitters (upstream of every stage inserted above)

@@ -24,6 +24,7 @@ from conftest import web_dataset, write_shards
 
 import seta_stream as seta
 from seta_stream._balance import EpochDeal, deal, deferring_half, order_keys
+from seta_stream._slots import clear_claims
 from seta_stream.errors import BalanceError, InvalidInputError, UnsupportedPipelineError
 from seta_stream.ids import shard_name
 
@@ -114,7 +115,10 @@ PIPELINES = [webdataset_attached, datapipeline_attached, manual_kept_tar_samples
 
 
 def read_slots(monkeypatch, build, urls, run, epoch, world, workers):
-    """(rank, worker) -> the (shard, key) of the samples the slot's pipeline yields."""
+    """(rank, worker) -> the (shard, key) of the samples the slot's pipeline yields. The slot
+    claims of earlier reads of the run are cleared first, as a job's start_epoch clears them:
+    these tests read one plan as jobs of several shapes would, one after the other."""
+    clear_claims(seta.RunDir(run))
     out = {}
     for rank, worker in itertools.product(range(world), range(workers)):
         for name, value in zip(SLOT_ENV, (rank, world, worker, workers)):
@@ -412,3 +416,163 @@ def test_openclip_adapt_balances_every_rank_of_its_pipeline(tmp_path, monkeypatc
         monkeypatch.delenv(name)
     one_rank = seta.openclip.adapt(get_wds_dataset(urls, batch_size=3, workers=0, num_samples=35), run)
     assert "split_by_node" in stage_names(one_rank) and "_split_balanced_of" not in stage_names(one_rank)
+
+
+# ---------------------------------------------------------------------------------- what the deal cannot see
+def loader_keys(ds, workers: int) -> list[tuple[str, str]]:
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+    return [(shard_name(s["__url__"]), s["__key__"]) for s in loader]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_a_rank_reading_with_other_num_workers_is_refused_before_its_first_sample(tmp_path, monkeypatch):
+    """Rank 0 of 2 reads epoch 1 with 2 real DataLoader workers (its share, exactly), then rank
+    1 with 3: its readers find rank 0's claims and stop before yielding a sample; the next
+    start_epoch refuses the epoch for every rank. num_workers=0 counts as one slot, as 1 worker does."""
+    urls, run = make_run(tmp_path)
+    clear_claims(seta.RunDir(run))
+    expected = read_slots(monkeypatch, webdataset_attached, urls, run, 1, 2, 2)
+    clear_claims(seta.RunDir(run))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    got = loader_keys(webdataset_attached(urls, run, 1), 2)
+    assert sorted(got) == sorted(expected[0, 0] + expected[0, 1])
+    assert sorted(p.name for p in (run / "slots/epoch=1").iterdir()) == [
+        "world=2-workers=2-rank=0-worker=0", "world=2-workers=2-rank=0-worker=1"]  # fmt: skip
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(BalanceError) as err:
+        loader_keys(webdataset_attached(urls, run, 1), 3)
+    assert "Caught BalanceError in DataLoader worker process" in str(err.value)
+    assert (f"{run / 'slots'}: balanced epoch 1, as its share starts: this reader (rank 1, worker ") in str(err.value)
+    assert (
+        "count the job's (rank, worker) slots differently: rank 0 with 2 workers a rank (world size 2: 4 slots); "
+        "rank 1 with 3 workers a rank (world size 2: 6 slots). Their chunks of the epoch would not tile its kept "
+        "samples (some read by two ranks, others by none) and the ranks would take different numbers of steps; "
+        "expected every reader of every rank to count the same slots: the same DataLoader num_workers on every rank "
+        "(0 counts as one slot per rank, the main process) and one world size (docs/ranks.md)"
+    ) in str(err.value)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    pruner = seta.Pruner(run, epochs=EPOCHS, population=seta.list_samples(urls))
+    with pytest.raises(BalanceError, match=r"slots: balanced epoch 1 was read by readers that counted the job's "
+                                           r"\(rank, worker\) slots differently: rank 0 with 2 workers a rank \(world "
+                                           r"size 2: 4 slots\); rank 1 with 3 workers a rank"):  # fmt: skip
+        pruner.start_epoch(2)
+
+    expected = read_slots(monkeypatch, webdataset_attached, urls, run, 1, 2, 1)
+    clear_claims(seta.RunDir(run))  # one slot per rank whether the main process or one worker reads
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, workers in ((0, 0), (1, 1)):
+        monkeypatch.setenv("RANK", str(rank))
+        assert loader_keys(webdataset_attached(urls, run, 1), workers) == expected[rank, 0]
+    assert sorted(p.name for p in (run / "slots/epoch=1").iterdir()) == [
+        "world=2-workers=1-rank=0-worker=0", "world=2-workers=1-rank=1-worker=0"]  # fmt: skip
+
+
+def test_a_missing_population_is_refused_where_the_pipeline_or_the_pruner_is_built(tmp_path):
+    """attach(balance=True), split_balanced and a balanced keep stage refuse a run whose Pruner
+    has no population, or whose current plan was made without one, in the calling process; a
+    Pruner without one refuses a run this process reads balanced."""
+    urls = write_shards(tmp_path / "shards", [5, 6])
+    fix = (
+        "so its kept count per shard leaves out the samples never recorded; a balanced epoch needs exact counts. "
+        "Pass the listing to every plan: Pruner(..., population=seta_stream.list_samples(urls)) (or plan_epoch(..., "
+        "population=...)), with the URLs the pipeline reads"
+    )
+    run = tmp_path / "a"
+    seta.Pruner(run, policy="full", epochs=2)  # no population
+    for build, what in (
+        (lambda: seta.attach(web_dataset(urls), run, balance=True), "attach(balance=True)"),
+        (lambda: seta.split_balanced(run), "split_balanced(run)"),
+        (lambda: seta.kept_tar_samples(run, balance=True), "kept_tar_samples(run, balance=True)"),
+        (lambda: seta.keep_filter(str(run), None, True), "keep_filter(run, balance=True)"),
+    ):
+        with pytest.raises(BalanceError) as err:
+            build()
+        assert str(err.value) == f"{run}: {what}: the run's Pruner was given no population listing, {fix}"
+    seta.kept_tar_samples(run)  # not balanced: nothing to refuse
+    seta.keep_filter(run, balance=False)
+
+    run = tmp_path / "b"  # the pipeline first, then the Pruner
+    seta.Pruner(run, policy="full", epochs=2, population=seta.list_samples(urls))
+    seta.attach(web_dataset(urls), run, balance=True)
+    with pytest.raises(BalanceError) as err:
+        seta.Pruner(run, policy="full", epochs=2)
+    assert str(err.value) == (
+        f"{run}: Pruner (the run is read by attach(balance=True)): the Pruner was given no population listing, {fix}"
+    )
+
+    run = tmp_path / "c"  # planned without a population, no Pruner in this process
+    seta.plan_epoch(seta.RunDir(run, create=True), 0, policy="full", epochs=2)
+    with pytest.raises(BalanceError) as err:
+        seta.attach(web_dataset(urls), run, balance=True)
+    assert str(err.value) == (
+        f"{run}: attach(balance=True): its current plan (epoch 0) was made without a population listing, {fix}"
+    )
+
+
+def test_the_small_final_batch_warning_of_a_balanced_epoch_is_each_slots(tmp_path, monkeypatch):
+    """69 kept samples in batches of 16 end with a batch of 5 when one loader batches them; dealt
+    to 2 ranks x 2 workers, every worker batches its 17 and ends with a batch of 1. The Pruner of
+    a run read balanced leaves the first out; balanced_epoch gives the second, on rank 0 only."""
+    import warnings
+
+    urls = write_shards(tmp_path / "shards", SIZES)
+    run = tmp_path / "run"
+    pruner = seta.Pruner(run, policy="full", epochs=2, population=seta.list_samples(urls), batch_size=16)
+    with pytest.warns(seta.PlanWarning, match="keeps 69 samples, so batches of 16 end with a batch of 5 samples"):
+        seta.Pruner(tmp_path / "plain", policy="full", epochs=2, population=seta.list_samples(urls),
+                    batch_size=16).start_epoch(0)  # fmt: skip
+    seta.attach(web_dataset(urls), run, balance=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = pruner.start_epoch(0)
+    assert [w["code"] for w in summary["warnings"]] == ["small_final_batch"]  # the plan's, on disk
+    assert [str(w.message) for w in caught] == []
+    with pytest.warns(seta.PlanWarning) as got:
+        report = seta.balanced_epoch(run, 0, workers=2, world_size=2)
+    assert report.batch_sizes(16)[-2:] == [1, 1] and report.per_slot == 17
+    (w,) = [x.message for x in got]
+    assert (w.code, w.value, w.limit, w.epoch) == ("small_final_batch", 1.0, 8.0, 0)
+    assert str(w) == (
+        f"{run / 'plans/epoch=0/summary.json'}: balanced epoch 0: each of the 4 (rank, worker) slots (2 ranks x 2 "
+        "DataLoader workers) delivers 17 samples, so its batches of 16 end with a batch of 1 sample: 2 optimiser "
+        "steps a rank on 1 sample each (a gradient about 4 times a full batch's) can throw the model off at the end "
+        "of the epoch. Drop each worker's last partial batch (batched(..., partial=False): steps(batch_size, "
+        "partial=False) counts the steps then), or scale each batch's loss by its size: "
+        "seta_stream.weighted_mean(losses, weights, batch_size=...)"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert seta.balanced_epoch(run, 0, workers=1, world_size=3, batch_size=12).batch_sizes(12) == [12, 11]
+        monkeypatch.setenv("RANK", "1")  # rank 1: no warning of its own
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        seta.balanced_epoch(run, 0, workers=2)
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_the_plan_row_order_of_a_shard_is_recorded_samples_then_listed_ones_each_by_uid(tmp_path, buckets):
+    """docs/ranks.md's row order, which the deal's kept ordinals (deferred_samples' lo, hi) count
+    in: a shard's samples the loss table holds, by uid, then the population's samples never
+    recorded, by uid; not the shard's rows sorted by uid."""
+    from seta_stream.ids import sample_uid
+
+    urls = write_shards(tmp_path / "shards", [12, 9, 7])
+    population = seta.list_samples(urls)
+    run = seta.RunDir(tmp_path / "run", create=True, settings={"buckets": buckets})
+    names, keys = population.column("shard").to_pylist(), population.column("key").to_pylist()
+    recorded = [i for i in range(len(keys)) if i % 3 != 1]
+    with seta.LossRecorder(run, epoch=0) as rec:
+        rec.record([keys[i] for i in recorded], [population.column("url")[i].as_py() for i in recorded],
+                   np.linspace(0.5, 2.0, len(recorded)).astype(np.float32))  # fmt: skip
+    seta.compact(run)
+    seta.plan_epoch(run, 1, policy="full", epochs=3, population=population)
+    plan = seta.load_plan(run, 1, columns=["shard", "key", "uid"]).to_pylist()
+    in_table = {(names[i], keys[i]) for i in recorded}
+    for shard in sorted(set(names)):
+        rows = [(r["key"], r["uid"]) for r in plan if r["shard"] == shard]
+        old = sorted((r for r in rows if (shard, r[0]) in in_table), key=lambda r: r[1])
+        new = sorted((r for r in rows if (shard, r[0]) not in in_table), key=lambda r: r[1])
+        assert rows == old + new and old and new
+        assert all(uid == sample_uid(shard, key) for key, uid in rows)
+        assert rows != sorted(rows, key=lambda r: r[1])  # sorted by uid, the deferred ranges would be others

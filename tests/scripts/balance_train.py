@@ -71,6 +71,8 @@ def main() -> None:
     p.add_argument("--start-epoch", type=int, default=0)
     p.add_argument("--stop-epoch", type=int, default=None, help="exit after this epoch (a resume follows)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers-by-rank", default=None, help="a DataLoader num_workers per rank, e.g. 2,3")
+    p.add_argument("--no-population", action="store_true", help="a Pruner without the population listing")
     p.add_argument("--context", default="fork")
     p.add_argument("--batch-size", type=int, default=3)
     p.add_argument("--pipeline", choices=["webdataset", "datapipeline"], default="webdataset")
@@ -91,6 +93,18 @@ def main() -> None:
             "gloo", init_method=args.init_method, rank=args.rank, world_size=args.world_size, timeout=timeout
         )
     rank, world = dist.get_rank(), dist.get_world_size()
+    if args.workers_by_rank:
+        args.workers = int(args.workers_by_rank.split(",")[rank])
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        train(args, rank, world)
+    except Exception as exc:  # what this rank stopped with, for the test
+        with open(os.path.join(args.out, f"rank{rank}-error.json"), "w") as fh:
+            json.dump({"type": type(exc).__name__, "message": str(exc)}, fh)
+        raise
+
+
+def train(args: argparse.Namespace, rank: int, world: int) -> None:
     torch.manual_seed(0)
     B = args.batch_size
     pruner = seta.Pruner(
@@ -99,7 +113,7 @@ def main() -> None:
         params={"r": 0.0, "k": 2, "alpha": 0.5},
         epochs=args.epochs,
         seed=11,
-        population=seta.list_samples(args.shards),
+        population=None if args.no_population else seta.list_samples(args.shards),
     )
     if args.pipeline == "webdataset":
         ds = wds.WebDataset(args.shards, shardshuffle=False, nodesplitter=wds.split_by_node)
@@ -127,8 +141,8 @@ def main() -> None:
 
         clip_loss = ClipLoss(local_loss=False, gather_with_grad=True, rank=rank, world_size=world)
     total = 10.0 * args.epochs
-    os.makedirs(args.out, exist_ok=True)
     last = args.epochs - 1 if args.stop_epoch is None else args.stop_epoch
+    delivered = open(os.path.join(args.out, f"rank{rank}-delivered.jsonl"), "a")
     for epoch in range(args.start_epoch, last + 1):
         summary = pruner.start_epoch(epoch)
         report = seta.balanced_epoch(args.run, epoch, workers=args.workers)
@@ -153,6 +167,8 @@ def main() -> None:
                     param.grad = None
             pruner.record(keys, urls, planning_loss(urls))
             trained += [[shard_name(u), k] for u, k in zip(urls, keys)]
+            delivered.write(json.dumps([epoch, [[shard_name(u), k] for u, k in zip(urls, keys)]]) + "\n")
+            delivered.flush()
             sizes.append(len(keys))
             lrs.append(lr)
         pruner.flush()
