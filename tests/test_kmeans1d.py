@@ -215,14 +215,34 @@ def test_large_input_takes_the_binned_path():
         np.r_[np.random.default_rng(8).lognormal(size=3000), [-1e-45]].astype(np.float32),  # one negative
     ],
 )
-def test_polars_sort_equals_np_sort(values, monkeypatch):
+@pytest.mark.parametrize("polars", [True, False], ids=["polars", "numpy"])
+def test_polars_sort_equals_np_sort(values, polars, monkeypatch):
     import seta_stream._kmeans1d as K
 
     monkeypatch.setattr(K, "_POLARS_SORT_MIN", 16)
+    monkeypatch.setattr(K, "_polars_sorts_faster", lambda a: polars)
     got = K._sorted_values(values)
     want = np.sort(values.astype(np.float64) if values.dtype.kind == "i" else values)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)  # NaN positions equal too (-0.0 == 0.0)
+
+
+def test_the_faster_sort_is_timed_once_a_dtype_and_either_gives_the_same_values(monkeypatch):
+    """Large inputs go to whichever of np.sort and polars sorted the first 2^20 values of the
+    first large input of their dtype faster, timed once a process; the values are np.sort's."""
+    import seta_stream._kmeans1d as K
+
+    monkeypatch.setattr(K, "_FASTER", {})
+    calls = []
+    real = K._polars_sort
+    monkeypatch.setattr(K, "_polars_sort", lambda a: calls.append(len(a)) or real(a))
+    v = np.random.default_rng(3).lognormal(size=K._POLARS_SORT_MIN + 5).astype(np.float32)
+    np.testing.assert_array_equal(K._sorted_values(v), np.sort(v))
+    assert set(K._FASTER) == {"<f4"} and calls[:2] == [K._POLARS_SORT_MIN] * 2  # the timing, best of 2
+    K._sorted_values(v)
+    assert len(calls) == 2 + 2 * K._FASTER["<f4"]  # not timed again; polars sorts the inputs if it won
+    np.testing.assert_array_equal(K._sorted_values(v.astype(np.float64)), np.sort(v.astype(np.float64)))
+    assert set(K._FASTER) == {"<f4", "<f8"}
 
 
 def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_size(monkeypatch):
