@@ -10,6 +10,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -276,6 +277,28 @@ def path_label(path: str | os.PathLike) -> str:
     return f"<elsewhere>/{resolved.name}"
 
 
+#: An absolute path of a machine in a text (a result file, a log line, a traceback, a page): a POSIX path
+#: under /tmp, /root, /home, /work or /Users, or a Windows drive path (``C:\\Users\\...``, its
+#: backslashes single or JSON-escaped). No committed file holds one (tests/test_results_paths.py).
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~/\\-])(?:/(?:tmp|root|home|work|Users)/|[A-Z]:\\{1,2}[\w$.~-]{2,}\\)[^\s\"'`,;|()<>\[\]{}]*"
+)
+
+
+def label_paths(text: str) -> str:
+    """``text`` with every absolute path of a machine in it (:data:`MACHINE_PATH`) as :func:`path_label`
+    names it (a Windows path: ``<elsewhere>/NAME``); a trailing ``.``, ``:`` stays after the label."""
+
+    def label(m: re.Match) -> str:
+        path = m.group(0).rstrip(".:")
+        tail = m.group(0)[len(path) :]
+        if path.startswith("/"):
+            return path_label(path) + tail
+        return "<elsewhere>/" + re.split(r"[\\/]+", path.rstrip("\\/"))[-1] + tail
+
+    return MACHINE_PATH.sub(label, text)
+
+
 def tree_label(tree: str | os.PathLike) -> str:
     """A source tree of an A/B run as a result file names it: ``this checkout``, or the commit
     checked out there (``tree at 1a2b3c4d5e``; the folder is this machine's: left out)."""
@@ -285,7 +308,7 @@ def tree_label(tree: str | os.PathLike) -> str:
     return f"tree at {commit[:10]}" if commit else path_label(tree)
 
 
-def _argv_labels(argv: list[str]) -> list[str]:
+def argv_labels(argv: list[str]) -> list[str]:
     """The command line with every argument that names an existing path (or an absolute one)
     as :func:`path_label` names it, ``--opt=PATH`` included."""
     out = []
@@ -413,7 +436,7 @@ class Result:
         script = Path(argv[0]).resolve() if argv else None
         if script is not None and script.is_relative_to(ROOT):
             argv[0] = str(script.relative_to(ROOT))
-        argv = argv[:1] + _argv_labels(argv[1:])  # no path of this machine in a committed file
+        argv = argv[:1] + argv_labels(argv[1:])  # no path of this machine in a committed file
         self.started = {
             "command": " ".join(shlex.quote(a) for a in ["python", *argv]),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import argv_labels
+
 SIZES = (1, 2, 4, 8, 32, 128)
 
 
@@ -239,7 +241,9 @@ def main(argv: list[str] | None = None) -> None:
         "fork_epochs": sorted(fork_epochs) if fork_epochs is not None else "all",
         "sizes": list(SIZES),
         "skipped_final_batches": probe.skipped,
-        "command": "python -m benchmarks.quality.collapse " + " ".join(argv if argv is not None else sys.argv[1:]),
+        # every path as the repository names it (or <elsewhere>/NAME): no folder of this machine
+        "command": "python -m benchmarks.quality.collapse "
+        + " ".join(argv_labels(list(argv if argv is not None else sys.argv[1:]))),
     }
     resume_path(runs, rid).unlink(missing_ok=True)
     out = Path(args.results)

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from benchmarks.common import write_json
+from benchmarks.common import label_paths, write_json
 
 from .layout import ROOT
 
@@ -200,7 +200,7 @@ def execute(ctx: Ctx, job: Job, run: Any) -> None:
         info: dict[str, Any] = {"id": job.rid, "status": "cut_short" if cut else "crashed"}
         if not cut:  # the invocation: not tried again until the next one (``failed_here``)
             print(tb := traceback.format_exc(), flush=True)
-            info.update(invocation=ctx.started, error=tb[-3000:])
+            info.update(invocation=ctx.started, error=label_paths(tb[-3000:]))  # no folder of this machine
         info.update(spec=job.spec, epochs_done=len(progress), seconds=round(time.perf_counter() - t0, 1))
         info.update(machine=machine(), **({"progress": progress} if cut else {}))
         write_json(ctx.results / f"{job.rid}.{'cut' if cut else 'crashed'}.json", info)

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import path_label
+
 from . import harness
 from .configs import params_id
 from .harness import Job
@@ -313,6 +315,7 @@ def train_pairs_job(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
         print(f"  {job.rid}: {line.strip()}", flush=True)
 
     res, checks, truth = train_example(pairs_data(ctx, noise), run_dir, cfg, seed, train, log)
+    res["run_dir"] = path_label(res["run_dir"])  # no folder of this machine in a committed file
     noise_rows = plan_noise(run_dir, cfg["epochs"], truth)
     rows = [{**r, **c, **nz} for r, c, nz in zip(res.pop("rows"), checks, noise_rows)]
     result = {"study": "noise-pairs", "id": job.rid, "status": run_status(rows, cfg["epochs"], "loss",

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import path_label
 from benchmarks.instability import MARK, curve, findings, footnote, unstable
 
 from . import draws, harness
@@ -118,6 +119,7 @@ def train_run(noise: float, cfg: dict, seed: int, out: Path) -> dict:
     run_dir = str(out / "runs" / run_id(noise, cfg, seed))
     train = {k: v for k, v in TRAIN.items() if k != "threads"}
     res, checks, _ = train_example(data_dir(out, noise), run_dir, cfg, seed, train, lambda s: print(s, flush=True))
+    res["run_dir"] = path_label(res["run_dir"])  # no folder of this machine in a committed file
     return {"study": "pairs", "noise": noise, **cfg, **res, "checks": checks, "data": {**DATA, "noise": noise},
             "train": TRAIN, "library_rev": os.environ.get("STUDY_REV", "working tree")}  # fmt: skip
 
