@@ -502,9 +502,10 @@ def _f(x: float | None, d: int = 2) -> str:
     return "-" if x is None else f"{x:.{d}f}"
 
 
-def _marked(runs: dict, rate: float, method: str) -> list[str]:
+def _marked(runs: dict, rate: float, method: str) -> list[tuple[str, dict]]:
+    """(file, run) of the unstable runs of ``method`` at ``rate`` (the instability scan)."""
     base = "full" if method == "full-es" else method
-    return [r["_file"] for (ra, m, _), r in sorted(runs.items()) if ra == rate and m == base
+    return [(r["_file"], r) for (ra, m, _), r in sorted(runs.items()) if ra == rate and m == base
             and instability.unstable(r, r["_file"])]  # fmt: skip
 
 
@@ -537,6 +538,7 @@ def render(data: dict[str, Any]) -> str:
         best_auc = max(sig[1:], key=lambda r: r["auc"])
         ds = [r for r in sig if r["D"] is not None]
         best_d = max(ds, key=lambda r: r["D"])
+        shaky = instability.unstable(pilot, pilot["_file"])  # the instability scan: marked and named below
         L += [
             "## The schedule: do the noisy samples' losses separate?",
             "",
@@ -551,8 +553,11 @@ def render(data: dict[str, Any]) -> str:
             "| AUC of the mean loss | " + " | ".join(_f(r["auc"], 3) for r in sig) + " |",
             "| Ashman's D | " + " | ".join(_f(r["D"]) for r in sig) + " |",
             "| upper weight | " + " | ".join(_f(r["upper_weight"]) for r in sig) + " |",
-            "| test acc % | " + " | ".join(_f(100 * e["test_acc"], 1) for e in pilot["epochs"]) + " |",
+            f"| test acc %{f' {instability.MARK}' if shaky else ''} | "
+            + " | ".join(_f(100 * e["test_acc"], 1) for e in pilot["epochs"])
+            + " |",
             "",
+            *([instability.footnote([(pilot["_file"], pilot)]), ""] if shaky else []),
             (
                 f"The losses do not separate on any schedule up to {pilot['schedule']} epochs: "
                 if best_d["D"] < 2
@@ -638,7 +643,7 @@ def _method_table(runs: dict, rate: float, methods: tuple[str, ...], n: int) -> 
     L = ["| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | gap to the oracle (mean, 2 SE) | "
          "samples trained / (E N) | trainings |",
          "| --- | " + " | ".join("---" for _ in seeds) + " | --- | --- | --- | --- |"]  # fmt: skip
-    marked: list[str] = []
+    marked: list[tuple[str, dict]] = []
     for m in methods:
         xs = [acc(runs, rate, m, s) for s in seeds]
         got = [x for x in xs if x is not None]
@@ -659,7 +664,7 @@ def _method_table(runs: dict, rate: float, methods: tuple[str, ...], n: int) -> 
         L.append(f"| {name} | " + " | ".join(cells) + f" | {np.mean(got):.2f} | {gap} | "
                  f"{np.mean([c[0] for c in comp]):.3f} | {comp[0][1]} |")  # fmt: skip
     if marked:
-        L += ["", instability.footnote(sorted(set(marked)))]
+        L += ["", instability.footnote(sorted(marked, key=lambda x: x[0]))]
     return L
 
 

@@ -20,3 +20,51 @@ def test_verdict_column_is_common_gap_verdict() -> None:
         _, se2, words = gap_verdict(r["es"])
         assert line.split(" | ")[5:7] == ["-" if se2 is None else f"{se2:.1f}", words]
     assert headline.cell([1.0, -0.5]) == "+0.2 (+1.0, -0.5)"
+
+
+def test_results_finding_is_generated_and_follows_the_signs_and_verdicts() -> None:
+    """docs/results.md's first finding: each rule-alone row in the sentence its verdict puts it in, with
+    its mean; never 'ended above full data' for a row below it."""
+    text = headline.RESULTS_DOC.read_text()
+    assert headline.splice(text, headline.verdict_block(), headline.VERDICT_BEGIN, headline.VERDICT_END) == text
+    block = text[text.index(headline.VERDICT_BEGIN) : text.index(headline.VERDICT_END)]
+    lines = block.splitlines()
+    words = {"met": "ended **above**", "below": "ended **below**"}
+    for r in headline.rows():
+        if not r["es"] or not r["config"].startswith("rule alone"):
+            continue
+        mean, _, verdict = gap_verdict(r["es"])
+        (line,) = [x for x in lines if words.get(verdict, "not resolved") in x]
+        assert f"{r['level']}: {mean:+.1f} {r['metric']} points ({verdict}" in line, r["data"]
+    assert "-7.4 accuracy points (below; 0.63 of the samples trained)" in block
+    assert "(CIFAR-10, 40% asymmetric noisy labels; SST-2, 40% noisy labels) the rule never became active" in block
+    assert "ended above full data" not in text
+
+
+def test_each_cell_says_the_seeds_it_covers_and_the_pairs_are_named_as_what_they_are() -> None:
+    readme = headline.README.read_text()
+    (sst2,) = [x for x in readme.splitlines() if x.startswith("| SST-2, 40% noisy labels |")]
+    assert "| -3.4 (-1.7, -7.5, -0.9) accuracy |" in sst2 and "| -22.5 (-22.1, -22.8; seeds 0, 1) | 0, 1, 2 |" in sst2
+    assert headline.cell([1.0, 2.0], [0, 1], [0, 1]) == "+1.5 (+1.0, +2.0)"
+    assert headline.cell([1.0, 2.0], [0, 2], [0, 1, 2]) == "+1.5 (+1.0, +2.0; seeds 0, 2)"
+    for r in headline.rows():
+        assert len(r["oracle"]) == len(r["oracle_seeds"]) and set(r["oracle_seeds"]) <= set(r["seeds"])
+    root = headline.ROOT
+    for page in (readme, (root / "docs" / "results.md").read_text(), (root / "docs" / "baselines.md").read_text()):
+        assert "web pairs" not in page
+    assert "| generated shape pairs (32-pixel shape images, template captions), 20% mismatched captions |" in readme
+
+
+def test_a_row_with_an_unstable_run_is_marked_and_the_run_named(monkeypatch) -> None:
+    from benchmarks import instability
+
+    def flag(run: dict, name: str = "") -> bool:
+        return run.get("method") == "full" and run.get("seed") == 1 and run.get("rate") == 0.4
+
+    monkeypatch.setattr(instability, "unstable", flag)
+    lines = headline.block().splitlines()
+    (sst2,) = [x for x in lines if x.startswith("| SST-2, 40% noisy labels |")]
+    assert "| rule alone (never active) † |" in sst2
+    assert sum("†" in x for x in lines if x.startswith("| ")) == 1
+    assert lines[-1].startswith("† a run of this configuration collapsed to chance")
+    assert "`baselines-labels/sst2-n40-E11-full-s1.json`" in lines[-1]

@@ -553,8 +553,9 @@ def test_every_table_marks_a_run_that_collapsed_or_fell_20_points(tmp_path: Path
     }
     rid = "pairs-n20-E4-seta-rule-p50-alpha0.3-k10-noiseTrue-r0.0-s1"
     note = (
-        "† a run of this configuration collapsed to chance or fell 20 points or more in one epoch (instability "
-        f"scan, `docs/quality-runs/instability.json`): `{rid}.json`."
+        "† a run of this configuration collapsed to chance, fell 20 points or more in one epoch, diverged or was cut "
+        f"short (instability scan, `docs/quality-runs/instability.json`): `{rid}.json` (collapse at e2; drop at e2 "
+        "(43.7 -> 10.0))."
     )
     tables = sum(1 for i, x in enumerate(lines) if x.startswith("| policy | setting") and any(
         y.startswith(f"| {name}") for y in lines[i:lines.index("", i)]))  # fmt: skip

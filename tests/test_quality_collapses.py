@@ -149,3 +149,65 @@ def test_the_scan_reads_the_word_image_runs_against_their_chance() -> None:
     found = ins.findings(run, "words-n3-full-s0.json")
     assert found["collapse_epochs"] == [2] and found["drops"]
     assert ins.curve({"study": "other", "rows": [{"acc": 0.5}]}, "x.json") is None  # no data set: no chance
+
+
+def test_the_scan_reads_each_run_of_a_file_of_many_runs_and_names_it_by_id(tmp_path) -> None:
+    """A file that nests its runs ({"meta", "runs": {id: run}}, benchmarks/cifar_gpu.py) is read run by
+    run; the committed cifar-gpu file's 40 runs all have a curve."""
+    from benchmarks import instability as ins
+
+    def run(accs: list[float]) -> dict:
+        return {"dataset": "cifar10", "policy": "full", "seed": 0, "rows": [{"test_acc": a} for a in accs]}
+
+    doc = {"meta": {"commit": "x"}, "runs": {"a-s0": run([0.5, 0.7, 0.45]), "b-s0": run([0.5, 0.6, 0.65])}}
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "results.json").write_text(json.dumps(doc))
+    found = ins.scan(tmp_path)
+    assert (found["files"], found["with_curve"]) == (1, 2)
+    assert [(r["file"], [d["epoch"] for d in r["drops"]]) for r in found["runs"]] == [("gpu/results.json#a-s0", [2])]
+    gpu = ins.scan(ins.RESULTS / "cifar-gpu")
+    assert gpu["with_curve"] == 40
+    committed = json.loads((ins.RESULTS / ins.OUT).read_text())
+    assert committed["with_curve"] >= 40 and "stopped" in committed["rule"] and "diverged" in committed["rule"]
+
+
+def test_a_run_that_diverged_or_was_cut_short_is_unstable_and_named_so() -> None:
+    from benchmarks import instability as ins
+
+    rows = [{"test_acc": a, "loss": x} for a, x in ((0.5, 1.0), (0.6, 0.9), (0.62, float("nan")))]
+    diverged = {"dataset": "cifar10", "rows": rows}
+    cut = {"dataset": "cifar10", "status": "cut", "rows": [{"test_acc": a} for a in (0.5, 0.6, 0.62)]}
+    fine = {"dataset": "cifar10", "status": "done", "rows": [{"test_acc": a} for a in (0.5, 0.6, 0.62)]}
+    assert ins.findings(diverged, "x.json")["diverged"] and ins.unstable(diverged)
+    assert ins.findings(cut, "x.json")["stopped"] == "cut short after 3 epochs" and ins.unstable(cut)
+    assert not ins.unstable(fine) and not ins.unstable({**fine, "status": "ok"})
+    assert ins.events_text(ins.findings({**cut, "rows": rows}, "x.json")) == "diverged; cut short after 3 epochs"
+    note = ins.footnote([("a.json", diverged), "b.json", ("a.json", diverged)])
+    assert note == (
+        "† a run of this configuration collapsed to chance, fell 20 points or more in one epoch, diverged or was cut "
+        "short (instability scan, `docs/quality-runs/instability.json`): `a.json` (diverged), `b.json`."
+    )
+
+
+def test_the_pages_mark_the_unstable_runs_they_show() -> None:
+    """The second set of the converged study (converged-reruns/) feeds docs/results.md's and docs/quality.md's
+    table and summary; the SST-2 schedule pilot's test accuracy is shown in docs/baselines-labels.md: each
+    such run is marked and named with its events."""
+    from benchmarks.instability import ROOT
+
+    results = (ROOT / "docs" / "results.md").read_text()
+    quality = (ROOT / "docs" / "quality.md").read_text()
+    random_s0 = "`converged-reruns/cifar10-noaug-E20-random-p30-r0.3-s0.json` (drop at e9 (71.3 -> 49.7))"
+    seta_s0 = "`converged-reruns/cifar10-noaug-E20-seta-p30-alpha0.9-k10-r0.1-s0.json` (drop at e9 (73.1 -> 22.5))"
+    study = "| CIFAR-10, E = 20, no augmentation |"
+    for page in (results, quality):
+        (row,) = [x for x in page.splitlines() if x.startswith(f"{study} dynamic random p30")]
+        assert row.endswith("| -1.25 (seed 0) † | - |")
+        (row,) = [x for x in page.splitlines() if x.startswith(f"{study} SeTa p30 |")]
+        assert "| -1.15 / +0.10 (seed 0) † |" in row
+        notes = [x for x in page.splitlines() if x.startswith("† ") and random_s0 in x]
+        assert notes and all(seta_s0 in x for x in notes)
+    assert "dynamic random p30 -1.25 († unstable rerun: dynamic random p30 drop at e9 (71.3 -> 49.7))" in quality
+    labels = (ROOT / "docs" / "baselines-labels.md").read_text()
+    assert "\n| test acc % † | 53.6 |" in labels
+    assert "`schedule-sst2-n40-E20-full-s0.json` (collapse at e5, e11, e15, e17, e18, e19)." in labels

@@ -194,8 +194,9 @@ def test_a_collapsed_run_is_marked_in_the_table_the_reading_and_the_summary(tmp_
         "spread) | - | collapsed: seed 1 at epoch 1; without it -3.00 |"
     ) in doc.splitlines()
     assert (  # the instability scan's mark, and the file under the table
-        "† a run of this configuration collapsed to chance or fell 20 points or more in one epoch (instability "
-        "scan, `docs/quality-runs/instability.json`): `cifar10-noaug-E4-seta-p50-alpha0.5-k10-r0.2-s1.json`."
+        "† a run of this configuration collapsed to chance, fell 20 points or more in one epoch, diverged or was cut "
+        "short (instability scan, `docs/quality-runs/instability.json`): `cifar10-noaug-E4-seta-p50-alpha0.5-k10-r0.2-"
+        "s1.json` (collapse at e1; drop at e1 (60.0 -> 10.0))."
     ) in doc.splitlines()
     assert sum(line.startswith("| seta p50 †") for line in doc.splitlines()) == 1
     s = summary(layout)[0]
@@ -297,8 +298,9 @@ def test_the_pairs_reading_gives_each_setting_its_share_its_window_and_its_colla
         "in e2, whose window reaches the hardest cluster | fell to chance (0.1%): s0 e2 1.7%; every seed recovered "
         "by the last epoch |",
         "",
-        "† a run of this configuration collapsed to chance or fell 20 points or more in one epoch (instability scan, "
-        "`docs/quality-runs/instability.json`): `pairs-noise20-seta-p30-alpha0.6-k5-r0.0-seed0.json`.",
+        "† a run of this configuration collapsed to chance, fell 20 points or more in one epoch, diverged or was cut "
+        "short (instability scan, `docs/quality-runs/instability.json`): `pairs-noise20-seta-p30-alpha0.6-k5-r0.0-"
+        "seed0.json` (collapse at e2; drop at e2 (30.0 -> 1.7)).",
         "",
     ]
 

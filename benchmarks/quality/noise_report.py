@@ -257,7 +257,7 @@ def name(k: tuple, g: list[dict]) -> str:
 
 def unstable_note(gs: list[list[dict]]) -> list[str]:
     """The footnote under a table whose rows hold the runs ``gs`` and a blank line (none where no run is unstable)."""
-    files = sorted({f"{r.get('id', '?')}.json" for g in gs for r in g if unstable(r)})
+    files = sorted({f"{r.get('id', '?')}.json": r for g in gs for r in g if unstable(r)}.items(), key=lambda x: x[0])
     return [footnote(files), ""] if files else []
 
 

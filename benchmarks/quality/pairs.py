@@ -311,7 +311,7 @@ def _mark(rs: list[dict]) -> str:
 
 def _unstable_note(rss: list[list[dict]]) -> list[str]:
     """The footnote under a table whose rows hold the runs ``rss``, naming the files of the marked runs."""
-    files = [f"{run_id(r['noise'], r, r['seed'])}.json" for rs in rss for r in rs if unstable(r)]
+    files = [(f"{run_id(r['noise'], r, r['seed'])}.json", r) for rs in rss for r in rs if unstable(r)]
     return [footnote(files), ""] if files else []
 
 

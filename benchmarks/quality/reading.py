@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from benchmarks.instability import MARK, footnote, unstable
+from benchmarks.instability import MARK, events_text, findings, footnote, unstable
 
 from . import docs
 from .docs import ORDER, and_list, load_results, mean_acc, row, table_head
@@ -226,18 +226,34 @@ class Reading:
                 if r["policy"] not in ("full", ref) and r["seed"] in by]  # fmt: skip
 
     def second_set(self) -> str:
-        """'dynamic random p30 -1.25, SeTa p30 -1.15 (seed 0)': the reruns against their own full data."""
-        parts = [f"{name(r)} {gap(g)}" for r, g in self.vs_rerun("full")]
+        """'dynamic random p30 -1.25, SeTa p30 -1.15 (seed 0)': the reruns against their own full data;
+        a rerun that the instability scan flags (or whose full-data rerun it flags) is marked and its
+        events named."""
+        parts = []
+        for r, g in self.vs_rerun("full"):
+            bad = [x for x in (r, self.rerun_full[r["seed"]]) if unstable(x)]
+            note = "; ".join(f"{name(x)} {events_text(findings(x))}" for x in bad)
+            parts.append(f"{name(r)} {gap(g)}" + (f" ({MARK} unstable rerun: {note})" if bad else ""))
         return f"{and_list(parts)} (seed {slashed(self.rerun_full)})" if parts else ""
 
-    def second_set_cell(self, rs: list[dict]) -> str:
-        """This configuration's reruns minus the rerun of full data / of dynamic random of their seed."""
-        cells = []
+    def second_set_runs(self, rs: list[dict]) -> list[tuple[dict, list[dict]]]:
+        """(this configuration's rerun, the reruns it is held against: full data's and, for a loss-guided
+        policy, dynamic random's of its seed) for each rerun the second-set column shows."""
+        out = []
         for r in self.reruns:
             if config_name(r) == config_name(rs[0]) and r["seed"] in self.rerun_full:
                 ran = self.rerun_random.get(r["seed"]) if r["policy"] != "random" else None
-                cells.append(f"{gap(acc(r) - acc(self.rerun_full[r['seed']]))}"
-                             + (f" / {gap(acc(r) - acc(ran))}" if ran else "") + f" (seed {r['seed']})")  # fmt: skip
+                out.append((r, [self.rerun_full[r["seed"]], *([ran] if ran else [])]))
+        return out
+
+    def second_set_cell(self, rs: list[dict]) -> str:
+        """This configuration's reruns minus the rerun of full data / of dynamic random of their seed,
+        marked where the instability scan flags one of the runs of the cell."""
+        cells = []
+        for r, (full, *ran) in self.second_set_runs(rs):
+            mark = f" {MARK}" if any(unstable(x) for x in (r, full, *ran)) else ""
+            cells.append(f"{gap(acc(r) - acc(full))}" + (f" / {gap(acc(r) - acc(ran[0]))}" if ran else "")
+                         + f" (seed {r['seed']}){mark}")  # fmt: skip
         return "; ".join(cells) or "-"
 
     def rerun_lines(self) -> list[str]:
@@ -257,7 +273,8 @@ class Reading:
         L += table_head("| run (seed) | study's run | rerun | change |")
         marked = []
         for r, o in self.rerun_pairs():
-            marked += [f"{RERUNS}/{run_name(r)}.json"] * unstable(r) + [f"converged/{run_name(o)}.json"] * unstable(o)
+            marked += [(f"{RERUNS}/{run_name(r)}.json", r)] * unstable(r)
+            marked += [(f"converged/{run_name(o)}.json", o)] * unstable(o)
             mark = f" {MARK}" if unstable(r) or unstable(o) else ""  # the instability scan
             L.append(row([f"{name(r)} ({r['seed']}){mark}", pct(acc(o)), pct(acc(r)), gap(acc(r) - acc(o))]))
         return L + [""] + ([footnote(marked), ""] if marked else [])
@@ -402,8 +419,10 @@ def config_table(rd: list[Reading]) -> list[str]:
                    "noise | minus dynamic random at the same pruned % | second set: minus its full data / its dynamic "
                    "random | runs that collapsed |")  # fmt: skip
     L += [row(r.cells(rs)) for r in rd if r.s.full for rs in r.pruned]
-    files = [f"{r.s.section.folder}/{run_name(x)}.json" for r in rd if r.s.full for rs in r.pruned for x in rs
+    files = [(f"{r.s.section.folder}/{run_name(x)}.json", x) for r in rd if r.s.full for rs in r.pruned for x in rs
              if unstable(x)]  # fmt: skip
+    files += [(f"{RERUNS}/{run_name(x)}.json", x) for r in rd if r.s.full for rs in r.pruned  # the second set
+              for y, refs in r.second_set_runs(rs) for x in (y, *refs) if unstable(x)]  # fmt: skip
     return [*L, "", *([footnote(files), ""] if files else [])]
 
 

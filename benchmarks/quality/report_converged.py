@@ -329,7 +329,7 @@ class Study:
         order = sorted(self.groups.values(), key=lambda rs: (rs[0]["policy"] != "full", ORDER[rs[0]["policy"]],
                                                              -rs[0]["n_epochs"], rs[0]["label"]))  # fmt: skip
         L += [row(self.row(rs)) for rs in order]
-        files = [f"{run_name(r)}.json" for rs in order for r in rs if unstable(r)]
+        files = [(f"{run_name(r)}.json", r) for rs in order for r in rs if unstable(r)]
         return L + ["", *([footnote(files), ""] if files else [])]
 
     def seed0_curves(self) -> list[dict]:
