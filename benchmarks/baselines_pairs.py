@@ -20,6 +20,10 @@ worker, one run at a time):
   rewritten without them, same schedule; the ceiling a perfect detector reaches.
 * ``rule-random`` and ``rule`` (the rule alone: ``full`` with ``noise=True``), trained again now with the
   small-final-batch remedy (``train_pairs.run`` divides every step by the nominal batch size).
+* ``full-equal-rule`` and ``random-rule``: full data at equal compute and dynamic random at the **rule
+  alone's** own share (its pairs trained, its measured pruned fraction), so that the rule alone is held
+  against the same two baselines as rule + random. The report shows them beside the rule alone, and says
+  "not run" while their result files are missing.
 
 cleanlab needs class labels and predicted class probabilities; image-text pairs have neither, so it is not
 run here (the labelled data sets are another study's).
@@ -82,9 +86,9 @@ def calibrated_r() -> float:
 @dataclass(frozen=True)
 class Method:
     """One configuration: the policy and parameters, the training set (``fit``: the shards less the
-    validation shard; ``oracle``: those without the mismatched pairs), and what it takes from rule + random of
-    the same seed (``matches``: ``"pruned"``, its measured pruned fraction as r; ``"pairs"``, its pairs trained
-    as the budget)."""
+    validation shard; ``oracle``: those without the mismatched pairs), and what it takes from the run ``ref``
+    (rule + random, or the rule alone) of the same seed (``matches``: ``"pruned"``, its measured pruned
+    fraction as r; ``"pairs"``, its pairs trained as the budget)."""
 
     name: str
     label: str
@@ -92,10 +96,12 @@ class Method:
     params: dict = field(default_factory=dict, hash=False)
     data: str = "fit"
     matches: str | None = None
+    ref: str = "rule-random"
 
 
 def methods(r: float) -> list[Method]:
-    """The registry, in queue order within a round (rule + random first: two baselines take its figures)."""
+    """The registry, in queue order within a round (rule + random first and the rule alone before the two
+    baselines that take each one's figures)."""
     return [
         Method("rule-random", f"rule + random r={r}", "random", {"r": r, "noise": True}),
         Method("full", "full data", "full"),
@@ -103,6 +109,8 @@ def methods(r: float) -> list[Method]:
         Method("full-equal", "full data, equal compute", "full", matches="pairs"),
         Method("random-same", "dynamic random, same pruned %", "random", matches="pruned"),
         Method("rule", "rule alone", "full", {"noise": True}),
+        Method("full-equal-rule", "full data, equal compute (the rule alone's)", "full", matches="pairs", ref="rule"),
+        Method("random-rule", "dynamic random, the rule alone's pruned %", "random", matches="pruned", ref="rule"),
     ]
 
 
@@ -203,10 +211,11 @@ def needs_extra(ctx: Ctx, noise: float) -> bool:
 
 
 def params_for(ctx: Ctx, noise: float, seed: int, m: Method) -> tuple[dict, int | None] | None:
-    """(policy parameters, pair budget) of a run, or None while rule + random of its seed is missing."""
+    """(policy parameters, pair budget) of a run, or None while the run it takes its figures from (``m.ref``
+    of its seed) is missing."""
     if m.matches is None:
         return dict(m.params), None
-    ref = load(ctx, run_id(noise, "rule-random", seed))
+    ref = load(ctx, run_id(noise, m.ref, seed))
     if ref is None:
         return None
     if m.matches == "pruned":
@@ -215,10 +224,11 @@ def params_for(ctx: Ctx, noise: float, seed: int, m: Method) -> tuple[dict, int 
 
 
 def plan(ctx: Ctx) -> list[Job]:
-    """:func:`queue` as the runner's jobs; equal compute and dynamic random need rule + random of their seed."""
+    """:func:`queue` as the runner's jobs; equal compute and dynamic random need the run whose figures they
+    take (rule + random or the rule alone of their seed)."""
     pairs = (ctx.data["train"] - ctx.data["shard_size"]) * ctx.train["epochs"]  # less the validation shard
     return [Job(run_id(noise, m.name, seed), "pairs", {"noise": noise, "method": m.name, "seed": seed},
-                (run_id(noise, "rule-random", seed),) if m.matches else (), pairs)
+                (run_id(noise, m.ref, seed),) if m.matches else (), pairs)
             for noise, seed, m in queue(ctx)]  # fmt: skip
 
 
@@ -234,7 +244,7 @@ def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
     (m,) = [m for m in methods(ctx.r) if m.name == job.spec["method"]]
     got = params_for(ctx, noise, seed, m)
     if got is None:
-        raise RuntimeError(f"{job.rid}: {run_id(noise, 'rule-random', seed)}.json, whose figures it takes, is missing")
+        raise RuntimeError(f"{job.rid}: {run_id(noise, m.ref, seed)}.json, whose figures it takes, is missing")
     params, budget = got
     views = prepare(ctx, noise)
     rid, T = job.rid, ctx.train
@@ -364,16 +374,28 @@ def verdict_text(g: dict) -> str:
     return f"{g['verdict']} (mean {'-' if g['mean'] > 0 else '+'} 2 SE = {bound:+.1f})"
 
 
-def gaps(runs: dict, noise: float, seeds: list[int], own: str = "final") -> list[dict]:
-    """Per comparison, rule + random minus the baseline, per seed where both runs exist. ``own="final"``: rule +
-    random's last epoch against each baseline's reading of :data:`COMPARISONS`; ``"es"``: both early-stopped."""
+#: the rule alone's last epoch against each baseline's reading, the two at its own share included
+RULE_COMPARISONS = (
+    ("full", "final", "full data, last epoch"),
+    ("full", "es", "full data, early-stopped"),
+    ("full-equal-rule", "final", "full data, equal compute (the rule alone's pairs)"),
+    ("random-rule", "final", "dynamic random, the rule alone's pruned %"),
+    ("oracle", "final", "oracle filter (the ceiling)"),
+)
+
+
+def gaps(runs: dict, noise: float, seeds: list[int], own: str = "final", subject: str = "rule-random",
+         comparisons: tuple = COMPARISONS) -> list[dict]:  # fmt: skip
+    """Per comparison, ``subject`` (rule + random) minus the baseline, per seed where both runs exist.
+    ``own="final"``: its last epoch against each baseline's reading of ``comparisons``; ``"es"``: both
+    early-stopped."""
     out = []
-    for base, kind, label in COMPARISONS:
+    for base, kind, label in comparisons:
         if own == "es" and (base, kind) == ("full", "final"):
             continue
         per = {}
         for s in seeds:
-            a, b = runs.get((noise, "rule-random", s)), runs.get((noise, base, s))
+            a, b = runs.get((noise, subject, s)), runs.get((noise, base, s))
             if a and b:
                 per[s] = a[own] - b[kind if own == "final" else "es"]
         if per:
@@ -495,9 +517,8 @@ def report(ctx: Ctx) -> str:
                 if v is None:
                     continue
                 mark = f" {MARK}" if v["unstable"] else ""
-                pruned = (
-                    f"{100 * v['pruned']:.1f}" if m.name != "full-equal" else f"(a {v['length']:.2f}-epoch schedule)"
-                )
+                length = f"(a {v['length']:.2f}-epoch schedule)"  # equal compute: its budget's length
+                pruned = f"{100 * v['pruned']:.1f}" if m.matches != "pairs" else length
                 L.append(f"| {m.label}{mark} | {s} | {v['pairs']:,} | {pruned} | {v['final']:.1f} | "
                          f"{v['es']:.1f} ({v['es_epoch']}) |")  # fmt: skip
         for own, title in (
@@ -520,6 +541,7 @@ def report(ctx: Ctx) -> str:
                                          for b in ("rule-random", g["baseline"])) else ""  # fmt: skip
                 L.append(f"| {g['label']}{mark} | {len(g['per'])} | {_seeds(g['per'])} | {g['mean']:+.1f} | "
                          f"{_se(g['se2'])} | {verdict_text(g)} |")  # fmt: skip
+        L += rule_section(runs, noise, seeds)
         L += [
             "",
             "### Every method against the oracle filter",
@@ -568,6 +590,53 @@ def report(ctx: Ctx) -> str:
     return "\n".join(L) + "\n"
 
 
+def rule_section(runs: dict, noise: float, seeds: list[int]) -> list[str]:
+    """The rule alone's last epoch against each baseline, those at its own share (equal compute, dynamic random)
+    included; a baseline without a result file of a seed with the rule alone is "not run"."""
+    from benchmarks.instability import MARK
+
+    have = [s for s in seeds if (noise, "rule", s) in runs]
+    if not have:
+        return []
+    L = ["", "### The rule alone (last epoch) against each baseline, at its own share", "",
+         "Paired gap in R@1 points (the rule alone minus the baseline, per seed), mean and 2 SE over seeds; equal "
+         "compute and dynamic random here take the rule alone's own pairs trained and pruned fraction (rule + "
+         "random's are above).", "",
+         "| baseline | seeds | gap per seed | mean | 2 SE | verdict |",
+         "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    rows = {(g["baseline"], g["kind"]): g for g in gaps(runs, noise, have, "final", "rule", RULE_COMPARISONS)}
+    for base, kind, label in RULE_COMPARISONS:
+        g = rows.get((base, kind))
+        if g is None:
+            missing = ", ".join(f"`{run_id(noise, base, s)}`" for s in have)
+            L.append(f"| {label} | 0 | not run ({missing}: no result file yet) | - | - | - |")
+            continue
+        mark = f" {MARK}" if any(runs[(noise, b, s)]["unstable"] for s in g["per"] for b in ("rule", base)) else ""
+        L.append(f"| {label}{mark} | {len(g['per'])} | {_seeds(g['per'])} | {g['mean']:+.1f} | {_se(g['se2'])} | "
+                 f"{verdict_text(g)} |")  # fmt: skip
+    return L
+
+
+def rule_summary(runs: dict, noise: float, seeds: list[int]) -> str | None:
+    """The rule alone's line of the summary: against each baseline of :data:`RULE_COMPARISONS`, "not run" where
+    a baseline has no result file yet."""
+    have = [s for s in seeds if (noise, "rule", s) in runs]
+    if not have:
+        return None
+    rows = {(g["baseline"], g["kind"]): g for g in gaps(runs, noise, have, "final", "rule", RULE_COMPARISONS)}
+    parts = []
+    for base, kind, label in RULE_COMPARISONS:
+        g = rows.get((base, kind))
+        if base == "oracle":
+            continue
+        if g is None:
+            parts.append(f"{label}: not run")
+            continue
+        se = "" if g["se2"] is None else f", 2 SE {g['se2']:.1f}"
+        parts.append(f"{label} {g['mean']:+.1f}{se}: {verdict_text(g)}")
+    return f"  The rule alone ({len(have)} seed{'s' if len(have) != 1 else ''}): " + "; ".join(parts) + "."
+
+
 def summary_lines(ctx: Ctx, runs: dict, levels: list[float]) -> list[str]:
     """One list item per mismatched share of the rounds: rule + random against early-stopped full data, full
     data's last epoch, equal compute, dynamic random and the oracle filter."""
@@ -583,6 +652,8 @@ def summary_lines(ctx: Ctx, runs: dict, levels: list[float]) -> list[str]:
         k = len({s for s in seeds if (noise, "rule-random", s) in runs})
         body = "; ".join(parts) if parts else "no baseline run of a seed with rule + random has finished yet"
         out.append(f"* {pct(noise)}% mismatched ({k} seed{'s' if k != 1 else ''}): {body}.")
+        if (line := rule_summary(runs, noise, seeds)) is not None:
+            out.append(line)
     return out or ["* no finished run yet."]
 
 

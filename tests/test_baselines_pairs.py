@@ -85,7 +85,7 @@ def tiny(tmp_path_factory):
 @pytest.mark.slow
 def test_the_runner_trains_the_registry_in_order_once(tiny) -> None:
     ctx, first, second, runs = tiny
-    names = ["rule-random", "full", "oracle", "full-equal", "random-same", "rule"]
+    names = ["rule-random", "full", "oracle", "full-equal", "random-same", "rule", "full-equal-rule", "random-rule"]
     assert first == [f"pairs-n20-{m}-s0" for m in names] + ["pairs-n5-full-s0", "pairs-n5-rule-s0"]
     assert second == []  # every result file exists: nothing is trained again
     assert {d["status"] for d in runs.values()} == {"ok"}
@@ -175,10 +175,11 @@ def test_the_low_share_section_sets_the_rule_beside_full_data(tiny) -> None:
 
 def test_the_plan_needs_rule_random_and_the_report_lists_a_crashed_run(tmp_path: Path) -> None:
     ctx = bp.Ctx(results=tmp_path / "results", out=tmp_path / "out", rounds=((0.2, 1),), extra=None, low=(), r=0.19)
-    rr = ("pairs-n20-rule-random-s1",)
+    rr, rule = ("pairs-n20-rule-random-s1",), ("pairs-n20-rule-s1",)
     assert [(j.rid, j.needs) for j in bp.plan(ctx)] == [
         ("pairs-n20-rule-random-s1", ()), ("pairs-n20-full-s1", ()), ("pairs-n20-oracle-s1", ()),
         ("pairs-n20-full-equal-s1", rr), ("pairs-n20-random-same-s1", rr), ("pairs-n20-rule-s1", ()),
+        ("pairs-n20-full-equal-rule-s1", rule), ("pairs-n20-random-rule-s1", rule),
     ]  # fmt: skip
     ctx.last_start = ctx.started  # --limit: no run starts after it
     assert bp.harness.worker(ctx, bp) == [] and list(ctx.results.iterdir()) == []
@@ -194,3 +195,30 @@ def test_the_plan_needs_rule_random_and_the_report_lists_a_crashed_run(tmp_path:
     assert ("* Crashed or cut short (run again by the next invocation): `pairs-n20-full-s1`: crashed after 1 epoch "
             "(RuntimeError: no pairs); no result.\n") in text  # fmt: skip
     assert "pairs-n20-full-s1`, `pairs-n20-oracle-s1" in text  # still not run
+
+
+def test_the_rule_alone_has_equal_compute_and_dynamic_random_at_its_own_share(tmp_path: Path) -> None:
+    """The registry holds full data at equal compute and dynamic random at the rule alone's own pairs trained
+    and pruned fraction; the report says "not run" until their files exist, then shows their paired gaps."""
+    ctx = bp.Ctx(results=tmp_path, out=tmp_path / "out", rounds=((0.2, 0),), extra=None, low=(), r=0.19)
+    needs = {j.rid: j.needs for j in bp.plan(ctx)}
+    assert needs["pairs-n20-full-equal-rule-s0"] == needs["pairs-n20-random-rule-s0"] == ("pairs-n20-rule-s0",)
+    for m in ("rule-random", "full", "oracle", "full-equal", "random-same", "rule"):
+        name = f"pairs-n20-{m}-s0.json"
+        (tmp_path / name).write_text((bp.RESULTS / name).read_text())
+    rule = json.loads((tmp_path / "pairs-n20-rule-s0.json").read_text())
+    eq, rnd = ([m for m in bp.methods(0.19) if m.name == n][0] for n in ("full-equal-rule", "random-rule"))
+    assert bp.params_for(ctx, 0.2, 0, eq) == ({}, rule["pairs_trained"])
+    assert bp.params_for(ctx, 0.2, 0, rnd) == ({"r": round(rule["pruned"], 4)}, None)
+    text = bp.report(ctx)
+    label = "full data, equal compute (the rule alone's pairs)"
+    assert f"| {label} | 0 | not run (`pairs-n20-full-equal-rule-s0`: no result file yet) | - | - | - |" in text
+    assert f"{label}: not run; dynamic random, the rule alone's pruned %: not run." in text
+    assert "`pairs-n20-full-equal-rule-s0`, `pairs-n20-random-rule-s0`." in text  # the runs not run
+    fake = json.loads((tmp_path / "pairs-n20-full-equal-s0.json").read_text())
+    fake.update(id="pairs-n20-full-equal-rule-s0", method="full-equal-rule", budget=rule["pairs_trained"])
+    (tmp_path / "pairs-n20-full-equal-rule-s0.json").write_text(json.dumps(fake))
+    text = bp.report(ctx)
+    gap = bp.r1(rule["rows"][-1]) - bp.r1(fake["rows"][-1])
+    assert f"| {label} | 1 | {gap:+.1f} (s0) | {gap:+.1f} | n/a (one seed) |" in text
+    assert "| dynamic random, the rule alone's pruned % | 0 | not run (`pairs-n20-random-rule-s0`" in text
