@@ -75,6 +75,8 @@ from benchmarks.quality import draws  # noqa: E402
 from benchmarks.quality.data import asymmetric_offsets, noise_offsets  # noqa: E402
 
 B, LR, WD, EPOCHS, FOLDS = 512, 0.2, 5e-4, 15, 4
+#: the training settings of a job (the GPU study's); a CPU study passes its own (--batch, --lr, --threads)
+TRAIN = {"batch": B, "lr": LR, "threads": 2}
 SEEDS = (0, 1)
 KINDS = ("sym40", "asym40")
 MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32)
@@ -148,25 +150,26 @@ def prepare(data: str, cache: Path, limit: int | None = None) -> None:
 
 
 def noisy_labels(kind: str, keys: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The labels of ``kind`` (``clean``, ``sym40``, ``asym40``) for these keys."""
+    """The labels of ``kind`` for these keys: ``clean``; ``symNN``, NN% of the labels replaced by
+    another class, the offset uniform (``noise_offsets``); ``asymNN``, NN% of each of truck, bird,
+    deer, cat, dog flipped to automobile, airplane, horse, dog, cat (``asymmetric_offsets``)."""
     import pyarrow as pa
 
     y = y.copy()
+    match = re.fullmatch(r"(clean|sym|asym)(\d*)", kind)
+    if match is None or (match.group(1) == "clean") != (match.group(2) == ""):
+        raise ValueError(f"unknown noise kind {kind!r}; expected clean, symNN or asymNN (NN: a percentage)")
     if kind == "clean":
         return y
-    if kind == "sym40":
-        offsets = noise_offsets(pa.table({"key": keys.tolist()}), 10)
-        pos = {k: i for i, k in enumerate(keys.tolist())}
-        for k, off in offsets.items():
+    rate = int(match.group(2)) / 100
+    pos = {k: i for i, k in enumerate(keys.tolist())}
+    if match.group(1) == "sym":
+        for k, off in noise_offsets(pa.table({"key": keys.tolist()}), 10, rate).items():
             y[pos[k]] = (y[pos[k]] + off) % 10
         return y
-    if kind == "asym40":
-        flips = asymmetric_offsets(keys.tolist(), y.tolist(), 0.4)
-        pos = {k: i for i, k in enumerate(keys.tolist())}
-        for k, new in flips.items():
-            y[pos[k]] = new
-        return y
-    raise ValueError(f"unknown noise kind {kind!r}; expected clean, sym40 or asym40")
+    for k, new in asymmetric_offsets(keys.tolist(), y.tolist(), rate).items():
+        y[pos[k]] = new
+    return y
 
 
 def fold_of(keys: np.ndarray, labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
@@ -178,15 +181,23 @@ def fold_of(keys: np.ndarray, labels: np.ndarray, folds: int, seed: int) -> np.n
 
 
 # ------------------------------------------------------------------------------------ jobs
-def job_list(kinds: tuple[str, ...] = KINDS, seeds: tuple[int, ...] = SEEDS, epochs: int = EPOCHS) -> list[dict]:
+def job_list(
+    kinds: tuple[str, ...] = KINDS,
+    seeds: tuple[int, ...] = SEEDS,
+    epochs: int = EPOCHS,
+    train: dict[str, Any] | None = None,
+) -> list[dict]:
     """Every job in priority order: the rule against full data (early-stopped) and the oracle on
-    both kinds of noise, then dynamic random and equal compute, then cleanlab, seed by seed."""
+    both kinds of noise, then dynamic random and equal compute, then cleanlab, seed by seed.
+    ``train``: the training settings every job carries (batch, lr, threads: :data:`TRAIN`)."""
     jobs: list[dict] = []
+    settings = {**TRAIN, **(train or {})}
 
     def add(kind: str, method: str, seed: int, **extra: Any) -> None:
         jobs.append(
-            {"id": f"{kind}-{method}-s{seed}", "kind": kind, "method": method, "seed": seed, "epochs": epochs, **extra}
-        )
+            {"id": f"{kind}-{method}-s{seed}", "kind": kind, "method": method, "seed": seed, "epochs": epochs,
+             **settings, **extra}
+        )  # fmt: skip
 
     for kind in kinds:
         for seed in seeds:
@@ -206,16 +217,16 @@ def job_list(kinds: tuple[str, ...] = KINDS, seeds: tuple[int, ...] = SEEDS, epo
 def _policy(job: dict, results: dict) -> tuple[str, dict]:
     m = job["method"]
     if m == "rule":
-        return "full", {"noise": True}
+        return "full", {"noise": True, **job.get("rule_params", {})}
     if m == "dynrand":
         rule = results[f"{job['kind']}-rule-s{job['seed']}"]
         return "random", {"r": round(rule["pruned"], 4)}
     return "full", {}
 
 
-def _lr(p: float) -> float:
+def _lr(p: float, peak: float = LR) -> float:
     """Warm-up over the first 10% of training, then cosine to 0; ``p`` in [0, 1]."""
-    return LR * (p / 0.1 if p < 0.1 else 0.5 * (1 + math.cos(math.pi * min(1.0, (p - 0.1) / 0.9))))
+    return peak * (p / 0.1 if p < 0.1 else 0.5 * (1 + math.cos(math.pi * min(1.0, (p - 0.1) / 0.9))))
 
 
 def _augment(torch: Any, xb: Any, gen: Any) -> Any:
@@ -241,7 +252,8 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cudnn.benchmark = True
-    torch.set_num_threads(2 if dev == "cuda" else 1)
+    batch, peak = job.get("batch", B), job.get("lr", LR)
+    torch.set_num_threads(job.get("threads", 2) if dev == "cuda" else job.get("threads", 1))
     d = np.load(cache)
     kind, method, seed, epochs = job["kind"], job["method"], job["seed"], job["epochs"]
     keys, shard, url, y_true = d["train_keys"], d["train_shard"], d["train_url"], d["train_y"]
@@ -281,7 +293,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     rest = [p for p in model.parameters() if p.ndim <= 1]
     opt = torch.optim.SGD(
         [{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
-        lr=LR,
+        lr=peak,
         momentum=0.9,
         nesterov=True,
     )
@@ -314,7 +326,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
         return out
 
     pruner = seta.Pruner(
-        str(run_dir), policy=policy, params=params, epochs=epochs, seed=seed, population=population, batch_size=B
+        str(run_dir), policy=policy, params=params, epochs=epochs, seed=seed, population=population, batch_size=batch
     )
     rows: list[dict] = []
     result = {
@@ -359,23 +371,23 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
         if budget is not None:
             left = budget - seen_total
             idx, w = idx[:left], w[:left]
-        steps = math.ceil(len(idx) / B)
+        steps = math.ceil(len(idx) / batch)
         idx_dev, w_dev = torch.from_numpy(idx).to(dev), torch.from_numpy(w).to(dev)
         losses = torch.empty(len(idx), device=dev)
         for s in range(steps):
-            sl = slice(s * B, (s + 1) * B)
+            sl = slice(s * batch, (s + 1) * batch)
             if budget is not None:
-                p = (seen_total + s * B) / budget
+                p = (seen_total + s * batch) / budget
             else:
                 p = (epoch + s / steps) / epochs
             for g in opt.param_groups:
-                g["lr"] = _lr(p)
+                g["lr"] = _lr(p, peak)
             bi = idx_dev[sl]
             with amp:
                 logits = model(prep(_augment(torch, x_all[bi], gen)))
             per = F.cross_entropy(logits.float(), y_all[bi], reduction="none")
             opt.zero_grad(set_to_none=True)
-            seta.weighted_mean(per, w_dev[sl], batch_size=B).backward()
+            seta.weighted_mean(per, w_dev[sl], batch_size=batch).backward()
             opt.step()
             losses[sl] = per.detach()
         lo = losses.cpu().numpy()
@@ -445,13 +457,23 @@ def manage(args: argparse.Namespace) -> None:
     cache = work / "cifar10.npz"
     prepare(args.data, cache, limit=args.limit)
     say(f"prepared {cache} in {time.time() - t_start:.1f}s")
-    jobs = job_list(tuple(args.kinds.split(",")), tuple(int(s) for s in args.seeds.split(",")), args.epochs)
+    train = {"batch": args.batch, "lr": args.lr, "threads": args.threads}
+    if args.rule_params:
+        train["rule_params"] = json.loads(args.rule_params)
+    jobs = job_list(tuple(args.kinds.split(",")), tuple(int(s) for s in args.seeds.split(",")), args.epochs, train)
     if args.only:
         jobs = [j for j in jobs if re.search(args.only, j["id"])]
     results: dict[str, dict] = {}
     if (out / "results.json").exists():
         results = json.loads((out / "results.json").read_text())["runs"]
-    meta = {"commit": args.commit, "argv": sys.argv[1:], "batch": B, "lr": LR, "weight_decay": WD, "folds": FOLDS}
+    meta = {
+        "commit": args.commit,
+        "argv": sys.argv[1:],
+        **train,
+        "weight_decay": WD,
+        "folds": FOLDS,
+        "model": args.model,
+    }
     try:
         import torch
 
@@ -770,7 +792,13 @@ def main() -> None:
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     p.add_argument("--epochs", type=int, default=EPOCHS)
     p.add_argument("--only", help="regex on job ids")
-    p.add_argument("--model", default="resnet18", help="resnet18 (the study) or cnn (smoke runs on a CPU)")
+    p.add_argument(
+        "--model", default="resnet18", help="resnet18 (the GPU study), resnet8 (the CPU study) or cnn (smoke)"
+    )
+    p.add_argument("--batch", type=int, default=B, help="batch size (the GPU study's 512)")
+    p.add_argument("--lr", type=float, default=LR, help="peak learning rate (the GPU study's 0.2)")
+    p.add_argument("--threads", type=int, default=TRAIN["threads"], help="torch threads a job")
+    p.add_argument("--rule-params", default=None, help="JSON: the noise rule's parameters beyond noise=True")
     p.add_argument("--limit", type=int, help="samples per split (smoke runs)")
     p.add_argument("--commit", default="", help="the commit the run's code is at (recorded)")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run: cnn, 400 samples a split, 3 epochs, one seed")

@@ -21,14 +21,18 @@ def cifar_model() -> Any:
     )  # fmt: skip
 
 
-IMAGE_MODELS = ("cnn", "resnet18")
+IMAGE_MODELS = ("cnn", "resnet18", "resnet8")
 
 
 def image_model(name: str) -> Any:
     """The CIFAR-10 model called ``name`` (one of :data:`IMAGE_MODELS`)."""
     if name not in IMAGE_MODELS:
         raise ValueError(f"unknown image model {name!r}; expected one of {', '.join(IMAGE_MODELS)}")
-    return resnet18() if name == "resnet18" else cifar_model()
+    if name == "resnet18":
+        return resnet18()
+    if name == "resnet8":
+        return resnet8()
+    return cifar_model()
 
 
 def resnet18(classes: int = 10) -> Any:
@@ -39,6 +43,20 @@ def resnet18(classes: int = 10) -> Any:
     the same network): torchvision is not a dependency of this project, and a pinned CPU build of
     it is not on this machine's package index.
     """
+    return cifar_resnet((64, 128, 256, 512), 2, classes)
+
+
+def resnet8(classes: int = 10) -> Any:
+    """A small residual network for CPU studies: He et al.'s CIFAR ResNet with one basic block
+    a stage and widths 16, 32, 64 (78,042 parameters): about 32 s an epoch of 45,000 images on one
+    core of the development machine, against hours for ResNet-18."""
+    return cifar_resnet((16, 32, 64), 1, classes)
+
+
+def cifar_resnet(widths: tuple[int, ...], blocks: int, classes: int = 10) -> Any:
+    """A CIFAR-form ResNet of basic blocks: a 3x3 stem of ``widths[0]`` channels (stride 1), then
+    ``blocks`` blocks a stage, one stage a width (stride 2 from the second on), average pool,
+    linear."""
     import torch.nn as nn
 
     class Block(nn.Module):
@@ -58,12 +76,13 @@ def resnet18(classes: int = 10) -> Any:
         def forward(self, x: Any) -> Any:
             return self.relu(self.body(x) + self.skip(x))
 
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
-    i = 64
-    for o, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        layers += [Block(i, o, stride), Block(o, o, 1)]
+    first = widths[0]
+    layers: list[nn.Module] = [nn.Conv2d(3, first, 3, 1, 1, bias=False), nn.BatchNorm2d(first), nn.ReLU(inplace=True)]
+    i = first
+    for stage, o in enumerate(widths):
+        layers += [Block(i, o, 1 if stage == 0 else 2)] + [Block(o, o, 1) for _ in range(blocks - 1)]
         i = o
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes))
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(i, classes))
 
 
 def tokens(text: str) -> list[int]:
