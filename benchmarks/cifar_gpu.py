@@ -71,6 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: benchmarks.* importable
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import instability  # noqa: E402
+from benchmarks.common import argv_labels, path_label  # noqa: E402
 from benchmarks.quality import draws  # noqa: E402
 from benchmarks.quality.data import asymmetric_offsets, noise_offsets  # noqa: E402
 
@@ -456,7 +458,7 @@ def manage(args: argparse.Namespace) -> None:
     t_start = time.time()
     cache = work / "cifar10.npz"
     prepare(args.data, cache, limit=args.limit)
-    say(f"prepared {cache} in {time.time() - t_start:.1f}s")
+    say(f"prepared {path_label(cache)} in {time.time() - t_start:.1f}s")  # no folder of this machine in the log
     train = {"batch": args.batch, "lr": args.lr, "threads": args.threads}
     if args.rule_params:
         train["rule_params"] = json.loads(args.rule_params)
@@ -464,11 +466,17 @@ def manage(args: argparse.Namespace) -> None:
     if args.only:
         jobs = [j for j in jobs if re.search(args.only, j["id"])]
     results: dict[str, dict] = {}
+    before: dict = {}
     if (out / "results.json").exists():
-        results = json.loads((out / "results.json").read_text())["runs"]
+        before = json.loads((out / "results.json").read_text())
+        results = before["runs"]
+    # this invocation, as every run it starts records it (``runs[id]["invocation"]``); meta keeps the list
+    invocation = {"commit": args.commit, "argv": argv_labels(sys.argv[1:]), "started": time.strftime("%Y-%m-%d %H:%M")}
+    started_here: set[str] = set()
     meta = {
-        "commit": args.commit,
-        "argv": sys.argv[1:],
+        "commit": args.commit,  # the last invocation's; each run's own: runs[id]["invocation"]
+        "argv": invocation["argv"],
+        "invocations": [*before.get("meta", {}).get("invocations", []), invocation],
         **train,
         "weight_decay": WD,
         "folds": FOLDS,
@@ -487,7 +495,8 @@ def manage(args: argparse.Namespace) -> None:
                 r = json.loads(f.read_text())
             except ValueError:
                 continue
-            results[r["id"]] = r
+            stamp = invocation if r["id"] in started_here else results.get(r["id"], {}).get("invocation")
+            results[r["id"]] = {**r, **({"invocation": stamp} if stamp else {})}
         tmp = out / "results.json.tmp"
         tmp.write_text(json.dumps({"meta": meta, "runs": results}, indent=1))
         os.replace(tmp, out / "results.json")
@@ -528,6 +537,7 @@ def manage(args: argparse.Namespace) -> None:
             if ready is None:
                 break
             pending.remove(ready)
+            started_here.add(ready["id"])
             (work / f"{ready['id']}.job.json").write_text(json.dumps({"job": ready, "results": results}))
             cmd = [
                 sys.executable,
@@ -617,10 +627,39 @@ def _gap_line(name: str, gaps: list[float], floor: float | None) -> str:
     return f"| {name} | {per} | {100 * m:+.2f} | {'-' if se2 is None else f'{100 * se2:.2f}'} | {v} |"
 
 
+def provenance(meta: dict, runs: dict, log: Path | None = None) -> str:
+    """Which code and command line the runs come from: each run's own invocation where every run records
+    one (``runs[id]["invocation"]``), else the file's, said to be its last invocation's."""
+    stamps = [r.get("invocation") for r in runs.values()]
+    if stamps and all(stamps):
+        by: dict[tuple[str, str], int] = {}
+        for s in stamps:
+            key = (s["commit"][:10], " ".join(s["argv"]))
+            by[key] = by.get(key, 0) + 1
+        return (
+            "Runs by invocation: "
+            + "; ".join(
+                f"{n} at commit {c or 'unrecorded'} (`python benchmarks/cifar_gpu.py {a}`)" for (c, a), n in by.items()
+            )
+            + "."
+        )
+    calls = sum(line.startswith("prepared ") for line in log.read_text().splitlines()) if log and log.exists() else 0
+    unstamped = sum(not s for s in stamps)
+    return (
+        f"The file records the commit ({meta['commit'][:10]}), command line (`python benchmarks/cifar_gpu.py "
+        f"{' '.join(meta['argv'])}`), torch and GPU of its last invocation only; {unstamped} of its {len(runs)} runs "
+        "record no invocation of their own, so they may come from earlier invocations at other commits"
+        + (f" (the log, `log.txt` beside the file, shows {calls} invocations)" if calls > 1 else "")
+        + "."
+    )
+
+
 def report(results_path: Path) -> str:
     """docs/cifar-gpu.md, every figure from ``results_path``."""
     doc = json.loads(results_path.read_text())
     meta, runs = doc["meta"], doc["runs"]
+    where = f"{results_path.parent.name}/{results_path.name}"  # as the footnote names it: cifar-gpu/results.json
+    marked: list[tuple[str, dict]] = []  # the instability scan's runs of the tables
     seeds = sorted({r["seed"] for r in runs.values()})
     bad = sorted(k for k, r in runs.items() if r.get("status") != "done")
     epochs = sorted({r["epochs"] for r in runs.values()})
@@ -634,7 +673,8 @@ def report(results_path: Path) -> str:
         f"The noise rule against the baselines a reviewer names, on a real data set and a real model: CIFAR-10, "
         f"ResNet-18 (CIFAR form), {epochs[0]} epochs, batch {meta['batch']}, SGD (Nesterov) peak lr {meta['lr']}, "
         f"weight decay {meta['weight_decay']}, random crop and flip, bf16 autocast, on one {meta['gpu']} "
-        f"(torch {meta['torch']}, code at commit {meta['commit'][:10]}). Seeds {', '.join(map(str, seeds))}, "
+        f"(torch {meta['torch']}). {provenance(meta, runs, results_path.parent / 'log.txt')} "
+        f"Seeds {', '.join(map(str, seeds))}, "
         f"paired by seed. {len(runs)} runs, "
         + (f"not finished: {', '.join(bad)}." if bad else "all finished.")
         + (
@@ -684,6 +724,9 @@ def report(results_path: Path) -> str:
                 removal = "1 / 1"
             else:
                 removal = "-"
+            shaky = [(f"{where}#{g['id']}", g) for g in got if instability.unstable(g, results_path.name)]
+            marked += shaky
+            text += f" {instability.MARK}" if shaky else ""  # collapsed, fell 20 points, diverged or cut short
             lines.append(
                 f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
                 f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |"
@@ -709,6 +752,8 @@ def report(results_path: Path) -> str:
                 if gaps:
                     lines.append(_gap_line(label, gaps, floor))
         lines += ["", *readings(kind, rs, seeds)]
+    if marked:
+        lines += ["", instability.footnote(marked)]
     lines += ["", "## What this says", "", *conclusions(runs, seeds)]
     return "\n".join(lines) + "\n"
 
