@@ -20,10 +20,10 @@ from ._listing import list_samples
 from ._plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from ._reader import read_kept
 from ._record import LossRecorder
-from ._runfs import RunDir
 from ._session import Pruner
 from ._stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
-from ._table import load_table
+from ._store.runfs import RunDir
+from ._store.table import load_table
 from .errors import (
     BalanceError,
     CorruptPartError,

@@ -36,7 +36,7 @@ What the deal cannot see is refused where it can be known first:
 
 * **Slots counted differently** (``num_workers`` not the same on every rank): each reader claims
   its slot and its count of the job's slots in the run directory when its iterator starts
-  (:mod:`seta_stream._slots`), lists the epoch's claims, and stops with a :class:`BalanceError`
+  (:mod:`seta_stream._store.slots`), lists the epoch's claims, and stops with a :class:`BalanceError`
   before yielding a sample if another reader counted otherwise; it lists them again when its
   share ends, so a reader that started before the other claims were there stops too, and
   ``Pruner.start_epoch`` checks the epoch before on every rank (:func:`check_epoch_slots`).
@@ -61,12 +61,12 @@ from typing import Any, NamedTuple
 import fsspec
 import numpy as np
 
-from . import _slots
-from ._layout import plan_file
-from ._plans import read_summary
 from ._planview import Decision, PlanView, ShardDecisions, StageCounts
-from ._runfs import RunDir
-from ._state import read_state
+from ._store import slots as slot_files
+from ._store.layout import plan_file
+from ._store.planfiles import read_summary
+from ._store.runfs import RunDir
+from ._store.state import read_state
 from .errors import BalanceError, InvalidInputError, PlanWarning, RunFormatError, UnsupportedPipelineError
 from .ids import shard_name
 from .policies.safeguards import SMALL_FINAL_BATCH
@@ -249,7 +249,7 @@ _FIX_SLOTS = (
 )
 
 
-def _describe(configs: dict[tuple[int, int], list[_slots.Claim]]) -> str:
+def _describe(configs: dict[tuple[int, int], list[slot_files.Claim]]) -> str:
     """'rank 0 with 2 workers (world size 2); rank 1 with 3 workers (world size 2)'."""
     parts = []
     for (world, workers), found in configs.items():
@@ -260,14 +260,14 @@ def _describe(configs: dict[tuple[int, int], list[_slots.Claim]]) -> str:
     return "; ".join(parts)
 
 
-def _check_claims(run: RunDir, epoch: int, own: _slots.Claim, when: str) -> None:
+def _check_claims(run: RunDir, epoch: int, own: slot_files.Claim, when: str) -> None:
     """Raise if a reader of ``epoch`` counted the job's slots otherwise than ``own``."""
-    configs = _slots.configurations(_slots.claims(run, epoch))
+    configs = slot_files.configurations(slot_files.claims(run, epoch))
     if not set(configs) - {(own.world_size, own.workers)}:
         return
     configs.setdefault((own.world_size, own.workers), [own])
     raise BalanceError(
-        f"{run.display(_slots.SLOTS)}: balanced epoch {epoch}, {when}: this reader (rank {own.rank}, worker "
+        f"{run.display(slot_files.SLOTS)}: balanced epoch {epoch}, {when}: this reader (rank {own.rank}, worker "
         f"{own.worker} of {own.workers}) and others count the job's (rank, worker) slots differently: "
         f"{_describe(configs)}. Their chunks of the epoch would not tile its kept samples (some read by two ranks, "
         f"others by none) and the ranks would take different numbers of steps; {_FIX_SLOTS}"
@@ -278,12 +278,12 @@ def check_epoch_slots(run: RunDir, epoch: int) -> None:
     """Raise :class:`BalanceError` if the readers of balanced epoch ``epoch`` counted the job's
     slots differently (what ``Pruner.start_epoch`` checks of the epoch before the one it starts,
     on rank 0, for every rank)."""
-    configs = _slots.configurations(_slots.claims(run, epoch))
+    configs = slot_files.configurations(slot_files.claims(run, epoch))
     if len(configs) > 1:
         raise BalanceError(
-            f"{run.display(_slots.SLOTS)}: balanced epoch {epoch} was read by readers that counted the job's (rank, "
-            f"worker) slots differently: {_describe(configs)}, so some of its kept samples were read by two ranks "
-            f"and others by none; {_FIX_SLOTS}. Resume from the checkpoint before epoch {epoch} to train it again"
+            f"{run.display(slot_files.SLOTS)}: balanced epoch {epoch} was read by readers that counted the job's "
+            f"(rank, worker) slots differently: {_describe(configs)}, so some of its kept samples were read by two "
+            f"ranks and others by none; {_FIX_SLOTS}. Resume from the checkpoint before epoch {epoch} to train it again"
         )
 
 
@@ -507,14 +507,14 @@ class BalancedView(PlanView):
     @cached_property
     def deal(self) -> EpochDeal:
         d = _epoch_deal(self, self.slots, "a balanced epoch")
-        _slots.claim(self.run, self.epoch, self.claim)
+        slot_files.claim(self.run, self.epoch, self.claim)
         _check_claims(self.run, self.epoch, self.claim, "as its share starts")
         return d
 
     @property
-    def claim(self) -> _slots.Claim:
-        """This reader's slot claim (:mod:`seta_stream._slots`)."""
-        return _slots.Claim(self.world_size, self.workers, self.rank, self.worker)
+    def claim(self) -> slot_files.Claim:
+        """This reader's slot claim (:mod:`seta_stream._store.slots`)."""
+        return slot_files.Claim(self.world_size, self.workers, self.rank, self.worker)
 
     def check_slots(self) -> None:
         """Raise if a reader of this epoch counted the job's slots otherwise (the claims again)."""

@@ -69,7 +69,7 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
 
 def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
     from ._compaction import compact
-    from ._runfs import RunDir
+    from ._store.runfs import RunDir
 
     report = compact(
         RunDir(args.run_dir),
@@ -91,7 +91,7 @@ def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
     from ._plan import plan_epoch
-    from ._runfs import RunDir
+    from ._store.runfs import RunDir
 
     params = _parse_params(args.param) if args.param else None
     summary = plan_epoch(

@@ -40,11 +40,12 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from ._engine import Engine, get_engine
-from ._faults import fault
 from ._fold import Folded, OldTable, Records, fold
-from ._layout import MANIFEST
-from ._parts import (
+from ._kernels.engine import Engine, get_engine
+from ._route import RoutedRecords
+from ._store.faults import fault
+from ._store.layout import MANIFEST
+from ._store.parts import (
     merge_location_maps,
     merge_locations,
     part_locations,
@@ -54,9 +55,8 @@ from ._parts import (
     read_part,
     read_part_keys,
 )
-from ._route import RoutedRecords
-from ._runfs import RunDir
-from ._table import (
+from ._store.runfs import RunDir
+from ._store.table import (
     TABLE_SCHEMA,
     PartitionedTableWriter,
     TableBucket,

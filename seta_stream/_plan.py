@@ -2,7 +2,7 @@
 
 ``plan_epoch(run, e)`` reads the table columns the policy needs, adds listed-but-unrecorded
 samples (``population``) as unseen rows, runs the policy, and publishes ``plans/epoch=e/``
-(written by :mod:`seta_stream._plans`), then ``state.json`` (:mod:`seta_stream._state`).
+(written by :mod:`seta_stream._store.planfiles`), then ``state.json`` (:mod:`seta_stream._store.state`).
 
 Invariants: a plan, once published, is never recomputed unless ``force=True`` (a resumed run
 gets exactly the plans of an uninterrupted one); the settings of a run (policy, params, seed,
@@ -36,12 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _state as run_state
-from ._arrays import column_to_numpy, group_order, is_broadcast
-from ._engine import Engine, ThreadEngine, get_engine
-from ._faults import fault
-from ._layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
-from ._plans import (
+from ._kernels.arrays import column_to_numpy, group_order, is_broadcast
+from ._kernels.engine import Engine, ThreadEngine, get_engine
+from ._store import state as run_state
+from ._store.faults import fault
+from ._store.layout import FORMAT_FILE, MANIFEST, STATE, plan_dir
+from ._store.planfiles import (
     PLAN_SCHEMA,
     BucketPlanFiles,
     PlanIdentities,
@@ -52,9 +52,9 @@ from ._plans import (
     publish_summary,
     read_summary,
 )
-from ._runfs import RunDir
-from ._slots import clear_claims
-from ._table import (
+from ._store.runfs import RunDir
+from ._store.slots import clear_claims
+from ._store.table import (
     empty_table,
     load_numeric,
     load_table,

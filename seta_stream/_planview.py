@@ -49,10 +49,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._arrays import one_array
-from ._plans import read_stage_lookup
-from ._runfs import RunDir
-from ._state import current_epoch
+from ._kernels.arrays import one_array
+from ._store.planfiles import read_stage_lookup
+from ._store.runfs import RunDir
+from ._store.state import current_epoch
 from .ids import sample_uid, sample_uids, shard_name
 from .policies.random_draws import uniform_of
 

@@ -58,7 +58,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.tariterators import tar_file_expander, tarfile_samples
 
 from ._planview import Decision, PlanView, StageCounts, kept_samples, tally_all
-from ._runfs import RunDir
+from ._store.runfs import RunDir
 from ._wds import group_by_keys
 from .errors import InvalidInputError
 from .ids import shard_location

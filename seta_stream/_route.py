@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._arrays import group_order
+from ._kernels.arrays import group_order
 from .ids import shard_bucket
 
 __all__ = ["FILE_ROWS", "RoutedRecords"]

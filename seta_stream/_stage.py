@@ -52,7 +52,7 @@ from ._balance import (
     split_balanced_shared,
 )
 from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
-from ._runfs import RunDir
+from ._store.runfs import RunDir
 from ._tario import tar_members
 from ._wds import group_by_keys
 from .errors import InvalidInputError, UnsupportedPipelineError

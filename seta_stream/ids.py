@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 
-from ._arrays import one_array
+from ._kernels.arrays import one_array
 from .errors import InvalidInputError, SampleIdCollisionError, ShardNameConflictError, ShardNameError
 
 __all__ = [

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._layout import MANIFEST, plan_file, stats_glob
-from ._parts import read_part_records
-from ._plans import load_plan, planned_epochs, read_summary
-from ._runfs import RunDir
-from ._state import read_state
-from ._table import folded_parts, load_table
+from ._store.layout import MANIFEST, plan_file, stats_glob
+from ._store.parts import read_part_records
+from ._store.planfiles import load_plan, planned_epochs, read_summary
+from ._store.runfs import RunDir
+from ._store.state import read_state
+from ._store.table import folded_parts, load_table
 from .errors import InvalidInputError, PlanMissingError
 
 __all__ = ["run_summary", "format_summary", "plot_epoch", "suspects", "suspect_report", "format_suspects"]

@@ -36,8 +36,8 @@ from typing import Any
 
 from ._balance import slot_info
 from ._epochs import one_pass_per_epoch, resampled_stage
-from ._runfs import RunDir
 from ._stage import attach
+from ._store.runfs import RunDir
 from .errors import UnsupportedPipelineError
 
 __all__ = ["adapt", "pair_losses", "training_pipeline", "IDS", "MEMBERS"]

@@ -95,8 +95,8 @@ def hold_plan_parquet(monkeypatch, epoch: int, release) -> list[str]:
     threading.Event) is set, 60 s at most; every other Parquet write goes through. Returns the
     list of the paths written since, in order (plan.parquet's parts are written through
     ``_plans``' pyarrow.parquet or ``_runfs``', depending on the plan's identities)."""
-    import seta_stream._plans as P
-    import seta_stream._runfs as R
+    import seta_stream._store.planfiles as P
+    import seta_stream._store.runfs as R
 
     real = P.pq
     written: list[str] = []

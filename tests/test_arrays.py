@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seta_stream._arrays import group_order
+from seta_stream._kernels.arrays import group_order
 
 
 @pytest.mark.parametrize("n_groups", [1, 2, 256, 257, 65536, 65537, 1 << 20])
@@ -25,7 +25,7 @@ def test_gather_and_scatter_rows_are_boolean_indexing(block, share, monkeypatch)
     """gather_rows / scatter_rows give what a[mask] and dst[mask] = values give, for every
     dtype the planner passes (uid, losses, the seen mask, int8 reasons, int16 clusters), with
     blocks cutting the rows anywhere and masks with no row, some rows and every row."""
-    import seta_stream._arrays as A
+    import seta_stream._kernels.arrays as A
 
     monkeypatch.setattr(A, "_MASK_BLOCK", block)
     rng = np.random.default_rng(block)
@@ -64,7 +64,7 @@ def test_numeric_columns_convert_in_place_without_importing_pandas(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from seta_stream._arrays import column_to_numpy, copy_column_into, numpy_dtype
+    from seta_stream._kernels.arrays import column_to_numpy, copy_column_into, numpy_dtype
 
     rng = np.random.default_rng(0)
     types = [pa.uint64(), pa.int32(), pa.int8(), pa.float32(), pa.float64(), pa.int16()]
@@ -89,7 +89,7 @@ def test_numeric_columns_convert_in_place_without_importing_pandas(tmp_path):
     code = f"""
 import sys
 import pyarrow.parquet as pq
-from seta_stream._arrays import column_to_numpy, copy_column_into, numpy_dtype
+from seta_stream._kernels.arrays import column_to_numpy, copy_column_into, numpy_dtype
 import numpy as np
 t = pq.ParquetFile({str(path)!r}, memory_map=True).read_row_group(0, use_threads=False)
 out = np.zeros(10, np.float32)

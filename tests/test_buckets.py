@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import seta_stream._parts as parts_module
 import seta_stream._plan as plan_module
 import seta_stream._route as route
+import seta_stream._store.parts as parts_module
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
-from seta_stream._table import table_buckets
+from seta_stream._store.table import table_buckets
 from seta_stream.errors import CorruptPartError, RunFormatError
 from seta_stream.ids import sample_uid, shard_bucket
 from seta_stream.policies import POLICIES as ALL_POLICIES

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from seta_stream._engine import ThreadEngine
+from seta_stream._kernels.engine import ThreadEngine
 
 
 class _Tracked:

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seta_stream import _exact
-from seta_stream._exact import (
+from seta_stream._kernels import exact as _exact
+from seta_stream._kernels.exact import (
     Distinct,
     ExactSums,
     RankCounts,

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from seta_stream._fold import IDENTITY_COLUMNS, STAT_COLUMNS, OldTable, Records, fold, interleave_keys
-from seta_stream._table import TABLE_SCHEMA
+from seta_stream._store.table import TABLE_SCHEMA
 from seta_stream.errors import CorruptPartError, SampleIdCollisionError
 from seta_stream.ids import sample_uid
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seta_stream._kmeans1d import assign, kmeans1d
+from seta_stream._kernels.kmeans1d import assign, kmeans1d
 
 
 def sse_of(x, bounds):
@@ -217,7 +217,7 @@ def test_large_input_takes_the_binned_path():
 )
 @pytest.mark.parametrize("polars", [True, False], ids=["polars", "numpy"])
 def test_polars_sort_equals_np_sort(values, polars, monkeypatch):
-    import seta_stream._kmeans1d as K
+    import seta_stream._kernels.kmeans1d as K
 
     monkeypatch.setattr(K, "_POLARS_SORT_MIN", 16)
     monkeypatch.setattr(K, "_polars_sorts_faster", lambda a: polars)
@@ -230,7 +230,7 @@ def test_polars_sort_equals_np_sort(values, polars, monkeypatch):
 def test_the_faster_sort_is_timed_once_a_dtype_and_either_gives_the_same_values(monkeypatch):
     """Large inputs go to whichever of np.sort and polars sorted the first 2^20 values of the
     first large input of their dtype faster, timed once a process; the values are np.sort's."""
-    import seta_stream._kmeans1d as K
+    import seta_stream._kernels.kmeans1d as K
 
     monkeypatch.setattr(K, "_FASTER", {})
     calls = []
@@ -250,7 +250,7 @@ def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_si
     starting on a run boundary, and the prefix sums at arbitrary positions are all exact."""
     import math
 
-    import seta_stream._kmeans1d as K
+    import seta_stream._kernels.kmeans1d as K
 
     x = np.random.default_rng(7).lognormal(size=20_000).astype(np.float32)
     v = np.sort(x)
@@ -281,8 +281,8 @@ def test_blockwise_run_sums_are_exact_and_clusters_do_not_depend_on_the_block_si
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from seta_stream._kmeans1d import kmeans1d_steps  # noqa: E402
-from seta_stream._steps import run_steps  # noqa: E402
+from seta_stream._kernels.kmeans1d import kmeans1d_steps  # noqa: E402
+from seta_stream._kernels.mapreduce import run_steps  # noqa: E402
 
 
 def split_kmeans(values, k, buckets, seed, **kw):
@@ -314,7 +314,7 @@ def assert_same_kmeans(a, b):
 def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape, gather):
     """``gather``: values per range of the external sort (binned case), so that the values are
     split into many ranges by their 16-bit prefixes, or into one."""
-    import seta_stream._kmeans1d as km
+    import seta_stream._kernels.kmeans1d as km
 
     assume(k <= b_max)  # kmeans1d's binned path needs at least k bins
     rng = np.random.default_rng(seed)
@@ -334,7 +334,7 @@ def test_kmeans_steps_equal_kmeans1d(n, k, b_max, buckets, seed, shape, gather):
 
 
 def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
-    import seta_stream._kmeans1d as km
+    import seta_stream._kernels.kmeans1d as km
 
     monkeypatch.setattr(km, "GATHER_VALUES", 777)  # many gather rounds
     rng = np.random.default_rng(5)
@@ -349,7 +349,7 @@ def test_kmeans_steps_equal_kmeans1d_binned_across_prefix_blocks(monkeypatch):
 def test_kmeans_steps_equal_kmeans1d_when_a_gathered_range_is_sorted_by_polars(signed):
     """A gathered range of more than 2^20 values is sorted as kmeans1d sorts (polars: by the
     float32 bits as int32 when no sign bit is set, else as floats, -0.0 and 0.0 among them)."""
-    import seta_stream._kmeans1d as km
+    import seta_stream._kernels.kmeans1d as km
 
     rng = np.random.default_rng(11)
     v = rng.lognormal(size=2_500_000).astype(np.float32)
@@ -379,7 +379,7 @@ def test_sorted_ranges_sort_each_file_in_order_and_stop_with_no_thread_left(tmp_
     ahead is removed, the later ones are not, and no sorting thread is left."""
     import threading
 
-    import seta_stream._kmeans1d as km
+    import seta_stream._kernels.kmeans1d as km
 
     rng = np.random.default_rng(2)
     values = [rng.lognormal(size=size).astype(np.float32) for size in (5, 0, 3000, 7)]

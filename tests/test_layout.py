@@ -2,7 +2,7 @@
 
 import pytest
 
-from seta_stream import _layout as layout
+from seta_stream._store import layout
 
 
 def test_paths_are_spelled_as_docs_format_says():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from seta_stream._kmeans1d import Points, points1d, split_points
-from seta_stream._mixture1d import fit_two_gaussians
+from seta_stream._kernels.kmeans1d import Points, points1d, split_points
+from seta_stream._kernels.mixture1d import fit_two_gaussians
 from seta_stream.policies.noise import NoiseFit
 
 BLOCK = 1 << 20

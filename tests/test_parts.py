@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import RunDir
-from seta_stream._parts import (
+from seta_stream._store.parts import (
     LOCATIONS_METADATA,
     PART_SCHEMA,
     fold_order,

@@ -280,8 +280,8 @@ def _plan_files(root):
 
 _HELD_WRITER = """
 import os, signal, threading, sys, time
-import seta_stream._plans as P
-import seta_stream._runfs as R
+import seta_stream._store.planfiles as P
+import seta_stream._store.runfs as R
 
 class HeldParquet:  # plan.parquet's parts are never written: the kill comes while they are held
     def __getattr__(self, name):
@@ -354,7 +354,7 @@ def test_a_plan_parquet_lost_or_cut_is_named_and_force_makes_the_plan_again(tmp_
     import shutil
 
     from seta_stream._cli import main
-    from seta_stream._plans import read_stage_lookup
+    from seta_stream._store.planfiles import read_stage_lookup
 
     run = seeded_run(tmp_path / "r")
     s = plan_epoch(run, 1, **SETA)
@@ -389,8 +389,8 @@ def test_the_plan_from_the_table_files_shard_runs_is_the_plan_from_its_shard_col
     instead of reading its shard column: every plan file is the same bytes either way, also
     with a table file of several row groups (the chunks a read of the column has)."""
     import seta_stream._plan as PL
-    import seta_stream._table as T
-    from seta_stream._table import table_shard_runs
+    import seta_stream._store.table as T
+    from seta_stream._store.table import table_shard_runs
 
     monkeypatch.setitem(T.TABLE_WRITE_OPTIONS, "row_group_size", 64)
     run = seeded_run(tmp_path / "r", n=300, shards=7)
@@ -412,7 +412,7 @@ def test_the_plan_from_the_table_files_shard_runs_is_the_plan_from_its_shard_col
 
 
 def test_a_table_file_without_shard_runs_is_planned_from_its_shard_column(tmp_path):
-    from seta_stream._table import SHARD_RUNS_META, table_shard_runs
+    from seta_stream._store.table import SHARD_RUNS_META, table_shard_runs
 
     ref, run = seeded_run(tmp_path / "ref"), seeded_run(tmp_path / "r")
     manifest = json.loads((tmp_path / "r/table/manifest.json").read_text())

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pytest
 
 from seta_stream import RunDir, load_table, plan_epoch
-from seta_stream._kmeans1d import _sorted_sum_cells, sum_cells
-from seta_stream._plans import FEW_WEIGHTS, few_codes, weight_codes
+from seta_stream._kernels.kmeans1d import _sorted_sum_cells, sum_cells
+from seta_stream._store.planfiles import FEW_WEIGHTS, few_codes, weight_codes
 from seta_stream.policies import PolicyInput
 from seta_stream.policies import noise as noise_rule
 
@@ -169,7 +169,7 @@ def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monk
     uid and loss again from the table; the plan folder is the same bytes as when every part is a
     slice of one table (the columns read whole: RunDir.prepare_parquet_parts)."""
     import seta_stream._plan as planning
-    import seta_stream._plans as plans
+    import seta_stream._store.planfiles as plans
 
     monkeypatch.setattr(plans, "PLAN_PART_ROWS", 1000)  # 5 parts
     maps, reads = [], []
@@ -202,7 +202,7 @@ def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monk
 def test_shard_slices_from_runs_are_the_column_slices() -> None:
     """With keys mapped per part, the identities keep the shard column as runs; a slice made
     from them has the values and the chunk boundaries of the column's own slice."""
-    from seta_stream._plans import PlanIdentities
+    from seta_stream._store.planfiles import PlanIdentities
 
     names = pa.array([f"s{i:02d}.tar" for i in range(9)])
     runs = [(3, 5), (0, 7), (8, 1), (5, 12), (1, 4), (2, 9)]  # (code, length): runs across chunks
@@ -225,7 +225,7 @@ def test_shard_slices_from_runs_are_the_column_slices() -> None:
 
 def test_read_rows_reads_any_row_range_across_row_groups(tmp_path, monkeypatch) -> None:
     from seta_stream import LossRecorder, compact
-    from seta_stream import _table as table_files
+    from seta_stream._store import table as table_files
 
     monkeypatch.setitem(table_files.TABLE_WRITE_OPTIONS, "row_group_size", 700)  # 6 row groups
     run = RunDir(tmp_path / "run", create=True)

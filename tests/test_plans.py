@@ -23,7 +23,7 @@ def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch
     every epoch with hive partitioning, as in the README) and load_plan read its rows in order."""
     import polars as pl
 
-    import seta_stream._plans as plans_module
+    import seta_stream._store.planfiles as plans_module
 
     monkeypatch.setattr(plans_module, "PLAN_PART_ROWS", 7)
     run = seeded_run(tmp_path / "r")
@@ -63,7 +63,7 @@ def test_plan_written_as_one_file_by_earlier_versions_is_read(tmp_path):
 def test_kept_rows_per_shard_are_counted_alike_for_large_and_small_shards(sizes):
     """shards.arrow's kept counts: shards of 256 rows or more on average are counted one by
     one, many small ones by reduceat; both give each range's kept rows."""
-    from seta_stream._plans import kept_per_shard
+    from seta_stream._store.planfiles import kept_per_shard
 
     stops = np.cumsum(sizes)
     starts = stops - np.array(sizes)
@@ -78,8 +78,8 @@ def test_shard_ranges_span_table_chunks_with_different_dictionaries():
     by a chunk boundary is one range."""
     import pyarrow as pa
 
-    from seta_stream._plans import PlanIdentities as _Identities
-    from seta_stream._plans import shard_ranges as _shard_ranges
+    from seta_stream._store.planfiles import PlanIdentities as _Identities
+    from seta_stream._store.planfiles import shard_ranges as _shard_ranges
 
     shard = pa.chunked_array(
         [

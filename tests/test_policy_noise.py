@@ -12,9 +12,9 @@ import pytest
 from policy_helpers import noise_suspects, two_gaussians
 
 from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
-from seta_stream._kmeans1d import points1d, points1d_steps
-from seta_stream._mixture1d import fit_two_gaussians
-from seta_stream._steps import run_steps
+from seta_stream._kernels.kmeans1d import points1d, points1d_steps
+from seta_stream._kernels.mapreduce import run_steps
+from seta_stream._kernels.mixture1d import fit_two_gaussians
 from seta_stream.errors import InvalidInputError
 from seta_stream.policies import POLICIES, REASONS, PolicyInput, policy_params, run_policy
 from seta_stream.policies.random_draws import STREAM_NOISE, uniform_of
@@ -398,7 +398,7 @@ def test_a_run_whose_table_has_no_history_yet_suspects_nothing(tmp_path):
     waits for its warm-up instead of failing."""
     import pyarrow.parquet as pq
 
-    from seta_stream._table import read_manifest, table_buckets
+    from seta_stream._store.table import read_manifest, table_buckets
 
     run = RunDir(tmp_path / "r", create=True)
     record_two_modes(run, 3)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seta_stream._kmeans1d import kmeans1d
+from seta_stream._kernels.kmeans1d import kmeans1d
 from seta_stream.policies import PolicyInput, get_policy, run_policy
 from seta_stream.policies.base import reason_code
 from seta_stream.policies.random_draws import uniforms

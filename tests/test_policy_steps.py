@@ -166,7 +166,7 @@ def test_seta_window_with_binned_kmeans_equals_the_whole_table_plan(params, epoc
 def test_steps_equal_the_whole_table_plan_with_full_radix_passes(case, monkeypatch):
     """``smallest`` with every radix pass and the tie round (no early gathering of a small
     prefix), on ties and unseen rows."""
-    import seta_stream._steps as steps
+    import seta_stream._kernels.mapreduce as steps
 
     monkeypatch.setattr(steps, "GATHER_KEYS", 0)
     name, params = case

@@ -10,7 +10,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from seta_stream._runfs import FORMAT_VERSION, RunDir
+from seta_stream._store.runfs import FORMAT_VERSION, RunDir
 from seta_stream.errors import RunFormatError, RunLockedError
 
 
@@ -108,7 +108,7 @@ def test_lock_excludes_and_reports_holder(tmp_path):
 def test_stale_lock_of_killed_process_is_broken(tmp_path):
     run = RunDir(tmp_path / "r", create=True)
     code = (
-        "import os, signal, sys; from seta_stream._runfs import RunDir\n"
+        "import os, signal, sys; from seta_stream._store.runfs import RunDir\n"
         f"r = RunDir({str(tmp_path / 'r')!r})\n"
         "cm = r.lock('compact'); cm.__enter__(); os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -137,7 +137,7 @@ def test_a_contended_lock_file_is_never_seen_partial(tmp_path):
     a reader found the file created but not yet written and took it for a dead holder's)."""
     RunDir(tmp_path / "r", create=True)
     code = (
-        "from seta_stream._runfs import RunDir\n"
+        "from seta_stream._store.runfs import RunDir\n"
         f"r = RunDir({str(tmp_path / 'r')!r})\n"
         "for _ in range(300):\n    with r.lock('compact', wait=60, poll=0.001):\n        pass\n"
     )

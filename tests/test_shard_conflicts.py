@@ -83,7 +83,7 @@ def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(t
     assert sorted(p.parent.name for p in (run / "losses").rglob("*.parquet")) == ["epoch=0"]
     # a part written by a recorder that never saw the table (a version without the check, or
     # a part recorded before the table grew) is still stopped by compaction
-    from seta_stream._parts import write_part
+    from seta_stream._store.parts import write_part
 
     write_part(seta.RunDir(run), 1, 1, _part_of(b))
     with pytest.raises(ShardNameConflictError, match=rf"stands for two shards: {a!r} \(in the loss table"):
@@ -95,7 +95,7 @@ def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(t
 def _part_of(url):
     import pyarrow as pa
 
-    from seta_stream._parts import make_part
+    from seta_stream._store.parts import make_part
     from seta_stream.ids import shard_location, shard_name
 
     keys = [s["__key__"] for s in wds.WebDataset(url, shardshuffle=False)]

@@ -3,7 +3,7 @@
 import pytest
 
 from seta_stream import RunDir
-from seta_stream import _state as state
+from seta_stream._store import state
 from seta_stream.errors import InvalidInputError, PlanMissingError
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seta_stream._steps as steps
-from seta_stream._exact import float_keys
-from seta_stream._steps import order_statistics, run_steps, smallest
+import seta_stream._kernels.mapreduce as steps
+from seta_stream._kernels.exact import float_keys
+from seta_stream._kernels.mapreduce import order_statistics, run_steps, smallest
 
 
 def split(n: int, buckets: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -21,7 +21,7 @@ from seta_stream import (
     compact,
     load_table,
 )
-from seta_stream._table import TABLE_SCHEMA
+from seta_stream._store.table import TABLE_SCHEMA
 
 
 def f32(values):
@@ -260,7 +260,7 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
 
     fake = lambda shards, keys: np.full(len(keys), 42, dtype=np.uint64)  # noqa: E731
     monkeypatch.setattr(ids, "sample_uids", fake)
-    monkeypatch.setattr("seta_stream._parts.sample_uids", fake)
+    monkeypatch.setattr("seta_stream._store.parts.sample_uids", fake)
     monkeypatch.setattr("seta_stream._fold.sample_uids", fake)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
@@ -435,7 +435,7 @@ def test_new_samples_are_merged_in_order_by_slices_or_by_one_take(tmp_path, monk
 def test_a_table_written_before_the_history_columns_opens_and_starts_its_history(tmp_path, buckets):
     """Table files of earlier releases lack loss_count, loss_mean and loss_m2: every reader gives
     their rows no history (count 0, NaN), and the next compaction starts it with its records."""
-    from seta_stream._table import load_numeric, read_manifest, table_buckets
+    from seta_stream._store.table import load_numeric, read_manifest, table_buckets
 
     run = RunDir(tmp_path / "r", create=True, settings={"buckets": buckets})
     with LossRecorder(run, epoch=0) as rec:
@@ -470,7 +470,7 @@ def test_load_numeric_converts_the_columns_given_dtypes_as_numpy_casts(tmp_path)
     dtypes."""
     from conftest import seeded_run
 
-    from seta_stream._table import load_numeric
+    from seta_stream._store.table import load_numeric
 
     run = seeded_run(tmp_path / "run", n=300)
     wide = load_numeric(run, ["uid", "last_loss", "ema"])

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._arrays import gather_rows, is_broadcast
+from .._kernels.arrays import gather_rows, is_broadcast
 from ..errors import InvalidInputError
 
 __all__ = [

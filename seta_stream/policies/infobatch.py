@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._exact import ExactSums
+from .._kernels.exact import ExactSums
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
 from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import scatter_rows
-from .._kmeans1d import points1d, points1d_steps
-from .._mixture1d import Mixture, fit_two_gaussians
-from .._steps import Cut, Step, smallest, total
+from .._kernels.arrays import scatter_rows
+from .._kernels.kmeans1d import points1d, points1d_steps
+from .._kernels.mapreduce import Cut, Step, smallest, total
+from .._kernels.mixture1d import Mixture, fit_two_gaussians
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, reason_code
 from .random_draws import STREAM_NOISE, keep_count, uniform_subset, uniforms

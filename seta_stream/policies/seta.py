@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
+from .._kernels.kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
 from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
@@ -294,7 +294,7 @@ def _clusters(km: KMeans1D, order: str) -> tuple[Any, ...]:
 
 def _seta_steps(ctx: PlanContext, p: SetaParams) -> Steps:
     """:func:`seta` over buckets: the uniform down-sampling and budget draws as exact cuts, the
-    1-D k-means of the seen losses of R by :func:`seta_stream._kmeans1d.kmeans1d_steps`, the
+    1-D k-means of the seen losses of R by :func:`seta_stream._kernels.kmeans1d.kmeans1d_steps`, the
     budget band as two cuts in (loss, uid) order."""
     n, e, seed = ctx.n, ctx.epoch, ctx.seed
     f = 1.0 - p.r

@@ -14,7 +14,7 @@ generator returns, its :class:`Decide` holds the global decisions (thresholds, c
 declares (``PolicySpec.columns``) and ``uid``, the others as constants; ``decide.rows`` gets
 :data:`~seta_stream.policies.base.PLAN_COLUMNS` too.
 
-Every reduce is exact (integer counts, :mod:`seta_stream._exact` sums and order statistics),
+Every reduce is exact (integer counts, :mod:`seta_stream._kernels.exact` sums and order statistics),
 so the plan does not depend on the number of buckets, the split of rows into buckets, their
 order or the engine: it is bit for bit the plan of the policy's whole-table function
 (tests/test_policy_steps.py checks every policy, hypothesis over sizes, bucket counts, ties,
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .._steps import Cut, Step, float_order_keys, order_statistics, run_steps, smallest, total
+from .._kernels.mapreduce import Cut, Step, float_order_keys, order_statistics, run_steps, smallest, total
 from ..ids import mix64_array
 from .base import AbsentRule, PolicyInput, PolicyResult
 from .random_draws import salt

@@ -50,11 +50,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._arrays import float32_array, one_array, shard_runs
-from ._layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
-from ._runfs import RunDir, write_arrow
-from .errors import PlanMissingError, RunFormatError
-from .ids import shard_bucket
+from .._kernels.arrays import float32_array, one_array, shard_runs
+from ..errors import PlanMissingError, RunFormatError
+from ..ids import shard_bucket
+from .layout import PLANS_GLOB, epoch_of, plan_dir, plan_file, plan_stage_file
+from .runfs import RunDir, write_arrow
 
 __all__ = [
     "BucketPlanFiles",

@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._arrays import copy_column_into, numpy_dtype, shard_runs
-from ._layout import MANIFEST, TABLE_GLOBS, bucket_keys_file, bucket_table_file, keys_file, table_file, table_folder
-from ._parts import PART_SCHEMA
-from ._runfs import RunDir
-from .errors import RunFormatError
+from .._kernels.arrays import copy_column_into, numpy_dtype, shard_runs
+from ..errors import RunFormatError
+from .layout import MANIFEST, TABLE_GLOBS, bucket_keys_file, bucket_table_file, keys_file, table_file, table_folder
+from .parts import PART_SCHEMA
+from .runfs import RunDir
 
 __all__ = [
     "TableBucket",

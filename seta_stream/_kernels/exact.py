@@ -54,7 +54,7 @@ Measured speed (this machine: 2 AMD EPYC cores shared with a background job, Num
 65,536 groups: 0.06 s (the same over the whole exponent range: 0.16 s); to_float and merge of a
 65,536-group state: 5 ms. RankSelect with 65,535 ranks over 1M uint32 keys in 4 pieces: 0.18 s;
 2 ranks over 10M uint64 keys in 10 pieces: 0.06 s. (The m smallest (key, tie) rows, built on
-RankSelect, are ``seta_stream._steps.smallest``.)
+RankSelect, are ``seta_stream._kernels.mapreduce.smallest``.)
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 __all__ = [
     "ExactSums",

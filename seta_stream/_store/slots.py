@@ -24,8 +24,8 @@ import contextlib
 import re
 from typing import NamedTuple
 
-from ._layout import SLOTS, epoch_of, slot_claim_file, slot_claims_glob
-from ._runfs import RunDir
+from .layout import SLOTS, epoch_of, slot_claim_file, slot_claims_glob
+from .runfs import RunDir
 
 __all__ = ["Claim", "claim", "claims", "configurations", "clear_claims"]
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import group_order
-from ._exact import Distinct, digit_histogram, exact_sum, float_keys, key_values
-from ._steps import Step
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
+from .arrays import group_order
+from .exact import Distinct, digit_histogram, exact_sum, float_keys, key_values
+from .mapreduce import Step
 
 __all__ = [
     "KMeans1D",
@@ -609,7 +609,7 @@ def kmeans1d_steps(
     no NaN) as map/reduce steps (``_steps``), bit for bit :func:`kmeans1d`'s result.
 
     The same algorithm on the same numbers: the exact mean (:func:`sum_cells`), the distinct
-    values (:class:`seta_stream._exact.Distinct`) or the bin cuts (order statistics by radix
+    values (:class:`seta_stream._kernels.exact.Distinct`) or the bin cuts (order statistics by radix
     passes, then counts), the bin sums from the sorted values gathered a range of bins at a
     time (at most :data:`GATHER_VALUES` in memory), the same DP, and Lloyd's iterations on the
     sorted values kept in a scratch file (:func:`_binned_steps`)."""

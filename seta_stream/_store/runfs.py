@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from ._layout import FORMAT_FILE, lock_file
-from .errors import InvalidInputError, RunFormatError, RunLockedError
+from ..errors import InvalidInputError, RunFormatError, RunLockedError
+from .layout import FORMAT_FILE, lock_file
 
 __all__ = [
     "FORMAT_NAME",

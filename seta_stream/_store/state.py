@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._layout import STATE
-from ._runfs import RunDir
-from .errors import InvalidInputError, PlanMissingError
+from ..errors import InvalidInputError, PlanMissingError
+from .layout import STATE
+from .runfs import RunDir
 
 __all__ = ["read_state", "current_epoch", "with_current_epoch", "after_plan", "resolve_settings", "pruned_so_far"]
 

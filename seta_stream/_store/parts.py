@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._layout import LOSSES, MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
-from ._runfs import RunDir
-from .errors import CorruptPartError
-from .ids import ShardLocations, sample_uids
+from ..errors import CorruptPartError
+from ..ids import ShardLocations, sample_uids
+from .layout import LOSSES, MANIFEST, PARTS_GLOB, QUARANTINE, epoch_of, moved_part, part_path, rank_of
+from .runfs import RunDir
 
 __all__ = [
     "PART_SCHEMA",

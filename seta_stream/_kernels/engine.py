@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import Any
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 __all__ = ["ENGINES", "Engine", "LocalEngine", "RayEngine", "ThreadEngine", "get_engine"]
 

@@ -4,7 +4,7 @@ A computation over a partitioned table is a generator that yields :class:`Step` 
 (or a Ray engine) applies ``step.map`` to every bucket's input, hands the list of results to
 ``step.reduce`` and sends the reduced value back (:func:`run_steps` is the local engine). The
 generic steps here select exactly: :func:`smallest` (the m smallest (key, tie1, tie2) triples,
-by :class:`seta_stream._exact.RankSelect` radix passes and one tie round) and
+by :class:`seta_stream._kernels.exact.RankSelect` radix passes and one tie round) and
 :func:`order_statistics`. Every reduce is exact, so results do not depend on how rows are split
 into buckets. Pure: no I/O.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._exact import RankSelect, float_keys, key_values
+from .exact import RankSelect, float_keys, key_values
 
 __all__ = ["Step", "Cut", "run_steps", "total", "smallest", "float_order_keys", "order_statistics", "KeyOf"]
 
@@ -173,7 +173,7 @@ def _nth_triple(pieces: list[np.ndarray], n: int) -> tuple[int, int, int]:
 def smallest(key_of: KeyOf, m: int, candidates: int) -> Generator[Step, Any, Cut]:
     """Steps selecting the m smallest (key, tie1, tie2) triples among the ``candidates`` valid
     rows of all buckets (``key_of`` as :data:`KeyOf`): 16-bit radix passes over the keys
-    (:class:`seta_stream._exact.RankSelect`) until the prefix of rank m - 1 holds at most
+    (:class:`seta_stream._kernels.exact.RankSelect`) until the prefix of rank m - 1 holds at most
     :data:`GATHER_KEYS` keys, or the whole key is known; then the rows under that prefix are
     sorted by (key, tie1, tie2) and the triple of rank m - 1 is the cut. Use as
     ``cut = yield from smallest(...)``."""

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import RunFormatError
+from ..errors import RunFormatError
 
 __all__ = [
     "column_to_numpy",

@@ -3,7 +3,7 @@
 The noise rule (``policies.noise``) asks whether the per-sample history scores form two modes.
 The answer of the literature is a two-component Gaussian mixture fitted by EM (DivideMix fits
 one to per-sample losses) whose components are separated by Ashman's D >= 2 (Ashman, Bird &
-Zepf 1994). The fit runs on the :class:`seta_stream._kmeans1d.Points` of the scores (at most
+Zepf 1994). The fit runs on the :class:`seta_stream._kernels.kmeans1d.Points` of the scores (at most
 65,536 weighted points: the distinct values, or bins of the sorted values), which are the same
 numbers, bit for bit, whether the scores were held whole or gathered from buckets, so the
 mixture is too: it is computed once, in one process, from those points alone.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._kmeans1d import Points, split_points
+from .kmeans1d import Points, split_points
 
 __all__ = ["Mixture", "fit_two_gaussians", "ASHMAN_D", "MAX_ITER", "TOL", "VAR_FLOOR"]
 
@@ -83,7 +83,7 @@ def fit_two_gaussians(points: Points) -> Mixture | None:
     """The two-component Gaussian mixture of the values ``points`` stand for (§12.3), or None
     when they have fewer than two points or EM empties a component.
 
-    Start: the exact 2-means split of the points (:func:`seta_stream._kmeans1d.split_points`),
+    Start: the exact 2-means split of the points (:func:`seta_stream._kernels.kmeans1d.split_points`),
     each run's weight, mean and variance. EM on the points: each point j (count c_j, mean y_j of
     its values, within-point sum of squares w_j) takes its responsibilities from y_j; the
     M-step counts the point's values with their spread (variance = sum_j r_j (w_j + c_j (y_j -
