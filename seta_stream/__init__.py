@@ -14,12 +14,12 @@ docs/architecture.md maps them.
 
 from . import errors, ids, index, openclip, policies
 from ._balance import BalancedEpoch, balanced_epoch, split_balanced
-from ._compaction import CompactionReport, compact
 from ._epochs import EpochClock, epoch_steps, one_pass_per_epoch
 from ._listing import list_samples
+from ._losses.compaction import CompactionReport, compact
+from ._losses.record import LossRecorder
 from ._plan import load_plan, load_summary, plan_epoch, set_current_epoch
 from ._reader import read_kept
-from ._record import LossRecorder
 from ._session import Pruner
 from ._stage import PlanView, attach, keep_filter, kept_tar_samples, skip_shards, stage_counters, weighted_mean
 from ._store.runfs import RunDir

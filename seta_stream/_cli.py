@@ -68,7 +68,7 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
-    from ._compaction import compact
+    from ._losses.compaction import compact
     from ._store.runfs import RunDir
 
     report = compact(

@@ -1,7 +1,7 @@
 """The training-loop integration: one object that records, compacts and plans at epoch boundaries.
 
-:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream._record.LossRecorder`,
-:func:`~seta_stream._compaction.compact` and :func:`~seta_stream._plan.plan_epoch` in the right order
+:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream._losses.record.LossRecorder`,
+:func:`~seta_stream._losses.compaction.compact` and :func:`~seta_stream._plan.plan_epoch` in the right order
 and on the right rank::
 
     pruner = seta_stream.Pruner(run_dir, policy="seta", params=dict(r=0.1, k=5, alpha=0.9),
@@ -41,9 +41,9 @@ import pyarrow.compute as pc
 
 from . import errors
 from ._balance import check_epoch_slots, note_pruner, read_balanced
-from ._compaction import compact
+from ._losses.compaction import compact
+from ._losses.record import LossRecorder
 from ._plan import load_plan, load_summary, plan_epoch, population_locations, set_current_epoch
-from ._record import LossRecorder
 from ._store.layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
 from ._store.runfs import RunDir, new_run_buckets
 from ._store.slots import clear_claims

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+import seta_stream._losses.route as route
 import seta_stream._plan as plan_module
-import seta_stream._route as route
 import seta_stream._store.parts as parts_module
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
 from seta_stream._store.table import table_buckets
@@ -113,7 +113,7 @@ def test_each_part_is_read_once_per_compaction(tmp_path, monkeypatch):
         reads.append(rel)
         return real(run, rel)
 
-    monkeypatch.setattr("seta_stream._compaction.read_part", counting)
+    monkeypatch.setattr("seta_stream._losses.compaction.read_part", counting)
     run = RunDir(tmp_path / "r", create=True, settings={"buckets": 5})
     record_epochs(run, epochs=2)
     all_parts = sorted(json.loads(Path(run.path("table/manifest.json")).read_text())["folded"])

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from seta_stream import LossRecorder, RunDir, RunLockedError, compact, load_table
-from seta_stream._compaction import FAULT_POINTS
+from seta_stream._losses.compaction import FAULT_POINTS
 
 
 def python(code: str, fault: str | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from seta_stream._fold import IDENTITY_COLUMNS, STAT_COLUMNS, OldTable, Records, fold, interleave_keys
+from seta_stream._losses.fold import IDENTITY_COLUMNS, STAT_COLUMNS, OldTable, Records, fold, interleave_keys
 from seta_stream._store.table import TABLE_SCHEMA
 from seta_stream.errors import CorruptPartError, SampleIdCollisionError
 from seta_stream.ids import sample_uid
@@ -173,7 +173,7 @@ def test_a_new_record_whose_uid_is_not_the_hash_of_its_identity_is_a_corrupt_par
 def test_collisions_with_the_table_and_between_keys_of_one_shard(monkeypatch):
     # a real 64-bit collision cannot be built: make every identity hash to 42
     fake = lambda shards, keys: np.full(len(keys), 42, dtype=np.uint64)  # noqa: E731
-    monkeypatch.setattr("seta_stream._fold.sample_uids", fake)
+    monkeypatch.setattr("seta_stream._losses.fold.sample_uids", fake)
     u = {("s.tar", "a"): 42, ("s.tar", "bb"): 42, ("t.tar", "cc"): 42}
     first = fold(OldTable.empty(), records(part(("s.tar", "a", 1.0, 0, 0, 1), uid=u)), beta2=0.5)
     old = table_of(first.columns)

@@ -261,7 +261,7 @@ def test_uid_collisions_are_rejected(tmp_path, monkeypatch):
     fake = lambda shards, keys: np.full(len(keys), 42, dtype=np.uint64)  # noqa: E731
     monkeypatch.setattr(ids, "sample_uids", fake)
     monkeypatch.setattr("seta_stream._store.parts.sample_uids", fake)
-    monkeypatch.setattr("seta_stream._fold.sample_uids", fake)
+    monkeypatch.setattr("seta_stream._losses.fold.sample_uids", fake)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
         rec.record(["a"], ["s.tar"], f32([1.0]))
@@ -404,7 +404,7 @@ def test_progress_bar_reports_parts(tmp_path, capsys):
 
 @pytest.mark.parametrize("max_pieces", [0, 1 << 14])
 def test_new_samples_are_merged_in_order_by_slices_or_by_one_take(tmp_path, monkeypatch, max_pieces):
-    monkeypatch.setattr("seta_stream._fold._MAX_KEY_PIECES", max_pieces)
+    monkeypatch.setattr("seta_stream._losses.fold._MAX_KEY_PIECES", max_pieces)
     run = RunDir(tmp_path / "r", create=True)
     with LossRecorder(run) as rec:
         rec.record(

@@ -40,12 +40,10 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from ._fold import Folded, OldTable, Records, fold
-from ._kernels.engine import Engine, get_engine
-from ._route import RoutedRecords
-from ._store.faults import fault
-from ._store.layout import MANIFEST
-from ._store.parts import (
+from .._kernels.engine import Engine, get_engine
+from .._store.faults import fault
+from .._store.layout import MANIFEST
+from .._store.parts import (
     merge_location_maps,
     merge_locations,
     part_locations,
@@ -55,8 +53,8 @@ from ._store.parts import (
     read_part,
     read_part_keys,
 )
-from ._store.runfs import RunDir
-from ._store.table import (
+from .._store.runfs import RunDir
+from .._store.table import (
     TABLE_SCHEMA,
     PartitionedTableWriter,
     TableBucket,
@@ -71,7 +69,9 @@ from ._store.table import (
     remove_table_files_except,
     table_buckets,
 )
-from .errors import CorruptPartError, InvalidInputError, RunFormatError, RunLockedError
+from ..errors import CorruptPartError, InvalidInputError, RunFormatError, RunLockedError
+from .fold import Folded, OldTable, Records, fold
+from .route import RoutedRecords
 
 __all__ = ["compact", "CompactionReport", "FAULT_POINTS"]
 

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._kernels.arrays import group_order
-from .ids import shard_bucket
+from .._kernels.arrays import group_order
+from ..ids import shard_bucket
 
 __all__ = ["FILE_ROWS", "RoutedRecords"]
 

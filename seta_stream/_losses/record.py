@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._store.layout import MANIFEST
-from ._store.parts import make_part, write_part
-from ._store.runfs import RunDir
-from ._store.table import table_locations
-from .errors import InvalidInputError, PopulationLocationError, ShardNameConflictError
-from .ids import ShardLocations, depth_hint, shard_location, shard_name
+from .._store.layout import MANIFEST
+from .._store.parts import make_part, write_part
+from .._store.runfs import RunDir
+from .._store.table import table_locations
+from ..errors import InvalidInputError, PopulationLocationError, ShardNameConflictError
+from ..ids import ShardLocations, depth_hint, shard_location, shard_name
 
 __all__ = ["LossRecorder"]
 

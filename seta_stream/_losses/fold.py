@@ -41,10 +41,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._kernels.arrays import column_to_numpy, copy_column_into, group_order, utf8_lengths
-from ._store.parts import CORRUPT_HINT
-from .errors import CorruptPartError, SampleIdCollisionError
-from .ids import sample_uids
+from .._kernels.arrays import column_to_numpy, copy_column_into, group_order, utf8_lengths
+from .._store.parts import CORRUPT_HINT
+from ..errors import CorruptPartError, SampleIdCollisionError
+from ..ids import sample_uids
 
 __all__ = [
     "IDENTITY_COLUMNS",
