@@ -8,7 +8,7 @@ run afresh for tree A and then tree B, and compacts it in a fresh process import
 seta_stream from the tree (5 s idle before each); prints every compaction and the medians.
 
     git worktree add /tmp/prev <commit>
-    python benchmarks/ab_compact.py /tmp/prev . [--rounds 3] [--n 15000000] [--parts 40]
+    python -m benchmarks ab_compact /tmp/prev . [--rounds 3] [--n 15000000] [--parts 40]
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_compact import make_parts
-from common import OUT, Result, make_table_run, measure, path_label, tree_commit, tree_label, tree_setup
+from benchmarks.bench_compact import make_parts
+from benchmarks.common import OUT, Result, make_table_run, measure, tree_commit, tree_label, tree_setup
+from tools.results import path_label
 
 
 def prepared(n: int, parts: int) -> Path:

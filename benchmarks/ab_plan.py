@@ -6,8 +6,8 @@ Each round plans epochs 1 and 2 of the run ``bench_plan.py`` made (``OUT/plan-N`
 fresh process after --idle seconds idle (5), with tree A and then tree B; prints every plan and the medians.
 
     git worktree add /tmp/prev <commit>
-    python benchmarks/ab_plan.py /tmp/prev . [--rounds 5] [--n 15000000]
-    python benchmarks/ab_plan.py /tmp/prev . --rounds 2 --run bench-out/scale-100000000   # a partitioned run
+    python -m benchmarks ab_plan /tmp/prev . [--rounds 5] [--n 15000000]
+    python -m benchmarks ab_plan /tmp/prev . --rounds 2 --run bench-out/scale-100000000   # a partitioned run
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_plan import prepared
-from common import Result, measure, path_label, timed_plan_code, tree_commit, tree_label, tree_setup
+from benchmarks.bench_plan import prepared
+from benchmarks.common import Result, measure, timed_plan_code, tree_commit, tree_label, tree_setup
+from tools.results import path_label
 
 
 def plan_twice(tree: Path, run: Path, idle: float = 5.0, params: str = "dict(r=0.0, k=10, alpha=0.5)") -> list[dict]:

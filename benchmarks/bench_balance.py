@@ -21,8 +21,8 @@ deals of epochs 1-3: the most samples deferred in an epoch, the deferred samples
 epoch's deferring half (summed), the most shards read by more than one slot, the most shard
 opens over the shards with a kept sample.
 
-    python benchmarks/bench_balance.py [--n 15000000 --shards 1500 --ranks 8 64 512 --workers 8]
-    python benchmarks/bench_balance.py --doc   # render the result into docs/benchmarks.md
+    python -m benchmarks bench_balance [--n 15000000 --shards 1500 --ranks 8 64 512 --workers 8]
+    python -m benchmarks bench_balance --doc   # render the result into docs/benchmarks.md
 
 Writes docs/benchmarks/balance.json (``common.Result``); ``--doc`` renders it between
 ``<!-- balance:begin -->`` and ``<!-- balance:end -->`` in docs/benchmarks.md.
@@ -34,18 +34,15 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, Result, results_dir
 
-sys.path.insert(0, str(ROOT))
-
-from seta_stream._balance import EpochDeal  # noqa: E402
-from seta_stream.policies import PolicyInput, run_policy  # noqa: E402
+from benchmarks.common import ROOT, Result, results_dir
+from benchmarks.seam import EpochDeal
+from seta_stream.policies import PolicyInput, run_policy
 
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- balance:begin -->", "<!-- balance:end -->"

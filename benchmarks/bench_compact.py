@@ -6,7 +6,7 @@ compaction needs), with pyarrow's defaults and with the options compact uses, so
 what folding, checking and writing cost on top of reading. Parts and the existing table are
 written by the library, as LossRecorder and compact write them (``common.make_table_run``).
 
-    python benchmarks/bench_compact.py --n 15000000 --parts 40
+    python -m benchmarks bench_compact --n 15000000 --parts 40
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import OUT, Result, machine, make_table_run, measure, write_epoch_parts
+from benchmarks.common import OUT, Result, machine, make_table_run, measure, write_epoch_parts
 
 
 def make_parts(run, n: int, parts: int) -> None:

@@ -32,7 +32,7 @@ with the format's writer options (docs/format.md: LZ4, dictionary pages for shar
 statistics for loss, cluster and weight) and with other codecs, each part the best of 3: the CPU
 planning spends on them and the bytes every plan keeps on disk (result file plan-codecs-N).
 
-    python benchmarks/bench_plan.py --n 15000000 --repeat 7 [--sklearn] [--codecs]
+    python -m benchmarks bench_plan --n 15000000 --repeat 7 [--sklearn] [--codecs]
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ import statistics
 import time
 from pathlib import Path
 
-from common import (
+from benchmarks import seam
+from benchmarks.common import (
     OUT,
     Result,
     machine,
@@ -101,8 +102,10 @@ def fit_code(run) -> tuple[str, str]:
     the mixture and the suspects. What noise=True must add to SeTa's plan at the least, beside
     the bar's 25%."""
     setup = (  # planning's pages (as the floor's) and its imports (polars sorts), untimed
-        "import numpy as np, polars, seta_stream as P\n" + SMALL_PAGES + "from seta_stream._table import load_numeric\n"
-        "from seta_stream.policies.base import PolicyInput\n"
+        "import numpy as np, polars, seta_stream as P\n"
+        + SMALL_PAGES
+        + seam.imports("load_numeric")
+        + "from seta_stream.policies.base import PolicyInput\n"
         "from seta_stream.policies.noise import NOISE_DEFAULTS, noise_fit\n"
     )
     code = noise_input_code(run) + (
@@ -135,9 +138,7 @@ def sort_code(run) -> tuple[str, str]:
         fit_code(run)[1] + noise_input_code(run) + "from seta_stream.policies.noise import candidate_scores\n"
         "x = candidate_scores(inp, NOISE_DEFAULTS['noise_warmup'])[1]\n"
         "del cols, inp\n"
-        "assert x.min() >= 0\n"
-        "from seta_stream._kmeans1d import _polars_sorts_faster, _sorted_values\n"
-        "_polars_sorts_faster(x)\n"
+        "assert x.min() >= 0\n" + seam.imports("_polars_sorts_faster", "_sorted_values") + "_polars_sorts_faster(x)\n"
     )
     code = """
         s = _sorted_values(x)

@@ -12,7 +12,7 @@ k-means call of the SeTa reference (the cheapest part of its planning step, algo
 At large N it runs on ``--baseline-n`` samples and is extrapolated linearly to N; both numbers
 are printed. Also times :func:`seta_stream.policies.es_select` per meta-batch of 512.
 
-    python benchmarks/bench_policies.py --n 15000000 [--baseline-n 1000000]
+    python -m benchmarks bench_policies --n 15000000 [--baseline-n 1000000]
 
 Targets at 15M: every policy <= 3 s and <= 2 GB.
 """
@@ -23,8 +23,10 @@ import argparse
 import timeit
 
 import numpy as np
-from common import Result, machine
-from common import measure as common_measure
+
+from benchmarks import seam
+from benchmarks.common import Result, machine
+from benchmarks.common import measure as common_measure
 
 CASES: list[tuple[str, str, dict]] = [
     ("full", "full", {}),
@@ -91,7 +93,7 @@ def main() -> None:
         rows.append((label, r["wall_s"], r["peak_rss_mb"] - r["rss_before_mb"]))
         print(f"  {label}: {r['wall_s']:.2f} s, +{rows[-1][2]:.0f} MB", flush=True)
 
-    km = measure(f"from seta_stream._kmeans1d import kmeans1d; km = kmeans1d(loss, {args.k})", setup)
+    km = measure(seam.imports("kmeans1d") + f"km = kmeans1d(loss, {args.k})", setup)
     base_n = min(args.n, args.baseline_n)
     base = measure(
         f"km = KMeans(n_clusters={args.k}, random_state=0).fit(loss[:{base_n}].reshape(-1, 1))",

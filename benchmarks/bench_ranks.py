@@ -7,7 +7,7 @@ workers, so the CPU seconds per sample of the rank's process (time.process_time)
 recording and filtering cost it; on this 2-core machine two ranks share the cores, so wall time
 per rank is not comparable, CPU time is.
 
-    python benchmarks/bench_ranks.py --shards-per-rank 4 --samples 4000 --epochs 3
+    python -m benchmarks bench_ranks --shards-per-rank 4 --samples 4000 --epochs 3
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import socket
 import subprocess
 import sys
 
-from common import OUT, ROOT, Result, machine
+from benchmarks.common import OUT, ROOT, Result, machine
 
+#: A rank's process. It imports seta_stream from this checkout: the path setting is the child process's
+#: own, part of what is measured, not of how the repository imports.
 WORKER = r"""
 import json, os, sys, time, torch, webdataset as wds
 sys.path.insert(0, ROOT)

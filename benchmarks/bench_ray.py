@@ -2,7 +2,7 @@
 with SeTa on each engine (a local 2-CPU Ray cluster, started here) and check that the two plan
 folders are the same bytes; optionally compact a fresh run on each engine too.
 
-    python benchmarks/bench_ray.py --n 100000000
+    python -m benchmarks bench_ray --n 100000000
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 
-from common import OUT, Result, machine, measure
+from benchmarks.common import OUT, Result, machine, measure
 
 PLAN = (
     "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0, "
@@ -36,7 +36,7 @@ def main() -> None:
     res = Result(f"ray-{args.n}", title=f"SeTa plan of {args.n:,} samples, local engine against Ray")
     run = OUT / f"scale-{args.n}"
     if not (run / "table/manifest.json").exists():
-        from bench_scale import one_size
+        from benchmarks.bench_scale import one_size
 
         one_size(args.n, keep=True, buckets=None)
     setup = f"from seta_stream import plan_epoch\nrun = {str(run)!r}"

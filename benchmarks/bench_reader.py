@@ -16,7 +16,7 @@ where the mean clears it by 2 SE), in wall time and in CPU time (the shards are 
 cache, so the two differ by the CPU the process waited for on a loaded machine). Peak RSS is each
 pipeline's own (the process's peak reset before it, /proc/self/clear_refs).
 
-    python benchmarks/bench_reader.py --repeat 5
+    python -m benchmarks bench_reader --repeat 5
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ import random
 import shutil
 
 import webdataset as wds
-from bench_stage import plain_shards, rounds
-from common import OUT, ROOT, Result, load_info, machine, mean_se, paired_ratio, path_label, ratio_note
+
+from benchmarks.bench_stage import plain_shards, rounds
+from benchmarks.common import OUT, ROOT, Result, load_info, machine, paired_ratio, ratio_note
+from tools.results import mean_se, path_label
 
 
 def stmj_shards(samples: int, shards: int, seed: int = 0) -> list[str]:
@@ -68,7 +70,7 @@ def planned(name: str, urls: list[str], fraction: float) -> str:
 def pipelines(urls: list[str], half: str, decode: bool) -> dict:
     """name -> stages of each pipeline compared at 50% kept (the plan ``half``)."""
     import seta_stream as seta
-    from seta_stream._reader import read_kept
+    from seta_stream import read_kept
 
     def src() -> list:
         return [wds.SimpleShardList(urls)]
@@ -104,7 +106,7 @@ def main() -> None:
     args = p.parse_args()
     res = Result("reader", title="Kept-only reading (read_kept) on CIFAR-10 and ST+MJ-sized shards")
     import seta_stream as seta
-    from seta_stream._reader import read_kept
+    from seta_stream import read_kept
     from seta_stream.index import index_shard
 
     sets = {"CIFAR-10": plain_shards(args.data)}

@@ -1,7 +1,7 @@
 """Recording cost per sample: a loop over batches with and without ``recorder.record`` (plus
 the final flush), in the same process, same data (issue target: <= 1 us per sample).
 
-    python benchmarks/bench_record.py --batches 2000 --batch-size 256
+    python -m benchmarks bench_record --batches 2000 --batch-size 256
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import tempfile
 import time
 
 import torch
-from common import Result, machine
+
+from benchmarks.common import Result, machine
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ fresh process), time per sample, and disk per epoch. Parts are written as LossRe
 them, 1,048,576 records each, in samples order (the same shards in every part: records of one
 rank arrive shard by shard).
 
-    python benchmarks/bench_scale.py --n 15000000 100000000 200000000
+    python -m benchmarks bench_scale --n 15000000 100000000 200000000
 """
 
 from __future__ import annotations
@@ -22,8 +22,19 @@ import json
 import shutil
 from pathlib import Path
 
-from bench_scale_plan import PLANS
-from common import OUT, Result, machine, measure, table_files_code, write_epoch_parts
+from benchmarks.common import OUT, Result, machine, measure, table_files_code, write_epoch_parts
+
+#: The plans of epoch 1 measured at each size (here and, on the runs kept, by bench_scale_plan.py).
+PLANS = {
+    "plan_seta": (
+        "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0)"
+    ),
+    "plan_seta_noise": (
+        "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5, noise=True), "
+        "epochs=10, seed=0)"
+    ),
+    "plan_random": "plan_epoch(run, 1, force=True, policy='random', params=dict(r=0.3))",
+}
 
 
 def write_epoch(run_path: Path, n: int, epoch: int, noisy: float = 0.0) -> float:

@@ -6,7 +6,7 @@ Time per sample against the smallest N tells whether planning stays flat with N.
 every step once, at every N one after the other), and the median is reported with the fastest
 and slowest, beside each round's ratio of the time per sample (the sizes paired in one period).
 
-    python benchmarks/bench_scale_plan.py --n 15000000 200000000 --repeat 3
+    python -m benchmarks bench_scale_plan --n 15000000 200000000 --repeat 3
 """
 
 from __future__ import annotations
@@ -16,18 +16,9 @@ import json
 import statistics
 from pathlib import Path
 
-from common import OUT, Result, mean_se, measure, read_through
-
-PLANS = {
-    "plan_seta": (
-        "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5), epochs=10, seed=0)"
-    ),
-    "plan_seta_noise": (
-        "plan_epoch(run, 1, force=True, policy='seta', params=dict(r=0.1, k=10, alpha=0.5, noise=True), "
-        "epochs=10, seed=0)"
-    ),
-    "plan_random": "plan_epoch(run, 1, force=True, policy='random', params=dict(r=0.3))",
-}
+from benchmarks.bench_scale import PLANS, floor, one_size
+from benchmarks.common import OUT, Result, measure, read_through
+from tools.results import mean_se
 
 
 def main() -> None:
@@ -36,8 +27,6 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=1, help="rounds at each N (the median is reported)")
     p.add_argument("--result", default=None, help="result file name (default scale-plan-N1-N2...)")
     args = p.parse_args()
-    from bench_scale import floor, one_size
-
     res = Result(args.result or "scale-plan-" + "-".join(str(n) for n in args.n), title="Planning at web scale")
     rows, floors = [], {}
     runs_at = {n: OUT / f"scale-{n}" for n in args.n}

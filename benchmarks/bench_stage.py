@@ -24,7 +24,7 @@ ratio over the rounds or pairs and its standard error (SE), in CPU time (process
 time; a target is met where the mean clears it by 2 SE. Peak RSS is each pipeline's own (the
 process's peak reset before it, /proc/self/clear_refs) and the process's.
 
-    python benchmarks/bench_stage.py --data ../shared/data/cifar10 --repeat 5
+    python -m benchmarks bench_stage --data ../shared/data/cifar10 --repeat 5
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ import shutil
 import time
 
 import webdataset as wds
-from common import OUT, ROOT, Result, fmt, load_info, machine, mean_se, paired_ratio, path_label, ratio_note
-from openclip_replica import tarfile_to_samples_nothrow
+
+from benchmarks.common import OUT, ROOT, Result, fmt, load_info, machine, paired_ratio, ratio_note
+from benchmarks.openclip_replica import tarfile_to_samples_nothrow
+from tools.results import mean_se, path_label
 
 
 def plain_shards(data: str, pattern: str = "train-*.tar.gz") -> list[str]:
@@ -139,7 +141,7 @@ def main() -> None:
     ab_rounds = 3 * args.repeat if args.ab_rounds is None else args.ab_rounds
     res = Result("stage", title="The filter stage on CIFAR-10 train shards")
     import seta_stream as seta
-    from seta_stream._listing import list_samples
+    from seta_stream import list_samples
 
     urls = plain_shards(args.data)
     pop = list_samples(urls)

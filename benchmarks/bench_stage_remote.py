@@ -21,9 +21,9 @@ time; and, in one process on the local plan, the time per sample of the decision
 readers make (``ShardDecisions.known.get(key)``, keep_filter's hot loop): by uid (this version)
 against by key (earlier layout), and the time to load one shard's decisions.
 
-    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3
-    python benchmarks/bench_stage_remote.py --n 15000000 --repeat 3 --policy eswp --no-earlier
-    python benchmarks/bench_stage_remote.py --run bench-out/scale-100000000 --repeat 3
+    python -m benchmarks bench_stage_remote --n 15000000 --repeat 3
+    python -m benchmarks bench_stage_remote --n 15000000 --repeat 3 --policy eswp --no-earlier
+    python -m benchmarks bench_stage_remote --run bench-out/scale-100000000 --repeat 3
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from common import OUT, ROOT, Result, machine, make_table_run, path_label, st_mj_identities
+
+from benchmarks.common import OUT, ROOT, Result, machine, make_table_run, st_mj_identities
+from tools.results import path_label
 
 SHARD = 5000
 READ = 10
@@ -189,6 +191,8 @@ def upload(fs, local: str, bucket: str, earlier: bool) -> dict[str, int]:
     return sizes
 
 
+#: One DataLoader worker's reading, in a fresh interpreter. It imports seta_stream from this checkout: the
+#: path setting is the child process's own, part of what is measured, not of how the repository imports.
 WORKER = """
 import json, sys, time
 sys.path.insert(0, {root!r})
@@ -220,7 +224,7 @@ def worker(mode: str, run: str, urls: list[str]) -> dict:
 
 def lookup_times(local: str, earlier: str | None, shard_names: list[str], repeat: int) -> dict[str, float]:
     """Seconds per sample of ``known.get(key)`` over the 10 shards' keys, and per shard load."""
-    from seta_stream._planview import PlanView
+    from seta_stream import PlanView
 
     keys = {s: [] for s in shard_names}
     shard, key = st_mj_identities(READ * SHARD)

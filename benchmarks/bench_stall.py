@@ -22,7 +22,7 @@ either way, and the plan is computed from the final table either way: plans stay
 
 Baseline in the same run: the floor of planning N samples (read the table's losses, np.sort).
 
-    python benchmarks/bench_stall.py --n 10000000 --repeat 2
+    python -m benchmarks bench_stall --n 10000000 --repeat 2
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import OUT, Result, machine, make_table_run, measure, table_files_code, write_epoch_parts
+from benchmarks.common import OUT, Result, machine, make_table_run, measure, table_files_code, write_epoch_parts
 
 FLUSH_ROWS = 65_536
 PLAN = "dict(r=0.1, k=10, alpha=0.5)"
@@ -81,8 +81,7 @@ def stall_code(run: Path, tail_start: int, n: int, flush_rows: int, phases: Path
     records in its buffer (batches of 256, as a training loop records them)."""
     setup = f"""
         import json, sys, time, numpy as np
-        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-        from common import st_mj_range, shard_url
+        from benchmarks.common import st_mj_range, shard_url
         from seta_stream import LossRecorder, compact
         from seta_stream import plan_epoch
         rec = LossRecorder({str(run)!r}, rank=0, epoch=1, flush_rows={flush_rows})

@@ -2,7 +2,10 @@
 library's own part writer and compaction), timing of a code snippet in a fresh subprocess (wall
 time and peak RSS from the kernel's VmHWM), and the result file every benchmark writes
 (:class:`Result`: the machine, the commit, the load, peak RSS, the baseline measured in the same
-run and the command line; docs/benchmarks.md's tables are generated from these files)."""
+run and the command line; docs/benchmarks.md's tables are generated from these files).
+
+How a result file names paths and judges a gap is the repository's, shared with the studies:
+``tools.results``."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import re
 import resource
 import shlex
 import shutil
@@ -23,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from tools.results import argv_labels, mean_se, path_label, verdict_of, write_json
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Scratch folder of the benchmarks' runs and shards (SETA_BENCH_OUT overrides it: the smoke tests
 #: use a temporary one).
@@ -33,14 +37,6 @@ OUT = Path(os.environ.get("SETA_BENCH_OUT") or ROOT / "bench-out")
 IN_PROCESS_ENV = "SETA_BENCH_IN_PROCESS"
 #: Records per loss part of the synthetic runs (what one flush of a LossRecorder holds at most).
 PART_ROWS = 1 << 20
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Write a result file whole (a temp file, then a rename): a study process reading the results
-    meanwhile sees either no file or the complete one, never a half-written file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def st_mj_identities(n: int, shard_size: int = 5000) -> tuple[pa.Array, pa.Array]:
@@ -81,8 +77,8 @@ def write_epoch_parts(
     (``seed`` + ``epoch``); with ``noisy`` > 0, every sample whose index i has i mod 1000 <
     1000 ``noisy`` is a "mislabelled" one: its loss is normal(12, 1) in every epoch (the high,
     persistent mode the noise rule looks for, docs/algorithms.md §12). Returns seconds."""
-    from seta_stream._parts import make_part, write_part
-    from seta_stream._runfs import RunDir
+    from benchmarks.seam import make_part, write_part
+    from seta_stream import RunDir
     from seta_stream.ids import shard_location
 
     t0 = time.perf_counter()
@@ -146,19 +142,23 @@ def make_table_run(
 def table_files_code(run: Path) -> str:
     """Setup code (for :func:`measure`) naming the current table's files in ``files``, in bucket
     order, from the run's manifest."""
-    return textwrap.dedent(f"""
-        from seta_stream import RunDir
-        from seta_stream._table import read_manifest, table_buckets
+    from benchmarks.seam import imports
+
+    return (
+        "from seta_stream import RunDir\n"
+        + imports("read_manifest", "table_buckets")
+        + textwrap.dedent(f"""
         files = [{str(run)!r} + '/' + b.table for b in table_buckets(read_manifest(RunDir({str(run)!r})))]
     """)
+    )
 
 
 def _current_table(path: Path) -> bool:
     """Whether the run's table files have every column of this version's TABLE_SCHEMA."""
     import pyarrow.parquet as pq
 
-    from seta_stream._runfs import RunDir
-    from seta_stream._table import TABLE_SCHEMA, read_manifest, table_buckets
+    from benchmarks.seam import TABLE_SCHEMA, read_manifest, table_buckets
+    from seta_stream import RunDir
 
     run = RunDir(path)
     buckets = table_buckets(read_manifest(run))
@@ -192,6 +192,8 @@ def measure(code: str, setup: str = "", *, reset_peak: bool = False) -> dict:
             for line in open("/proc/self/status"):
                 if line.startswith(key):
                     return int(line.split()[1])
+        # the child imports seta_stream from this checkout: the path setting is part of what is
+        # measured (the child process), not of how the repository imports
         sys.path.insert(0, {str(ROOT)!r})
         {textwrap.indent(textwrap.dedent(setup), "        ").strip()}
         gc.collect()
@@ -239,7 +241,8 @@ def _measure_here(code: str, setup: str) -> dict:
 
 def tree_setup(tree: Path) -> str:
     """``measure`` setup importing seta_stream (as ``P``) from the source tree ``tree``, checked
-    (the editable install would otherwise win): for A/B runs between two trees."""
+    (the editable install would otherwise win): for A/B runs between two trees. The ``sys.path``
+    setting is the child process's own (the tree it measures), part of what is measured."""
     root = str(Path(tree).resolve())
     return f"""
         sys.path.insert(0, {root!r})
@@ -262,43 +265,6 @@ def tree_commit(tree: Path) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
-def path_label(path: str | os.PathLike) -> str:
-    """A path as a result file names it: relative to the repository where it is inside it or
-    beside it (``bench-out/x``, ``../shared/data/cifar10``, ``.`` for the checkout itself), else
-    a neutral label (``<elsewhere>/NAME``): no folder of this machine goes into a committed file."""
-    text = os.fspath(path)
-    if "://" in text:  # a URL: not a path of this machine
-        return text
-    resolved = Path(text).expanduser().resolve()
-    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
-        if resolved.is_relative_to(base):
-            rel = resolved.relative_to(base).as_posix()
-            return prefix + rel if rel != "." else (prefix.rstrip("/") or ".")
-    return f"<elsewhere>/{resolved.name}"
-
-
-#: An absolute path of a machine in a text (a result file, a log line, a traceback, a page): a POSIX path
-#: under /tmp, /root, /home, /work or /Users, or a Windows drive path (``C:\\Users\\...``, its
-#: backslashes single or JSON-escaped). No committed file holds one (tests/test_results_paths.py).
-MACHINE_PATH = re.compile(
-    r"(?<![\w.~/\\-])(?:/(?:tmp|root|home|work|Users)/|[A-Z]:\\{1,2}[\w$.~-]{2,}\\)[^\s\"'`,;|()<>\[\]{}]*"
-)
-
-
-def label_paths(text: str) -> str:
-    """``text`` with every absolute path of a machine in it (:data:`MACHINE_PATH`) as :func:`path_label`
-    names it (a Windows path: ``<elsewhere>/NAME``); a trailing ``.``, ``:`` stays after the label."""
-
-    def label(m: re.Match) -> str:
-        path = m.group(0).rstrip(".:")
-        tail = m.group(0)[len(path) :]
-        if path.startswith("/"):
-            return path_label(path) + tail
-        return "<elsewhere>/" + re.split(r"[\\/]+", path.rstrip("\\/"))[-1] + tail
-
-    return MACHINE_PATH.sub(label, text)
-
-
 def tree_label(tree: str | os.PathLike) -> str:
     """A source tree of an A/B run as a result file names it: ``this checkout``, or the commit
     checked out there (``tree at 1a2b3c4d5e``; the folder is this machine's: left out)."""
@@ -306,18 +272,6 @@ def tree_label(tree: str | os.PathLike) -> str:
         return "this checkout"
     commit = tree_commit(Path(tree))
     return f"tree at {commit[:10]}" if commit else path_label(tree)
-
-
-def argv_labels(argv: list[str]) -> list[str]:
-    """The command line with every argument that names an existing path (or an absolute one)
-    as :func:`path_label` names it, ``--opt=PATH`` included."""
-    out = []
-    for arg in argv:
-        opt, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-        if value and ("/" in value or value in (".", "..")) and (os.path.isabs(value) or os.path.exists(value)):
-            value = path_label(value)
-        out.append(opt + eq + value)
-    return out
 
 
 def machine() -> str:
@@ -403,6 +357,16 @@ def own_peak_rss_mb() -> dict:
     return {"process_mb": round(own, 1), "children_max_mb": round(children, 1)}
 
 
+def command_of(script: str) -> list[str]:
+    """How a result file names the script that made it: ``-m benchmarks NAME`` for a module of this wing
+    (run as ``python -m benchmarks NAME`` or ``python -m benchmarks.NAME``), else the script's path
+    relative to the repository where it is in it, else as given."""
+    path = Path(script).resolve()
+    if path.parent == Path(__file__).resolve().parent and path.suffix == ".py":
+        return ["-m", "benchmarks", path.stem]
+    return [str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else script]
+
+
 class Result:
     """The result file of one benchmark run (``docs/benchmarks/<name>.json``): what
     docs/benchmarks.md's tables are generated from (``benchmarks/report.py``).
@@ -433,10 +397,8 @@ class Result:
         self.name = name
         self.title = title
         argv = list(sys.argv if argv is None else argv)
-        script = Path(argv[0]).resolve() if argv else None
-        if script is not None and script.is_relative_to(ROOT):
-            argv[0] = str(script.relative_to(ROOT))
-        argv = argv[:1] + argv_labels(argv[1:])  # no path of this machine in a committed file
+        head = command_of(argv[0]) if argv else []
+        argv = head + argv_labels(argv[1:])  # no path of this machine in a committed file
         self.started = {
             "command": " ".join(shlex.quote(a) for a in ["python", *argv]),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -506,60 +468,9 @@ def read_through(folder: Path) -> None:
                     pass
 
 
-def mean_se(values: list[float]) -> tuple[float, float | None]:
-    """The mean of ``values`` and its standard error (None for a single value)."""
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return m, None
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
-    return m, (var / len(values)) ** 0.5
-
-
 def paired(results: dict, a: str, b: str, key: str) -> list[float]:
     """Per pair (round, or round and part): ``a``'s ``key`` over ``b``'s, measured together."""
     return [x[key] / y[key] for x, y in zip(results[a], results[b])]
-
-
-def gap_verdict(
-    gaps: list[float], bar: float = 0.0, floor: float | None = None, *, at_most: bool = False, unit: str = "seed"
-) -> tuple[float, float | None, str]:
-    """(mean, 2 SE, verdict) of per-seed gaps (or per-round values) against ``bar``: the one verdict rule and
-    wording of every report. SE = sample standard deviation (ddof 1) / sqrt(n); 2 SE is None for one value.
-
-    The verdict is one of (``bar`` is cleared in the direction that is good: above it; ``at_most``: under it):
-
-    * ``met``: the mean clears the bar by 2 SE (mean - 2 SE > bar; ``at_most``: mean + 2 SE < bar);
-    * ``below``: mean + 2 SE < bar (not ``at_most``); ``above``: mean - 2 SE > bar (``at_most``);
-    * ``mean above, not resolved`` / ``mean below, not resolved``: the bar is within mean ± 2 SE, the mean on
-      that side of it (``mean at the bar, not resolved`` where the mean equals it);
-    * ``at the bar``: every value equals the bar (2 SE = 0: e.g. two identical runs);
-    * ``one seed: mean above, not resolved`` (``below``, ``at the bar``): one value, no SE (``unit`` names it:
-      ``one round: ...``);
-    * ``within the run-to-run floor``: with a ``floor``, where the mean is resolved from the bar (met, below or
-      above) but |mean| <= floor: no larger than two identical runs differ, so not read as a gap.
-    """
-    m, se = mean_se(list(gaps))
-    se2 = None if se is None else 2 * se
-    return m, se2, verdict_of(m, se2, bar, floor, at_most=at_most, unit=unit)
-
-
-def verdict_of(
-    m: float, se2: float | None, bar: float = 0.0, floor: float | None = None, *, at_most: bool = False,
-    unit: str = "seed",
-) -> str:  # fmt: skip
-    """:func:`gap_verdict`'s verdict from the mean ``m`` and 2 SE ``se2`` (None: one value) where only those are
-    kept (a result file's paired figure)."""
-    side = "above" if m > bar else "below" if m < bar else "at the bar"
-    if se2 is None:
-        return f"one {unit}: mean {side}, not resolved"
-    if se2 == 0 and m == bar:
-        return "at the bar"
-    good, bad = (m + se2 < bar, m - se2 > bar) if at_most else (m - se2 > bar, m + se2 < bar)
-    if not (good or bad):
-        return f"mean {side}, not resolved"
-    if floor is not None and abs(m) <= floor:
-        return "within the run-to-run floor"
-    return "met" if good else ("above" if at_most else "below")
 
 
 def fmt(m: float, se: float | None, pct: bool = False) -> str:

@@ -12,8 +12,8 @@ The block between ``<!-- targets:begin -->`` and ``<!-- targets:end -->`` is the
 targets (:data:`TARGETS`): each row's figure taken from its result file, and whether the
 figure clears the bar ("met"), or "no result" where the file is missing.
 
-    python benchmarks/report.py            # rewrite the blocks of docs/benchmarks.md
-    python benchmarks/report.py --check    # exit 1 if a block differs from its result file
+    python -m benchmarks report            # rewrite the blocks of docs/benchmarks.md
+    python -m benchmarks report --check    # exit 1 if a block differs from its result file
 """
 
 from __future__ import annotations
@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     blocks = [m.group("name") for m in BLOCK.finditer(text)]
     if args.check:
         if new != text:
-            print(f"{args.doc}: result blocks differ from their files; run benchmarks/report.py", file=sys.stderr)
+            stale = f"{args.doc}: result blocks differ from their files; run python -m benchmarks report"
+            print(stale, file=sys.stderr)
             return 1
         print(f"{args.doc}: {len(blocks)} result blocks up to date")
         return 0

@@ -26,7 +26,7 @@ Each configuration trains in a run directory of its own under ``--run-dir``, nam
 policy and its parameters (``random-r0.19-noise``, ``random-r0.19-noise-log1p``, ``full``), with
 its result file ``<name>.json`` beside it.
 
-    python tools/make_pair_shards.py --out demo-out/pairs --train 10000 --test 1000 --shard-size 1000
+    python -m tools.make_pair_shards --out demo-out/pairs --train 10000 --test 1000 --shard-size 1000
     python examples/train_pairs.py --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 10 \
         --policy random --params '{"r": 0.19}' --noise
 """

@@ -15,7 +15,7 @@ Each configuration trains in a run directory of its own under ``--run-dir``, nam
 policy and its parameters (``seta-r0.1-k5-alpha0.6-delta0.875``, ``full``), with its result file
 ``<name>.json`` beside it.
 
-    python tools/make_word_shards.py --out demo-out/data --train 24000 --test 2400
+    python -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400
     python examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6
 """
 

@@ -1,4 +1,4 @@
-"""benchmarks/baselines_labels.py: the committed report is the one its result files give, and a tiny
+"""studies/baselines_labels.py: the committed report is the one its result files give, and a tiny
 run of the study's runner (real shards, real pipeline) trains what each baseline claims."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import baselines_labels as bl
+from studies import baselines_labels as bl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ def test_folds_are_disjoint_cover_the_keys_and_are_stratified() -> None:
 def _shards(tmp: Path) -> object:
     import webdataset as wds
 
-    from benchmarks.quality.data import Dataset
+    from studies.quality.data import Dataset
 
     rng = random.Random(0)
     words = [f"w{i}" for i in range(40)]

@@ -1,4 +1,4 @@
-"""benchmarks/baselines_pairs.py: the committed page is the report of the committed result files, and the runner
+"""studies/baselines_pairs.py: the committed page is the report of the committed result files, and the runner
 at a tiny size (a few hundred pairs, 2 epochs) trains what its registry says: the oracle's population is the
 training shards less exactly the mismatched pairs, the validation shard is disjoint from training, equal compute
 trains exactly the pairs rule + random trained, dynamic random takes its measured pruned fraction, and a second
@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import baselines_pairs as bp
-from benchmarks.instability import findings
 from seta_stream import list_samples
+from studies import baselines_pairs as bp
+from studies.quality.instability import findings
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(train=300, test=50, shard_size=100, size=32, seed=0)

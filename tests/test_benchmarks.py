@@ -1,13 +1,14 @@
 """Every benchmark script in benchmarks/ (bench_*.py, ab_*.py) runs at a tiny size, so that a
 change of the library's formats or APIs that breaks a benchmark fails here, not months later.
 
-Each script runs as ``python benchmarks/X.py ARGS`` would, with the benchmarks' scratch folder
-(``SETA_BENCH_OUT``) and result folder (``SETA_BENCH_RESULTS``) in a temporary folder, and with
-``SETA_BENCH_IN_PROCESS=1`` (``common.measure`` runs its snippets in the script's own interpreter:
-the same code, without an interpreter start per measured step). Most scripts run in this
-process (``runpy``); those that change process-wide state (an S3 endpoint in the environment, a
-Ray cluster) run in a subprocess. Each must exit cleanly and write its result file, whose
-fields are checked (the machine, the commit, the command line, the baseline, the rows).
+Each script runs as ``python -m benchmarks X ARGS`` would (``benchmarks/__main__.py``), with the
+benchmarks' scratch folder (``SETA_BENCH_OUT``) and result folder (``SETA_BENCH_RESULTS``) in a
+temporary folder, and with ``SETA_BENCH_IN_PROCESS=1`` (``common.measure`` runs its snippets in the
+script's own interpreter: the same code, without an interpreter start per measured step). Most
+scripts run in this process (``benchmarks.__main__.main``, which runs the module with ``runpy``);
+those that change process-wide state (an S3 endpoint in the environment, a Ray cluster) run in a
+subprocess. Each must exit cleanly and write its result file, whose fields are checked (the
+machine, the commit, the command line, the baseline, the rows).
 
 A new script fails :func:`test_every_script_has_a_smoke_run` until it is given tiny arguments in
 :data:`RUNS`. Times and RSS at these sizes mean nothing; nothing here asserts on them.
@@ -19,7 +20,6 @@ import gzip
 import io
 import json
 import os
-import runpy
 import subprocess
 import sys
 import tarfile
@@ -130,18 +130,19 @@ def _argv(script: str, env: dict[str, str]) -> list[str]:
 
 
 def _run_here(script: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "argv", [str(BENCH / script), *argv])
-    monkeypatch.setattr(sys, "path", [str(BENCH), *sys.path])  # restored after the test
+    from benchmarks.__main__ import main
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # restored after the test (the dispatch sets it)
     monkeypatch.chdir(ROOT)
     try:
-        runpy.run_path(str(BENCH / script), run_name="__main__")
+        assert main([script.removesuffix(".py"), *argv]) == 0
     except SystemExit as exc:  # argparse errors, or a script's own exit
         assert exc.code in (0, None), f"{script} exited with {exc.code}"
 
 
 def _run_subprocess(script: str, argv: list[str]) -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *argv],
+        [sys.executable, "-m", "benchmarks", script.removesuffix(".py"), *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -174,8 +175,7 @@ def test_script_runs_at_a_tiny_size(script: str, bench_env: dict[str, str], monk
     monkeypatch.setenv("SETA_BENCH_RESULTS", bench_env["results"])
     monkeypatch.setenv("SETA_BENCH_IN_PROCESS", "1")
     # common.py reads SETA_BENCH_OUT when imported: a fresh import in this process per script
-    monkeypatch.delitem(sys.modules, "common", raising=False)
-    for name in [m for m in sys.modules if m.startswith(("bench_", "ab_"))]:
+    for name in [m for m in sys.modules if m.startswith("benchmarks.") and m != "benchmarks.__main__"]:
         monkeypatch.delitem(sys.modules, name)
     argv = _argv(script, bench_env)
     if RUNS[script][2] == "subprocess":
@@ -188,7 +188,7 @@ def test_script_runs_at_a_tiny_size(script: str, bench_env: dict[str, str], monk
         res = json.loads(path.read_text())
         assert set(res) == RESULT_FIELDS
         assert res["name"] == name
-        assert res["command"].startswith(f"python benchmarks/{script}")
+        assert res["command"].startswith(f"python -m benchmarks {script.removesuffix('.py')} ")
         assert res["commit"] and len(res["commit"]) == 40
         assert {"cpu", "cores", "ram_gb", "python", "numpy", "pyarrow"} <= set(res["machine"])
         assert len(res["load_start"]["loadavg"]) == 3
@@ -204,11 +204,8 @@ def test_script_runs_at_a_tiny_size(script: str, bench_env: dict[str, str], monk
 def test_report_renders_and_checks_result_blocks(tmp_path: Path) -> None:
     """report.py replaces a result block with its file's rendering, keeps other text (another
     section's markers included) as it is, and --check fails on a block that differs."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import report
-    finally:
-        sys.path.remove(str(BENCH))
+    from benchmarks import report
+
     results = tmp_path / "results"
     results.mkdir()
     res = {
@@ -264,11 +261,8 @@ def test_report_renders_and_checks_result_blocks(tmp_path: Path) -> None:
 
 
 def test_report_renders_the_targets_table(tmp_path: Path) -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import report
-    finally:
-        sys.path.remove(str(BENCH))
+    from benchmarks import report
+
     results = tmp_path / "results"
     results.mkdir()
     record = {"name": "record", "commit": "b" * 40, "load_start": {"loadavg": [3.0, 2.0, 1.0]}}
@@ -293,10 +287,7 @@ def test_report_renders_the_targets_table(tmp_path: Path) -> None:
 
 def test_docs_benchmarks_blocks_are_what_their_result_files_give() -> None:
     """docs/benchmarks.md's generated blocks are up to date with docs/benchmarks/*.json (after
-    changing a result file, run python benchmarks/report.py)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import report
-    finally:
-        sys.path.remove(str(BENCH))
+    changing a result file, run python -m benchmarks report)."""
+    from benchmarks import report
+
     assert report.main(["--check"]) == 0

@@ -1,4 +1,4 @@
-"""benchmarks/cifar_gpu.py: the committed report is what its result file gives, and a tiny CPU run
+"""studies/cifar_gpu.py: the committed report is what its result file gives, and a tiny CPU run
 of the study's runner keeps its promises (the oracle, dynamic random and equal compute)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import cifar_gpu
+from studies import cifar_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "cifar10"
@@ -53,10 +53,10 @@ def test_folds_are_disjoint_cover_every_key_and_are_stratified() -> None:
 @pytest.mark.slow
 def test_tiny_cpu_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "cifar_gpu.py"), "--model", "cnn", "--data", str(DATA),
+    cmd = [sys.executable, "-m", "studies", "cifar_gpu", "--model", "cnn", "--data", str(DATA),
            "--out", str(out), "--kinds", "sym40", "--seeds", "0", "--jobs", "2", "--limit", "300", "--epochs", "2",
            "--only=-(full|rule|oracle|dynrand|equal)-s0"]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600, cwd=ROOT)
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted(runs) == sorted(f"sym40-{m}-s0" for m in ("full", "rule", "oracle", "dynrand", "equal"))
     assert {r["status"] for r in runs.values()} == {"done"}

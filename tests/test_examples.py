@@ -46,8 +46,8 @@ def _load(name: str, rel: str):
 
 tp = _load("train_pairs", "examples/train_pairs.py")
 tw = _load("train_words", "examples/train_words.py")
-mps = _load("make_pair_shards", "tools/make_pair_shards.py")
-mws = _load("make_word_shards", "tools/make_word_shards.py")
+from tools import make_pair_shards as mps  # noqa: E402
+from tools import make_word_shards as mws  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +311,7 @@ def test_the_demo_trains_the_noise_studys_calibrated_setting_into_the_run_direct
     cal = json.loads((ROOT / "docs/quality-runs/noise-study-2core/pairs-n20-E10-cal-rule-random.json").read_text())
     assert (args.policy, cal["levels"]["30"]["params"]) == ("random", tp.policy_params(args))
     # the study's data and schedule, which that calibration replayed
-    import benchmarks.quality.noise as ns
+    import studies.quality.noise as ns
 
     data, train = ns.DATA, ns.TRAIN
     assert (

@@ -1,9 +1,9 @@
-"""README's headline table is what the baseline studies' result files give (benchmarks/headline.py)."""
+"""README's headline table is what the baseline studies' result files give (studies/headline.py)."""
 
 from __future__ import annotations
 
-from benchmarks import headline
-from benchmarks.common import gap_verdict
+from studies import headline
+from tools.results import gap_verdict
 
 
 def test_readme_headline_is_generated_from_the_result_files() -> None:
@@ -56,7 +56,7 @@ def test_each_cell_says_the_seeds_it_covers_and_the_pairs_are_named_as_what_they
 
 
 def test_a_row_with_an_unstable_run_is_marked_and_the_run_named(monkeypatch) -> None:
-    from benchmarks import instability
+    from studies.quality import instability
 
     def flag(run: dict, name: str = "") -> bool:
         return run.get("method") == "full" and run.get("seed") == 1 and run.get("rate") == 0.4

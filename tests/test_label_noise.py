@@ -1,4 +1,4 @@
-"""The fixed label corruptions of the noisy-label studies (benchmarks/quality/data.py)."""
+"""The fixed label corruptions of the noisy-label studies (studies/quality/data.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.quality.data import ASYMMETRIC_FLIPS, asymmetric_offsets
+from studies.quality.data import ASYMMETRIC_FLIPS, asymmetric_offsets
 
 
 def test_asymmetric_flips_exactly_the_named_pairs_at_the_rate() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 from pathlib import Path
@@ -12,11 +11,9 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
+from tools import make_pair_shards as mps
+
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("make_pair_shards", ROOT / "tools" / "make_pair_shards.py")
-assert spec and spec.loader
-mps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mps)
 
 ARGS = ["--train", "60", "--test", "10", "--shard-size", "25", "--size", "16", "--workers", "1"]
 

@@ -1,4 +1,4 @@
-"""The noise study (benchmarks/noise_study.py): its measures, its plan and job claiming, its report."""
+"""The noise study (studies/noise_study.py): its measures, its plan and job claiming, its report."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.quality import harness as H
-from benchmarks.quality import noise as ns
-from benchmarks.quality import noise_report as nr
+from studies.quality import harness as H
+from studies.quality import noise as ns
+from studies.quality import noise_report as nr
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = {"cpu": "Test CPU", "cores": 16, "torch": "2.13.0", "cpu_capability": "AVX2", "torch_threads": 1}
@@ -133,7 +133,7 @@ def test_calibrate_rule_lands_each_level_through_the_library(tmp_path: Path, mon
 
 
 def test_the_noisy_label_runs_have_ids_of_their_own() -> None:
-    from benchmarks.quality.configs import configs, noise_label_configs, run_id
+    from studies.quality.configs import configs, noise_label_configs, run_id
 
     cal = json.loads((ROOT / "docs" / "quality-runs" / "cifar10-calibration.json").read_text())
     ours = {run_id("cifar10", c, s) for c in noise_label_configs(cal, {"noise": True, "r": 0.2}) for s in (0, 1)}
@@ -238,8 +238,8 @@ def test_backfilling_keeps_processes_for_the_runs_that_wait_for_a_calibration(tm
 _WORKER = r"""
 import json, os, sys, time
 from pathlib import Path
-import benchmarks.quality.noise as ns
-from benchmarks.quality import harness as H
+import studies.quality.noise as ns
+from studies.quality import harness as H
 
 root = Path(sys.argv[1])
 CAL_BASE, CAL_RULE = json.loads(sys.argv[2]), json.loads(sys.argv[3])
@@ -598,7 +598,7 @@ def test_verdicts_on_a_bar_to_stay_under_and_at_the_bar() -> None:
 
 def labels_run(dataset, policy, label, params, seed, acc, pruned, *, noisy_after=0.4, prec=None, rec=None) -> dict:
     """A noisy-label run file: 3 epochs, the rule active from epoch 1 on."""
-    from benchmarks.quality.configs import run_id
+    from studies.quality.configs import run_id
 
     rows = []
     for e in range(3):
@@ -698,7 +698,7 @@ def test_the_readme_block_holds_the_targets_every_seed_measured(tmp_path: Path) 
     files = nr.load_files(tmp_path / "results")
     lines = nr.readme_lines(files)
     assert lines[0].startswith(
-        "Measured by `benchmarks/noise_study.py` (22 finished pairs runs of 100 pairs, E = 4, seeds 0, 1, on one "
+        "Measured by `studies/noise_study.py` (22 finished pairs runs of 100 pairs, E = 4, seeds 0, 1, on one "
         "machine: Test CPU, 16 cores, torch 2.13.0 (AVX2);"
     )
     rows = [line for line in lines if line.startswith("| ") and not line.startswith(("| target", "| ---"))]
@@ -765,7 +765,7 @@ def test_the_long_noisy_label_schedule_is_its_own_comparison_with_its_curve(tmp_
 
 
 def test_the_long_noisy_label_runs_have_ids_of_their_own() -> None:
-    from benchmarks.quality.configs import noise_label_configs, noise_label_long_configs, run_id
+    from studies.quality.configs import noise_label_configs, noise_label_long_configs, run_id
 
     long = [run_id("cifar10", c, 0) for c in noise_label_long_configs()]
     assert long == [
@@ -838,7 +838,7 @@ def test_readme_sums_up_the_study_with_the_most_runs_and_names_the_other(tmp_pat
     studies = [(n, f, nr.load_files(f)) for n, f in ((1, main), (2, rep))]
     lines = nr.readme_summary(studies, tmp_path)
     assert lines[0].startswith(
-        "Measured by `benchmarks/noise_study.py` (2 finished pairs runs of 100 pairs, E = 4, seeds 0, 1, on one "
+        "Measured by `studies/noise_study.py` (2 finished pairs runs of 100 pairs, E = 4, seeds 0, 1, on one "
         "machine: Other CPU, 2 cores, torch 2.13.0 (AVX2); generated from `noise-study-2core/`"
     )
     assert lines[-1] == (

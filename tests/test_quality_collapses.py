@@ -1,4 +1,4 @@
-"""The collapse diagnosis of the accuracy study (benchmarks/quality/collapse*.py): the list of
+"""The collapse diagnosis of the accuracy study (studies/quality/collapse*.py): the list of
 epochs at chance read from the committed run files, and the forks of the experiment's probe."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.quality.collapses import collapses
-from benchmarks.quality.layout import Layout
+from studies.quality.collapses import collapses
+from studies.quality.layout import Layout
 
 
 def test_the_list_is_every_epoch_at_chance_of_the_converged_studies_with_its_final_batch():
@@ -43,7 +43,7 @@ def test_each_entry_names_the_plan_the_learning_rate_and_the_committed_list_is_c
 
 def test_the_probe_replays_the_final_step_exactly_and_forks_leave_the_run_as_it_was():
     torch = pytest.importorskip("torch")
-    from benchmarks.quality.collapse import Probe
+    from studies.quality.collapse import Probe
 
     torch.manual_seed(0)
     nn = torch.nn
@@ -63,7 +63,7 @@ def test_the_probe_replays_the_final_step_exactly_and_forks_leave_the_run_as_it_
         loss.backward()
         for o in opts:
             o.step()
-    from benchmarks.quality.pipeline import evaluate
+    from studies.quality.pipeline import evaluate
 
     end = {k: v.clone() for k, v in model.state_dict().items()}
     acc = evaluate(model, test)
@@ -78,7 +78,7 @@ def test_the_scan_reads_every_folder_and_finds_collapses_and_one_epoch_drops(tmp
     """Result files at every depth: a converged-study curve that collapses, a pairs curve that falls
     exactly 20 points (and one 19.9 points), a noisy-label curve (rows) without events, and files
     with no curve (the short study's epochs, a calibration) counted but not read."""
-    from benchmarks import instability as ins
+    from studies.quality import instability as ins
 
     def conv(accs):
         return {"dataset": "cifar10", "policy": "seta", "seed": 0, "epochs": [{"test_acc": a} for a in accs]}
@@ -119,7 +119,7 @@ def test_the_scan_reads_every_folder_and_finds_collapses_and_one_epoch_drops(tmp
     ins.write(tmp_path, doc)
     assert json.loads((tmp_path / ins.OUT).read_text()) == found  # the scan skips its own file
     text = doc.read_text()
-    assert text.startswith(f"# q\n\n{ins.BEGIN}\n`python -m benchmarks.instability` read all 8 result files")
+    assert text.startswith(f"# q\n\n{ins.BEGIN}\n`python -m studies instability` read all 8 result files")
     assert "| `noise-study/sub/pairs-a.json` | random | 1 | mean R@1 | drop at e2 (30.0 -> 10.0) |" in text
     assert text.endswith(f"{ins.END}\n\ntail\n") and "\nold\n" not in text
     assert ins.scan(tmp_path) == found
@@ -129,7 +129,7 @@ def test_the_committed_scan_is_current_and_names_every_collapse() -> None:
     """docs/quality-runs/instability.json is the scan of the committed result files; it holds every
     collapse of collapses.json and the pairs run of the 2-core noise study that fell to chance at
     epoch 6 after 21.3% (a 19.7-point fall, so a collapse and no drop)."""
-    from benchmarks import instability as ins
+    from studies.quality import instability as ins
 
     committed = json.loads((ins.RESULTS / ins.OUT).read_text())
     assert committed == ins.scan()
@@ -142,7 +142,7 @@ def test_the_committed_scan_is_current_and_names_every_collapse() -> None:
 
 
 def test_the_scan_reads_the_word_image_runs_against_their_chance() -> None:
-    from benchmarks import instability as ins
+    from studies.quality import instability as ins
 
     run = {"study": "words-noise", "dataset": "words", "rows": [{"acc": 0.5}, {"acc": 0.8}, {"acc": 0.02}]}
     assert ins.curve(run, "words-n3-full-s0.json") == ([0.5, 0.8, 0.02], 0.02, "test accuracy")
@@ -152,9 +152,9 @@ def test_the_scan_reads_the_word_image_runs_against_their_chance() -> None:
 
 
 def test_the_scan_reads_each_run_of_a_file_of_many_runs_and_names_it_by_id(tmp_path) -> None:
-    """A file that nests its runs ({"meta", "runs": {id: run}}, benchmarks/cifar_gpu.py) is read run by
+    """A file that nests its runs ({"meta", "runs": {id: run}}, studies/cifar_gpu.py) is read run by
     run; the committed cifar-gpu file's 40 runs all have a curve."""
-    from benchmarks import instability as ins
+    from studies.quality import instability as ins
 
     def run(accs: list[float]) -> dict:
         return {"dataset": "cifar10", "policy": "full", "seed": 0, "rows": [{"test_acc": a} for a in accs]}
@@ -172,7 +172,7 @@ def test_the_scan_reads_each_run_of_a_file_of_many_runs_and_names_it_by_id(tmp_p
 
 
 def test_a_run_that_diverged_or_was_cut_short_is_unstable_and_named_so() -> None:
-    from benchmarks import instability as ins
+    from studies.quality import instability as ins
 
     rows = [{"test_acc": a, "loss": x} for a, x in ((0.5, 1.0), (0.6, 0.9), (0.62, float("nan")))]
     diverged = {"dataset": "cifar10", "rows": rows}
@@ -193,7 +193,7 @@ def test_the_pages_mark_the_unstable_runs_they_show() -> None:
     """The second set of the converged study (converged-reruns/) feeds docs/results.md's and docs/quality.md's
     table and summary; the SST-2 schedule pilot's test accuracy is shown in docs/baselines-labels.md: each
     such run is marked and named with its events."""
-    from benchmarks.instability import ROOT
+    from studies.quality.instability import ROOT
 
     results = (ROOT / "docs" / "results.md").read_text()
     quality = (ROOT / "docs" / "quality.md").read_text()

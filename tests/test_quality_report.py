@@ -1,5 +1,5 @@
-"""The generated prose of the accuracy reports (benchmarks/quality reading, reading_short,
-report_collapses; benchmarks/quality/pairs reading): exact sentences from synthetic run files, so
+"""The generated prose of the accuracy reports (studies/quality reading, reading_short,
+report_collapses; studies/quality/pairs reading): exact sentences from synthetic run files, so
 that a number in the prose cannot drift from the files, and collapsed runs are marked."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks.quality.collapses import (  # noqa: E402
+from studies.quality.collapses import (  # noqa: E402
     COMMAND,
     CONTROL,
     Trace,
@@ -22,10 +22,10 @@ from benchmarks.quality.collapses import (  # noqa: E402
     largest_weight,
     seta_window,
 )
-from benchmarks.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa: E402
-from benchmarks.quality.layout import Layout  # noqa: E402
-from benchmarks.quality.reading import readings, report_readings, report_results_table, summary  # noqa: E402
-from benchmarks.quality.report_converged import report_converged  # noqa: E402
+from studies.quality.configs import conv_cfg, conv_full, conv_run_id  # noqa: E402
+from studies.quality.layout import Layout  # noqa: E402
+from studies.quality.reading import readings, report_readings, report_results_table, summary  # noqa: E402
+from studies.quality.report_converged import report_converged  # noqa: E402
 
 SETA = {"alpha": 0.5, "k": 10, "r": 0.2}
 
@@ -93,7 +93,7 @@ def test_the_plan_before_a_collapse_follows_the_policy_rule() -> None:
 
 
 def test_the_collapse_table_gives_the_plan_lr_losses_and_the_experiments_of_the_epoch() -> None:
-    from benchmarks.quality.report_collapses import collapse_rows
+    from studies.quality.report_collapses import collapse_rows
 
     t = Trace("cifar10-E36-infobatch-p30-r0.5-s0", "converged", "infobatch", {"r": 0.5}, 0, [0.6, 0.7, 0.1, 0.65],
               0.1, [1.0, 0.7, 0.64, 0.63], ["prune"] * 4, [1.5, 1.1, 0.98, 1.62], lambda t: 0.01 * t, 0.65,
@@ -276,7 +276,7 @@ def _pair_run(seed: int, r1: list[float], share: list[float], kept_mis: list[flo
 
 
 def test_the_pairs_reading_gives_each_setting_its_share_its_window_and_its_collapse() -> None:
-    import benchmarks.quality.pairs as ps
+    import studies.quality.pairs as ps
 
     seta = [_pair_run(0, [0.2, 0.3, 0.017, 0.35], [0.2, 0.22, 0.94, 0.2], [1.0, 0.69, 0.94, 1.0]),
             _pair_run(1, [0.2, 0.3, 0.25, 0.33], [0.2, 0.21, 0.9, 0.2], [1.0, 0.7, 0.9, 1.0])]  # fmt: skip
@@ -306,7 +306,7 @@ def test_the_pairs_reading_gives_each_setting_its_share_its_window_and_its_colla
 
 
 def test_the_collapse_section_counts_runs_per_policy_and_says_the_short_study_cannot_show_one() -> None:
-    from benchmarks.quality.report_collapses import collapse_section
+    from studies.quality.report_collapses import collapse_section
 
     def trace(run: str, study: str, policy: str, metric: list[float]) -> Trace:
         return Trace(run, study, policy, {}, 0, metric, 0.1, [1.0] * len(metric), ["prune"] * len(metric),
@@ -339,6 +339,6 @@ def test_the_collapse_section_counts_runs_per_policy_and_says_the_short_study_ca
 
 
 def test_the_noise_alone_costs_the_entropy_of_the_label_distribution() -> None:
-    from benchmarks.quality.reading_short import noise_entropy
+    from studies.quality.reading_short import noise_entropy
 
     assert f"{noise_entropy(0.4, 10):.2f} / {noise_entropy(0.4, 2):.2f}" == "1.55 / 0.67"

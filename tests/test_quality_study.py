@@ -1,4 +1,4 @@
-"""The accuracy study's plan and report (benchmarks/quality): no training, synthetic run files."""
+"""The accuracy study's plan and report (studies/quality): no training, synthetic run files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks.quality.configs import (  # noqa: E402
+from studies.quality.configs import (  # noqa: E402
     conv_calibration_name,
     conv_cfg,
     conv_full,
@@ -18,9 +18,9 @@ from benchmarks.quality.configs import (  # noqa: E402
     converged_plan,
     equal_compute_epochs,
 )
-from benchmarks.quality.layout import Layout  # noqa: E402
-from benchmarks.quality.machine import other_cpu, software  # noqa: E402
-from benchmarks.quality.report_converged import report_converged  # noqa: E402
+from studies.quality.layout import Layout  # noqa: E402
+from studies.quality.machine import other_cpu, software  # noqa: E402
+from studies.quality.report_converged import report_converged  # noqa: E402
 
 CAL = {
     "source": "cifar10-E36-full-e36-default-s0",
@@ -122,7 +122,7 @@ def test_another_model_has_its_own_ids_plan_and_calibration() -> None:
 
 def test_resnet18_is_the_cifar_variant_of_the_papers() -> None:
     torch = pytest.importorskip("torch")
-    from benchmarks.quality.models import image_model
+    from studies.quality.models import image_model
 
     model = image_model("resnet18")
     assert sum(p.numel() for p in model.parameters()) == 11_173_962  # ResNet-18 with a 3x3 stride-1 stem
@@ -236,7 +236,7 @@ def test_report_renders_partial_results(tmp_path: Path) -> None:
 def test_a_stopped_section_renders_its_own_folder_without_missing_runs_or_run_directories(tmp_path: Path) -> None:
     """The same-order runs: their own folder, markers, figures and checks; the current run
     directories (same ids) are not checked against them, and no missing run is listed."""
-    from benchmarks.quality.report_converged import SAME_ORDER
+    from studies.quality.report_converged import SAME_ORDER
 
     runs = [_run(conv_full(4, 4), 0, [0.5, 0.7, 0.8, 0.85], 0.0), _run(conv_full(4, 2), 0, [0.6, 0.82], 0.0)]
     page = "<!-- converged:begin -->\nnew\n<!-- converged:end -->\n"
@@ -308,9 +308,9 @@ def test_convergence_check_reports_every_seed_at_2e_and_their_mean(tmp_path: Pat
 _WORKER = r"""
 import os, sys, time
 from pathlib import Path
-import benchmarks.quality.harness as H
-import benchmarks.quality.study as study
-from benchmarks.quality.__main__ import parser
+import studies.quality.harness as H
+import studies.quality.study as study
+from studies.quality.__main__ import parser
 
 root = Path(sys.argv[1])
 
@@ -333,7 +333,7 @@ def test_two_study_processes_share_the_plan_and_train_each_run_once(tmp_path: Pa
     import subprocess
     import sys
 
-    from benchmarks.quality.configs import conv_calibration_name
+    from studies.quality.configs import conv_calibration_name
 
     layout = Layout(results=tmp_path / "results", out=tmp_path / "out", data=tmp_path / "data")
     layout.converged.mkdir(parents=True)
@@ -354,7 +354,7 @@ def test_two_study_processes_share_the_plan_and_train_each_run_once(tmp_path: Pa
 _HOLDER = r"""
 import sys, time
 from pathlib import Path
-from benchmarks.quality.harness import claim
+from studies.quality.harness import claim
 held = claim(Path(sys.argv[1]), wait=False)
 print("held" if held else "refused", flush=True)
 time.sleep(60)
@@ -365,10 +365,10 @@ def test_the_short_study_plan_waits_for_its_calibration_and_only_pulls_in_what_a
     """The short study through the runner: before the calibration exists its runs are one placeholder
     per seed (which ``--only`` may select, pulling in full data of seed 0 and the calibration), after
     it the configurations it decides; a result file (not a crashed one) marks a run done."""
-    import benchmarks.quality.harness as H
-    import benchmarks.quality.study as study
-    from benchmarks.quality.__main__ import parser
-    from benchmarks.quality.configs import configs, run_id
+    import studies.quality.harness as H
+    import studies.quality.study as study
+    from studies.quality.__main__ import parser
+    from studies.quality.configs import configs, run_id
 
     argv = ["--datasets", "sst2", "--seeds", "2", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o")]
     ctx = study.context(parser().parse_args([*argv, "--only", "sst2-clean-random-p30"]))
@@ -398,7 +398,7 @@ def test_a_run_claim_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from benchmarks.quality.harness import claim
+    from studies.quality.harness import claim
 
     lock = tmp_path / "claims" / "run.lock"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -425,8 +425,8 @@ def test_the_training_loader_crops_and_flips_only_when_augmenting(tmp_path: Path
     import webdataset as wds
     from PIL import Image
 
-    from benchmarks.quality.data import Dataset
-    from benchmarks.quality.pipeline import MEAN, STD, crop_and_flip, train_loader
+    from studies.quality.data import Dataset
+    from studies.quality.pipeline import MEAN, STD, crop_and_flip, train_loader
 
     rng = np.random.default_rng(0)
     images = {f"{i:04d}": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for i in range(40)}
@@ -474,8 +474,8 @@ def test_the_training_loader_reorders_every_epoch_reproducibly(tmp_path: Path) -
     import webdataset as wds
 
     import seta_stream as seta
-    from benchmarks.quality.data import Dataset
-    from benchmarks.quality.pipeline import train_loader
+    from studies.quality.data import Dataset
+    from studies.quality.pipeline import train_loader
 
     urls = []
     for s in range(3):

@@ -1,7 +1,7 @@
 """No committed page or result file names a folder of the machine it was written on: every file
 under docs/ (result files, logs, pages) and README.md is free of absolute paths such as /tmp/...,
 /root/..., /home/..., /work/..., /Users/... or C:\\...; a path is named relative to the repository
-or as ``<elsewhere>/NAME`` (``benchmarks.common.path_label``, ``label_paths``)."""
+or as ``<elsewhere>/NAME`` (``tools.results.path_label``, ``label_paths``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import MACHINE_PATH, argv_labels, label_paths
+from tools.results import MACHINE_PATH, argv_labels, label_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 

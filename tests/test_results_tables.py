@@ -13,9 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import benchmarks.quality.noise_report as nr  # noqa: E402
-import benchmarks.quality.noise_scale as nsc  # noqa: E402
-import benchmarks.quality.pairs as ps  # noqa: E402
+import studies.quality.noise_report as nr  # noqa: E402
+import studies.quality.noise_scale as nsc  # noqa: E402
+import studies.quality.pairs as ps  # noqa: E402
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "torch": "2.13.0", "cpu_capability": "AVX2"}
 
@@ -117,7 +117,7 @@ def test_the_pairs_summary_is_one_table(monkeypatch: pytest.MonkeyPatch) -> None
     ib = [run("infobatch", {"r": 0.6}, s, [0.2, 0.3, 0.4, 0.45], [0.2, 0.3, 0.4, 0.2], 0.3) for s in (0, 1)]
     lines = ps.summary_lines(ps.group_runs(full + rnd + seta + ib))
     assert lines[0].startswith(
-        "`benchmarks/pairs_study.py` (800 pairs, 4 epochs, 2 seeds; every table: "
+        "`studies/pairs_study.py` (800 pairs, 4 epochs, 2 seeds; every table: "
         "[docs/quality-pairs.md](quality-pairs.md)). **Mismatched pairs** have the highest losses (full data's "
         "plans: 6.7-6.9 against 0.5-1.5 for clean pairs"
     )
@@ -159,7 +159,7 @@ def test_the_scale_checks_summary_is_tables(tmp_path: Path, monkeypatch: pytest.
         (tmp_path / f"scale-{i}.json").write_text(json.dumps(r))
     monkeypatch.setattr(nsc, "RESULTS", tmp_path)
     lines = nsc.summary_lines()
-    assert lines[0].startswith("Closed loop on one machine (`benchmarks/noise_scale_check.py`, 10,000 pairs, E = 10; "
+    assert lines[0].startswith("Closed loop on one machine (`studies/noise_scale_check.py`, 10,000 pairs, E = 10; "
                                "Test CPU, 2 cores, torch 2.13.0 (AVX2); the whole section: ")  # fmt: skip
     i = lines.index("| mismatched | epochs | rule | seed | mean R@1 minus full data: loss | mean R@1 minus full data: "
                     "log1p | mean R@1, log1p minus loss | pruned %, log1p minus loss | precision | recall "

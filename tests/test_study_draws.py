@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import importlib.util
 from functools import cache
 from pathlib import Path
 
@@ -20,24 +19,18 @@ import pytest
 
 stats = pytest.importorskip("scipy.stats")
 
-from benchmarks import baselines_labels, cifar_gpu  # noqa: E402
-from benchmarks.quality import draws  # noqa: E402
-from benchmarks.quality.data import ASYMMETRIC_FLIPS, NOISE_SEED, asymmetric_offsets, symmetric_offsets  # noqa: E402
+from studies import baselines_labels, cifar_gpu  # noqa: E402
+from studies.quality.data import ASYMMETRIC_FLIPS, NOISE_SEED, asymmetric_offsets, symmetric_offsets  # noqa: E402
+from tools import draws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 P_MIN = 1e-3  # the bar of every test of a distribution: p above it
 
 
-def _tool(name: str):  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mps, mws, t2s = _tool("make_pair_shards"), _tool("make_word_shards"), _tool("text_to_shards")
+from tools import make_pair_shards as mps  # noqa: E402
+from tools import make_word_shards as mws  # noqa: E402
+from tools import text_to_shards as t2s  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ the key sets
@@ -296,7 +289,7 @@ def test_word_sets_show_a_random_label_to_the_share_independent_of_the_word() ->
 
 
 def test_training_crops_and_flips_are_uniform_and_new_every_epoch() -> None:
-    from benchmarks.quality.pipeline import crop_and_flip
+    from studies.quality.pipeline import crop_and_flip
 
     keys, _ = cifar_train()
     e0 = np.array([crop_and_flip(0, 0, k) for k in keys], dtype=np.int64)

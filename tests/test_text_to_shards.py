@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,14 +10,10 @@ from pathlib import Path
 import pytest
 import webdataset as wds
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools" / "text_to_shards.py"
-SST2 = ROOT.parent / "shared" / "data" / "sst2"
+from tools import text_to_shards as t2s
 
-spec = importlib.util.spec_from_file_location("text_to_shards", TOOL)
-assert spec and spec.loader
-t2s = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(t2s)
+ROOT = Path(__file__).resolve().parent.parent
+SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
 
 def _read(out: Path, prefix: str) -> list[tuple[str, str, int]]:
@@ -80,9 +75,9 @@ def test_key_prefix_with_dot_is_refused(tmp_path: Path) -> None:
 @pytest.mark.skipif(not SST2.exists(), reason="../shared/data/sst2 not present")
 def test_cli_on_real_sst2_dev(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(TOOL), str(SST2 / "dev.tsv"), "--out", str(tmp_path), "--text", "sentence",
-         "--label", "label", "--labels", "0,1", "--prefix", "dev", "--shard-size", "500", "--json"],
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "tools.text_to_shards", str(SST2 / "dev.tsv"), "--out", str(tmp_path), "--text",
+         "sentence", "--label", "label", "--labels", "0,1", "--prefix", "dev", "--shard-size", "500", "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
     )  # fmt: skip
     summary = json.loads(proc.stdout)
     assert summary["rows"] == 872

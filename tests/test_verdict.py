@@ -1,10 +1,10 @@
-"""benchmarks.common.gap_verdict: the one verdict rule and wording of every report (baselines pages, the CIFAR
+"""tools.results.gap_verdict: the one verdict rule and wording of every report (baselines pages, the CIFAR
 GPU page, README's headline, the benchmarks' paired-ratio notes), case by case on hand-computed gaps."""
 
 from __future__ import annotations
 
 from benchmarks import common
-from benchmarks.common import gap_verdict
+from tools.results import gap_verdict
 
 
 def _r(result: tuple[float, float | None, str]) -> tuple[float, float | None, str]:

@@ -1,4 +1,4 @@
-"""benchmarks/words_noise.py: the committed page is the report of the committed result files; at a tiny size
+"""studies/words_noise.py: the committed page is the report of the committed result files; at a tiny size
 (400 word images, 3 epochs) the runner trains the registry once in order through the studies' harness, the
 wrong labels it reads from the shards are exactly the ones the generator counted, every plan's reading is
 there, and the report's rows hold the files' figures."""
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from benchmarks import words_noise as wn
+from studies import words_noise as wn
 
 SMALL = dict(train=400, test=100, seed=0)
 EPOCHS = 3

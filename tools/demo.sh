@@ -46,7 +46,7 @@ if [ "$what" = words ]; then
     echo
     if [ ! -f demo-out/data/info.json ]; then
         echo "== generating 24,000 train + 2,400 test word images as tar shards =="
-        $PY tools/make_word_shards.py --out demo-out/data --train 24000 --test 2400 --seed 0
+        $PY -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400 --seed 0
     fi
     echo "== training a small CNN for 6 epochs with SeTa, then with full data (same seed and initialisation) =="
     $PY examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6 --workers 1 --quiet "$@"
@@ -60,7 +60,7 @@ if [ "$what" = words ]; then
     exit 0
 fi
 
-# The pairs demo. Data and schedule are the noise study's (benchmarks/noise_study.py: 10,000 pairs in
+# The pairs demo. Data and schedule are the noise study's (studies/noise_study.py: 10,000 pairs in
 # 10 shards, 1,000 clean held-out pairs, 10 epochs, batch 128). r = 0.19 is the study's calibration for
 # the rule + random at 30% pruned (docs/quality-runs/noise-study-2core/pairs-n20-E10-cal-rule-random.json):
 # the combined policy replayed over full data's training losses; neither the held-out pairs nor the
@@ -72,8 +72,7 @@ NAME=random-r0.19-noise
 if [ $# -gt 0 ]; then # the run directory of the settings as the extra arguments change them
     NAME=$($PY - "${SETTINGS[@]}" "$@" <<'EOF'
 import sys
-sys.path.insert(0, "examples")
-import train_pairs as tp
+from examples import train_pairs as tp
 args = tp.parser().parse_args(sys.argv[1:])
 print(tp.run_name(args.policy, tp.policy_params(args)))
 EOF
@@ -95,7 +94,7 @@ assert (info["train"]["pairs"], info["test"]["pairs"], info["noise"], info["seed
 EOF
     echo "== generating 10,000 train pairs (20% mismatched captions) + 1,000 held-out pairs as tar shards =="
     rm -rf "$DATA"
-    $PY tools/make_pair_shards.py --out "$DATA" --train 10000 --test 1000 --shard-size 1000 --noise 0.2 --seed 0 \
+    $PY -m tools.make_pair_shards --out "$DATA" --train 10000 --test 1000 --shard-size 1000 --noise 0.2 --seed 0 \
         --workers 2
 fi
 echo "== training a small CLIP for 10 epochs: the noise rule + random pruning, then full data =="

@@ -28,10 +28,10 @@ Deterministic for ``--seed``: the same arguments write byte-identical shards (JP
 the same Pillow build). Images and clean captions do not depend on ``--noise``, so sets made
 with different noise levels differ only in the captions of the mismatched pairs: exactly
 round(noise x n) of a shard's n pairs, chosen and given their donors by keyed hashes of the key
-(``benchmarks/quality/draws.py``), so a lower level mismatches a subset of a higher level's pairs,
+(``tools/draws.py``), so a lower level mismatches a subset of a higher level's pairs,
 each with the same caption.
 
-    python tools/make_pair_shards.py --out bench-out/pairs/noise20 --train 24000 --test 1000 --noise 0.2
+    python -m tools.make_pair_shards --out bench-out/pairs/noise20 --train 24000 --test 1000 --noise 0.2
 """
 
 from __future__ import annotations
@@ -43,16 +43,11 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
+from tools import draws
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring", "star", "bar")
 COLOURS = {

@@ -12,7 +12,7 @@ Layout (like real sets): ``stmj-train-000000.tar``..., keys ``mj/<dir>/<n>/<inde
 its extension). Members: ``<key>.png`` (8-bit grayscale, 32x128) and ``<key>.cls`` (label as
 ASCII decimal). Deterministic from ``--seed``.
 
-    python tools/make_word_shards.py --out demo-out/data --train 24000 --test 2400
+    python -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400
 """
 
 from __future__ import annotations
@@ -22,16 +22,11 @@ import io
 import json
 import os
 import random
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
+from tools import draws
 
 VOCAB = (
     "Lube Train Stream Shard Window Cluster Random Prune Epoch Loss Batch Tensor Kernel "

@@ -24,7 +24,7 @@ fi
 "$VENV/bin/python" -m pip check
 rm -rf "$OUT"
 mkdir -p "$OUT"
-"$VENV/bin/python" tools/make_pair_shards.py --out "$OUT/pairs" --train 1200 --test 100 --shard-size 200 \
+"$VENV/bin/python" -m tools.make_pair_shards --out "$OUT/pairs" --train 1200 --test 100 --shard-size 200 \
     --noise 0.2 --workers 2
 status=0
 "$VENV/bin/python" tools/openclip_check.py --data "$OUT/pairs" --out "$OUT" --result "$RESULT" "$@" || status=$?

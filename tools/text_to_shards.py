@@ -11,7 +11,7 @@ SEED`` shuffles the rows before sharding (real sets are often sorted by label or
 Bad input stops with the file, the line and what is wrong: a missing column, an empty text, a
 label that is not an integer (or not in ``--labels``), a duplicate key.
 
-    python tools/text_to_shards.py ../shared/data/sst2/train.tsv --out data/sst2 \\
+    python -m tools.text_to_shards ../shared/data/sst2/train.tsv --out data/sst2 \\
         --text sentence --label label --prefix sst2-train --shard-size 5000 --shuffle 0
 
 Prints one line per shard and a JSON summary (``--json``) of what was written.
@@ -29,11 +29,7 @@ from pathlib import Path
 
 from webdataset import TarWriter
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the studies' draws importable
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.quality import draws  # noqa: E402  (after the path set-up above)
+from tools import draws
 
 
 class ConversionError(ValueError):
@@ -73,7 +69,7 @@ def read_rows(path: Path, fmt: str | None = None) -> Iterator[tuple[int, dict[st
 
 def row_order(n: int, shuffle: int) -> list[int]:
     """The source rows in the order ``--shuffle SEED`` writes them: a uniform permutation of 0..n-1
-    drawn by a NumPy generator of its own purpose and the seed (``benchmarks/quality/draws.py``)."""
+    drawn by a NumPy generator of its own purpose and the seed (``tools/draws.py``)."""
     return draws.generator(draws.TEXT_SHUFFLE, shuffle).permutation(n).tolist()
 
 

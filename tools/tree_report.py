@@ -16,7 +16,7 @@ Definitions (what each figure counts):
   top-level folder (seta_stream/, benchmarks/, tools/, examples/, tests/) and per folder below
   them, each with its own files' lines and with everything under it.
 * modules: every ``.py`` file under seta_stream/, benchmarks/, tools/ and examples/, named by its
-  path from the root (``benchmarks/quality/study.py`` is ``benchmarks.quality.study``, a
+  path from the root (``studies/quality/study.py`` is ``studies.quality.study``, a
   package's ``__init__.py`` is the package). tests/ counts for lines and for private imports only.
 * edges: ``import a.b`` and ``from a.b import c`` with ``a`` a top-level folder of the root;
   relative imports, resolved against the file's folder; bare names (``import common``), resolved

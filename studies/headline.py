@@ -1,0 +1,259 @@
+"""README's headline: the noise rule against early-stopped full data and the oracle filter.
+
+One table, generated from the result files of the three baseline studies (issue 33):
+
+* generated image-text pairs with mismatched captions (``studies/baselines_pairs.py``, CPU:
+  32-pixel images of one shape each, captions from a few templates; ``tools/make_pair_shards.py``):
+  rule + dynamic random (r = 0.19, ``noise=True``), the demo's configuration, and the rule alone;
+* CIFAR-10 with 40% symmetric and asymmetric noisy labels, ResNet-18 on a GPU
+  (``studies/cifar_gpu.py``): the rule alone;
+* SST-2 with 40% noisy labels (``studies/baselines_labels.py``, CPU): the rule alone.
+
+Each row: the samples trained against full data's, and the paired gaps (per seed, mean, 2 SE)
+of the method's last epoch against full data early-stopped on a held-out validation split
+(full data at its best validation epoch) and against the oracle filter (full data without the
+known noisy samples, last epoch), each cell over the seeds both of its runs have (named where
+they are fewer than the row's). The verdict against early-stopped full data is
+``tools.results.gap_verdict``'s (met, below, mean above/below, not resolved, at the bar, one seed).
+A row with a run the instability scan flags (``studies.quality.instability``) is marked and the run named
+under the table.
+
+The same rows give docs/results.md's first finding (between ``<!-- noise-verdict:begin -->`` and
+``<!-- noise-verdict:end -->``): where the rule ended above or below early-stopped full data, each
+sign and verdict computed, and what random pruning on top changed.
+
+    python -m studies headline           # rewrite README.md's block and docs/results.md's finding
+    python -m studies headline --check   # exit 1 if either differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from studies import baselines_labels, baselines_pairs, cifar_gpu
+from studies.quality import instability
+from tools.results import gap_verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+RESULTS_DOC = ROOT / "docs" / "results.md"
+VERDICT_BEGIN, VERDICT_END = "<!-- noise-verdict:begin -->", "<!-- noise-verdict:end -->"
+CIFAR = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
+
+
+def pairs_family() -> str:
+    """How the tables name the baselines study's pairs: what they are, not what they stand in for."""
+    return f"generated shape pairs ({baselines_pairs.DATA['size']}-pixel shape images, template captions)"
+
+
+def cell(gaps: list[float], seeds: list[int] | None = None, of: list[int] | None = None) -> str:
+    """'+0.2 (+1.0, -0.5)': the mean and each seed's gap; ``seeds`` (those of the gaps) are named where
+    they differ from ``of`` (the row's)."""
+    if not gaps:
+        return "-"
+    named = f"; seeds {', '.join(map(str, seeds))}" if seeds is not None and of is not None and seeds != of else ""
+    return f"{np.mean(gaps):+.1f} ({', '.join(f'{g:+.1f}' for g in gaps)}{named})"
+
+
+def rows() -> list[dict]:
+    """One dict a row: data, model, configuration, trained share, gaps to early-stopped full data (``es``,
+    over ``seeds``) and to the oracle (``oracle``, over ``oracle_seeds``), and every run the row reads
+    (``runs``: its file under docs/quality-runs/ and its contents, for the instability mark)."""
+    out = []
+    ctx = baselines_pairs.Ctx()
+    pairs = baselines_pairs.read(ctx)
+    folder = ctx.results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+
+    def pair_runs(keys: list[tuple]) -> list[tuple[str, dict]]:
+        files = [pairs[k]["file"] for k in keys if k in pairs]
+        return [(f"{folder}/{f}", json.loads((ctx.results / f).read_text())) for f in files]
+
+    for noise in sorted({k[0] for k in pairs}):
+        for method, config in (("rule-random", "rule + random (r=0.19)"), ("rule", "rule alone")):
+            seeds = sorted(s for (n, m, s) in pairs if n == noise and m == method and (n, "full", s) in pairs)
+            oseeds = [s for s in seeds if (noise, "oracle", s) in pairs]
+            out.append({
+                "data": f"{pairs_family()}, {round(100 * noise)}% mismatched captions", "model": "small CLIP, CPU",
+                "family": pairs_family(), "level": f"{round(100 * noise)}% mismatched captions",
+                "config": config, "metric": "R@1", "seeds": seeds, "doc": "docs/baselines.md",
+                "share": [pairs[(noise, method, s)]["pairs"] / pairs[(noise, "full", s)]["pairs"] for s in seeds],
+                "es": [pairs[(noise, method, s)]["final"] - pairs[(noise, "full", s)]["es"] for s in seeds],
+                "oracle": [pairs[(noise, method, s)]["final"] - pairs[(noise, "oracle", s)]["final"] for s in oseeds],
+                "oracle_seeds": oseeds,
+                "runs": pair_runs([(noise, m, s) for s in seeds for m in (method, "full", "oracle")]),
+            })  # fmt: skip
+    runs = json.loads(CIFAR.read_text())["runs"]
+    where = CIFAR.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+    for kind, text in (("sym40", "40% symmetric"), ("asym40", "40% asymmetric")):
+        seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == "rule")
+        rule = {s: runs[f"{kind}-rule-s{s}"] for s in seeds}
+        full = {s: runs[f"{kind}-full-s{s}"] for s in seeds}
+        oracle = {s: runs[f"{kind}-oracle-s{s}"] for s in seeds}
+        fired = any(row.get("noise_test") == "two_modes" for r in rule.values() for row in r["rows"])
+        out.append({"data": f"CIFAR-10, {text} noisy labels", "model": "ResNet-18, GPU",
+                    "family": "CIFAR-10", "level": f"{text} noisy labels",
+                    "config": "rule alone" + ("" if fired else " (never active)"),
+                    "metric": "accuracy",
+                    "share": [rule[s]["trained"] / full[s]["trained"] for s in seeds],
+                    "es": [100 * (rule[s]["rows"][-1]["test_acc"] - cifar_gpu.early_stopped(full[s])["test_acc"])
+                           for s in seeds],
+                    "oracle": [100 * (rule[s]["rows"][-1]["test_acc"] - oracle[s]["rows"][-1]["test_acc"])
+                               for s in seeds],
+                    "oracle_seeds": seeds,
+                    "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (rule[s], full[s], oracle[s])],
+                    "seeds": seeds, "doc": "docs/cifar-gpu.md"})  # fmt: skip
+    data = baselines_labels.load_all(baselines_labels.RESULTS)["runs"]
+    if data:
+        rate = 0.4
+        es = baselines_labels.paired(data, rate, "rule", "full-es")
+        oracle = baselines_labels.paired(data, rate, "rule", "oracle")
+        seeds = [s for s, _ in es]
+        share = [data[(rate, "rule", s)]["samples_trained"] / data[(rate, "full", s)]["samples_trained"]
+                 for s in seeds if "samples_trained" in data[(rate, "rule", s)]]  # fmt: skip
+        fired = any(data[(rate, "rule", s)]["suspects"]["active_epochs"] for s in seeds)
+        sub = baselines_labels.RESULTS.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+        used = [data[k] for s in seeds for m in ("rule", "full", "oracle") if (k := (rate, m, s)) in data]
+        out.append({"data": "SST-2, 40% noisy labels", "model": "bag of n-grams, CPU",
+                    "family": "SST-2", "level": "40% noisy labels",
+                    "config": "rule alone" + ("" if fired else " (never active)"),
+                    "metric": "accuracy", "share": share, "es": [g for _, g in es], "oracle": [g for _, g in oracle],
+                    "oracle_seeds": [s for s, _ in oracle], "runs": [(f"{sub}/{r['_file']}", r) for r in used],
+                    "seeds": seeds, "doc": "docs/baselines-labels.md"})  # fmt: skip
+    return out
+
+
+def unstable_runs(r: dict) -> list[tuple[str, dict]]:
+    """The runs of a row that the instability scan flags: (file under docs/quality-runs/, contents)."""
+    return [(f, d) for f, d in r["runs"] if instability.unstable(d, f.rsplit("/", 1)[-1].split("#")[0])]
+
+
+def block() -> str:
+    lines = [
+        "Generated by `python -m studies headline` from the baseline studies' result files. Each row: the"
+        " method's last epoch minus full data at its best epoch on a held-out validation split (early stopping;"
+        " a training shard, as noisy as the rest, never the test split), and minus the oracle filter (full data"
+        " without the known noisy samples); points of the metric, the mean over seeds paired by seed, each seed's"
+        " in brackets (its seeds named where fewer than the row's); *verdict*: met where mean - 2 SE > 0, below"
+        " where mean + 2 SE < 0, else mean above (below), not resolved.",
+        "",
+        "| data | model | configuration | samples trained / full data's | minus early-stopped full data | 2 SE"
+        " | verdict | minus the oracle filter | seeds | details |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    marked: list[tuple[str, dict]] = []
+    for r in rows():
+        if not r["es"]:  # no run of full data beside it yet: no comparison to show
+            continue
+        _, se2, verdict = gap_verdict(r["es"])
+        se2 = "-" if se2 is None else f"{se2:.1f}"
+        share = f"{np.mean(r['share']):.2f}" if r["share"] else "-"
+        link = f"[{Path(r['doc']).name}]({r['doc']})"
+        bad = unstable_runs(r)
+        marked += bad
+        config = r["config"] + (f" {instability.MARK}" if bad else "")
+        cells = [r["data"], r["model"], config, share, f"{cell(r['es'])} {r['metric']}", se2, verdict,
+                 cell(r["oracle"], r["oracle_seeds"], r["seeds"]), ", ".join(map(str, r["seeds"])), link]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    if marked:
+        lines += ["", instability.footnote(marked)]
+    return "\n".join(lines) + "\n"
+
+
+def _kind(verdict: str) -> str:
+    """'above', 'below' or 'open' (not resolved, at the bar, one seed) of a gap_verdict verdict."""
+    return {"met": "above", "below": "below"}.get(verdict, "open")
+
+
+def _gap(r: dict) -> str:
+    """'-7.4 accuracy points (below; 0.63 of the samples trained)': a row's mean gap, verdict and share."""
+    m, _, verdict = gap_verdict(r["es"])
+    share = f"; {np.mean(r['share']):.2f} of the samples trained" if r["share"] else ""
+    return f"{m:+.1f} {r['metric']} points ({verdict}{share})"
+
+
+def _names(xs: list[dict]) -> str:
+    """The rows ``xs`` by data set: 'CIFAR-10, ResNet-18, GPU, with 40% symmetric noisy labels: -7.4 ...'."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for x in xs:
+        out.setdefault((x["family"], x["model"]), []).append(f"{x['level']}: {_gap(x)}")
+    return "; ".join(f"{family}, {model}, with {', '.join(parts)}" for (family, model), parts in out.items())
+
+
+def verdict_block() -> str:
+    """docs/results.md's first finding, every sign and verdict computed from :func:`rows`."""
+    rs = [r for r in rows() if r["es"]]
+    alone = [r for r in rs if r["config"].startswith("rule alone")]
+    groups: dict[str, list[dict]] = {"above": [], "below": [], "open": []}
+    for r in alone:
+        groups[_kind(gap_verdict(r["es"])[2])].append(r)
+    off = [r for r in alone if "never active" in r["config"]]
+
+    L = ["* **Where some samples are wrong** (a caption of another image, a wrong label), leaving out the samples "
+         "whose loss stays in a separate high mode (`noise=True`, [policies.md](policies.md#leaving-noisy-samples-"
+         "out-noisetrue)), the rule alone, against full data early-stopped on a held-out split (README's table, "
+         "generated by `studies/headline.py` from the baseline studies; mean over seeds, verdict by 2 "
+         "SE):"]  # fmt: skip
+    if groups["above"]:
+        L.append(f"  ended **above** it on {_names(groups['above'])}.")
+    if groups["below"]:
+        L.append(f"  It ended **below** it on {_names(groups['below'])}.")
+    if groups["open"]:
+        L.append(f"  Its gap is not resolved on {_names(groups['open'])}.")
+    if off:
+        L.append("  Where the wrong samples formed no second loss mode (" + "; ".join(x["data"] for x in off)
+                 + ") the rule never became active and pruned nothing: it trained what full data trained, and its "
+                 "gap is full data's last epoch against its early-stopped one.")  # fmt: skip
+    both = []
+    for r in rs:
+        if not r["config"].startswith("rule + random"):
+            continue
+        a = next((x for x in alone if x["data"] == r["data"] and x["model"] == r["model"]), None)
+        if a is not None and a["share"] and r["share"]:
+            both.append((r, a))
+    if both:
+        parts = []
+        for r, a in both:
+            (mr, _, vr), (ma, _, va) = gap_verdict(r["es"]), gap_verdict(a["es"])
+            kept = "kept all of" if mr >= ma else "kept part of" if mr > 0 else "lost"
+            parts.append(f"{r['level']}: {mr:+.1f} ({vr}) at {np.mean(r['share']):.2f} of the samples trained, "
+                         f"against the rule alone's {ma:+.1f} ({va}) at {np.mean(a['share']):.2f}, so it {kept} the "
+                         "rule's gain")  # fmt: skip
+        where = " and ".join(dict.fromkeys(f"{r['family']}, {r['model']}" for r, _ in both))
+        L.append(f"  Random pruning on top (r=0.19), on the {where}: " + "; ".join(parts) + ".")
+    L.append("  README's table shows each row with its seeds; the targets below give the noise study's rows.")
+    return "\n".join(L) + "\n"
+
+
+def splice(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
+    i, j = text.index(begin) + len(begin), text.index(end)
+    return text[:i] + "\n" + body + text[j:]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if a block differs from the result files")
+    args = p.parse_args()
+    stale = []
+    for path, body, begin, end in ((README, block(), BEGIN, END),
+                                   (RESULTS_DOC, verdict_block(), VERDICT_BEGIN, VERDICT_END)):  # fmt: skip
+        text = path.read_text()
+        new = splice(text, body, begin, end)
+        if new == text:
+            continue
+        stale.append(path.relative_to(ROOT).as_posix())
+        if not args.check:
+            path.write_text(new)
+    if args.check and stale:
+        print(f"{', '.join(stale)}: a generated block differs from the result files: run python -m studies headline")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
