@@ -150,7 +150,7 @@ def _cmd_suspects(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_index(args: argparse.Namespace) -> list[dict[str, Any]]:
     import time
 
-    from .index import index_shard
+    from ._reading.shardindex import index_shard
 
     out = []
     for shard in args.shards:

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._kernels.arrays import column_to_numpy, group_order, is_broadcast
+from ._kernels.batches import check_batch_size, final_batch_warning
 from ._kernels.engine import Engine, ThreadEngine, get_engine
 from ._store import state as run_state
 from ._store.faults import fault
@@ -78,14 +79,12 @@ from .policies import (
     summarize,
 )
 from .policies.noise import narrow_reads
-from .policies.safeguards import check_batch_size, final_batch_warning
 from .policies.steps import PlanContext
 
 __all__ = [
     "plan_epoch",
     "load_plan",
     "load_summary",
-    "set_current_epoch",
     "read_state",
     "population_locations",
     "PLAN_SCHEMA",
@@ -180,13 +179,6 @@ def _run(run: str | RunDir) -> RunDir:
 def read_state(run: str | RunDir) -> dict[str, Any]:
     """Contents of state.json ({} for a run never planned)."""
     return run_state.read_state(_run(run))
-
-
-def set_current_epoch(run: str | RunDir, epoch: int) -> None:
-    """Mark ``epoch`` as the one the stages use when a DataLoader iterator starts."""
-    run = _run(run)
-    load_summary(run, epoch)
-    run_state.with_current_epoch(run, int(epoch))
 
 
 #: how to fix a population whose locations are not the ones training recorded (the end of the error)

@@ -40,17 +40,18 @@ from typing import Any
 import pyarrow.compute as pc
 
 from . import errors
-from ._balance import check_epoch_slots, note_pruner, read_balanced
+from ._kernels.batches import check_batch_size
 from ._losses.compaction import compact
 from ._losses.record import LossRecorder
-from ._plan import load_plan, load_summary, plan_epoch, population_locations, set_current_epoch
+from ._plan import load_plan, load_summary, plan_epoch, population_locations
+from ._reading.balance import check_epoch_slots, note_pruner, read_balanced
 from ._store.layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
 from ._store.runfs import RunDir, new_run_buckets
 from ._store.slots import clear_claims
+from ._store.state import set_current_epoch
 from ._store.table import folded_parts, load_table
 from .errors import PlanWarning, RunFormatError, SetaStreamError
 from .policies import run_settings_for
-from .policies.safeguards import check_batch_size
 
 __all__ = ["Pruner", "supersede_parts", "undelivered_warning"]
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from ._balance import slot_info
-from ._epochs import one_pass_per_epoch, resampled_stage
-from ._stage import attach
+from ._reading.balance import slot_info
+from ._reading.epochs import one_pass_per_epoch, resampled_stage
+from ._reading.stages import attach
 from ._store.runfs import RunDir
 from .errors import UnsupportedPipelineError
 

@@ -23,7 +23,7 @@ import webdataset as wds
 from conftest import web_dataset, write_shards
 
 import seta_stream as seta
-from seta_stream._balance import EpochDeal, deal, deferring_half, order_keys
+from seta_stream._reading.balance import EpochDeal, deal, deferring_half, order_keys
 from seta_stream._store.slots import clear_claims
 from seta_stream.errors import BalanceError, InvalidInputError, UnsupportedPipelineError
 from seta_stream.ids import shard_name

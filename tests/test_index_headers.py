@@ -88,7 +88,7 @@ def test_many_headers_at_once_equal_one_by_one(fmt):
 def test_headers_of_a_webdataset_shard_are_checked_at_once(tmp_path, monkeypatch):
     import webdataset as wds
 
-    from seta_stream import index
+    from seta_stream._reading import shardindex as index
 
     path = str(tmp_path / "s.tar")
     with wds.TarWriter(path) as w:

@@ -18,7 +18,7 @@ from conftest import tar_samples_per_shard, web_dataset
 
 import seta_stream as seta
 from seta_stream._cli import main
-from seta_stream._reader import read_kept
+from seta_stream._reading.reader import read_kept
 from seta_stream.errors import InvalidInputError
 from seta_stream.ids import sample_uid
 from seta_stream.index import IndexMismatch, IndexMissing, build_index, index_shard, load_index
@@ -458,7 +458,7 @@ def test_a_shard_changed_after_indexing_is_refused_before_any_sample_of_it(tmp_p
 def test_a_change_found_in_a_later_batch_stops_after_the_samples_already_checked(tmp_path, monkeypatch):
     # a shard larger than a batch of reads: its first batch is checked and delivered before the
     # later ones are read; a change there stops the epoch rather than cut samples wrongly
-    from seta_stream import _reader
+    from seta_stream._reading import reader as _reader
 
     monkeypatch.setattr(_reader, "_MAX_BATCH", 8192)
     url = sized_shard(tmp_path / "shard-000.tar", SIZES)

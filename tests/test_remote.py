@@ -15,7 +15,7 @@ import webdataset as wds
 from servers import have_curl, moto_s3_server, range_http_server
 
 import seta_stream as seta
-from seta_stream._reader import read_kept
+from seta_stream._reading.reader import read_kept
 from seta_stream.errors import InvalidInputError
 from seta_stream.ids import shard_name
 from seta_stream.index import IndexMismatch, IndexMissing, index_name, index_shard, load_index

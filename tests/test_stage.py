@@ -336,8 +336,8 @@ def test_readers_hash_no_sample_of_a_shard_kept_whole_one_by_one(tmp_path, shard
     kept_tar_samples nor keep_filter computes a sample's uid on its own (ids.sample_uid, 1.4-4 us
     each); the samples the plan does not list are still counted exactly (their keys hashed at once,
     a shard's keys in parts of ``pending_keys``)."""
-    import seta_stream._planview as planview_module
-    import seta_stream._stage as stage_module
+    import seta_stream._reading.planview as planview_module
+    import seta_stream._reading.stages as stage_module
 
     run = tmp_path / "run"
     # the plan lists 20 samples of part-0000 and every one of part-0001/0002; part-0003 is unknown
@@ -409,7 +409,7 @@ def test_kept_tar_samples_reads_only_members_of_kept_samples(tmp_path, shards, m
     """The data of dropped samples' members is seeked over, never read."""
     import tarfile
 
-    import seta_stream._stage as stage_module
+    import seta_stream._reading.stages as stage_module
 
     run = tmp_path / "run"
     drop = [(f"part-{s:04d}.tar", f"sample{i:04d}") for s in range(4) for i in range(30) if i % 3]
@@ -495,7 +495,7 @@ def test_attach_swaps_the_tar_reader_of_a_webdataset(tmp_path, shards):
 def test_member_keys_are_webdatasets_keys():
     from webdataset.tariterators import base_plus_ext
 
-    from seta_stream._stage import _BASE_PLUS_EXT
+    from seta_stream._reading.stages import _BASE_PLUS_EXT
 
     names = ["a.txt", "a.b.c", "dir/x.y.z", "dir/.hidden", "a.b/c", "README", "d/e/f.jpg", "x/y.", ".z", "é/ü.txt"]
     for name in names:
@@ -506,7 +506,7 @@ def test_member_keys_are_webdatasets_keys():
 def test_readers_grouper_ends_a_sample_at_the_marker_on_every_webdataset_release():
     from webdataset.handlers import ignore_and_stop
 
-    from seta_stream._wds import group_by_keys
+    from seta_stream._reading.wds import group_by_keys
 
     def member(name):
         return {"fname": name, "data": name.encode(), "__url__": "u"}

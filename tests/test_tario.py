@@ -13,7 +13,7 @@ import pytest
 from webdataset.handlers import reraise_exception, warn_and_continue
 from webdataset.tariterators import tar_file_iterator
 
-from seta_stream._tario import tar_members
+from seta_stream._reading.tario import tar_members
 
 LONG = "d" * 60 + "/" + "e" * 70 + "/" + "sample-with-a-long-name-" + "x" * 80
 

@@ -51,3 +51,36 @@ def test_a_worker_reading_a_plan_imports_neither_pandas_nor_polars(tmp_path: Pat
                              capture_output=True, text=True).stdout  # fmt: skip
         got = json.loads(out.strip().splitlines()[-1])
         assert got == {"keys": expected, "pandas": False, "polars": False}, mode
+
+
+READER = """
+import json, sys
+from seta_stream._reading.stages import keep_filter
+import webdataset as wds
+urls, run = json.loads(sys.argv[1])
+ds = wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), keep_filter(run))
+keys = sorted(s["__key__"] for s in ds)
+planning = ("seta_stream.policies", "seta_stream._planning", "seta_stream._plan", "seta_stream._losses",
+            "seta_stream._session")
+print(json.dumps({"keys": keys, "planning": sorted(m for m in sys.modules if m.startswith(planning))}))
+"""
+
+
+def test_the_reading_side_imports_no_policy_and_nothing_of_planning_or_recording(tmp_path: Path) -> None:
+    """A worker that imports the stages (as unpickling them does) and reads a plan imports no
+    policy, nothing of planning and nothing of recording or compaction: the package imports
+    those on first use of one of their names, and ``_reading`` imports none of them."""
+    url = str(tmp_path / "s-0.tar")
+    with wds.TarWriter(url) as w:
+        for i in range(20):
+            w.write({"__key__": f"k{i:03d}", "cls": b"1"})
+    run = str(tmp_path / "run")
+    p = seta.Pruner(run, policy="random", params={"r": 0.5}, epochs=2, seed=0, population=seta.list_samples([url]))
+    p.start_epoch(0)
+    p.close()
+    plan = seta.load_plan(run, 0, columns=["key", "keep"])
+    expected = sorted(k for k, keep in zip(plan.column("key").to_pylist(), plan.column("keep").to_pylist()) if keep)
+    assert 0 < len(expected) < 20
+    out = subprocess.run([sys.executable, "-c", READER, json.dumps([[url], run])], check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    assert json.loads(out.strip().splitlines()[-1]) == {"keys": expected, "planning": []}

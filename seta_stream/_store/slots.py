@@ -11,7 +11,7 @@ epoch's folder then tells every configuration that read it (:func:`configuration
 lists it after writing its own claim, so of any two readers that counted differently the later
 one sees the other's claim before it yields a sample.
 
-This module owns the folder (writes, lists, removes); :mod:`seta_stream._balance` claims and
+This module owns the folder (writes, lists, removes); :mod:`seta_stream._reading.balance` claims and
 checks, ``Pruner.start_epoch`` checks the epoch before and clears the folder, and ``plan_epoch``
 clears the claims of the epoch it plans and later ones: both run before the epoch's readers
 start, and a resumed epoch's claims of an earlier attempt, perhaps at another world size, would

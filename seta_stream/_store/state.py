@@ -15,9 +15,18 @@ from typing import Any
 
 from ..errors import InvalidInputError, PlanMissingError
 from .layout import STATE
+from .planfiles import load_summary
 from .runfs import RunDir
 
-__all__ = ["read_state", "current_epoch", "with_current_epoch", "after_plan", "resolve_settings", "pruned_so_far"]
+__all__ = [
+    "read_state",
+    "current_epoch",
+    "with_current_epoch",
+    "set_current_epoch",
+    "after_plan",
+    "resolve_settings",
+    "pruned_so_far",
+]
 
 SETTINGS = ("policy", "params", "epochs", "seed")
 
@@ -44,6 +53,14 @@ def with_current_epoch(run: RunDir, epoch: int) -> None:
     if state.get("current_epoch") != epoch:
         state["current_epoch"] = int(epoch)
         run.publish_json(STATE, state)
+
+
+def set_current_epoch(run: str | RunDir, epoch: int) -> None:
+    """Mark ``epoch`` as the one the stages use when a DataLoader iterator starts (its plan must
+    be published: :class:`~seta_stream.errors.PlanMissingError` otherwise)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    load_summary(run, epoch)
+    with_current_epoch(run, int(epoch))
 
 
 def resolve_settings(

@@ -3,6 +3,11 @@
 Every draw is a function of (uid, seed, epoch, stream) only, so plans are identical on any
 machine, independent of row order, and mergeable across partitions (a uniform m-subset is the
 m smallest uniforms). No process-wide RNG is touched.
+
+The draw itself (``salt``, ``uniforms``, ``uniform_of``) is :mod:`seta_stream._kernels.draws`,
+which the readers use too (the plan's absent rule); it is re-exported here beside the
+policy-level helpers: the stream numbers, keep counts, uniform and weighted subsets, the m
+smallest keys.
 """
 
 from __future__ import annotations
@@ -11,8 +16,8 @@ import math
 
 import numpy as np
 
+from .._kernels.draws import salt, uniform_of, uniforms
 from ..errors import InvalidInputError
-from ..ids import mix64, mix64_array
 
 __all__ = [
     "STREAM_RANDOM",
@@ -42,34 +47,7 @@ STREAM_STATIC, STREAM_ES_BATCH, STREAM_GUARD = 5, 6, 7
 STREAM_NOISE = 8  # the noise rule's re-check draw (§12)
 STREAM_FLOOR = 9  # the floor's fill (safeguards, §0.10)
 
-_MASK = (1 << 64) - 1
 _DRAW_BLOCK_ROWS = 1 << 20
-_UNIFORM_BLOCK = 1 << 16  # uniforms(): a block's words stay in the CPU's cache
-_TWO_M53 = 2.0**-53
-
-
-def salt(seed: int, epoch: int, stream: int) -> int:
-    """salt = mix(mix(mix(seed) XOR epoch) XOR stream) (§0.4)."""
-    return mix64(mix64(mix64(int(seed) & _MASK) ^ (int(epoch) & _MASK)) ^ (int(stream) & _MASK))
-
-
-def uniforms(uid: np.ndarray, seed: int, epoch: int, stream: int) -> np.ndarray:
-    """u_i = (mix(uid_i XOR salt) >> 11) * 2^-53 in [0, 1), float64 (§0.4)."""
-    uid = np.asarray(uid, dtype=np.uint64)
-    s = np.uint64(salt(seed, epoch, stream))
-    out = np.empty(len(uid), dtype=np.float64)
-    words = np.empty(min(len(uid), _UNIFORM_BLOCK), dtype=np.uint64)  # one block's, reused
-    for lo in range(0, len(uid), _UNIFORM_BLOCK):  # small temporaries are much faster here
-        z = np.bitwise_xor(uid[lo : lo + _UNIFORM_BLOCK], s, out=words[: min(len(uid) - lo, _UNIFORM_BLOCK)])
-        mix64_array(z, out=z)
-        z >>= np.uint64(11)
-        np.multiply(z, _TWO_M53, out=out[lo : lo + _UNIFORM_BLOCK], casting="unsafe")
-    return out
-
-
-def uniform_of(uid: int, seed: int, epoch: int, stream: int) -> float:
-    """u of one sample (pure Python; equal to :func:`uniforms` elementwise)."""
-    return (mix64(int(uid) ^ salt(seed, epoch, stream)) >> 11) * _TWO_M53
 
 
 def keep_count(fraction: float, size: int) -> int:

@@ -8,6 +8,10 @@ whole table, ``policies.plan_partitioned`` over buckets), so no policy knows of 
 given with the policy's parameters (``params={"r": 0.3, "min_keep_fraction": 0.1}``, the CLI's
 ``-p min_keep_fraction=0.1``) and fixed for a run with them by its first plan.
 
+The batch-size check and the small-final-batch warning (``SMALL_FINAL_BATCH``,
+``check_batch_size``, ``final_batch_warning``) are :mod:`seta_stream._kernels.batches`, which the
+readers use too; they are re-exported here.
+
 Pure: no I/O.
 """
 
@@ -21,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .._kernels.batches import SMALL_FINAL_BATCH, check_batch_size, final_batch_warning
 from ..errors import InvalidInputError
 from .base import reason_code
 from .random_draws import STREAM_FLOOR, keep_count, smallest_mask, uniforms
@@ -47,9 +52,6 @@ SAFEGUARD_PARAMS: tuple[str, ...] = ("min_keep_fraction", "max_weight")
 LOW_KEEP_FRACTION = 0.1
 #: A plan whose largest weight exceeds this is warned about (``high_weight``).
 HIGH_WEIGHT = 4.0
-#: An epoch whose last batch would hold fewer samples than this is warned about
-#: (``small_final_batch``; only when the batch size is known: ``Pruner(batch_size=...)``).
-SMALL_FINAL_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -171,33 +173,3 @@ def plan_warnings(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def check_batch_size(batch_size: Any, where: str) -> int | None:
-    """``batch_size`` if it is None or an integer >= 1 (InvalidInputError naming ``where``)."""
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise InvalidInputError(f"{where}: batch_size={batch_size!r}, expected an integer >= 1 or None")
-    return batch_size
-
-
-def final_batch_warning(summary: Mapping[str, Any], batch_size: int) -> dict[str, Any] | None:
-    """``small_final_batch``: the epoch's kept samples, batched ``batch_size`` at a time by one
-    loader, end with a batch of fewer than :data:`SMALL_FINAL_BATCH` samples (None otherwise)."""
-    kept = int(summary.get("kept") or 0)
-    last = kept % batch_size
-    if not 0 < last < SMALL_FINAL_BATCH:
-        return None
-    return {
-        "code": "small_final_batch",
-        "value": last,
-        "limit": SMALL_FINAL_BATCH,
-        "message": (
-            f"plan of epoch {summary.get('epoch')} ({summary.get('policy')}): keeps {kept} samples, so batches "
-            f"of {batch_size} end with a batch of {last} sample{'s' if last != 1 else ''}: one optimiser step "
-            f"on {last} sample{'s' if last != 1 else ''} (a gradient about {math.sqrt(batch_size / last):.0f} "
-            "times a full batch's) can throw the model off at the end of the epoch (test accuracy at chance "
-            "in docs/quality-runs/collapses.json). Drop the last partial batch (webdataset "
-            "batched(..., partial=False), DataLoader drop_last=True), or scale each batch's loss by its "
-            "size: seta_stream.weighted_mean(losses, weights, batch_size=...)"
-        ),
-    }

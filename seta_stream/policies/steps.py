@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from .._kernels.draws import uniform_keys
 from .._kernels.mapreduce import Cut, Step, float_order_keys, order_statistics, run_steps, smallest, total
-from ..ids import mix64_array
 from .base import AbsentRule, PolicyInput, PolicyResult
-from .random_draws import salt
 
 __all__ = [
     "PlanContext",
@@ -90,14 +89,3 @@ def memo(inp: PolicyInput, key: str, make: Callable[[], Any]) -> Any:
 def uniform_keys_of(inp: PolicyInput, seed: int, epoch: int, stream: int) -> np.ndarray:
     """:func:`uniform_keys` of a bucket's uids, memoised."""
     return memo(inp, f"uniform_keys/{seed}/{epoch}/{stream}", lambda: uniform_keys(inp.uid, seed, epoch, stream))
-
-
-# ---------------------------------------------------------------------------------- keys
-def uniform_keys(uid: np.ndarray, seed: int, epoch: int, stream: int) -> np.ndarray:
-    """uint64 keys in the order of the per-sample uniforms u (random_draws.uniforms): u is
-    (mix(uid XOR salt) >> 11) * 2^-53, so the top 53 bits of the mixed word order it exactly."""
-    z = np.bitwise_xor(np.asarray(uid, dtype=np.uint64), np.uint64(salt(seed, epoch, stream)))
-    mix64_array(z, out=z)
-    z >>= np.uint64(11)
-    z <<= np.uint64(11)
-    return z

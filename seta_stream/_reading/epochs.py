@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import InvalidInputError, UnsupportedPipelineError
+from ..errors import InvalidInputError, UnsupportedPipelineError
 
 __all__ = ["one_pass_per_epoch", "resampled_stage", "epoch_steps", "EpochClock"]
 

@@ -49,12 +49,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._kernels.arrays import one_array
-from ._store.planfiles import read_stage_lookup
-from ._store.runfs import RunDir
-from ._store.state import current_epoch
-from .ids import sample_uid, sample_uids, shard_name
-from .policies.random_draws import uniform_of
+from .._kernels.arrays import one_array
+from .._kernels.draws import uniform_of
+from .._store.planfiles import read_stage_lookup
+from .._store.runfs import RunDir
+from .._store.state import current_epoch
+from ..ids import sample_uid, sample_uids, shard_name
 
 __all__ = [
     "Decision",

@@ -7,7 +7,7 @@
 * :func:`kept_tar_samples` (URL stage, replaces ``tarfile_to_samples() + keep_filter()``): the
   same samples, but the tar reader skips the data of members of samples the plan drops
   (webdataset's ``select_files`` hook) instead of reading them and dropping them afterwards.
-  Plain tar shards are read by :func:`seta_stream._tario.tar_members` (what webdataset's
+  Plain tar shards are read by :func:`seta_stream._reading.tario.tar_members` (what webdataset's
   ``tar_file_iterator`` yields, with cheaper header parsing); compressed ones by webdataset.
 * :func:`attach` inserts them into an existing ``wds.WebDataset(...)``.
 * :func:`weighted_mean` is the training loop's one-line loss helper.
@@ -22,7 +22,7 @@ Memory: a worker reads the plan's summary and shards.arrow when an iterator star
 rows of a shard (one record batch of stage.arrow: a slice of the memory-mapped file locally, one
 range request on object stores) when it decides a sample of that shard, and turns only the
 current shard's rows into a Python dict, so what it fetches and holds grows with the shards it
-opens, not with the data set (``seta_stream._planview``). Stages write nothing; they count
+opens, not with the data set (``seta_stream._reading.planview``). Stages write nothing; they count
 (``stage_counters()``, per process).
 
 Samples absent from the plan (new data, or never recorded) follow the plan's absent rule:
@@ -43,7 +43,10 @@ from webdataset.handlers import reraise_exception
 from webdataset.tariterators import group_by_keys as wds_group_by_keys
 from webdataset.tariterators import tar_file_expander, tarfile_samples, url_opener
 
-from ._balance import (
+from .._kernels.batches import check_batch_size
+from .._store.runfs import RunDir
+from ..errors import InvalidInputError, UnsupportedPipelineError
+from .balance import (
     BalancedView,
     note_balanced_reader,
     noting_stage,
@@ -51,12 +54,9 @@ from ._balance import (
     replace_splitters,
     split_balanced_shared,
 )
-from ._planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
-from ._store.runfs import RunDir
-from ._tario import tar_members
-from ._wds import group_by_keys
-from .errors import InvalidInputError, UnsupportedPipelineError
-from .policies.safeguards import check_batch_size
+from .planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
+from .tario import tar_members
+from .wds import group_by_keys
 
 __all__ = [
     "keep_filter",
@@ -79,7 +79,7 @@ class _Views:
     even if the current epoch changed between their starts.
 
     ``balance`` (a dict, possibly empty: rank and world_size when known): the views are
-    :class:`~seta_stream._balance.BalancedView` of the worker's slot (docs/ranks.md)."""
+    :class:`~seta_stream._reading.balance.BalancedView` of the worker's slot (docs/ranks.md)."""
 
     def __init__(
         self, run: str | RunDir, epoch: int | None, shared: bool = False, balance: dict[str, int] | None = None

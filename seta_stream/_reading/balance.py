@@ -20,7 +20,7 @@ given exactly ``q = K // S`` kept samples (K kept in the epoch, S = world size x
   whenever the deferring half keeps at least ``K mod S`` samples (reported as
   ``deferred_outside_half`` when it does not). No state is carried from epoch to epoch: any
   worker computes the deal of any epoch from that epoch's plan alone (resumes included).
-* :class:`BalancedView` (a :class:`~seta_stream._planview.PlanView`): the deal of the worker's
+* :class:`BalancedView` (a :class:`~seta_stream._reading.planview.PlanView`): the deal of the worker's
   slot; it decides only the samples of the slot's ranges, drops samples the plan does not list
   (their count is unknown to the deal), and refuses a shard the deal gave another slot.
 * :func:`split_balanced` (URL stage) replaces ``split_by_node`` + ``split_by_worker``: the slot's
@@ -61,15 +61,15 @@ from typing import Any, NamedTuple
 import fsspec
 import numpy as np
 
-from ._planview import Decision, PlanView, ShardDecisions, StageCounts
-from ._store import slots as slot_files
-from ._store.layout import plan_file
-from ._store.planfiles import read_summary
-from ._store.runfs import RunDir
-from ._store.state import read_state
-from .errors import BalanceError, InvalidInputError, PlanWarning, RunFormatError, UnsupportedPipelineError
-from .ids import shard_name
-from .policies.safeguards import SMALL_FINAL_BATCH
+from .._kernels.batches import SMALL_FINAL_BATCH
+from .._store import slots as slot_files
+from .._store.layout import plan_file
+from .._store.planfiles import read_summary
+from .._store.runfs import RunDir
+from .._store.state import read_state
+from ..errors import BalanceError, InvalidInputError, PlanWarning, RunFormatError, UnsupportedPipelineError
+from ..ids import shard_name
+from .planview import Decision, PlanView, ShardDecisions, StageCounts
 
 __all__ = [
     "Deal",

@@ -57,12 +57,11 @@ from fsspec.implementations.local import LocalFileSystem
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import tar_file_expander, tarfile_samples
 
-from ._planview import Decision, PlanView, StageCounts, kept_samples, tally_all
-from ._store.runfs import RunDir
-from ._wds import group_by_keys
-from .errors import InvalidInputError
-from .ids import shard_location
-from .index import (
+from .._store.runfs import RunDir
+from ..errors import InvalidInputError
+from ..ids import shard_location
+from .planview import Decision, PlanView, StageCounts, kept_samples, tally_all
+from .shardindex import (
     IndexMismatch,
     IndexMissing,
     byte_source,
@@ -71,6 +70,7 @@ from .index import (
     member_headers_match,
     open_fs,
 )
+from .wds import group_by_keys
 
 __all__ = ["read_kept"]
 

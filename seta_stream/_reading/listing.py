@@ -24,8 +24,8 @@ import pyarrow as pa
 from webdataset.shardlists import expand_urls
 from webdataset.tariterators import base_plus_ext
 
-from .errors import ShardNameConflictError
-from .ids import depth_hint, shard_location, shard_name
+from ..errors import ShardNameConflictError
+from ..ids import depth_hint, shard_location, shard_name
 
 __all__ = ["list_samples"]
 
