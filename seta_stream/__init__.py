@@ -62,7 +62,7 @@ _ON_FIRST_USE: dict[str, tuple[str, str | None]] = {
     "PolicyInput": (".policies", "PolicyInput"),
     "describe_policies": (".policies", "describe_policies"),
     "run_policy": (".policies", "run_policy"),
-    "plan_epoch": ("._plan", "plan_epoch"),
+    "plan_epoch": ("._planning.transaction", "plan_epoch"),
     "Pruner": ("._session", "Pruner"),
     "CompactionReport": ("._losses.compaction", "CompactionReport"),
     "compact": ("._losses.compaction", "compact"),

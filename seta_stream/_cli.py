@@ -90,7 +90,7 @@ def _cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> dict[str, Any]:
-    from ._plan import plan_epoch
+    from ._planning.transaction import plan_epoch
     from ._store.runfs import RunDir
 
     params = _parse_params(args.param) if args.param else None

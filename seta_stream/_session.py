@@ -1,8 +1,9 @@
 """The training-loop integration: one object that records, compacts and plans at epoch boundaries.
 
-:class:`Pruner` owns no logic of its own; it calls :class:`~seta_stream._losses.record.LossRecorder`,
-:func:`~seta_stream._losses.compaction.compact` and :func:`~seta_stream._plan.plan_epoch` in the right order
-and on the right rank::
+:class:`Pruner` owns no logic of its own; it calls
+:class:`~seta_stream._losses.record.LossRecorder`, :func:`~seta_stream._losses.compaction.compact`
+and :func:`~seta_stream._planning.transaction.plan` (with its :class:`PlanSettings`) in the right
+order and on the right rank::
 
     pruner = seta_stream.Pruner(run_dir, policy="seta", params=dict(r=0.1, k=5, alpha=0.9),
                                 epochs=E, seed=0)
@@ -43,9 +44,12 @@ from . import errors
 from ._kernels.batches import check_batch_size
 from ._losses.compaction import compact
 from ._losses.record import LossRecorder
-from ._plan import load_plan, load_summary, plan_epoch, population_locations
+from ._planning.population import population_locations
+from ._planning.settings import PlanSettings
+from ._planning.transaction import plan
 from ._reading.balance import check_epoch_slots, note_pruner, read_balanced
 from ._store.layout import PARTS_GLOB, SUPERSEDED, epoch_of, moved_part, plan_file, stats_file, stats_glob
+from ._store.planfiles import load_plan, load_summary
 from ._store.runfs import RunDir, new_run_buckets
 from ._store.slots import clear_claims
 from ._store.state import set_current_epoch
@@ -139,20 +143,25 @@ class Pruner:
         batch_size: int | None = None,
         check_delivered: bool = False,
     ) -> None:
-        self.batch_size = check_batch_size(batch_size, "Pruner")
+        batch_size = check_batch_size(batch_size, "Pruner")
         self.check_delivered = check_delivered
         dist = _dist()
         self.rank = rank if rank is not None else (dist.get_rank() if dist else 0)
         # a new run gets the run settings its policy declares (such as the loss table's EMA factor)
         settings = run_settings_for(policy, params, settings)
         settings = _with_buckets(run, settings, population, storage_options)
-        self.engine, self.ray_address = engine, ray_address
+        #: what every plan of the run is asked (planned with :func:`plan`, as ``plan_epoch`` would)
+        self.plan_settings = PlanSettings(
+            policy=policy,
+            params=dict(params or {}),
+            epochs=epochs,
+            seed=seed,
+            population=population,
+            engine=engine,
+            ray_address=ray_address,
+            batch_size=batch_size,
+        )
         self.run = RunDir(run, create=True, settings=settings, storage_options=storage_options)
-        self.policy = policy
-        self.params = dict(params or {})
-        self.epochs = epochs
-        self.seed = seed
-        self.population = population
         self.verbose = verbose
         # a population listed from other locations than the URLs trained stops the first record
         self.recorder = LossRecorder(
@@ -165,6 +174,39 @@ class Pruner:
         self._trained = 0  # of which back-propagated (ES selects a share of each meta-batch)
         #: timings of the last epoch boundary: compact_s, plan_s, wait_s (seconds)
         self.last_boundary: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ settings (read-only)
+    @property
+    def policy(self) -> str:
+        return self.plan_settings.policy  # type: ignore[return-value]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.plan_settings.params  # type: ignore[return-value]
+
+    @property
+    def epochs(self) -> int:
+        return self.plan_settings.epochs  # type: ignore[return-value]
+
+    @property
+    def seed(self) -> int:
+        return self.plan_settings.seed  # type: ignore[return-value]
+
+    @property
+    def population(self) -> Any:
+        return self.plan_settings.population
+
+    @property
+    def engine(self) -> Any:
+        return self.plan_settings.engine
+
+    @property
+    def ray_address(self) -> str | None:
+        return self.plan_settings.ray_address
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.plan_settings.batch_size
 
     # ------------------------------------------------------------------ loop API
     def start_epoch(self, epoch: int) -> dict[str, Any]:
@@ -194,18 +236,7 @@ class Pruner:
             if self.check_delivered and trained is not None:
                 undelivered.extend(undelivered_warning(self.run, trained))
             t = time.perf_counter()
-            plan_epoch(
-                self.run,
-                epoch,
-                policy=self.policy,
-                params=self.params,
-                epochs=self.epochs,
-                seed=self.seed,
-                population=self.population,
-                engine=self.engine,
-                ray_address=self.ray_address,
-                batch_size=self.batch_size,
-            )
+            plan(self.run, epoch, self.plan_settings)
             set_current_epoch(self.run, epoch)
             timings["plan_s"] = time.perf_counter() - t
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import seta_stream._losses.route as route
-import seta_stream._plan as plan_module
+import seta_stream._planning.buckets as plan_module
 import seta_stream._store.parts as parts_module
 from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
 from seta_stream._store.table import table_buckets
@@ -518,7 +518,7 @@ def test_a_partitioned_plan_keeping_nothing_writes_every_bucket_again_with_the_g
 def test_a_spilled_memo_saves_arrays_as_files_and_keeps_constants_as_they_are(tmp_path):
     """What a spilled bucket's memo holds: an array as a memory-mapped .npy file, a constant
     (a broadcast value, as PolicyInput's unread columns are) and other values as they are."""
-    from seta_stream._plan import _SpilledMemo
+    from seta_stream._planning.buckets import _SpilledMemo
 
     memo = _SpilledMemo(str(tmp_path / "b00000-memo"))
     values = np.arange(5, dtype=np.float32)

@@ -219,12 +219,13 @@ def test_a_failing_policy_publishes_no_stage_file(tmp_path):
 
 
 def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path, monkeypatch):
-    import seta_stream._plan as P
+    import seta_stream._planning.transaction as T
+    import seta_stream._planning.tuning as P
 
     setter = P._madvise_hugepage_setter()
     assert setter is not None
     seen = []
-    real_plan_params = P.plan_params
+    real_plan_params = T.plan_params
 
     def spy(*args, **kwargs):  # called inside plan_epoch: record NumPy's setting there
         previous = setter(False)
@@ -232,7 +233,7 @@ def test_planning_asks_numpy_for_normal_pages_and_restores_its_setting(tmp_path,
         seen.append(previous)
         return real_plan_params(*args, **kwargs)
 
-    monkeypatch.setattr(P, "plan_params", spy)
+    monkeypatch.setattr(T, "plan_params", spy)
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
     run = seeded_run(tmp_path / "r")
     before = setter(True)
@@ -253,14 +254,14 @@ def test_the_lazy_imports_are_done_when_planning_returns(tmp_path, monkeypatch):
     import threading
     import time
 
-    import seta_stream._plan as P
+    import seta_stream._planning.tuning as P
 
     (tmp_path / "slow_import_probe.py").write_text("import time\ntime.sleep(0.5)\nDONE = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(P, "_LAZY_IMPORTS", ("no_such_module_anywhere", "slow_import_probe"))
     monkeypatch.delitem(sys.modules, "slow_import_probe", raising=False)
     started = time.perf_counter()
-    with P._imports_beside():
+    with P.imports_beside():
         assert any(t.name == "seta-stream-imports" for t in threading.enumerate())
     assert sys.modules["slow_import_probe"].DONE and time.perf_counter() - started >= 0.5
     assert not any(t.name == "seta-stream-imports" for t in threading.enumerate())
@@ -388,7 +389,7 @@ def test_the_plan_from_the_table_files_shard_runs_is_the_plan_from_its_shard_col
     """Planning takes the shard ranges from the table file's footer (written by compaction)
     instead of reading its shard column: every plan file is the same bytes either way, also
     with a table file of several row groups (the chunks a read of the column has)."""
-    import seta_stream._plan as PL
+    import seta_stream._planning.transaction as PL
     import seta_stream._store.table as T
     from seta_stream._store.table import table_shard_runs
 

@@ -168,7 +168,7 @@ def test_plan_parquet_with_keys_mapped_per_part_is_the_same_plan(small_run, monk
     key pages once written), makes each part's shard column from the shards' runs and reads its
     uid and loss again from the table; the plan folder is the same bytes as when every part is a
     slice of one table (the columns read whole: RunDir.prepare_parquet_parts)."""
-    import seta_stream._plan as planning
+    import seta_stream._planning.transaction as planning
     import seta_stream._store.planfiles as plans
 
     monkeypatch.setattr(plans, "PLAN_PART_ROWS", 1000)  # 5 parts

@@ -363,7 +363,7 @@ def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_pa
     """``spilled``: every bucket spilled to .npy files after the first pass, what the steps
     derive from its rows (and from its non-suspects) memoised on disk; with a population that
     lists 50 samples never recorded (unseen: never suspected)."""
-    import seta_stream._plan as plan_module
+    import seta_stream._planning.buckets as plan_module
 
     if spilled:
         monkeypatch.setattr(plan_module, "_INPUT_CACHE_BYTES", 0)

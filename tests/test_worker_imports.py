@@ -60,8 +60,7 @@ import webdataset as wds
 urls, run = json.loads(sys.argv[1])
 ds = wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), keep_filter(run))
 keys = sorted(s["__key__"] for s in ds)
-planning = ("seta_stream.policies", "seta_stream._planning", "seta_stream._plan", "seta_stream._losses",
-            "seta_stream._session")
+planning = ("seta_stream.policies", "seta_stream._planning", "seta_stream._losses", "seta_stream._session")
 print(json.dumps({"keys": keys, "planning": sorted(m for m in sys.modules if m.startswith(planning))}))
 """
 

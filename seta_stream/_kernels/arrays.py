@@ -111,7 +111,7 @@ def _chunk_values(chunk: pa.Array) -> np.ndarray:
     Why not ``to_numpy`` for every array: it goes through pyarrow's pandas conversion, whose
     first call imports pandas (0.2 - 0.3 s of CPU, a sixth of a fresh process's plan of 15M
     rows here), and the table's columns are read on two threads that would both wait for it;
-    planning imports it beside the policy instead (``_plan``)."""
+    planning imports it beside the policy instead (``_planning.tuning``)."""
     dtype = numpy_dtype(chunk.type)
     if dtype is None or chunk.null_count:
         return chunk.to_numpy(zero_copy_only=False)

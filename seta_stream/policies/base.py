@@ -4,7 +4,7 @@ A policy is a pure function ``fn(inp: PolicyInput, params) -> PolicyResult``; ``
 frozen dataclass validated in ``__post_init__``. No I/O, no globals, no process-wide RNG:
 every random draw comes from the per-sample uniforms of ``seta_stream.policies.random_draws``
 (docs/algorithms.md §0.4). Everything with side effects (reading the table, writing the plan)
-is in ``seta_stream._plan``.
+is in ``seta_stream._planning``.
 
 A policy declares what it needs on its :class:`PolicySpec`: the loss-table columns it reads
 (``columns``) and the run settings its parameters must agree with (``settings``). The planner
