@@ -15,7 +15,7 @@ Each name, and why a benchmark needs it rather than the public API:
 * ``kmeans1d``, ``_sorted_values``, ``_polars_sorts_faster`` (``_kernels.kmeans1d``): the exact 1-D k-means
   timed beside scikit-learn's (``bench_policies``), and the large-float sort the library uses, timed alone
   (``bench_plan.sort_code``).
-* ``EpochDeal`` (``_balance``): one DataLoader worker's share of a balanced epoch, timed at 15M samples
+* ``EpochDeal`` (``_reading.balance``): one DataLoader worker's share of a balanced epoch, timed at 15M samples
   without a pipeline around it (``bench_balance``).
 * ``RoutedRecords`` (``_losses.route``): compaction's routing of parts to buckets, timed alone against the number
   of shard names (``bench_route``).
@@ -28,10 +28,9 @@ source tree (``common.tree_setup``, A/B runs) finds them there under the same pa
 
 from __future__ import annotations
 
-from seta_stream._balance import EpochDeal
-
 from seta_stream._kernels.kmeans1d import _polars_sorts_faster, _sorted_values, kmeans1d
 from seta_stream._losses.route import RoutedRecords
+from seta_stream._reading.balance import EpochDeal
 from seta_stream._store.parts import make_part, write_part
 from seta_stream._store.table import TABLE_SCHEMA, load_numeric, read_manifest, table_buckets
 

@@ -386,7 +386,7 @@ def test_noise_recheck_draws_uniformly_among_the_suspects_anew_every_epoch() -> 
 
 
 def test_balance_halves_split_the_shards_evenly_and_the_epoch_order_is_uniform() -> None:
-    from seta_stream._balance import deferring_half, order_keys
+    from seta_stream._reading.balance import deferring_half, order_keys
 
     names = [f"shard-{i:06d}.tar" for i in range(4000)]
     half0 = deferring_half(names, 0, 0)
