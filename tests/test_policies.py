@@ -223,7 +223,7 @@ def test_summary_counts_are_exact_across_blocks(monkeypatch, few):
     """The reason counts are made block by block and the weight histogram from the kept
     weights other than 1.0: both equal plain counts, here over 286 blocks of 7 rows, with
     every reason (blocks counted by np.bincount or code by code) or two (code by code)."""
-    import seta_stream.policies as policies
+    import seta_stream.policies.summary as policies
     from seta_stream.policies import REASONS, summarize
 
     monkeypatch.setattr(policies, "_COUNT_BLOCK_ROWS", 7)
