@@ -13,6 +13,8 @@ Packages and modules, one job each (no circle: tests/test_tree_shape.py):
 
     quality/    the studies' runner, data sets, models, training, reports (its own docstring maps it),
                 and the instability scan every page reads
+    engines/    the training loops the pairs and word-image studies train through (examples/ holds the
+                loops a user copies; these are the studies', changed only with them)
     baselines_labels, baselines_pairs, cifar_gpu, words_noise   a study each, with its page
     headline    README's headline table and docs/results.md's finding, from the baselines' files
     noise_study, pairs_study, noise_scale_check   the quality package's studies by name

@@ -1,6 +1,6 @@
 """The headline claim on generated shape pairs against the baselines a reviewer names (issue 33).
 
-The claim (README, ``bash tools/demo.sh``): on 10,000 generated pairs (``tools/make_pair_shards.py``: 32-pixel
+The claim (README, ``bash tools/demo.sh``): on 10,000 generated pairs (``tools.make_pair_shards``: 32-pixel
 images of one shape each, captions from a few templates, laid out as img2dataset writes SS1M-like sets), 20% of
 them given another image's caption, E = 10 and batch 128, the noise rule with dynamic random pruning on top
 (``random``, r = 0.19, ``noise=True``: "rule + random") retrieves better than full data of the same length and
@@ -14,12 +14,13 @@ worker, one run at a time):
   other shards.
 * ``full-equal``: full data at **equal compute**: exactly the pairs rule + random of that seed trained
   (delivered, its weight-0 re-checks included), the schedule (warm-up 10%, cosine to 0) stretched over that
-  budget's length in epochs, the last epoch stopped when the budget is spent (``train_pairs.run(pairs=...)``).
+  budget's length in epochs, the last epoch stopped when the budget is spent
+  (``studies.engines.pairs.run(budget=...)``).
 * ``random-same``: **dynamic random** at the pruned fraction rule + random of that seed measured.
 * ``oracle``: full data **without the known mismatched pairs** (``noise.parquet``): the training shards
   rewritten without them, same schedule; the ceiling a perfect detector reaches.
 * ``rule-random`` and ``rule`` (the rule alone: ``full`` with ``noise=True``), trained again now with the
-  small-final-batch remedy (``train_pairs.run`` divides every step by the nominal batch size).
+  small-final-batch remedy (``studies.engines.pairs.run`` divides every step by the nominal batch size).
 * ``full-equal-rule`` and ``random-rule``: full data at equal compute and dynamic random at the **rule
   alone's** own share (its pairs trained, its measured pruned fraction), so that the rule alone is held
   against the same two baselines as rule + random. The report shows them beside the rule alone, and says
@@ -234,7 +235,7 @@ def plan(ctx: Ctx) -> list[Job]:
 
 def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
     """Train one job of :func:`plan`; its result (the runner writes it, with the machine)."""
-    from examples import train_pairs as tp
+    from studies.engines import pairs as tp
     from studies.quality.pairs import plan_checks
 
     noise, seed = job.spec["noise"], job.spec["seed"]
@@ -480,11 +481,11 @@ def report(ctx: Ctx) -> str:
         "where several epochs tie, the first.",
         f"* **Schedule**: E = {T['epochs']}, batch {T['batch_size']}, AdamW lr {T['lr']}, warm-up over the first 10% "
         "of the schedule then cosine to 0, every step divided by the nominal batch size (the small-final-batch "
-        "remedy, `examples/train_pairs.py`).",
+        "remedy, `studies/engines/pairs.py`).",
         "* **Full data at equal compute**: exactly the pairs rule + random of the same seed trained (delivered, "
         "its weight-0 re-checks included), full epochs then a cut last one: the schedule's length is that budget / "
         "the training pairs in epochs (warm-up 10% of it, cosine to 0 at its end), the last epoch stops once the "
-        "budget is spent, its last batch cut to the pairs left (`train_pairs.run(budget=...)`).",
+        "budget is spent, its last batch cut to the pairs left (`studies.engines.pairs.run(budget=...)`).",
         "* **Dynamic random at the same pruned %**: `random` with r = the pruned fraction rule + random of the same "
         "seed measured (1 - pairs trained / pairs in its epochs), a fresh uniform subset every epoch.",
         "* **Oracle filter**: full data on the training shards rewritten without the known mismatched pairs "

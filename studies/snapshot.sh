@@ -13,7 +13,7 @@ rev=${1:-HEAD}; shift || true
 short=$(git rev-parse --short "$rev")
 snap=$root/bench-out/study-src/$short-$(date -u +%Y%m%dT%H%M%S)
 mkdir -p "$snap"
-git archive "$rev" seta_stream studies tools examples/train_pairs.py | tar -x -C "$snap"
+git archive "$rev" seta_stream studies tools | tar -x -C "$snap"
 cd "$snap"
 exec env STUDY_REV="$short" PYTHONPATH="$snap" "$root/.venv/bin/python" -m studies quality \
     --results "$root/docs/quality-runs" --data "$root/../shared/data" --out "$root/bench-out/quality" "$@"

@@ -1,7 +1,7 @@
 """Does the noise rule find a few percent of wrong labels in the word-image demo's data (issue 33)?
 
-The word-image demo (``bash tools/demo.sh words``: ``tools/make_word_shards.py``, 24,000 rendered word images
-of 50 classes, a small CNN, 6 epochs, ``examples/train_words.py``) generates its training labels with a share
+The word-image demo (``bash tools/demo.sh words``: ``tools.make_word_shards``, 24,000 rendered word images
+of 50 classes, a small CNN, 6 epochs, ``studies.engines.words``) generates its training labels with a share
 of random ones (``--label-noise``, 3% by default). Here the demo's own training (same data sizes, schedule,
 batch size, one loader worker, one torch thread) runs with full data and with the rule alone (``full``,
 ``noise=True``) at 3%, 10% and 20% wrong labels, 2 seeds each, settings fixed before the runs (the demo's and
@@ -126,8 +126,8 @@ def plan_readings(run_dir: Path, epochs: int, wrong: set[tuple[str, str]]) -> li
 
 
 def run(ctx: harness.Ctx, job: Job, progress: list[str]) -> dict:
-    """Train one run with the demo's training (``examples/train_words.run``) and read its plans."""
-    from examples import train_words as tw
+    """Train one run with the demo's training (``studies.engines.words.run``) and read its plans."""
+    from studies.engines import words as tw
 
     share, method, seed = job.spec["share"], job.spec["method"], job.spec["seed"]
     data = data_dir(ctx, share)

@@ -6,7 +6,8 @@
 #   bash tools/demo.sh          image-text pairs: full data against the noise rule + random pruning
 #   bash tools/demo.sh words    clean word images: SeTa against full data
 #
-# Extra arguments go to the example script (examples/train_pairs.py, examples/train_words.py).
+# Extra arguments go to the training script: the studies' training loops (python -m studies.engines.pairs,
+# studies.engines.words), which train the chosen policy and full data and print the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -49,7 +50,7 @@ if [ "$what" = words ]; then
         $PY -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400 --seed 0
     fi
     echo "== training a small CNN for 6 epochs with SeTa, then with full data (same seed and initialisation) =="
-    $PY examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6 --workers 1 --quiet "$@"
+    $PY -m studies.engines.words --data demo-out/data --run-dir demo-out/runs --epochs 6 --workers 1 --quiet "$@"
     run=$PWD/demo-out/runs/seta-alpha0.6-delta0.875-k5-r0.1
     if [ -d "$run" ]; then
         echo
@@ -72,9 +73,10 @@ NAME=random-r0.19-noise
 if [ $# -gt 0 ]; then # the run directory of the settings as the extra arguments change them
     NAME=$($PY - "${SETTINGS[@]}" "$@" <<'EOF'
 import sys
-from examples import train_pairs as tp
-args = tp.parser().parse_args(sys.argv[1:])
-print(tp.run_name(args.policy, tp.policy_params(args)))
+from studies.engines.common import policy_params, run_name
+from studies.engines.pairs import parser
+args = parser().parse_args(sys.argv[1:])
+print(run_name(args.policy, policy_params(args)))
 EOF
 )
 fi
@@ -98,7 +100,7 @@ EOF
         --workers 2
 fi
 echo "== training a small CLIP for 10 epochs: the noise rule + random pruning, then full data =="
-$PY examples/train_pairs.py --data "$DATA" --run-dir "$RUNS" --epochs 10 --batch-size 128 --workers 1 --quiet \
+$PY -m studies.engines.pairs --data "$DATA" --run-dir "$RUNS" --epochs 10 --batch-size 128 --workers 1 --quiet \
     "${SETTINGS[@]}" "$@"
 echo "  (wall s: each run's own, one after the other on this machine; the cost figure is the pairs trained)"
 run=$PWD/$RUNS/$NAME

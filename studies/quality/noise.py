@@ -3,7 +3,7 @@
 Issue 26 (item 3): the noise rule (``noise=True``, a parameter of every policy; alone: ``full``
 with it) trained through the real pipeline beside full data, dynamic random, SeTa and InfoBatch:
 
-* **Pairs** (``examples/train_pairs.py`` on ``tools/make_pair_shards.py`` sets, 20% and 0%
+* **Pairs** (``studies.engines.pairs`` on ``tools.make_pair_shards`` sets, 20% and 0%
   mismatched): full data at E and 2E (the convergence check), the rule alone, the rule with
   dynamic random and with SeTa near 30% and 50% pruned, dynamic random, SeTa and InfoBatch there.
 * **Noisy labels** (CIFAR-10 and SST-2 with 40% of the labels replaced, the short schedule:

@@ -1,7 +1,7 @@
 """Does pruning keep retrieval quality on web-crawled image-text pairs, and does it drop mismatched pairs?
 
-Every run trains ``examples/train_pairs.py``'s small CLIP through the real pipeline on a set from
-``tools/make_pair_shards.py`` with 0% and with 20% of the training pairs given another image's
+Every run trains ``studies.engines.pairs``' small CLIP through the real pipeline on a set from
+``tools.make_pair_shards`` with 0% and with 20% of the training pairs given another image's
 caption: full data; dynamic random, SeTa and InfoBatch near 30% and 50% pruned (SeTa's and
 InfoBatch's settings chosen on the training losses of full data's seed 0: ``calibrate``); 2
 seeds. Reported: recall@1/@5 both ways on the clean held-out pairs and, per epoch, the share of
@@ -53,12 +53,6 @@ TRAIN = dict(epochs=6, batch_size=128, lr=2e-3, workers=1, threads=1)
 PRIOR_RATE = {"pairs": 1.6e-3, "cal": 60.0}
 
 
-def import_example() -> Any:
-    from examples import train_pairs
-
-    return train_pairs
-
-
 # ---------------------------------------------------------------------------------- data
 def data_dir(out: Path, noise: float) -> Path:
     return out / f"data-noise{round(noise * 100)}"
@@ -104,9 +98,10 @@ def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys
 
 
 def train_example(data: Path, run_dir: str, cfg: dict, seed: int, train: dict, log: Any) -> tuple[dict, list, set]:
-    """``examples/train_pairs.py`` trained on ``data`` with ``cfg``'s policy and the schedule ``train``:
+    """``studies.engines.pairs`` trained on ``data`` with ``cfg``'s policy and the schedule ``train``:
     its result (without the delivered keys), the per-epoch ``plan_checks`` and the mismatched pairs."""
-    tp = import_example()
+    from studies.engines import pairs as tp
+
     args = argparse.Namespace(data=str(data), seed=seed, quiet=True, **train)
     res = tp.run(args, cfg["policy"], dict(cfg["params"]), run_dir, keep_keys=True, log=log)
     truth = tp.load_noise(str(data))
@@ -566,12 +561,12 @@ def _plot(noise: float, groups: dict, keys: list, doc: Path) -> None:
 
 # ------------------------------------------------------------------------------ snapshot
 def snapshot(argv: list[str]) -> None:
-    """Re-run this study from a frozen copy of HEAD (library, studies, tools, example): edits
+    """Re-run this study from a frozen copy of HEAD (library, studies, tools): edits
     meanwhile do not affect it."""
     snap = ROOT / "bench-out" / "pairs-src"
     shutil.rmtree(snap, ignore_errors=True)
     snap.mkdir(parents=True)
-    paths = ["seta_stream", "studies", "tools", "examples/train_pairs.py"]
+    paths = ["seta_stream", "studies", "tools"]
     archive = subprocess.run(["git", "archive", "HEAD", *paths], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)

@@ -30,7 +30,7 @@ from studies.quality.configs import conv_run_id
 from studies.quality.data import DATASETS
 from studies.quality.docs import ORDER, load_results, row, splice, table_head
 from studies.quality.layout import Layout
-from studies.quality.pairs import import_example, run_id
+from studies.quality.pairs import run_id
 
 MARKER = "collapses"
 COUNTS = "| runs with a curve | run files | chance | runs collapsed | collapses | collapsed runs per policy | dips |"
@@ -63,7 +63,7 @@ def converged_traces(layout: Layout) -> list[Trace]:
 
 def pairs_trace(r: dict, lr_at: Callable[[float, int, float], float]) -> Trace:
     """The trace of a pairs-study result: mean recall@1 (i2t, t2i) after every epoch; ``lr_at``:
-    examples/train_pairs.py's schedule (warm-up then cosine)."""
+    studies.engines.pairs' schedule (warm-up then cosine)."""
     rows, epochs, peak = r["rows"], r["train"]["epochs"], r["train"]["lr"]
     extra = [f"{100 * row['mismatched_share']:.1f}% mismatched" for row in rows] if r["noise"] else []
     return Trace(run_id(r["noise"], r, r["seed"]), f"pairs, {round(100 * r['noise'])}% mismatched", r["policy"],
@@ -75,7 +75,10 @@ def pairs_trace(r: dict, lr_at: Callable[[float, int, float], float]) -> Trace:
 
 def all_pairs_traces(results: Path) -> list[Trace]:
     files = sorted(results.glob("pairs-noise*-seed*.json"))
-    lr_at = import_example().lr_at if files else None
+    if not files:
+        return []
+    from studies.engines.pairs import lr_at
+
     return [pairs_trace(json.loads(p.read_text()), lr_at) for p in files]
 
 
@@ -152,7 +155,7 @@ def collapse_section(traces: list[Trace], pairs: list[Trace], short_runs: int, e
           "policy's rule for the run's parameters and epoch (docs/algorithms.md §3.2, §4.2), which `checks.py` "
           "verified on the run's directory where the table says so; the learning rate is the training loop's "
           f"schedule (CIFAR-10: `studies/quality/train.py`, peak {IMAGE_PEAK_LR:g}; pairs: "
-          "`examples/train_pairs.py`, the peak its run file records), not a recorded value.", ""]  # fmt: skip
+          "`studies/engines/pairs.py`, the peak its run file records), not a recorded value.", ""]  # fmt: skip
     curves = f"`docs/quality-runs/{{{','.join(CURVE_FOLDERS)}}}/`"
     counts = [count_row(f"CIFAR-10, test accuracy ({curves})", traces)]
     if pairs:

@@ -1,33 +1,37 @@
-"""Train a small CLIP-style model on image-text pairs streamed from tar shards, with pruning.
+"""The pairs studies' training: a small CLIP-style model on image-text pairs streamed from tar shards,
+with pruning (the noise, pairs and baselines-pairs studies train through :func:`run`; ``bash
+tools/demo.sh`` runs :func:`main`).
 
 A loop shaped like an OpenCLIP user's (its own code, not OpenCLIP's; for OpenCLIP itself see
-``seta_stream.openclip`` and docs/openclip.md), with the three seta_stream calls added: the stage around the
-``wds.WebDataset`` of the training shards, ``pruner.record`` of one loss per pair in the step,
-``pruner.start_epoch`` before each epoch. The model is a small CNN image tower and a bag of
-hashed words text tower, each with a linear projection into a shared space, and CLIP's
-learnable temperature; the loss is the symmetric InfoNCE (CLIP) loss. CPU only; data from
-``tools/make_pair_shards.py``. Evaluation: image-to-text and text-to-image recall@1/@5 on the
-clean held-out pairs.
+``seta_stream.openclip`` and docs/openclip.md), with the three seta_stream calls: the stage around the
+pipeline of the training shards, ``pruner.record`` of one loss per pair in the step, ``pruner.start_epoch``
+before each epoch. The model is a small CNN image tower and a bag of hashed words text tower, each with a
+linear projection into a shared space, and CLIP's learnable temperature; the loss is the symmetric InfoNCE
+(CLIP) loss. CPU only; data from ``tools.make_pair_shards``. Evaluation: image-to-text and text-to-image
+recall@1/@5 on the clean held-out pairs.
 
-Per-pair loss recorded (``pair_losses``): for pair i of a batch of B, the mean of the
-image-to-text cross-entropy of row i of the similarity matrix and the text-to-image
-cross-entropy of column i, unweighted. Their batch mean is exactly CLIP's loss, so
-``seta.weighted_mean(pair_losses, w)`` is CLIP's loss with InfoBatch's weights (all 1 for the
-other policies). Why a loss that depends on the rest of the batch still ranks pairs: see
-README.md, "Image-text pairs (contrastive training)".
+Per-pair loss recorded (``pair_losses``): for pair i of a batch of B, the mean of the image-to-text
+cross-entropy of row i of the similarity matrix and the text-to-image cross-entropy of column i,
+unweighted. Their batch mean is exactly CLIP's loss, so ``seta.weighted_mean(pair_losses, w)`` is CLIP's
+loss with InfoBatch's weights (all 1 for the other policies). Why a loss that depends on the rest of the
+batch still ranks pairs: see README.md, "Image-text pairs (contrastive training)".
 
-The last batch of an epoch holds ``kept % batch_size`` pairs, a different count every epoch
-when a policy keeps a different number of pairs. Its loss is divided by the nominal batch size
-(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 pairs makes a step 3/B the size of a
-full one instead of a full-size step on 3 pairs' gradient, which threw models off
-(docs/algorithms.md §0.10); every kept pair is still trained once per epoch.
+The last batch of an epoch holds ``kept % batch_size`` pairs, a different count every epoch when a policy
+keeps a different number of pairs. Its loss is divided by the nominal batch size
+(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 pairs makes a step 3/B the size of a full one
+instead of a full-size step on 3 pairs' gradient, which threw models off (docs/algorithms.md §0.10); every
+kept pair is still trained once per epoch.
 
-Each configuration trains in a run directory of its own under ``--run-dir``, named after the
-policy and its parameters (``random-r0.19-noise``, ``random-r0.19-noise-log1p``, ``full``), with
-its result file ``<name>.json`` beside it.
+What the studies record beyond a user's loop: the mismatched share of the pairs trained (against the
+set's ``noise.parquet``), the keys delivered every epoch (``keep_keys``, checked against the plans), a
+validation split's recalls (``val``) and an equal-compute budget (``budget``).
+
+:func:`main` trains the chosen policy and full data, each in a run directory of its own under
+``--run-dir`` named after the policy and its parameters (``random-r0.19-noise``, ``full``), with its
+result file ``<name>.json`` beside it, and prints the comparison:
 
     python -m tools.make_pair_shards --out demo-out/pairs --train 10000 --test 1000 --shard-size 1000
-    python examples/train_pairs.py --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 10 \
+    python -m studies.engines.pairs --data demo-out/pairs --run-dir demo-out/pair-runs --epochs 10 \
         --policy random --params '{"r": 0.19}' --noise
 """
 
@@ -35,14 +39,10 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import math
 import os
-import shlex
 import shutil
-import sys
 import time
-import warnings
 import zlib
 
 import numpy as np
@@ -54,15 +54,13 @@ from tqdm import tqdm
 
 import seta_stream as seta
 from seta_stream import list_samples
+from studies.engines.common import ORDER_SEED, compare, start_epoch
+from studies.engines.common import parser as engine_parser
 
 BUCKETS = 1 << 12  # hashed word and word-pair ids of the text tower
 EMBED = 64  # shared embedding width
 MEAN = np.array([0.5, 0.5, 0.5], np.float32) * 255
 STD = np.array([0.25, 0.25, 0.25], np.float32) * 255
-#: the training order's detshuffle stages seed by seed + epoch: the shard order of run seed s takes the
-#: seeds 2000 s + e, its sample order 2000 s + 1000 + e, so no two seeds, epochs (< 1000) or stages share one
-#: (seed + epoch for both would give seed 1 the orders of seed 0 shifted by one epoch, both stages one stream)
-ORDER_SEED = 1000
 
 
 # ------------------------------------------------------------------------------------ model
@@ -189,7 +187,7 @@ def evaluate(model: Clip, urls: list[str]) -> dict[str, float]:
 
 
 def load_noise(data: str) -> set[tuple[str, str]]:
-    """(shard, key) of the mismatched training pairs (``noise.parquet`` of make_pair_shards.py)."""
+    """(shard, key) of the mismatched training pairs (``noise.parquet`` of ``tools.make_pair_shards``)."""
     path = os.path.join(data, "noise.parquet")
     if not os.path.exists(path):
         return set()
@@ -202,7 +200,9 @@ def load_noise(data: str) -> set[tuple[str, str]]:
 def shards(data: str, split: str) -> list[str]:
     urls = sorted(glob.glob(os.path.join(data, split, "*.tar")))
     if not urls:
-        raise SystemExit(f"{data}/{split}: no .tar shards; write them with tools/make_pair_shards.py --out {data}")
+        raise SystemExit(
+            f"{data}/{split}: no .tar shards; write them with python -m tools.make_pair_shards --out {data}"
+        )
     return urls
 
 
@@ -211,18 +211,6 @@ def lr_at(t: float, epochs: int, peak: float) -> float:
     """Epoch-based warm-up (first 10%) then cosine decay; t = epoch + fraction of its steps."""
     w = 0.1 * epochs
     return peak * (t / w if t < w else 0.5 * (1 + math.cos(math.pi * min(1.0, (t - w) / (epochs - w)))))
-
-
-def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
-    """``pruner.start_epoch(epoch)``, less its ``small_final_batch`` warning: this loop divides every
-    batch's loss by the nominal batch size, the remedy that warning names. Other warnings pass."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        summary = pruner.start_epoch(epoch)
-    for w in caught:
-        if getattr(w.message, "code", None) != "small_final_batch":
-            warnings.warn(w.message, stacklevel=2)
-    return summary
 
 
 def run(
@@ -363,73 +351,6 @@ def run(
     return result
 
 
-def policy_params(args: argparse.Namespace) -> dict:
-    if args.params:
-        params = json.loads(args.params)
-    elif args.policy == "seta":
-        params = dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
-    elif args.policy in ("random", "static", "infobatch"):
-        params = dict(r=args.r)
-    else:
-        params = {}
-    if args.noise:  # leave out the pairs whose loss history says "mismatched" (README, image-text pairs)
-        params["noise"] = True
-        if args.noise_scale != "loss":
-            params["noise_scale"] = args.noise_scale
-    return params
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="demo-out/pairs", help="folder written by tools/make_pair_shards.py")
-    p.add_argument("--run-dir", default="demo-out/pair-runs", help="parent folder of the run directories")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--policy", default="seta", help="policy to compare against full data")
-    p.add_argument("--r", type=float, default=0.1, help="SeTa/random/InfoBatch: r")
-    p.add_argument("--k", type=int, default=5, help="SeTa: number of loss clusters")
-    p.add_argument("--alpha", type=float, default=0.6, help="SeTa: window scale")
-    p.add_argument("--delta", type=float, default=0.875, help="SeTa: share of pruning epochs")
-    p.add_argument("--params", help="policy parameters as JSON (overrides --r/--k/...), e.g. '{\"r\": 0.5}'")
-    p.add_argument(
-        "--noise",
-        action="store_true",
-        help="the noise rule (full, random, seta, infobatch): leave out pairs whose loss stays in a high mode "
-        "(docs/algorithms.md §12); with --policy full it is the rule alone",
-    )
-    p.add_argument(
-        "--noise-scale",
-        choices=("loss", "log1p"),
-        default="loss",
-        help="with --noise: the scale the rule's mixture is fitted on (noise_scale; log1p fits skewed clean losses "
-        "better, docs/algorithms.md §12.11)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--batch-size", type=int, default=128, help="pairs per batch (= negatives + 1 per pair)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU)")
-    p.add_argument("--no-compare", action="store_true", help="skip the full-data run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    return p
-
-
-def run_name(policy: str, params: dict) -> str:
-    """The run directory's name: the policy, then every parameter, the noise rule's last (``True``: the
-    name alone, a string: the value alone): ``random`` with ``{"r": 0.19, "noise": True, "noise_scale":
-    "log1p"}`` -> ``random-r0.19-noise-log1p``. Two configurations never share a run directory."""
-    parts = [policy]
-    for k in sorted(params, key=lambda k: (k.startswith("noise"), k)):
-        v = params[k]
-        parts.append(k if v is True else f"no-{k}" if v is False else str(v) if isinstance(v, str) else f"{k}{v}")
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
-
-
-def seta_stream_cli() -> str:
-    """The ``seta-stream`` command installed beside this Python, as an absolute path (runs from any folder)."""
-    exe = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "seta-stream")
-    return exe if os.path.exists(exe) else shutil.which("seta-stream") or "seta-stream"
-
-
 def r1(result_or_row: dict) -> float:
     """Recall@1 in %: the mean of image->text and text->image on the clean held-out pairs."""
     return 50.0 * (result_or_row["i2t_r1"] + result_or_row["t2i_r1"])
@@ -464,31 +385,25 @@ def report(results: list[dict]) -> list[str]:
     return lines
 
 
+def parser() -> argparse.ArgumentParser:
+    return engine_parser(
+        __doc__.split("\n\n")[0],
+        data="demo-out/pairs",
+        run_dir="demo-out/pair-runs",
+        tool="tools.make_pair_shards",
+        unit="pairs",
+        batch_size=128,
+        batch_help="pairs per batch (= negatives + 1 per pair)",
+        noise_scale_help="with --noise: the scale the rule's mixture is fitted on (noise_scale; log1p fits skewed "
+        "clean losses better, docs/algorithms.md §12.11)",
+    )
+
+
 def main(argv: list[str] | None = None, keep_keys: bool = False) -> list[dict]:
     """Train the chosen policy, then full data; print the comparison and the follow-up commands.
     ``keep_keys``: the results also hold the (shard, key) pairs delivered in every epoch."""
     args = parser().parse_args(argv)
-    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
-    params = policy_params(args)
-    run_root = os.path.abspath(args.run_dir)
-    name = run_name(args.policy, params)
-    results = [run(args, args.policy, params, os.path.join(run_root, name), keep_keys)]
-    if not args.no_compare and name != "full":
-        results.append(run(args, "full", {}, os.path.join(run_root, "full"), keep_keys))
-    for r in results:
-        with open(r["run_dir"] + ".json", "w") as fh:  # beside its run directory
-            json.dump({k: v for k, v in r.items() if k != "delivered"}, fh, indent=1)
-
-    print("\n" + "\n".join(report(results)))
-    cli, run_dir = shlex.quote(seta_stream_cli()), results[0]["run_dir"]
-    print(f"\n  inspect:  {cli} inspect {shlex.quote(run_dir)} --plot {shlex.quote(run_dir + '.png')}")
-    if params.get("noise"):
-        truth = os.path.abspath(os.path.join(args.data, "noise.parquet"))
-        print(
-            f"  suspects: {cli} suspects {shlex.quote(run_dir)} --out {shlex.quote(run_dir + '-suspects.parquet')}"
-            + (f" --truth {shlex.quote(truth)}" if os.path.exists(truth) else "")
-        )
-    return results
+    return compare(args, run, report, keep_keys, truth=os.path.abspath(os.path.join(args.data, "noise.parquet")))
 
 
 if __name__ == "__main__":

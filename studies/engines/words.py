@@ -1,22 +1,24 @@
-"""Train a small CNN on rendered word images streamed from tar shards, with SeTa pruning.
+"""The word-image study's training: a small CNN on rendered word images streamed from tar shards, with
+pruning (the words-noise study trains through :func:`run`).
 
-The complete loop a user adopts (three seta_stream calls: the stage in the pipeline,
-``pruner.record`` in the step, ``pruner.start_epoch`` before each epoch), run twice: once with
-the chosen policy and once with ``full`` (same seed, same model init, same code path), then a
-side-by-side comparison. CPU only; data from ``tools/make_word_shards.py``.
+The loop a user adopts (three seta_stream calls: the stage in the pipeline, ``pruner.record`` in the step,
+``pruner.start_epoch`` before each epoch), recording what the study reads: per epoch the kept and trained
+counts, the loss, the test accuracy, the steps and the last batch's length, and on request the keys
+delivered in every epoch (``keep_keys``). CPU only; data from ``tools.make_word_shards``.
 
-The last batch of an epoch holds ``kept % batch_size`` samples, a different count every epoch
-when a policy keeps a different number of samples. Its loss is divided by the nominal batch size
-(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 samples makes a step 3/B the size of
-a full one instead of a full-size step on 3 samples' gradient, which threw models off
-(docs/algorithms.md §0.10); every kept sample is still trained once per epoch.
+The last batch of an epoch holds ``kept % batch_size`` samples, a different count every epoch when a policy
+keeps a different number of samples. Its loss is divided by the nominal batch size
+(``seta.weighted_mean(..., batch_size=B)``), so a batch of 3 samples makes a step 3/B the size of a full one
+instead of a full-size step on 3 samples' gradient, which threw models off (docs/algorithms.md §0.10); every
+kept sample is still trained once per epoch.
 
-Each configuration trains in a run directory of its own under ``--run-dir``, named after the
-policy and its parameters (``seta-r0.1-k5-alpha0.6-delta0.875``, ``full``), with its result file
-``<name>.json`` beside it.
+:func:`main` trains the chosen policy and full data (same seed, same model init, same code path), each in a
+run directory of its own under ``--run-dir`` named after the policy and its parameters
+(``seta-r0.1-k5-alpha0.6-delta0.875``, ``full``) with its result file ``<name>.json`` beside it, and prints
+the comparison:
 
     python -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400
-    python examples/train_words.py --data demo-out/data --run-dir demo-out/runs --epochs 6
+    python -m studies.engines.words --data demo-out/data --run-dir demo-out/runs --epochs 6
 """
 
 from __future__ import annotations
@@ -25,11 +27,8 @@ import argparse
 import glob
 import json
 import os
-import shlex
 import shutil
-import sys
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -40,11 +39,8 @@ from tqdm import tqdm
 
 import seta_stream as seta
 from seta_stream import list_samples
-
-#: the training order's detshuffle stages seed by seed + epoch: the shard order of run seed s takes the
-#: seeds 2000 s + e, its sample order 2000 s + 1000 + e, so no two seeds, epochs (< 1000) or stages share one
-#: (seed + epoch for both would give seed 1 the orders of seed 0 shifted by one epoch, both stages one stream)
-ORDER_SEED = 1000
+from studies.engines.common import ORDER_SEED, compare, start_epoch
+from studies.engines.common import parser as engine_parser
 
 
 def make_model(n_classes: int) -> nn.Module:
@@ -112,18 +108,6 @@ def evaluate(model: nn.Module, urls: list[str], batch_size: int) -> float:
             total += len(y)
     model.train()
     return correct / max(total, 1)
-
-
-def start_epoch(pruner: seta.Pruner, epoch: int) -> dict:
-    """``pruner.start_epoch(epoch)``, less its ``small_final_batch`` warning: this loop divides every
-    batch's loss by the nominal batch size, the remedy that warning names. Other warnings pass."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        summary = pruner.start_epoch(epoch)
-    for w in caught:
-        if getattr(w.message, "code", None) != "small_final_batch":
-            warnings.warn(w.message, stacklevel=2)
-    return summary
 
 
 def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_keys: bool = False, log=None) -> dict:
@@ -222,39 +206,6 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
     return result
 
 
-def policy_params(args: argparse.Namespace) -> dict:
-    if args.params:
-        params = json.loads(args.params)
-    elif args.policy == "seta":
-        params = dict(r=args.r, k=args.k, alpha=args.alpha, delta=args.delta)
-    elif args.policy in ("random", "static", "infobatch"):
-        params = dict(r=args.r)
-    else:
-        params = {}
-    if args.noise:  # leave out the samples whose loss history says "noisy label" (docs/algorithms.md §12)
-        params["noise"] = True
-        if args.noise_scale != "loss":
-            params["noise_scale"] = args.noise_scale
-    return params
-
-
-def run_name(policy: str, params: dict) -> str:
-    """The run directory's name: the policy, then every parameter, the noise rule's last (``True``: the
-    name alone, a string: the value alone): ``random`` with ``{"r": 0.19, "noise": True, "noise_scale":
-    "log1p"}`` -> ``random-r0.19-noise-log1p``. Two configurations never share a run directory."""
-    parts = [policy]
-    for k in sorted(params, key=lambda k: (k.startswith("noise"), k)):
-        v = params[k]
-        parts.append(k if v is True else f"no-{k}" if v is False else str(v) if isinstance(v, str) else f"{k}{v}")
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in "-".join(parts))
-
-
-def seta_stream_cli() -> str:
-    """The ``seta-stream`` command installed beside this Python, as an absolute path (runs from any folder)."""
-    exe = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "seta-stream")
-    return exe if os.path.exists(exe) else shutil.which("seta-stream") or "seta-stream"
-
-
 def report(results: list[dict]) -> list[str]:
     """The comparison table of ``main``: one line per run, then what each trained."""
     lines = ["  run                                pruned %   samples trained   acc final   acc best (epoch)   wall s"]
@@ -281,59 +232,23 @@ def report(results: list[dict]) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="demo-out/data", help="folder written by tools/make_word_shards.py")
-    p.add_argument("--run-dir", default="demo-out/runs", help="parent folder of the run directories")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--policy", default="seta", help="policy to compare against full data")
-    p.add_argument("--r", type=float, default=0.1, help="SeTa/random/InfoBatch: r")
-    p.add_argument("--k", type=int, default=5, help="SeTa: number of loss clusters")
-    p.add_argument("--alpha", type=float, default=0.6, help="SeTa: window scale")
-    p.add_argument("--delta", type=float, default=0.875, help="SeTa: share of pruning epochs")
-    p.add_argument("--params", help="policy parameters as JSON (overrides --r/--k/...), e.g. '{\"r\": 0.5}'")
-    p.add_argument(
-        "--noise",
-        action="store_true",
-        help="the noise rule (full, random, seta, infobatch): leave out samples whose loss stays in a high mode "
-        "(docs/algorithms.md §12); with --policy full it is the rule alone",
+    return engine_parser(
+        __doc__.split("\n\n")[0],
+        data="demo-out/data",
+        run_dir="demo-out/runs",
+        tool="tools.make_word_shards",
+        unit="samples",
+        batch_size=64,
+        batch_help=None,
+        noise_scale_help="with --noise: the scale the rule's mixture is fitted on (noise_scale, docs/algorithms.md "
+        "§12.11)",
     )
-    p.add_argument(
-        "--noise-scale",
-        choices=("loss", "log1p"),
-        default="loss",
-        help="with --noise: the scale the rule's mixture is fitted on (noise_scale, docs/algorithms.md §12.11)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU)")
-    p.add_argument("--no-compare", action="store_true", help="skip the full-data run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    return p
 
 
 def main(argv: list[str] | None = None, keep_keys: bool = False) -> list[dict]:
     """Train the chosen policy, then full data; print the comparison and the follow-up commands.
     ``keep_keys``: the results also hold the (shard, key) pairs delivered in every epoch."""
-    args = parser().parse_args(argv)
-    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
-    params = policy_params(args)
-    run_root = os.path.abspath(args.run_dir)
-    name = run_name(args.policy, params)
-    results = [run(args, args.policy, params, os.path.join(run_root, name), keep_keys)]
-    if not args.no_compare and name != "full":
-        results.append(run(args, "full", {}, os.path.join(run_root, "full"), keep_keys))
-    for r in results:
-        with open(r["run_dir"] + ".json", "w") as fh:  # beside its run directory
-            json.dump({k: v for k, v in r.items() if k != "delivered"}, fh, indent=1)
-
-    print("\n" + "\n".join(report(results)))
-    cli, run_dir = shlex.quote(seta_stream_cli()), results[0]["run_dir"]
-    print(f"\n  inspect:  {cli} inspect {shlex.quote(run_dir)} --plot {shlex.quote(run_dir + '.png')}")
-    if params.get("noise"):
-        print(f"  suspects: {cli} suspects {shlex.quote(run_dir)} --out {shlex.quote(run_dir + '-suspects.parquet')}")
-    return results
+    return compare(parser().parse_args(argv), run, report, keep_keys)
 
 
 if __name__ == "__main__":

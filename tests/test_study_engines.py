@@ -1,7 +1,7 @@
-"""The examples end to end (examples/train_pairs.py, examples/train_words.py) on shards written by the
-generators in tools/, through real DataLoader workers: exactly the plan's kept samples per epoch, the
-small-final-batch remedy in every step, one run directory per configuration, printed commands that
-run from any folder.
+"""The studies' training engines end to end (studies/engines/pairs.py, studies/engines/words.py) on shards
+written by the generators in tools/, through real DataLoader workers: exactly the plan's kept samples per
+epoch, the small-final-batch remedy in every step, one run directory per configuration, printed commands
+that run from any folder, and the demo's settings (tools/demo.sh runs the pairs engine).
 
 The data sets hold 260 training samples and the loops batch 32 at a time, so every full-data epoch
 ends on a batch of 260 % 32 = 4 samples, under the 8 the library warns about (``small_final_batch``).
@@ -13,7 +13,6 @@ its own length (``batch_size`` left out, or ``losses.mean()``, which never calls
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -30,24 +29,14 @@ pytest.importorskip("PIL")
 
 import seta_stream as seta  # noqa: E402
 from seta_stream.policies.safeguards import SMALL_FINAL_BATCH  # noqa: E402
+from studies.engines import common  # noqa: E402
+from studies.engines import pairs as tp  # noqa: E402
+from studies.engines import words as tw  # noqa: E402
+from tools import make_pair_shards as mps  # noqa: E402
+from tools import make_word_shards as mws  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N, B = 260, 32  # every full-data epoch ends on a batch of N % B = 4
-
-
-def _load(name: str, rel: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # DataLoader workers (fork) find the collate function by module
-    spec.loader.exec_module(mod)
-    return mod
-
-
-tp = _load("train_pairs", "examples/train_pairs.py")
-tw = _load("train_words", "examples/train_words.py")
-from tools import make_pair_shards as mps  # noqa: E402
-from tools import make_word_shards as mws  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +115,7 @@ def _argv(data: Path, run_dir: Path, epochs: int, *extra: str) -> list[str]:
             "--workers", "1", "--threads", "1", "--quiet", *extra]  # fmt: skip
 
 
-def test_pairs_example_trains_the_kept_pairs_with_the_remedy_and_prints_commands_that_run_anywhere(
+def test_pairs_engine_trains_the_kept_pairs_with_the_remedy_and_prints_commands_that_run_anywhere(
     pairs: Path, tmp_path: Path, steps: list, capsys: pytest.CaptureFixture
 ) -> None:
     runs = tmp_path / "runs"
@@ -184,7 +173,7 @@ def test_pairs_example_trains_the_kept_pairs_with_the_remedy_and_prints_commands
                                                                      "random-r0.19-noise-log1p"]  # fmt: skip
 
 
-def test_words_example_trains_the_kept_samples_with_the_remedy(
+def test_words_engine_trains_the_kept_samples_with_the_remedy(
     words: Path, tmp_path: Path, steps: list, capsys: pytest.CaptureFixture
 ) -> None:
     runs = tmp_path / "runs"
@@ -210,7 +199,7 @@ def test_words_example_trains_the_kept_samples_with_the_remedy(
     "policy,params",
     [("infobatch", dict(r=0.5, noise=True, noise_warmup=1, noise_recheck=0.5))],  # weights 2 and 0 (re-checks)
 )
-def test_pairs_example_delivers_exactly_the_plans_kept_pairs(
+def test_pairs_engine_delivers_exactly_the_plans_kept_pairs(
     pairs: Path, tmp_path: Path, steps: list, policy: str, params: dict
 ) -> None:
     torch.set_num_threads(1)
@@ -237,34 +226,34 @@ def test_pairs_example_delivers_exactly_the_plans_kept_pairs(
     assert {(r["shard"], r["key"]) for r in plan1 if not math.isnan(r["loss"])} == set(res["delivered"][0])
 
 
-@pytest.mark.parametrize("mod", [tp, tw], ids=["pairs", "words"])
-def test_run_names_encode_the_policy_and_every_parameter(mod) -> None:
-    assert mod.run_name("full", {}) == "full"
-    assert mod.run_name("full", {"noise": True}) == "full-noise"
-    assert mod.run_name("random", {"noise": True, "r": 0.19}) == "random-r0.19-noise"
-    assert mod.run_name("random", {"noise_scale": "log1p", "r": 0.19, "noise": True}) == "random-r0.19-noise-log1p"
-    assert mod.run_name("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "delta": 0.875}) == "seta-alpha0.6-delta0.875-k5-r0.1"
-    assert mod.run_name("infobatch", {"r": 0.5, "noise": False, "x": "a/b"}) == "infobatch-r0.5-a_b-no-noise"
+def test_run_names_encode_the_policy_and_every_parameter() -> None:
+    run_name = common.run_name
+    assert run_name("full", {}) == "full"
+    assert run_name("full", {"noise": True}) == "full-noise"
+    assert run_name("random", {"noise": True, "r": 0.19}) == "random-r0.19-noise"
+    assert run_name("random", {"noise_scale": "log1p", "r": 0.19, "noise": True}) == "random-r0.19-noise-log1p"
+    assert run_name("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "delta": 0.875}) == "seta-alpha0.6-delta0.875-k5-r0.1"
+    assert run_name("infobatch", {"r": 0.5, "noise": False, "x": "a/b"}) == "infobatch-r0.5-a_b-no-noise"
 
 
 @pytest.mark.parametrize("mod", [tp, tw], ids=["pairs", "words"])
 def test_noise_options_add_the_rule_to_the_policy_parameters(mod) -> None:
-    p = mod.parser()
-    assert mod.policy_params(p.parse_args(["--policy", "full", "--noise"])) == {"noise": True}
-    assert mod.policy_params(p.parse_args(["--policy", "infobatch", "--r", "0.6", "--noise"])) == {
-        "r": 0.6,
-        "noise": True,
-    }
-    assert mod.policy_params(p.parse_args(["--policy", "seta", "--params", '{"r": 0.2}', "--noise"])) == {
+    p, policy_params = mod.parser(), common.policy_params
+    assert policy_params(p.parse_args(["--policy", "full", "--noise"])) == {"noise": True}
+    assert policy_params(p.parse_args(["--policy", "infobatch", "--r", "0.6", "--noise"])) == {"r": 0.6, "noise": True}
+    assert policy_params(p.parse_args(["--policy", "seta", "--params", '{"r": 0.2}', "--noise"])) == {
         "r": 0.2,
         "noise": True,
     }
-    assert mod.policy_params(p.parse_args(["--policy", "random", "--noise", "--noise-scale", "log1p"])) == {
+    assert policy_params(p.parse_args(["--policy", "random", "--noise", "--noise-scale", "log1p"])) == {
         "r": 0.1,
         "noise": True,
         "noise_scale": "log1p",
     }
-    assert mod.policy_params(p.parse_args(["--policy", "full"])) == {}
+    assert policy_params(p.parse_args(["--policy", "full"])) == {}
+    assert (p.parse_args([]).batch_size, p.parse_args([]).data) == (
+        (128, "demo-out/pairs") if mod is tp else (64, "demo-out/data")
+    )
 
 
 def test_pair_losses_are_the_rows_and_columns_cross_entropies() -> None:
@@ -302,14 +291,15 @@ def test_tokens_are_hashed_words_and_word_pairs() -> None:
 
 def test_the_demo_trains_the_noise_studys_calibrated_setting_into_the_run_directory_it_reads() -> None:
     """tools/demo.sh: its settings are the study's calibration for the rule + random at 30% pruned, and
-    the run directory it inspects afterwards is the one the example trains them into."""
+    the run directory it inspects afterwards is the one the pairs engine trains them into."""
     script = (ROOT / "tools" / "demo.sh").read_text()
     lines = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in script.splitlines() if "=" in line}
     settings = shlex.split(lines["SETTINGS"].strip("()"))
     args = tp.parser().parse_args(settings)
-    assert tp.run_name(args.policy, tp.policy_params(args)) == lines["NAME"] == "random-r0.19-noise"
+    assert common.run_name(args.policy, common.policy_params(args)) == lines["NAME"] == "random-r0.19-noise"
+    assert "$PY -m studies.engines.pairs " in script
     cal = json.loads((ROOT / "docs/quality-runs/noise-study-2core/pairs-n20-E10-cal-rule-random.json").read_text())
-    assert (args.policy, cal["levels"]["30"]["params"]) == ("random", tp.policy_params(args))
+    assert (args.policy, cal["levels"]["30"]["params"]) == ("random", common.policy_params(args))
     # the study's data and schedule, which that calibration replayed
     import studies.quality.noise as ns
 
