@@ -6,8 +6,9 @@
 #   bash tools/demo.sh          image-text pairs: full data against the noise rule + random pruning
 #   bash tools/demo.sh words    clean word images: SeTa against full data
 #
-# Extra arguments go to the training script: the studies' training loops (python -m studies.engines.pairs,
-# studies.engines.words), which train the chosen policy and full data and print the comparison.
+# Extra arguments go to the training script: the pairs demo's comparison of two runs is the noise study's
+# training loop (python -m studies.engines.pairs: the mismatched share of the pairs trained, the comparison
+# table), the words demo runs the example a user copies (examples/train_words.py) once per policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -50,8 +51,12 @@ if [ "$what" = words ]; then
         $PY -m tools.make_word_shards --out demo-out/data --train 24000 --test 2400 --seed 0
     fi
     echo "== training a small CNN for 6 epochs with SeTa, then with full data (same seed and initialisation) =="
-    $PY -m studies.engines.words --data demo-out/data --run-dir demo-out/runs --epochs 6 --workers 1 --quiet "$@"
-    run=$PWD/demo-out/runs/seta-alpha0.6-delta0.875-k5-r0.1
+    rm -rf demo-out/runs/seta demo-out/runs/full # a fresh run each time
+    $PY examples/train_words.py --data demo-out/data --run-dir demo-out/runs/seta --epochs 6 --workers 1 \
+        --policy seta --params '{"r": 0.1, "k": 5, "alpha": 0.6, "delta": 0.875}' "$@"
+    $PY examples/train_words.py --data demo-out/data --run-dir demo-out/runs/full --epochs 6 --workers 1 \
+        --policy full --params '{}' "$@"
+    run=$PWD/demo-out/runs/seta
     if [ -d "$run" ]; then
         echo
         echo "== the plan of SeTa's last epoch (plot: $run.png) =="
