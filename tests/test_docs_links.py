@@ -9,6 +9,7 @@ code blocks are not links, as on GitHub.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -181,3 +182,90 @@ def test_long_paragraphs_count_list_items_and_table_rows_but_not_code() -> None:
     long = "x" * 601
     text = f"# t\n\n{long}\n\n* short\n* {long}\n\n| a |\n| - |\n| {long} |\n\n```\n{long}\n```\n\nok\n"
     assert long_paragraphs(text) == ["line 3: 601 characters", "line 6: 603 characters", "line 10: 605 characters"]
+
+
+# ------------------------------------------------------------------------------ the commands they name
+#: a command the pages give: ``python -m PACKAGE NAME``, ``python -m MODULE``, ``python PATH.py``, ``bash PATH.sh``
+COMMAND = re.compile(
+    r"(?:python3?|\.venv/bin/python|\$PY) (?:-m ([\w.]+)(?: (\w+))?|([\w./-]+\.py))|bash ([\w./-]+\.sh)"
+)
+#: where a page quotes the command line a committed result file recorded (how that run was started, then):
+#: benchmarks.md's result and balance blocks and the CIFAR GPU page's invocations
+RECORDED = re.compile(
+    r"<!-- (result:[\w.-]+|balance):begin -->.*?<!-- \1:end -->"
+    r"|^[^\n]*(?:The file records the commit|Runs by invocation)[^\n]*$",
+    re.S | re.M,
+)
+
+
+def wing_commands(wing: str) -> set[str]:
+    if wing == "benchmarks":
+        from benchmarks.__main__ import commands
+
+        return set(commands())
+    from studies.__main__ import COMMANDS
+
+    return set(COMMANDS)
+
+
+def stale_commands(text: str) -> list[str]:
+    """The commands of a page that name no module, script or wing command of this tree."""
+    out = []
+    for m in COMMAND.finditer(RECORDED.sub("", text)):
+        module, name, script, shell = m.groups()
+        if module in ("benchmarks", "studies"):
+            ok = name in wing_commands(module)
+        elif module:
+            base = ROOT / Path(*module.split("."))
+            ok = base.with_suffix(".py").exists() or (base / "__init__.py").exists() or top_level_module(module)
+        elif script:
+            ok = (ROOT / script).exists() and runs_as_a_script(ROOT / script)
+        else:
+            ok = (ROOT / shell).exists()
+        if not ok:
+            out.append(m.group(0))
+    return out
+
+
+def runs_as_a_script(path: Path) -> bool:
+    """Whether ``python PATH`` runs it: it imports none of the repository's packages (run by its path, the
+    folder on ``sys.path`` is its own, not the repository's)."""
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+    return not {m.split(".")[0] for m in names} & {"benchmarks", "studies", "tools", "examples"}
+
+
+def top_level_module(module: str) -> bool:
+    """A module of the standard library or an installed package (``python -m pytest``, ``pip``, ``venv``)."""
+    import importlib.util
+
+    return importlib.util.find_spec(module.split(".")[0]) is not None and module.split(".")[0] not in (
+        "benchmarks",
+        "studies",
+        "tools",
+        "examples",
+    )
+
+
+def test_every_command_of_readme_and_docs_names_what_exists() -> None:
+    """After a move (benchmarks/ -> studies/, tools run as modules), no page gives a command that fails."""
+    stale = {str(p.relative_to(ROOT)): stale_commands(p.read_text()) for p in doc_files(ROOT)}
+    assert {k: v for k, v in stale.items() if v} == {}
+
+
+def test_the_command_check_names_stale_commands() -> None:
+    text = (
+        "python -m studies headline\npython benchmarks/headline.py\n.venv/bin/python -m benchmarks bench_nothing\n"
+        "python -m tools.make_pair_shards\npython -m tools.gone\nbash tools/demo.sh\nbash tools/device_study.sh\n"
+        "python tools/tree_report.py\npython tools/make_pair_shards.py\npython benchmarks/bench_plan.py\n"
+        "<!-- result:x:begin -->\n`python benchmarks/bench_plan.py` (commit a)\n<!-- result:x:end -->\n"
+    )
+    assert stale_commands(text) == [
+        "python benchmarks/headline.py",
+        ".venv/bin/python -m benchmarks bench_nothing",
+        "python -m tools.gone",
+        "bash tools/device_study.sh",
+        "python tools/make_pair_shards.py",
+        "python benchmarks/bench_plan.py",
+    ]

@@ -13,9 +13,9 @@ Standard library only: the files are read as ASTs, none of the project's modules
 Definitions (what each figure counts):
 
 * lines: physical lines of the ``.py`` files (a last line without its newline counts), per
-  top-level folder (seta_stream/, benchmarks/, tools/, examples/, tests/) and per folder below
-  them, each with its own files' lines and with everything under it.
-* modules: every ``.py`` file under seta_stream/, benchmarks/, tools/ and examples/, named by its
+  top-level folder present (seta_stream/, benchmarks/, studies/, tools/, examples/, tests/) and per
+  folder below them, each with its own files' lines and with everything under it.
+* modules: every ``.py`` file under seta_stream/, benchmarks/, studies/, tools/ and examples/, named by its
   path from the root (``studies/quality/study.py`` is ``studies.quality.study``, a
   package's ``__init__.py`` is the package). tests/ counts for lines and for private imports only.
 * edges: ``import a.b`` and ``from a.b import c`` with ``a`` a top-level folder of the root;
@@ -38,7 +38,8 @@ Definitions (what each figure counts):
   name prefixes to numbers, lower = lower layer; a module takes the number of its longest
   matching prefix (``a.b`` matches ``a.b`` and ``a.b.c``, not ``a.bc``). An edge from a lower
   layer to a higher one runs back up. An optional ``independent`` list of wings (each a list of
-  prefixes) names groups that must not import each other: an edge between two wings is sideways.
+  prefixes) names groups that must not import each other: an edge between two wings of the same
+  layer is sideways (an edge from a wing down to a wing of a lower layer is an ordinary import).
 * private: a name is private when it starts with ``_`` and is not a dunder (``__init__``,
   ``__main__``, ``__version__``...). A private import from outside the package is an import of a
   package module or name whose dotted path has a private component, made by a file outside the
@@ -47,8 +48,9 @@ Definitions (what each figure counts):
   package module. Attribute uses (``mod._name`` where ``mod`` is bound by an import to a package
   module) are listed beside the imports, not counted in them.
 * sys.path edits: ``sys.path.insert``/``sys.path.append`` calls, with the folder they add when
-  it reads literally; the same calls inside string constants (code for another process) are
-  listed apart, not counted.
+  it reads literally. The same calls inside string constants (code a benchmark runs in a fresh
+  interpreter, whose path setting is part of what it measures) are listed apart and counted in no
+  figure: not as edits, and their imports not as edges or private imports.
 * public face: ``__all__`` of the package (read from its ``__init__.py``) and of each public
   submodule (no component of its name after the package with a leading ``_``, and not a
   ``__main__``). A public module without ``__all__`` exports its top-level definitions without
@@ -67,7 +69,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = "seta_stream"
-GRAPH_DIRS = ("seta_stream", "benchmarks", "tools", "examples")
+GRAPH_DIRS = ("seta_stream", "benchmarks", "studies", "tools", "examples")
 LINES_ONLY_DIRS = ("tests",)
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 PATH_TYPES = {"Path", "PurePath", "PosixPath", "PurePosixPath", "pathlib.Path", "pathlib.PurePath"}
@@ -243,7 +245,9 @@ class Tree:
         self.tests: list[Module] = []
         self.line_files: dict[str, list[Module]] = {}
         for top in GRAPH_DIRS + LINES_ONLY_DIRS:
-            mods = [Module(root, p) for p in py_files(root / top)] if (root / top).is_dir() else []
+            if not (root / top).is_dir():
+                continue
+            mods = [Module(root, p) for p in py_files(root / top)]
             self.line_files[top] = mods
             for mod in mods:
                 if top in GRAPH_DIRS:
@@ -616,7 +620,7 @@ def layer_report(tree: Tree, layers: dict[str, float], wings: list[list[str]]) -
         if la is not None and lb is not None and la < lb:
             upward.append({"from": a, "to": b, "from_layer": la, "to_layer": lb, "gap": lb - la, "at": where})
         wa, wb = wing(a), wing(b)
-        if wa is not None and wb is not None and wa != wb:
+        if wa is not None and wb is not None and wa != wb and la == lb:
             sideways.append({"from": a, "to": b, "at": where})
     upward.sort(key=lambda u: (-u["gap"], u["from"], u["to"]))
     return {
