@@ -6,12 +6,14 @@ worker -> model -> recorded per-sample losses -> compaction -> plan of the next 
 generated section of the docs (``--report-only``); each finished run is one JSON file under
 ``docs/quality-runs/``, the evidence every number of the reports comes from.
 
-Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_imports.py):
+The studies' seeded choices come from ``tools.draws`` (one keyed hash, one generator per purpose,
+shared with the data tools; tests/test_study_draws.py checks each choice is what it says), the pairs
+runs' training from ``studies.engines.pairs``.
 
-    draws       the studies' seeded choices: one keyed hash, one generator per purpose (imported by
-                the data tools too; tests/test_study_draws.py checks each choice is what it says)
+Modules, one job each (in brackets what each may import; no circle, tests/test_tree_shape.py):
+
     layout, data, models, pipeline, machine, train   where things live; the data sets, networks,
-                the training loader, the machine's load, one training run (draws, data, models, pipeline,
+                the training loader, the machine's load, one training run (data, models, pipeline,
                 machine)
     harness     the one runner: a study's plan of jobs shared by processes under claims, resume
                 (finished result files skipped), whole-file writes, the machine recorded, deadline
@@ -24,6 +26,8 @@ Modules, one job each (an arrow = may import; no circle, tests/test_benchmarks_i
     noise_scale the closed-loop check of the rule's scale   (noise, noise_report, docs)
     collapses, collapse   the rule for a run that fell to chance and docs/quality-runs/collapses.json;
                 the experiments on its cause
+    instability the scan of every study's result files for runs that fell to chance (collapses), read by
+                every page that marks them
     checks, plots  result files and run directories against the policy rules; the figures
     docs        the report layer's helpers (readers of result files, splicing, tables)
     report, reading_short   the short study's section and its findings table   (docs, checks, plots)
