@@ -101,3 +101,67 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
         for i in np.flatnonzero(cand):
             suspect[i] = x[i] > t and on(float(cols["last_loss"][i])) > t
     return cand, suspect, fit
+
+
+def chain(name, params):
+    """(spec, policy params, safeguards, noise params, floor) of ``params``, which may name
+    ``floor``: rule 2's previous threshold (the planner reads it from the plan before)."""
+    from seta_stream.policies import plan_params
+
+    params = dict(params)
+    floor = params.pop("floor", None)
+    spec, p, sg, noise = plan_params(name, **params)
+    return spec, p, sg, noise, floor
+
+
+def whole_plan(name, params, cols, epoch, epochs, seed, spec=None):
+    """The finalized whole-table plan of policy ``name`` with ``params`` (its own, the noise
+    rule's, the safeguards) on the columns ``cols``: the chain the planner runs (the noise
+    rule's stage, the policy, the safeguards, the summary). ``spec``: another spec in place of
+    the registered one (same parameters)."""
+    from seta_stream.policies import PolicyInput, finalize
+    from seta_stream.policies.registry import planned_function, planned_table_columns
+    from seta_stream.policies.summary import summary_params
+
+    registered, p, sg, noise, floor = chain(name, params)
+    spec = spec or registered
+    inp = PolicyInput.from_columns(
+        {c: cols[c] for c in planned_table_columns(spec, p, noise)},
+        epoch=epoch,
+        epochs=epochs,
+        seed=seed,
+        n_ref=len(cols["uid"]),
+    )
+    return finalize(planned_function(spec, noise, floor)(inp, p), inp, name, summary_params(p, noise, spec), sg)
+
+
+def split_plan(name, params, cols, epoch, epochs, seed, buckets, rng, spec=None):
+    """The same plan over ``buckets`` buckets (each row in a random bucket, in any order) with
+    ``plan_partitioned``: {bucket: (its rows' indices, its rows)} and the summary."""
+    from seta_stream.policies import PolicyInput, plan_partitioned
+    from seta_stream.policies.registry import planned_table_columns
+    from seta_stream.policies.steps import PlanContext
+
+    registered, p, sg, noise, floor = chain(name, params)
+    spec = spec or registered
+    n = len(cols["uid"])
+    where = rng.integers(0, buckets, size=n)
+    order = rng.permutation(n)  # rows in any order inside a bucket
+    parts = [order[where[order] == b] for b in range(buckets)]
+    ctx = PlanContext(epoch=epoch, epochs=epochs, seed=seed, n=n, n_ref=n)
+    columns = planned_table_columns(spec, p, noise)
+
+    def inputs(b):
+        return PolicyInput.from_columns(
+            {c: cols[c][parts[b]] for c in columns}, epoch=epoch, epochs=epochs, seed=seed, n_ref=n
+        )
+
+    rows = {}
+
+    def emit(b, inp, result):
+        rows[b] = (parts[b], result)
+
+    summary = plan_partitioned(
+        spec, p, ctx, inputs, buckets, emit, rows.clear, safeguards=sg, noise=noise, noise_floor=floor
+    )
+    return rows, summary

@@ -4,6 +4,7 @@ real run directories (one bucket and partitioned)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,8 +17,9 @@ from seta_stream._kernels.kmeans1d import points1d, points1d_steps
 from seta_stream._kernels.mapreduce import run_steps
 from seta_stream._kernels.mixture1d import fit_two_gaussians
 from seta_stream.errors import InvalidInputError
-from seta_stream.policies import POLICIES, REASONS, PolicyInput, policy_params, run_policy
+from seta_stream.policies import REASONS, PolicyInput, plan_params, policy_params, run_policy
 from seta_stream.policies.random_draws import STREAM_NOISE, uniform_of
+from seta_stream.policies.registry import planned_table_columns
 
 NOISE_FIELDS = {
     "noise_active",
@@ -51,8 +53,14 @@ def columns(mean, last=None, count=None, seen=None):
 
 
 def plan(name, cols, epoch=3, epochs=10, seed=7, **params):
+    """The plan of ``name`` with ``params`` on ``cols``; the rule's first version (its threshold
+    where the components cross) unless ``noise_rule`` is given: most tests of this file were
+    written for it, and it stays what runs planned with it plan (§12.12 tests the second)."""
+    if params.get("noise") and "noise_rule" not in params:
+        params["noise_rule"] = 1
+    spec, p, _, noise = plan_params(name, **params)
     inp = PolicyInput.from_columns(
-        {c: cols[c] for c in POLICIES[name].table_columns(policy_params(name, **params)[1])},
+        {c: cols[c] for c in planned_table_columns(spec, p, noise)},
         epoch=epoch,
         epochs=epochs,
         seed=seed,
@@ -300,17 +308,29 @@ def test_a_suspect_whose_last_loss_falls_is_released():
 
 
 def test_noise_parameters_are_validated_and_declare_the_history_columns():
+    """The stage's parameters are its own, split from the policy's (which hold none of them),
+    and its columns are declared by the stage (the registry adds them to the policy's)."""
+    from seta_stream.policies.noise import NoiseParams
+
     for name in ("full", "random", "seta", "infobatch"):
-        spec, p = policy_params(name, noise=True)
-        assert (p.noise, p.noise_warmup, p.noise_recheck, p.noise_scale) == (True, 2, 0.1, "loss")
-        assert {"loss_count", "loss_mean", "last_loss", "seen", "uid"} <= set(spec.table_columns(p))
-        assert not {"loss_count", "loss_mean"} & set(spec.table_columns(policy_params(name)[1]))
+        spec, p, _, noise = plan_params(name, noise=True)
+        assert noise == NoiseParams(True, 2, 2, 0.1, "loss", 0.9)  # a new run's version: 2
+        assert not {f.name for f in dataclasses.fields(p)} & {f.name for f in dataclasses.fields(noise)}
+        assert {"loss_count", "loss_mean", "last_loss", "seen", "uid"} <= set(planned_table_columns(spec, p, noise))
+        assert not {"loss_count", "loss_mean"} & set(spec.table_columns(p))
+        _, p, _, off = plan_params(name)
+        assert off == NoiseParams() and not off.noise
+        assert not {"loss_count", "loss_mean"} & set(planned_table_columns(spec, p, off))
+        assert plan_params(name, noise=True, noise_rule=1)[3] == NoiseParams(True, 1, 2, 0.1, "loss", None)
     for bad, match in [
         (dict(noise="yes"), r"full: noise='yes', expected True or False"),
         (dict(noise_warmup=0), r"full: noise_warmup=0 is outside the valid range: integer >= 1"),
         (dict(noise_warmup=True), r"noise_warmup=True is outside the valid range"),
         (dict(noise_recheck=1.5), r"noise_recheck=1.5 is outside the valid range 0 <= noise_recheck <= 1"),
         (dict(noise_scale="log"), r"full: noise_scale='log', expected one of 'loss', 'log1p'"),
+        (dict(noise_rule=3), r"full: noise_rule=3, expected one of 1, 2"),
+        (dict(noise_posterior=0.4), r"full: noise_posterior=0.4 is outside the valid range 0.5 <= noise_posterior < 1"),
+        (dict(noise_rule=1, noise_posterior=0.9), r"full: noise_posterior=0.9 with noise_rule=1, whose threshold is"),
     ]:
         with pytest.raises(InvalidInputError, match=match):
             policy_params("full", **bad)
@@ -359,7 +379,10 @@ def record_two_modes(run: RunDir, epochs: int, n: int = 600, shards: int = 7) ->
         ("random", dict(r=0.3, noise_scale="log1p")),
     ],
 )
-def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_path, name, params, spilled, monkeypatch):
+@pytest.mark.parametrize("rule", [1, 2])
+def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(
+    tmp_path, name, params, spilled, rule, monkeypatch
+):
     """``spilled``: every bucket spilled to .npy files after the first pass, what the steps
     derive from its rows (and from its non-suspects) memoised on disk; with a population that
     lists 50 samples never recorded (unseen: never suspected)."""
@@ -373,8 +396,9 @@ def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_pa
         run = RunDir(tmp_path / f"b{buckets}", create=True, settings={"buckets": buckets})
         noisy = record_two_modes(run, 3)
         summaries[buckets] = plan_epoch(
-            run, 3, policy=name, params={**params, "noise": True}, epochs=6, seed=1, population=population
-        )
+            run, 3, policy=name, params={**params, "noise": True, "noise_rule": rule}, epochs=6, seed=1,
+            population=population
+        )  # fmt: skip
         summaries[buckets].pop("stage", None)
         t = load_plan(run, 3)
         rows = t.set_column(0, "shard", t.column("shard").cast(pa.string())).sort_by("uid").to_pylist()
@@ -386,7 +410,9 @@ def test_partitioned_run_plans_the_rule_bit_for_bit_like_a_one_bucket_run(tmp_pa
         r["reason"] in ("suspected_noise", "noise_recheck") for r in plans[1]
     )
     found = {r["key"] for r in plans[1] if r["reason"] in ("suspected_noise", "noise_recheck")}
-    if params.get("noise_scale") == "log1p":  # a last loss of one noisy sample fell below the threshold
+    if rule == 2:  # the posterior's threshold, above the crossing: fewer found, none clean
+        assert found <= noisy and len(found) >= 0.9 * len(noisy)
+    elif params.get("noise_scale") == "log1p":  # a last loss of one noisy sample fell below the threshold
         assert found <= noisy and len(noisy - found) == 1
     else:
         assert found == noisy  # these histories separate cleanly
@@ -410,11 +436,11 @@ def test_a_run_whose_table_has_no_history_yet_suspects_nothing(tmp_path):
 
 
 def test_the_planner_may_read_loss_mean_as_float32_only_when_the_rule_is_its_only_reader():
-    """narrow_reads: loss_mean as float32 for the wrapped policies with noise=True (the rule
-    reads float32(loss_mean) alone), nothing without the rule or when the policy itself declares
-    loss_mean; and the candidates' scores are the same from either column."""
-    from seta_stream.policies import plan_params
-    from seta_stream.policies.noise import candidate_scores, narrow_reads, with_noise_columns
+    """noise_narrow_reads: loss_mean as float32 for the policies behind the stage with noise=True
+    (the rule reads float32(loss_mean) alone), nothing without the rule or when the policy itself
+    declares loss_mean; and the candidates' scores are the same from either column."""
+    from seta_stream.policies.noise import candidate_scores, noise_narrow_reads
+    from seta_stream.policies.registry import planned_narrow_reads
 
     for name, params in [
         ("seta", dict(r=0.1, k=5, alpha=0.5)),
@@ -422,14 +448,13 @@ def test_the_planner_may_read_loss_mean_as_float32_only_when_the_rule_is_its_onl
         ("infobatch", {}),
         ("full", {}),
     ]:
-        spec, p, _ = plan_params(name, **params, noise=True)
-        assert narrow_reads(spec.columns, p) == {"loss_mean": np.dtype(np.float32)}
-        spec, p, _ = plan_params(name, **params)
-        assert narrow_reads(spec.columns, p) == {}
-    spec, p, _ = plan_params("seta", r=0.1, k=5, alpha=0.5, noise=True)
-    reads_history = with_noise_columns(lambda q: {"uid", "loss_mean"})
-    assert narrow_reads(reads_history, p) == {}
-    assert narrow_reads(lambda q: {"uid"}, p) == {}  # not a with_noise_columns declaration
+        spec, p, _, noise = plan_params(name, **params, noise=True)
+        assert planned_narrow_reads(spec, p, noise) == {"loss_mean": np.dtype(np.float32)}
+        spec, p, _, noise = plan_params(name, **params)
+        assert planned_narrow_reads(spec, p, noise) == {}
+    noise = plan_params("seta", r=0.1, k=5, alpha=0.5, noise=True)[3]
+    assert noise_narrow_reads({"uid", "loss_mean"}, noise) == {}  # the policy reads the history itself
+    assert noise_narrow_reads({"uid"}, noise) == {"loss_mean": np.dtype(np.float32)}
 
     rng = np.random.default_rng(5)
     n = 5000

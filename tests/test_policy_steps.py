@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_helpers import split_plan, whole_plan
 
-from seta_stream.policies import POLICIES, PolicyInput, finalize, plan_partitioned, policy_params
-from seta_stream.policies.steps import PlanContext
+from seta_stream.policies import POLICIES
 
 CASES = [
     ("full", {}),
@@ -37,6 +37,11 @@ CASES = [
     ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_recheck": 0.2}),
     ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_scale": "log1p"}),
     ("seta", {"r": 0.3, "k": 8, "alpha": 0.4, "target_keep": 0.5, "noise": True, "noise_warmup": 1}),
+    # the rule's first version (the components' crossing), and the second's floor (§12.12)
+    ("full", {"noise": True, "noise_rule": 1}),
+    ("seta", {"r": 0.1, "k": 5, "alpha": 0.6, "noise": True, "noise_rule": 1, "noise_scale": "log1p"}),
+    ("full", {"noise": True, "noise_posterior": 0.75, "floor": 2.0}),
+    ("infobatch", {"noise": True, "floor": 0.5}),
 ]
 
 
@@ -71,36 +76,6 @@ def table(n: int, seed: int, ties: bool, unseen: float, nan: float, noisy: float
         "loss_count": count,
         "loss_mean": mean,
     }
-
-
-def split_plan(name, params, cols, epoch, epochs, seed, buckets, rng):
-    spec, p = policy_params(name, **params)
-    n = len(cols["uid"])
-    where = rng.integers(0, buckets, size=n)
-    order = rng.permutation(n)  # rows in any order inside a bucket
-    parts = [order[where[order] == b] for b in range(buckets)]
-    ctx = PlanContext(epoch=epoch, epochs=epochs, seed=seed, n=n, n_ref=n)
-
-    def inputs(b):
-        return PolicyInput.from_columns(
-            {c: cols[c][parts[b]] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=n
-        )
-
-    rows = {}
-
-    def emit(b, inp, result):
-        rows[b] = (parts[b], result)
-
-    summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear)
-    return rows, summary
-
-
-def whole_plan(name, params, cols, epoch, epochs, seed):
-    spec, p = policy_params(name, **params)
-    inp = PolicyInput.from_columns(
-        {c: cols[c] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=len(cols["uid"])
-    )
-    return finalize(spec.fn(inp, p), inp, name, p)
 
 
 def assert_same(whole, rows, summary, n):
@@ -179,14 +154,22 @@ def test_steps_equal_the_whole_table_plan_with_full_radix_passes(case, monkeypat
 
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("seta", {"r": 0.1, "k": 10, "alpha": 0.5, "noise": True}), ("infobatch", {"noise": True, "noise_warmup": 1})],
+    [
+        ("seta", {"r": 0.1, "k": 10, "alpha": 0.5, "noise": True, "noise_rule": 1}),
+        ("infobatch", {"noise": True, "noise_warmup": 1, "noise_rule": 1}),
+        ("seta", {"r": 0.1, "k": 10, "alpha": 0.5, "noise": True}),
+        ("full", {"noise": True, "floor": 7.0}),
+    ],
 )
 def test_noise_rule_with_binned_points_equals_the_whole_table_plan(name, params):
     """100,000 distinct history means: the mixture is fitted on 65,536 bins gathered from 4
-    buckets through scratch files, and must give the whole table's suspects and plan."""
+    buckets through scratch files, and must give the whole table's suspects and plan (rule 1,
+    rule 2, rule 2 held to a previous threshold)."""
     cols = table(100_000, 12, ties=False, unseen=0.05, nan=0.01, noisy=0.2)
     whole = whole_plan(name, params, cols, 3, 10, 12)
-    assert whole.summary["noise_active"] and whole.summary["noise_suspected"] > 10_000
+    assert whole.summary["noise_active"] and whole.summary["noise_suspected"] > (
+        10_000 if "noise_rule" in params else 5_000
+    )
     rows, summary = split_plan(name, params, cols, 3, 10, 12, 4, np.random.default_rng(3))
     assert_same(whole, rows, summary, 100_000)
 

@@ -15,6 +15,7 @@ import webdataset as wds
 from conftest import seeded_run, write_shards
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from policy_helpers import split_plan, whole_plan
 from test_policy_steps import assert_same, table
 
 import seta_stream as seta
@@ -26,12 +27,11 @@ from seta_stream.policies import (
     finalize,
     get_policy,
     plan_params,
-    plan_partitioned,
     policy_params,
     reason_code,
     run_policy,
 )
-from seta_stream.policies.steps import Decide, PlanContext
+from seta_stream.policies.steps import Decide
 
 MASK = (1 << 64) - 1
 
@@ -204,7 +204,7 @@ def test_safeguards_are_listed_for_every_policy_and_split_from_the_policy_parame
             {"name": "min_keep_fraction", "default": None, "safeguard": True},
             {"name": "max_weight", "default": None, "safeguard": True},
         ]
-    spec, p, sg = plan_params("infobatch", r=0.9, max_weight=2.5)
+    spec, p, sg, _ = plan_params("infobatch", r=0.9, max_weight=2.5)
     assert (spec.name, p.r, sg.max_weight, sg.min_keep_fraction, sg.to_params()) == (
         "infobatch", 0.9, 2.5, None, {"max_weight": 2.5}
     )  # fmt: skip
@@ -226,36 +226,6 @@ CASES = [
     ("random", {"r": 0.9, "noise": True, "min_keep_fraction": 0.95}),
     ("full", {"noise": True, "noise_recheck": 0.0, "min_keep_fraction": 1.0}),
 ]
-
-
-def split_plan(name, params, cols, epoch, epochs, seed, buckets, rng):
-    spec, p, sg = plan_params(name, **params)
-    n = len(cols["uid"])
-    where = rng.integers(0, buckets, size=n)
-    order = rng.permutation(n)
-    parts = [order[where[order] == b] for b in range(buckets)]
-    ctx = PlanContext(epoch=epoch, epochs=epochs, seed=seed, n=n, n_ref=n)
-
-    def inputs(b):
-        return PolicyInput.from_columns(
-            {c: cols[c][parts[b]] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=n
-        )
-
-    rows = {}
-
-    def emit(b, inp, result):
-        rows[b] = (parts[b], result)
-
-    summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear, safeguards=sg)
-    return rows, summary
-
-
-def whole_plan(name, params, cols, epoch, epochs, seed):
-    spec, p, sg = plan_params(name, **params)
-    inp = PolicyInput.from_columns(
-        {c: cols[c] for c in spec.table_columns(p)}, epoch=epoch, epochs=epochs, seed=seed, n_ref=len(cols["uid"])
-    )
-    return finalize(spec.fn(inp, p), inp, name, p, sg)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -515,29 +485,12 @@ def _all_suspects_steps(ctx, p):
 @pytest.mark.parametrize("buckets", [1, 3])
 def test_with_nothing_kept_and_nothing_to_fill_the_guard_keeps_one_row_as_over_buckets(buckets):
     spec = dataclasses.replace(get_policy("full"), fn=_all_suspects, steps=_all_suspects_steps)
-    _, p, sg = plan_params("full", min_keep_fraction=0.5)
     cols = table(200, 4, ties=False, unseen=0.0, nan=0.0)
-    inp = PolicyInput.from_columns(
-        {c: cols[c] for c in spec.table_columns(p)}, epoch=3, epochs=10, seed=4, n_ref=200
-    )  # fmt: skip
-    whole = finalize(spec.fn(inp, p), inp, "full", p, sg)
+    whole = whole_plan("full", {"min_keep_fraction": 0.5}, cols, 3, 10, 4, spec=spec)
     assert whole.summary["empty_plan_guard"] is True and whole.summary["kept"] == 1
     assert whole.summary["kept_by_reason"] == {"empty_plan_guard": 1} and whole.summary["safeguards"]["filled"] == 0
-    rng = np.random.default_rng(2)
-    where, order = rng.integers(0, buckets, size=200), rng.permutation(200)
-    parts = [order[where[order] == b] for b in range(buckets)]
-    rows = {}
-
-    def inputs(b):
-        return PolicyInput.from_columns(
-            {c: cols[c][parts[b]] for c in spec.table_columns(p)}, epoch=3, epochs=10, seed=4, n_ref=200
-        )
-
-    def emit(b, inp, result):
-        rows[b] = (parts[b], result)
-
-    ctx = PlanContext(epoch=3, epochs=10, seed=4, n=200, n_ref=200)
-    summary = plan_partitioned(spec, p, ctx, inputs, buckets, emit, rows.clear, safeguards=sg)
+    rows, summary = split_plan("full", {"min_keep_fraction": 0.5}, cols, 3, 10, 4, buckets, np.random.default_rng(2),
+                               spec=spec)  # fmt: skip
     assert_same(whole, rows, summary, 200)
 
 

@@ -44,15 +44,16 @@ def loss(i: int, epoch: int) -> float:
 
 @pytest.fixture(scope="module")
 def noisy_run(tmp_path_factory) -> Path:
-    """A Pruner loop of 7 epochs with the rule alone (full, noise=True, the default re-check
-    share 0.1) that records the loss of every sample its plan keeps (re-checks included)."""
+    """A Pruner loop of 7 epochs with the rule alone (full, noise=True of version 1, the default
+    re-check share 0.1) that records the loss of every sample its plan keeps (re-checks included)."""
     root = tmp_path_factory.mktemp("suspects")
     population = seta.list_samples(write_shards(root / "shards", [100, 100]))
     keys, urls = population.column("key").to_pylist(), population.column("url").to_pylist()
     index = {(s, k): i for i, (s, k) in enumerate(zip(population.column("shard").to_pylist(), keys))}
     assert sorted(index.values()) == list(range(200)) and all(ident(i) == p for p, i in index.items())
-    pruner = seta.Pruner(str(root / "run"), policy="full", params={"noise": True}, epochs=EPOCHS, seed=0,
-                         population=population)  # fmt: skip
+    # the rule's first version: the threshold where the components cross (the report reads either)
+    pruner = seta.Pruner(str(root / "run"), policy="full", params={"noise": True, "noise_rule": 1}, epochs=EPOCHS,
+                         seed=0, population=population)  # fmt: skip
     for e in range(EPOCHS):
         pruner.start_epoch(e)
         plan = load_plan(root / "run", e, ["shard", "key", "keep"]).to_pylist()

@@ -26,7 +26,7 @@ import numpy as np
 
 from .kmeans1d import Points, split_points
 
-__all__ = ["Mixture", "fit_two_gaussians", "ASHMAN_D", "MAX_ITER", "TOL", "VAR_FLOOR"]
+__all__ = ["Mixture", "fit_two_gaussians", "posterior_threshold", "ASHMAN_D", "MAX_ITER", "TOL", "VAR_FLOOR"]
 
 #: Ashman's D at and above which two Gaussian components are "clearly separated" (Ashman,
 #: Bird & Zepf 1994): the mixture of two equal components is bimodal from D > 2 on.
@@ -51,6 +51,11 @@ class Mixture:
     separation: float
     threshold: float | None
     iterations: int
+    #: the fit's own coordinates (centred on the points' exact mean ``centre``): the means and
+    #: variances EM ended with, from which every threshold is found (:func:`posterior_threshold`)
+    centre: float = 0.0
+    centred_mean: tuple[float, float] = (math.nan, math.nan)
+    variance: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def two_modes(self) -> bool:
@@ -142,16 +147,31 @@ def fit_two_gaussians(points: Points) -> Mixture | None:
         separation=separation,
         threshold=None if threshold is None else threshold + mean,
         iterations=iterations,
+        centre=mean,
+        centred_mean=(m1, m2),
+        variance=(v1, v2),
     )
 
 
-def _threshold(w1: float, m1: float, v1: float, w2: float, m2: float, v2: float) -> float | None:
+def posterior_threshold(m: Mixture, posterior: float) -> float | None:
+    """The largest float64 t in [mean1, mean2] (in the scores' units, found by the same bisection
+    as the crossing) where the upper component's posterior is still below ``posterior``:
+    f(t) = log(w1 N1(t)) - log(w2 N2(t)) + log(posterior / (1 - posterior)) > 0, given
+    f(mean1) > 0 > f(mean2) (§12.12); None when the posterior does not reach ``posterior``
+    between the means. At ``posterior`` 0.5 it is the crossing (:attr:`Mixture.threshold`)."""
+    (w1, w2), (m1, m2), (v1, v2) = m.weight, m.centred_mean, m.variance
+    t = _threshold(w1, m1, v1, w2, m2, v2, math.log(posterior / (1.0 - posterior)))
+    return None if t is None else t + m.centre
+
+
+def _threshold(w1: float, m1: float, v1: float, w2: float, m2: float, v2: float, odds: float = 0.0) -> float | None:
     """The largest float64 t in [m1, m2] (found by bisection) where the lower component is
-    still the more likely, f(t) = log(w1 N1(t)) - log(w2 N2(t)) > 0, given f(m1) > 0 > f(m2);
-    None when the components do not cross between their means that way."""
+    still the more likely, f(t) = log(w1 N1(t)) - log(w2 N2(t)) + ``odds`` > 0, given
+    f(m1) > 0 > f(m2); None when the components do not cross between their means that way
+    (``odds`` 0: where they cross; log(q / (1 - q)): where the upper one's posterior reaches q)."""
 
     def f(x: float) -> float:
-        return _log_density_at(x, w1, m1, v1) - _log_density_at(x, w2, m2, v2)
+        return _log_density_at(x, w1, m1, v1) - _log_density_at(x, w2, m2, v2) + odds
 
     lo, hi = m1, m2
     if not (lo < hi and f(lo) > 0.0 and f(hi) < 0.0):

@@ -23,7 +23,6 @@ from .._store.layout import MANIFEST
 from .._store.runfs import RunDir
 from ..errors import InvalidInputError, PopulationLocationError
 from ..ids import ShardLocations, sample_uids, shard_bucket, shard_location
-from ..policies import PolicySpec
 
 __all__ = [
     "TABLE_COLUMNS",
@@ -50,10 +49,10 @@ _UNSEEN: dict[str, tuple[Any, Any]] = {
 }
 
 
-def table_columns(spec: PolicySpec, params: Any) -> list[str]:
+def table_columns(declared: list[str]) -> list[str]:
     """The table columns a plan with a population reads: identities, the plan's numeric columns,
-    and the history columns when the policy declares them."""
-    declared = spec.table_columns(params)
+    and the history columns when the policy or a stage in front of it declares them (``declared``:
+    the plan's table columns, ``policies.registry.planned_table_columns``)."""
     return TABLE_COLUMNS + [c for c in HISTORY_INPUTS if c in declared]
 
 

@@ -68,8 +68,10 @@ from ..policies import (
     plan_partitioned,
     summarize,
 )
-from ..policies.noise import narrow_reads
+from ..policies.noise import NoiseParams, previous_threshold, versioned_params
+from ..policies.registry import planned_columns, planned_function, planned_narrow_reads, planned_table_columns
 from ..policies.steps import PlanContext
+from ..policies.summary import summary_params
 from .buckets import Buckets
 from .population import split_population, table_columns, with_population
 from .settings import PlanSettings
@@ -148,7 +150,14 @@ def _plan_locked(run: RunDir, epoch: int, settings: PlanSettings, chosen: Engine
     """The body of :func:`plan`, holding the run's plan lock."""
     population, force, batch_size = settings.population, settings.force, settings.batch_size
     state = run_state.read_state(run)
-    cfg = run_state.resolve_settings(run, state, settings.run_settings(), force)
+    given = settings.run_settings()
+    # the noise rule's version (§12.12): the one the run's first plan fixed, 1 for a run planned
+    # before versions were stored (made explicit in its settings), the current one for a new run
+    stored = state.get("params") if state.get("policy") else None
+    if stored is not None:
+        state = {**state, "params": versioned_params(stored, stored)}
+    given["params"] = versioned_params(given.get("params"), state.get("params") if stored is not None else None)
+    cfg = run_state.resolve_settings(run, state, given, force)
     if not 0 <= epoch < cfg["epochs"]:
         raise InvalidInputError(f"epoch {epoch} is outside the run's epochs 0..{cfg['epochs'] - 1}; raise epochs")
     existing = read_summary(run, epoch)
@@ -166,42 +175,62 @@ def _plan_locked(run: RunDir, epoch: int, settings: PlanSettings, chosen: Engine
             f"published). Plan epoch >= {last}, or pass force=True to plan it anyway"
         )
     # bad parameters fail before any reading
-    spec, params, safeguards = plan_params(cfg["policy"], **cfg["params"])
+    spec, params, safeguards, noise = plan_params(cfg["policy"], **cfg["params"])
+    # the chain: population merge, the noise rule's stage (rule 2 holds its threshold to the
+    # previous plan's, §12.12), the policy, the safeguards, the summary
+    floor = previous_threshold(read_summary(run, epoch - 1) if epoch > 0 else None, noise)
+    chain = _Chain(spec, params, noise, floor)
     with imports_beside():
         discard_leftovers(run, epoch)  # of a planner killed while publishing (one plans at a time)
         check_run_settings(spec, params, run.settings, run.display(FORMAT_FILE))
         manifest = dict(run.read_json(MANIFEST, default=None) or {})
         done = (batch_size, safeguards)
         if run.buckets > 1:
-            return _plan_buckets(run, epoch, spec, params, cfg, state, manifest, population, chosen, done)
+            return _plan_buckets(run, epoch, chain, cfg, state, manifest, population, chosen, done)
         if population is not None:
-            columns = table_columns(spec, params)
+            columns = table_columns(chain.table_columns)
             table = load_table(run, columns=columns, manifest=manifest)
             table = with_population(table, population, manifest.get("shard_locations") or {}, run)
             numeric = {c: column_to_numpy(table.column(c)) for c in columns if c not in ("shard", "key")}
             ids = PlanIdentities(table.column("shard"), table.column("key"))
             del table
-            result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
+            result, inp, guard = _run_policy(chain, numeric, manifest, epoch, cfg, safeguards)
             listed = True
         else:
             # the policy needs only the numeric columns; the identity columns are read on the
             # other core while it runs (pyarrow and most NumPy loops release the GIL)
-            columns = spec.table_columns(params)
-            numeric = load_numeric(run, columns, manifest=manifest, dtypes=narrow_reads(spec.columns, params))
+            numeric = load_numeric(run, chain.table_columns, manifest=manifest, dtypes=chain.narrow_reads)
             with ThreadPoolExecutor(1) as pool:
                 reading = pool.submit(_read_identities, run, manifest)
-                result, inp, guard = _run_policy(spec, params, numeric, manifest, epoch, cfg, safeguards)
+                result, inp, guard = _run_policy(chain, numeric, manifest, epoch, cfg, safeguards)
                 ids = reading.result()
             listed = False
         del numeric
         held = [inp]  # _publish drops the input's columns once the summary has read them
         del inp
-        return _publish(run, epoch, ids, result, held, guard, (cfg, params, done), state, manifest, listed)
+        return _publish(
+            run, epoch, ids, result, held, guard, (cfg, chain.summary_params, done), state, manifest, listed
+        )
+
+
+class _Chain:
+    """A plan's policy with the noise rule's stage in front of it (``noise``, ``floor``: rule
+    2's previous threshold): the function, the steps, the table columns they read and the
+    parameters the summary lists."""
+
+    def __init__(self, spec: PolicySpec, params: Any, noise: NoiseParams, floor: float | None) -> None:
+        self.spec, self.params, self.noise, self.floor = spec, params, noise, floor
+        self.declared = planned_columns(spec, params, noise)
+        self.table_columns = planned_table_columns(spec, params, noise)
+        self.narrow_reads = planned_narrow_reads(spec, params, noise)
+        self.summary_params = summary_params(params, noise, spec)
+
+    def fn(self, inp: PolicyInput) -> Any:
+        return planned_function(self.spec, self.noise, self.floor)(inp, self.params)
 
 
 def _run_policy(
-    spec: PolicySpec,
-    params: Any,
+    chain: _Chain,
     numeric: dict[str, np.ndarray],
     manifest: dict[str, Any],
     epoch: int,
@@ -218,7 +247,7 @@ def _run_policy(
     plan files read, is the same without the history."""
     box = [
         PolicyInput.from_columns(
-            {c: numeric[c] for c in spec.table_columns(params)},
+            {c: numeric[c] for c in chain.table_columns},
             epoch=epoch,
             epochs=cfg["epochs"],
             seed=cfg["seed"],
@@ -227,7 +256,7 @@ def _run_policy(
     ]
     numeric.clear()
     inp = replace(box[0], loss_count=None, loss_mean=None)
-    result = spec.fn(box.pop(), params)
+    result = chain.fn(box.pop())
     return result, inp, apply_guard(result, inp, safeguards)
 
 
@@ -298,8 +327,7 @@ _BUCKET_THREADS = 2
 def _plan_buckets(
     run: RunDir,
     epoch: int,
-    spec: PolicySpec,
-    params: Any,
+    chain: _Chain,
     cfg: dict[str, Any],
     state: dict[str, Any],
     manifest: dict[str, Any],
@@ -314,8 +342,8 @@ def _plan_buckets(
     pop = None
     if population is not None:
         pop = split_population(population, manifest.get("shard_locations") or {}, run)
-    declared = sorted(set(spec.columns(params)) | {"uid"})
-    buckets = Buckets(run, manifest, declared, pop, spec.table_columns(params))
+    declared = sorted(chain.declared | {"uid"})
+    buckets = Buckets(run, manifest, declared, pop, chain.table_columns)
     local = ThreadEngine(min(_BUCKET_THREADS, os.cpu_count() or 1)) if engine.name == "local" else None
     n = sum((local or Engine()).map(buckets.count_rows, range(buckets.count)))
     ctx = PlanContext(epoch, cfg["epochs"], cfg["seed"], n, int(manifest.get("n_ref") or 0) or n)
@@ -324,8 +352,8 @@ def _plan_buckets(
     scored: set[bool] = set()
     try:
         summary = plan_partitioned(
-            spec,
-            params,
+            chain.spec,
+            chain.params,
             ctx,
             buckets.input,
             buckets.count,
@@ -335,6 +363,8 @@ def _plan_buckets(
             lambda b, has_score: scored.add(has_score),
             buckets.rows_input,
             done[1],
+            chain.noise,
+            chain.floor,
         )
         files.commit()
     except BaseException:

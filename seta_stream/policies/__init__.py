@@ -1,11 +1,12 @@
 """Policies: pure functions from loss-table columns to a keep mask and weights.
 
-One module per policy (``full``, ``random``, ``infobatch``, ``evolved``, ``seta``; ``noise``: the
-noise rule wrapped around four of them) and the modules every policy goes through: ``registry``
-(``POLICIES``; ``run_policy(name, inp, **params)`` validates the parameters, runs the policy and
-:func:`finalize` s the result), ``guard`` (``finalize``: the safeguards every policy accepts,
-``min_keep_fraction`` and ``max_weight``, :mod:`.safeguards`; the empty-plan guard), ``summary``
-(the common summary fields and the plan's ``warnings``, from mergeable counts), ``partitioned``
+One module per policy (``full``, ``random``, ``infobatch``, ``evolved``, ``seta``), the noise
+rule's stage (``noise``: its own parameters, put in front of the policies that admit it) and the
+modules every policy goes through: ``registry`` (``POLICIES``; ``run_policy(name, inp, **params)``
+validates the parameters, runs the stage and the policy and :func:`finalize` s the result),
+``guard`` (``finalize``: the safeguards every policy accepts, ``min_keep_fraction`` and
+``max_weight``, :mod:`.safeguards`; the empty-plan guard), ``summary`` (the common summary
+fields and the plan's ``warnings``, from mergeable counts), ``partitioned``
 (``plan_partitioned``: a policy's steps over the buckets of a partitioned table, ``steps``),
 ``base`` (``PolicyInput``, ``PolicyResult``, ``PolicySpec``) and ``random_draws``. This module is
 the package's face: it imports what the others define. Adding a policy = one module with a

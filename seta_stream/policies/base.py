@@ -106,7 +106,7 @@ class PolicyInput:
     memo: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     loss_count: np.ndarray | None = None  # int32[N], finite records folded (None: 0 for every row)
     #: float64[N], their mean (None: NaN for every row); float32 when the planner reads it for the
-    #: noise rule alone, which reads only float32(loss_mean) (``noise.narrow_reads``)
+    #: noise rule alone, which reads only float32(loss_mean) (``noise.noise_narrow_reads``)
     loss_mean: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -283,7 +283,9 @@ class PolicySpec:
     ``settings``: the run settings its parameters must
     agree with; the planner refuses a mismatch and ``Pruner`` creates a new run with them.
     ``steps``: the same policy over a partitioned table (:mod:`seta_stream.policies.steps`),
-    bit for bit the plan of ``fn``; a policy without it plans one-bucket runs only.
+    bit for bit the plan of ``fn``; a policy without it plans one-bucket runs only. ``noise``:
+    the policy admits the noise rule's stage (the registry puts it in front of ``fn`` and
+    ``steps``; the policy itself knows nothing of it).
     """
 
     name: str
@@ -295,14 +297,18 @@ class PolicySpec:
     #: The policy as map/reduce rounds over buckets (``policies.steps``): ``steps(ctx, params)``
     #: is a generator of Steps returning a Decide; plans of a partitioned run need it.
     steps: Callable[[Any, Any], Any] | None = None
+    #: Whether the noise rule's stage (``policies.noise``) may run in front of the policy: its
+    #: parameters (``noise=True``...) are then accepted with the policy's own.
+    noise: bool = False
 
     def make_params(self, **kwargs: Any) -> Any:
         return self.params_type(**kwargs)
 
-    def table_columns(self, params: Any) -> list[str]:
+    def table_columns(self, params: Any, declared: Iterable[str] | None = None) -> list[str]:
         """The loss-table columns a plan of this policy reads: :data:`PLAN_COLUMNS` and the
-        declared ones, in :data:`INPUT_COLUMNS` order."""
-        declared = set(self.columns(params))
+        declared ones (``declared``: instead of the policy's own, those of the stages in front
+        of it too), in :data:`INPUT_COLUMNS` order."""
+        declared = set(self.columns(params) if declared is None else declared)
         unknown = declared - set(INPUT_COLUMNS)
         if unknown:
             raise InvalidInputError(

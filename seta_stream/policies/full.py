@@ -7,22 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code
-from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .steps import Decide, PlanContext, Steps
 
 
 @dataclass(frozen=True)
 class FullParams:
-    """Only the noise rule's parameters (§12): ``noise=True`` leaves out suspected noise and
-    keeps everything else ("the rule alone")."""
-
-    noise: bool = False
-    noise_warmup: int = 2
-    noise_recheck: float = 0.1
-    noise_scale: str = "loss"
-
-    def __post_init__(self) -> None:
-        check_noise_params("full", self)
+    """No parameter of its own. With the noise rule's stage in front (``noise=True``, §12) it
+    leaves out suspected noise and keeps everything else: "the rule alone"."""
 
 
 def _full(inp: PolicyInput, params: FullParams) -> PolicyResult:
@@ -46,9 +37,9 @@ def _columns(params: FullParams) -> frozenset[str]:
     return frozenset()
 
 
-full = with_noise(_full)
-full_steps = with_noise_steps(_full_steps)
-columns = with_noise_columns(_columns)
+full = _full
+full_steps = _full_steps
+columns = _columns
 
 SPECS = (
     PolicySpec(
@@ -58,5 +49,6 @@ SPECS = (
         "keep every sample, weight 1 (baseline); noise=True leaves out suspected noise",
         columns,
         steps=full_steps,
+        noise=True,
     ),
 )

@@ -18,7 +18,6 @@ import numpy as np
 from .._kernels.exact import ExactSums
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
-from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_INFOBATCH, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Step, Steps, smallest, total, uniform_keys_of
 
@@ -33,13 +32,8 @@ class InfoBatchParams:
     rescale: Literal["reference", "exact"] = "reference"
     unseen_score: float | None = None
     prune_epochs: int | None = None
-    noise: bool = False
-    noise_warmup: int = 2
-    noise_recheck: float = 0.1
-    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
-        check_noise_params("infobatch", self)
         if not 0 <= self.r <= 0.9:
             raise InvalidInputError(f"infobatch: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not 0 <= self.delta <= 1:
@@ -191,9 +185,9 @@ def _columns(p: InfoBatchParams) -> frozenset[str]:
     return frozenset({"uid", "seen", "last_loss" if p.score == "last" else "ema"})
 
 
-infobatch = with_noise(_infobatch)
-infobatch_steps = with_noise_steps(_infobatch_steps)
-columns = with_noise_columns(_columns)
+infobatch = _infobatch
+infobatch_steps = _infobatch_steps
+columns = _columns
 
 
 SPECS = (
@@ -204,5 +198,6 @@ SPECS = (
         "InfoBatch: prune a (r) share of below-mean-loss samples, rescale the kept ones by 1/(1-r)",
         columns,
         steps=infobatch_steps,
+        noise=True,
     ),
 )

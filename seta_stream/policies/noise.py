@@ -1,17 +1,24 @@
-"""The noise rule: leave out the samples whose loss history says "mislabelled or mismatched"
-(docs/algorithms.md §12), before a policy prunes the rest.
+"""The noise rule: a plan stage that leaves out the samples whose loss history says
+"mislabelled or mismatched" (docs/algorithms.md §12), before the policy prunes the rest.
 
-``full``, ``random``, ``seta`` and ``infobatch`` accept ``noise=True`` (with ``noise_warmup``,
-``noise_recheck`` and ``noise_scale``). Then, in every epoch:
+The stage has its own parameters (:class:`NoiseParams`: ``noise``, ``noise_rule``,
+``noise_warmup``, ``noise_recheck``, ``noise_scale``, ``noise_posterior``), given with a policy's
+as the safeguards' are and split from them by :func:`split_noise`; the registry applies it to
+every policy whose :class:`~.base.PolicySpec` admits it (``noise=True``: ``full``, ``random``,
+``seta``, ``infobatch``). Planning reads as one chain: population merge, this stage, the
+policy, the safeguards, the summary. In every epoch, with ``noise=True``:
 
 1. candidates C: samples with ``seen > 0``, a finite ``last_loss`` and at least
    ``noise_warmup`` finite records (``loss_count``); their history score is
    x_i = float32(``loss_mean``_i), the mean of every finite loss recorded for them, or with
    ``noise_scale="log1p"`` float32(log1p(x_i)) (the mixture is fitted on that scale, and the
    last loss is compared on it too);
-2. the two-component Gaussian mixture of the scores of C (``_mixture1d``: EM from the exact
-   2-means split of kmeans1d's points); the rule is active iff Ashman's D >= 2 and the
-   components cross between their means at a threshold t;
+2. the two-component Gaussian mixture of the scores of C (``_kernels.mixture1d``: EM from the
+   exact 2-means split of kmeans1d's points); the rule is active iff Ashman's D >= 2 and it has
+   a threshold t: rule 1, where the components cross between their means; rule 2 (the
+   default), where the upper component's posterior reaches ``noise_posterior`` (0.9) between
+   the means, and, while the rule stays active from one plan to the next, never below the
+   previous plan's threshold (its ``floor``);
 3. suspects: candidates with x_i > t and ``last_loss``_i > t (the history says high, and so does
    the latest measurement: a suspect whose new loss falls below t is released);
 4. re-check: the floor(``noise_recheck`` x |suspects|) suspects of smallest uniform of stream 8
@@ -21,16 +28,17 @@
 5. the policy plans the other rows exactly as it plans a table without the suspects (its
    clusters, mean and counts are those of the non-suspects).
 
-:func:`with_noise`, :func:`with_noise_steps` and :func:`with_noise_columns` wrap a policy's
-function, steps and column declaration with the rule; with ``noise=False`` they are the
-policy's own. The steps form computes the same numbers over buckets (the points of the scores
-by ``points1d_steps``, the suspect count and the re-check cut exactly), so partitioned plans
-are bit for bit the whole-table plan.
+:func:`with_noise` and :func:`with_noise_steps` put the stage in front of a policy's function
+and of its steps (the same numbers over buckets: the points of the scores by
+``points1d_steps``, the suspect count and the re-check cut exactly), so partitioned plans are
+bit for bit the whole-table plan; :func:`noise_columns` and :func:`noise_narrow_reads` declare
+the table columns the stage reads. With ``noise=False`` each is the policy's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+import dataclasses
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +47,7 @@ import numpy as np
 from .._kernels.arrays import scatter_rows
 from .._kernels.kmeans1d import points1d, points1d_steps
 from .._kernels.mapreduce import Cut, Step, smallest, total
-from .._kernels.mixture1d import Mixture, fit_two_gaussians
+from .._kernels.mixture1d import Mixture, fit_two_gaussians, posterior_threshold
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, reason_code
 from .random_draws import STREAM_NOISE, keep_count, uniform_subset, uniforms
@@ -48,42 +56,138 @@ from .steps import Decide, PlanContext, memo, uniform_keys
 __all__ = [
     "NOISE_COLUMNS",
     "NOISE_DEFAULTS",
+    "NOISE_PARAMS",
+    "NOISE_RULE",
+    "NOISE_RULES",
     "NOISE_SCALES",
     "NoiseFit",
-    "check_noise_params",
+    "NoiseParams",
+    "split_noise",
+    "versioned_params",
+    "previous_threshold",
     "candidate_scores",
     "candidate_mask",
     "noise_fit",
     "on_scale",
     "with_noise",
     "with_noise_steps",
-    "with_noise_columns",
-    "narrow_reads",
+    "noise_columns",
+    "noise_narrow_reads",
 ]
 
 #: The table columns the rule reads.
 NOISE_COLUMNS = frozenset({"uid", "seen", "last_loss", "loss_count", "loss_mean"})
+#: The rule's versions (§12.12): 1, its threshold where the fitted components cross; 2, where
+#: the noise mode's posterior reaches ``noise_posterior``, never below the previous plan's
+#: threshold while the rule stays active.
+NOISE_RULES = (1, 2)
+#: The version a run gets when its first plan does not name one.
+NOISE_RULE = 2
+#: Rule 2's default ``noise_posterior``: a sample is suspected only where the fitted mixture
+#: gives the noise mode at least 9 to 1 odds over the clean one (§12.12).
+DEFAULT_POSTERIOR = 0.9
 #: Default warm-up (finite records a sample needs before it can be suspected) and re-check share.
 NOISE_DEFAULTS = {"noise": False, "noise_warmup": 2, "noise_recheck": 0.1, "noise_scale": "loss"}
 #: The scales the mixture can be fitted on (§12.2): the loss itself, or log1p of it.
 NOISE_SCALES = ("loss", "log1p")
 
 
-def check_noise_params(name: str, p: Any) -> None:
-    """Validate a policy's ``noise``, ``noise_warmup`` and ``noise_recheck`` (InvalidInputError)."""
-    if not isinstance(p.noise, (bool, np.bool_)):
-        raise InvalidInputError(f"{name}: noise={p.noise!r}, expected True or False")
-    w = p.noise_warmup
-    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
-        raise InvalidInputError(f"{name}: noise_warmup={w!r} is outside the valid range: integer >= 1")
-    if not 0 <= p.noise_recheck <= 1:
-        raise InvalidInputError(
-            f"{name}: noise_recheck={p.noise_recheck} is outside the valid range 0 <= noise_recheck <= 1"
-        )
-    if p.noise_scale not in NOISE_SCALES:
-        raise InvalidInputError(
-            f"{name}: noise_scale={p.noise_scale!r}, expected one of {', '.join(map(repr, NOISE_SCALES))}"
-        )
+@dataclass(frozen=True)
+class NoiseParams:
+    """The stage's parameters (§12.7). ``noise_rule`` None: the current version
+    (:data:`NOISE_RULE`); ``noise_posterior`` None: rule 2's default (rule 1 has none)."""
+
+    noise: bool = False
+    noise_rule: int | None = None
+    noise_warmup: int = 2
+    noise_recheck: float = 0.1
+    noise_scale: str = "loss"
+    noise_posterior: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.noise_rule is None:
+            object.__setattr__(self, "noise_rule", NOISE_RULE)
+        if self.noise_posterior is None and self.noise_rule == 2:
+            object.__setattr__(self, "noise_posterior", DEFAULT_POSTERIOR)
+
+    def check(self, name: str) -> None:
+        """Validate the parameters (InvalidInputError naming ``name``, the policy)."""
+        if not isinstance(self.noise, (bool, np.bool_)):
+            raise InvalidInputError(f"{name}: noise={self.noise!r}, expected True or False")
+        rule = self.noise_rule
+        if isinstance(rule, bool) or rule not in NOISE_RULES:
+            raise InvalidInputError(f"{name}: noise_rule={rule!r}, expected one of {', '.join(map(str, NOISE_RULES))}")
+        w = self.noise_warmup
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+            raise InvalidInputError(f"{name}: noise_warmup={w!r} is outside the valid range: integer >= 1")
+        if not 0 <= self.noise_recheck <= 1:
+            raise InvalidInputError(
+                f"{name}: noise_recheck={self.noise_recheck} is outside the valid range 0 <= noise_recheck <= 1"
+            )
+        if self.noise_scale not in NOISE_SCALES:
+            raise InvalidInputError(
+                f"{name}: noise_scale={self.noise_scale!r}, expected one of {', '.join(map(repr, NOISE_SCALES))}"
+            )
+        q = self.noise_posterior
+        if rule == 1 and q is not None:
+            raise InvalidInputError(
+                f"{name}: noise_posterior={q!r} with noise_rule=1, whose threshold is where the components cross; "
+                "leave noise_posterior out, or use noise_rule=2"
+            )
+        if rule == 2 and not (isinstance(q, (int, float)) and not isinstance(q, bool) and 0.5 <= q < 1):
+            raise InvalidInputError(
+                f"{name}: noise_posterior={q!r} is outside the valid range 0.5 <= noise_posterior < 1"
+            )
+
+    def to_params(self) -> dict[str, Any]:
+        """The parameters as a plan summary lists them (§12.5): the four of rule 1 always, and
+        ``noise_rule`` and ``noise_posterior`` where the rule is on and of version 2 (a plan
+        made by rule 1 lists what it always listed)."""
+        out = {k: getattr(self, k) for k in ("noise", "noise_warmup", "noise_recheck", "noise_scale")}
+        if self.noise and self.noise_rule != 1:
+            out.update(noise_rule=self.noise_rule, noise_posterior=self.noise_posterior)
+        return out
+
+
+#: The names of the stage's parameters, given with a policy's.
+NOISE_PARAMS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(NoiseParams))
+
+
+def split_noise(name: str, params: Mapping[str, Any]) -> tuple[dict[str, Any], NoiseParams]:
+    """(the other parameters, the stage's :class:`NoiseParams`) of ``params``, validated."""
+    own = {k: v for k, v in params.items() if k not in NOISE_PARAMS}
+    try:
+        noise = NoiseParams(**{k: v for k, v in params.items() if k in NOISE_PARAMS})
+    except TypeError as exc:  # a value of the wrong type compared in __post_init__
+        raise InvalidInputError(f"{name}: noise parameters do not fit ({exc})") from None
+    noise.check(name)
+    return own, noise
+
+
+def versioned_params(given: Mapping[str, Any] | None, stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``given`` parameters completed with the rule's version (§12.12), so that a run keeps the
+    version its first plan fixed: with ``noise`` on and no ``noise_rule``, the run's stored
+    one; a run planned before versions were stored (its stored parameters name none) has rule
+    1; a new run (nothing stored) gets :data:`NOISE_RULE`. None stays None (the run's own)."""
+    if given is None or not given.get("noise") or "noise_rule" in given:
+        return None if given is None else dict(given)
+    if stored is None:
+        return {**given, "noise_rule": NOISE_RULE}
+    return {**given, "noise_rule": stored.get("noise_rule", 1)}
+
+
+def previous_threshold(summary: Mapping[str, Any] | None, noise: NoiseParams) -> float | None:
+    """Rule 2's floor (§12.12): the threshold of the previous epoch's plan ``summary`` where it
+    was made by rule 2 on the same scale and the rule was active there; else None."""
+    if summary is None or not noise.noise or noise.noise_rule != 2:
+        return None
+    params = summary.get("params") or {}
+    if params.get("noise_rule") != 2 or not summary.get("noise_active"):
+        return None
+    if summary.get("noise_scale", "loss") != noise.noise_scale:
+        return None
+    t = summary.get("noise_threshold")
+    return None if t is None else float(t)
 
 
 def on_scale(values: np.ndarray, scale: str) -> np.ndarray:
@@ -150,15 +254,35 @@ _BLOCK = 1 << 20
 
 @dataclass(frozen=True)
 class NoiseFit:
-    """The rule's global part: candidates, the mixture of their scores, the threshold."""
+    """The rule's global part: candidates, the mixture of their scores, the threshold.
+
+    ``posterior``: rule 2's ``noise_posterior`` (None: rule 1, the threshold where the
+    components cross); ``floor``: rule 2's previous threshold, below which the threshold does
+    not fall (:func:`previous_threshold`)."""
 
     candidates: int
     mixture: Mixture | None
     scale: str = "loss"
+    posterior: float | None = None
+    floor: float | None = None
+
+    @property
+    def two_modes(self) -> bool:
+        """Ashman's D >= 2 and a crossing, not an upper majority on the log1p scale."""
+        return self.mixture is not None and self.mixture.two_modes and not self.upper_majority
+
+    @property
+    def fit_threshold(self) -> float | None:
+        """The mixture's own threshold where the test passes (before the floor): the crossing
+        (rule 1), the point of posterior ``posterior`` (rule 2, None if none)."""
+        m = self.mixture
+        if m is None or not self.two_modes:
+            return None
+        return m.threshold if self.posterior is None else posterior_threshold(m, self.posterior)
 
     @property
     def active(self) -> bool:
-        return self.mixture is not None and self.mixture.two_modes and not self.upper_majority
+        return self.fit_threshold is not None
 
     @property
     def upper_majority(self) -> bool:
@@ -170,7 +294,10 @@ class NoiseFit:
 
     @property
     def threshold(self) -> float | None:
-        return self.mixture.threshold if self.active and self.mixture is not None else None
+        t = self.fit_threshold
+        if t is None or self.floor is None:
+            return t
+        return max(t, self.floor)
 
     def suspects(
         self, inp: PolicyInput, warmup: int, scores: tuple[np.ndarray, np.ndarray] | None = None
@@ -184,15 +311,22 @@ class NoiseFit:
         cand = candidate_mask(inp, warmup, self.scale) if scores is None else scores[0]
         return _both_above(cand, np.asarray(inp.loss_mean), np.asarray(inp.last_loss), t, self.scale)
 
+    @property
+    def test(self) -> str:
+        """``noise_test`` (§12.5)."""
+        if self.mixture is None:
+            return "too_few"
+        if self.active:
+            return "two_modes"
+        if self.upper_majority:
+            return "upper_majority"
+        return "low_posterior" if self.two_modes else "one_mode"
+
     def summary(self, suspected: int, rechecked: int) -> dict[str, Any]:
         m = self.mixture
-        if m is None:
-            test = "too_few"
-        else:
-            test = "two_modes" if self.active else "upper_majority" if self.upper_majority else "one_mode"
-        return {
+        out = {
             "noise_active": self.active,
-            "noise_test": test,
+            "noise_test": self.test,
             "noise_scale": self.scale,
             "noise_candidates": self.candidates,
             "noise_suspected": suspected,
@@ -203,6 +337,9 @@ class NoiseFit:
             if m is None
             else {"weight": list(m.weight), "mean": list(m.mean), "sd": list(m.sd), "iterations": m.iterations},
         }
+        if self.posterior is not None:  # rule 2: the fit's own threshold and the floor it was held to
+            out.update(noise_fit_threshold=self.fit_threshold, noise_floor=self.floor)
+        return out
 
 
 def _both_above(cand: np.ndarray, mean: np.ndarray, last: np.ndarray, t: float, scale: str) -> np.ndarray:
@@ -238,16 +375,19 @@ def _both_above(cand: np.ndarray, mean: np.ndarray, last: np.ndarray, t: float, 
     return out
 
 
-def noise_fit(inp: PolicyInput, warmup: int, scale: str = "loss") -> NoiseFit:
-    """:class:`NoiseFit` of a whole table."""
-    return _fit(candidate_scores(inp, warmup, scale), scale)
+def noise_fit(inp: PolicyInput, noise: NoiseParams | int, scale: str = "loss", floor: float | None = None) -> NoiseFit:
+    """:class:`NoiseFit` of a whole table: ``noise`` the stage's parameters (or, as earlier, the
+    warm-up alone: rule 1 on ``scale``)."""
+    if not isinstance(noise, NoiseParams):
+        noise = NoiseParams(noise=True, noise_rule=1, noise_warmup=int(noise), noise_scale=scale)
+    return _fit(candidate_scores(inp, noise.noise_warmup, noise.noise_scale), noise, floor)
 
 
-def _fit(scores: tuple[np.ndarray, np.ndarray], scale: str) -> NoiseFit:
+def _fit(scores: tuple[np.ndarray, np.ndarray], noise: NoiseParams, floor: float | None = None) -> NoiseFit:
     """:func:`noise_fit` from the candidates' scores (:func:`candidate_scores`)."""
     _, x = scores
     n = len(x)
-    return NoiseFit(n, fit_two_gaussians(points1d(x)) if n else None, scale)
+    return NoiseFit(n, fit_two_gaussians(points1d(x)) if n else None, noise.noise_scale, noise.noise_posterior, floor)
 
 
 def _recheck(inp: PolicyInput, suspect: np.ndarray, m: int) -> np.ndarray:
@@ -290,15 +430,18 @@ def _merge(n: int, rest: np.ndarray, r: PolicyResult, suspect: np.ndarray, reche
     return PolicyResult(keep, weight, reason, r.summary, cluster, score, r.absent_rule)
 
 
-def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[PolicyInput, Any], PolicyResult]:
-    """``fn`` with the noise rule in front of it when its parameters say ``noise=True``."""
+def with_noise(
+    fn: Callable[[PolicyInput, Any], PolicyResult], noise: NoiseParams, floor: float | None = None
+) -> Callable[[PolicyInput, Any], PolicyResult]:
+    """``fn`` (a policy's function) with the stage in front of it when ``noise.noise``; ``floor``:
+    rule 2's previous threshold (:func:`previous_threshold`)."""
+    if not noise.noise:
+        return fn
 
     def policy(inp: PolicyInput, p: Any) -> PolicyResult:
-        if not p.noise:
-            return fn(inp, p)
-        scores = candidate_scores(inp, p.noise_warmup, p.noise_scale)
-        fit = _fit(scores, p.noise_scale)
-        suspect = fit.suspects(inp, p.noise_warmup, scores)
+        scores = candidate_scores(inp, noise.noise_warmup, noise.noise_scale)
+        fit = _fit(scores, noise, floor)
+        suspect = fit.suspects(inp, noise.noise_warmup, scores)
         del scores
         # the rule is the loss history's only reader: from here on the input without it, so
         # that a caller handing over its only reference frees the history columns here
@@ -308,12 +451,12 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
             result = fn(inp, p)
             result.summary.update(fit.summary(0, 0))
             return result
-        m = keep_count(p.noise_recheck, n_sus)
+        m = keep_count(noise.noise_recheck, n_sus)
         rest = ~suspect  # a mask, not indices: 8 bytes a row less at the plan's peak
         del suspect  # ~rest: made again after the policy (the masks' bytes are the peak's)
         # the policy reads no loss history (the rule is its only reader): its input is the other
         # rows' own columns, without copies of the history columns, and ``seen`` as the mask
-        # seen > 0, which is all the wrapped policies read of it (1 byte a row instead of 4)
+        # seen > 0, which is all the policies the stage admits read of it (1 byte a row instead of 4)
         own = replace(inp, seen=np.asarray(inp.seen) > 0)
         sub = own.take(rest)
         del own
@@ -329,26 +472,19 @@ def with_noise(fn: Callable[[PolicyInput, Any], PolicyResult]) -> Callable[[Poli
     return policy
 
 
-def with_noise_columns(columns: Callable[[Any], Iterable[str]]) -> Callable[[Any], frozenset[str]]:
-    """The policy's declared columns, and the rule's (:data:`NOISE_COLUMNS`) with ``noise=True``."""
-
-    def declared(p: Any) -> frozenset[str]:
-        own = frozenset(columns(p))
-        return own | NOISE_COLUMNS if p.noise else own
-
-    declared.__doc__ = columns.__doc__
-    declared.policy_columns = columns  # type: ignore[attr-defined]  # for narrow_reads
-    return declared
+def noise_columns(own: Iterable[str], noise: NoiseParams) -> frozenset[str]:
+    """The table columns a policy reading ``own`` reads with the stage in front: the stage's
+    (:data:`NOISE_COLUMNS`) too when ``noise.noise``."""
+    return frozenset(own) | NOISE_COLUMNS if noise.noise else frozenset(own)
 
 
-def narrow_reads(columns: Callable[[Any], Iterable[str]], p: Any) -> dict[str, Any]:
-    """{column: dtype} a planner may read narrower than the table holds it, for a policy whose
-    column declaration is ``columns`` (a :func:`with_noise_columns`) with parameters ``p``:
-    ``loss_mean`` as float32 when the rule is its only reader, since the rule reads nothing of
-    it but x = float32(``loss_mean``) (§12.2; the same cast, made while reading). Why: at 15M
-    rows the float64 column is 120 MB of fresh memory beside the plan's peak; as float32, 60 MB."""
-    own = getattr(columns, "policy_columns", None)
-    if own is None or not getattr(p, "noise", False) or "loss_mean" in set(own(p)):
+def noise_narrow_reads(own: Iterable[str], noise: NoiseParams) -> dict[str, Any]:
+    """{column: dtype} a planner may read narrower than the table holds it: ``loss_mean`` as
+    float32 when the stage is on and its only reader (the policy's own columns ``own`` do not
+    hold it), since the stage reads nothing of it but x = float32(``loss_mean``) (§12.2; the
+    same cast, made while reading). Why: at 15M rows the float64 column is 120 MB of fresh
+    memory beside the plan's peak; as float32, 60 MB."""
+    if not noise.noise or "loss_mean" in set(own):
         return {}
     return {"loss_mean": np.dtype(np.float32)}
 
@@ -441,10 +577,10 @@ def _rest_columns(taken: PolicyInput) -> tuple[np.ndarray | None, ...]:
     return tuple(getattr(taken, name) for name in _REST_COLUMNS)
 
 
-def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
+def _rule_steps(ctx: PlanContext, noise: NoiseParams, floor: float | None) -> Generator[Step, Any, _Rule]:
     """The rule over buckets: the candidates, the points of their scores, the mixture (here,
     from the points alone), the suspects and the re-check cut."""
-    warmup, scale = p.noise_warmup, p.noise_scale
+    warmup, scale = noise.noise_warmup, noise.noise_scale
 
     def scores(inp: PolicyInput) -> np.ndarray:
         return memo(inp, f"noise/scores/{warmup}/{scale}", lambda: candidate_scores(inp, warmup, scale)[1])
@@ -453,13 +589,13 @@ def _rule_steps(ctx: PlanContext, p: Any) -> Generator[Step, Any, _Rule]:
     mixture = None
     if n_cand:
         mixture = fit_two_gaussians((yield from points1d_steps(scores, n_cand)))
-    rule = _Rule(NoiseFit(n_cand, mixture, scale), warmup, ctx.seed, ctx.epoch)
+    rule = _Rule(NoiseFit(n_cand, mixture, scale, noise.noise_posterior, floor), warmup, ctx.seed, ctx.epoch)
     if not rule.fit.active:
         return rule
     n_sus = yield total(lambda inp: int(np.count_nonzero(rule.suspect(inp))))
     if not n_sus:
         return rule
-    m = keep_count(p.noise_recheck, n_sus)
+    m = keep_count(noise.noise_recheck, n_sus)
     cut = yield from smallest(rule.recheck_keys, m, n_sus)
     return replace(rule, suspected=n_sus, rechecked=m, recheck=cut)
 
@@ -499,15 +635,15 @@ def _on_rest(steps: Generator[Step, Any, Decide], rule: _Rule) -> Generator[Step
 
 
 def with_noise_steps(
-    steps: Callable[[PlanContext, Any], Generator[Step, Any, Decide]],
+    steps: Callable[[PlanContext, Any], Generator[Step, Any, Decide]], noise: NoiseParams, floor: float | None = None
 ) -> Callable[[PlanContext, Any], Generator[Step, Any, Decide]]:
-    """``steps`` (a policy's steps form) with the noise rule in front when ``noise=True``: the
+    """``steps`` (a policy's steps form) with the stage in front when ``noise.noise``: the
     rule's steps, then the policy's steps on the non-suspects (a context of their number)."""
+    if not noise.noise:
+        return steps
 
     def noisy(ctx: PlanContext, p: Any) -> Generator[Step, Any, Decide]:
-        if not p.noise:
-            return (yield from steps(ctx, p))
-        rule = yield from _rule_steps(ctx, p)
+        rule = yield from _rule_steps(ctx, noise, floor)
         if not rule.suspected:
             decide = yield from steps(ctx, p)
             return Decide(decide.rows, {**decide.summary, **rule.fit.summary(0, 0)}, decide.absent_rule)

@@ -17,10 +17,11 @@ import numpy as np
 from ..errors import InvalidInputError
 from .base import PolicyInput, PolicyResult, PolicySpec
 from .guard import settle
+from .noise import NoiseParams, with_noise_steps
 from .random_draws import STREAM_FLOOR, STREAM_GUARD
 from .safeguards import Safeguards, fillable
 from .steps import Cut, PlanContext, run_steps, smallest, total, uniform_keys
-from .summary import SummaryCounts, summary_counts, summary_of
+from .summary import SummaryCounts, summary_counts, summary_of, summary_params
 
 __all__ = ["plan_partitioned"]
 
@@ -115,6 +116,8 @@ def plan_partitioned(
     received: Any = None,
     row_inputs: Any = None,
     safeguards: Safeguards | None = None,
+    noise: NoiseParams | None = None,
+    noise_floor: float | None = None,
 ) -> dict[str, Any]:
     """Plan ``buckets`` buckets (``inputs(b)``: bucket b's :class:`PolicyInput` for the steps;
     ``row_inputs(b)``, default ``inputs``: its input for the pass that decides its rows, with
@@ -131,14 +134,16 @@ def plan_partitioned(
     ``safeguards`` (§0.10): with a floor, the rows the policy keeps are counted first; if they
     are fewer than the floor, the dropped rows of smallest stream-9 uniform (ties by uid) that
     fill up to it are found over all buckets (the m smallest keys, as for the guard) before any
-    bucket is emitted. The cap applies row by row."""
+    bucket is emitted. The cap applies row by row. ``noise`` (§12): the noise rule's stage in
+    front of the policy's steps (``noise_floor``: rule 2's previous threshold)."""
     if spec.steps is None:
         raise InvalidInputError(
             f"policy {spec.name!r} has no partitioned form (PolicySpec.steps), so it cannot plan a run "
             "with several buckets; use a run with buckets=1"
         )
     sg = safeguards or Safeguards()
-    decide = run_steps(spec.steps(ctx, params), inputs, buckets, engine)
+    noise = noise or NoiseParams()
+    decide = run_steps(with_noise_steps(spec.steps, noise, noise_floor)(ctx, params), inputs, buckets, engine)
     key_of = _guard_key(ctx)
     guard: Cut | None = None
     fill: Cut | None = None
@@ -162,4 +167,5 @@ def plan_partitioned(
             break
         guard = run_steps(smallest(key_of, 1, counts.n), inputs, buckets, engine)
         restart()
-    return summary_of(counts, decide.summary, ctx, spec.name, params, guard is not None, decide.absent_rule, sg)
+    named = summary_params(params, noise, spec)
+    return summary_of(counts, decide.summary, ctx, spec.name, named, guard is not None, decide.absent_rule, sg)

@@ -14,7 +14,6 @@ import numpy as np
 
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
-from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import STREAM_RANDOM, STREAM_STATIC, keep_count, prune_epochs, uniform_subset, uniforms
 from .steps import Decide, PlanContext, Steps, smallest, uniform_keys_of
 
@@ -27,13 +26,8 @@ class RandomParams:
     mode: Literal["dynamic", "static"] = "dynamic"
     delta: float | None = None
     prune_epochs: int | None = None
-    noise: bool = False
-    noise_warmup: int = 2
-    noise_recheck: float = 0.1
-    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
-        check_noise_params("random", self)
         if not 0 <= self.r < 1:
             raise InvalidInputError(f"random: r={self.r} is outside the valid range 0 <= r < 1")
         if self.mode not in ("dynamic", "static"):
@@ -134,9 +128,9 @@ def _columns(params: RandomParams | StaticParams) -> frozenset[str]:
     return frozenset({"uid"})
 
 
-random_policy = with_noise(_random)
-random_steps = with_noise_steps(_random_steps)
-columns = with_noise_columns(_columns)
+random_policy = _random
+random_steps = _random_steps
+columns = _columns
 
 
 SPECS = (
@@ -147,6 +141,7 @@ SPECS = (
         "dynamic random: a fresh uniform (1-r) subset every epoch (baseline)",
         columns,
         steps=random_steps,
+        noise=True,
     ),
     PolicySpec(
         "static",

@@ -39,7 +39,6 @@ import numpy as np
 from .._kernels.kmeans1d import KMeans1D, assign, kmeans1d, kmeans1d_steps
 from ..errors import InvalidInputError
 from .base import AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code, reason_codes
-from .noise import check_noise_params, with_noise, with_noise_columns, with_noise_steps
 from .random_draws import (
     STREAM_ANNEAL,
     STREAM_RANDOM,
@@ -66,13 +65,8 @@ class SetaParams:
     unseen_score: float | None = None
     prune_epochs: int | None = None
     target_keep: float | None = None
-    noise: bool = False
-    noise_warmup: int = 2
-    noise_recheck: float = 0.1
-    noise_scale: str = "loss"
 
     def __post_init__(self) -> None:
-        check_noise_params("seta", self)
         if not 0 <= self.r <= 0.9:
             raise InvalidInputError(f"seta: r={self.r} is outside the valid range 0 <= r <= 0.9")
         if not (isinstance(self.k, int) and 1 <= self.k <= 256):
@@ -440,9 +434,9 @@ def _columns(p: SetaParams) -> frozenset[str]:
     return frozenset({"uid", "last_loss", "seen"})
 
 
-seta = with_noise(_seta)
-seta_steps = with_noise_steps(_seta_steps)
-columns = with_noise_columns(_columns)
+seta = _seta
+seta_steps = _seta_steps
+columns = _columns
 
 
 SPECS = (
@@ -453,5 +447,6 @@ SPECS = (
         "SeTa: random down-sampling, 1-D k-means on loss, sliding easy-to-hard window, partial annealing",
         columns,
         steps=seta_steps,
+        noise=True,
     ),
 )

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, reason_code
+from .base import REASONS, AbsentRule, PolicyInput, PolicyResult, PolicySpec, reason_code
+from .noise import NoiseParams
 from .safeguards import Safeguards, plan_warnings
 from .steps import PlanContext
 
-__all__ = ["SummaryCounts", "summary_counts", "summary_of", "summarize"]
+__all__ = ["SummaryCounts", "summary_counts", "summary_of", "summary_params", "summarize"]
 
 _COUNT_BLOCK_ROWS = 1 << 20  # rows per block of the summary's counts
 
@@ -181,6 +182,19 @@ def summary_of(
     out = {**summary, **policy_summary}
     out["warnings"] = plan_warnings(_jsonable(out))
     return _jsonable(out)
+
+
+def summary_params(params: Any, noise: NoiseParams | None = None, spec: PolicySpec | None = None) -> dict[str, Any]:
+    """The parameters a plan summary lists: the policy's own, and the noise rule's for a policy
+    that admits it (``spec.noise``; the safeguards are added by :func:`summary_of`)."""
+    own = (
+        dataclasses.asdict(params)
+        if dataclasses.is_dataclass(params) and not isinstance(params, type)
+        else dict(params)
+    )
+    if spec is not None and spec.noise:
+        own.update((noise or NoiseParams()).to_params())
+    return own
 
 
 def summarize(
