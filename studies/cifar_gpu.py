@@ -205,7 +205,7 @@ def job_list(
 
     for kind in kinds:
         for seed in seeds:
-            for method in ("full", "rule", "oracle"):
+            for method in ("full", "rule", "oracle", "rulerand"):
                 add(kind, method, seed)
     for seed in seeds:
         for kind in kinds:
@@ -218,14 +218,52 @@ def job_list(
     return jobs
 
 
+#: Random pruning's r on top of the rule (``rulerand``): the pairs studies' calibrated share
+#: (docs/baselines.md), not tuned here.
+RULE_RANDOM_R = 0.19
+
+
 def _policy(job: dict, results: dict) -> tuple[str, dict]:
     m = job["method"]
     if m == "rule":
         return "full", {"noise": True, **job.get("rule_params", {})}
+    if m == "rulerand":
+        return "random", {"r": RULE_RANDOM_R, "noise": True, **job.get("rule_params", {})}
     if m == "dynrand":
         rule = results[f"{job['kind']}-rule-s{job['seed']}"]
         return "random", {"r": round(rule["pruned"], 4)}
     return "full", {}
+
+
+def history_auc(run_dir: str, pos: dict[str, int], noisy: np.ndarray) -> float | None:
+    """The detection AUC of the rule's score after the epoch's compaction: each recorded
+    sample's mean of its losses so far (the loss table's ``loss_mean``), noisy against clean
+    (Mann-Whitney, ties at half); None where the table holds no noisy or no clean sample. Read
+    for the report only, never by a run."""
+    import seta_stream as seta
+
+    t = seta.load_table(run_dir, columns=["key", "loss_mean"])
+    mean = t.column("loss_mean").to_numpy(zero_copy_only=False)
+    label = noisy[np.fromiter((pos[k] for k in t.column("key").to_pylist()), np.int64, t.num_rows)]
+    ok = np.isfinite(mean)
+    return auc_of(mean[ok], label[ok])
+
+
+def auc_of(score: np.ndarray, positive: np.ndarray) -> float | None:
+    """P(score of a positive > score of a negative) + P(equal) / 2; None without both classes."""
+    n1 = int(positive.sum())
+    n0 = len(positive) - n1
+    if not n1 or not n0:
+        return None
+    order = np.argsort(score, kind="stable")
+    ranks = np.empty(len(score), dtype=np.float64)
+    ranks[order] = np.arange(1, len(score) + 1)
+    values = score[order]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])  # ties: their mean rank
+    ends = np.r_[starts[1:], len(values)]
+    mean_rank = (starts + 1 + ends) / 2.0
+    ranks[order] = np.repeat(mean_rank, ends - starts)
+    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
 def _lr(p: float, peak: float = LR) -> float:
@@ -360,6 +398,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*small_final_batch.*|.*final batch.*")
             summary = pruner.start_epoch(epoch)
+        auc = history_auc(str(run_dir), pos, noisy)  # what the rule scores, against the known noise
         plan = seta.load_plan(str(run_dir), epoch, columns=["key", "keep", "weight", "reason"])
         keep = plan.column("keep").to_numpy(zero_copy_only=False)
         pkeys = np.asarray(plan.column("key").to_pylist(), dtype=object)
@@ -416,6 +455,7 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
                 "suspected": int(len(suspected)),
                 "precision": tp / len(suspected) if len(suspected) else None,
                 "recall": tp / max(1, int((noisy & use).sum())),
+                "auc": auc,
                 "loss": float(lo.mean()) if len(lo) else None,
                 **{k: v for k, v in summary.items() if k.startswith("noise")},
                 **metrics,
@@ -579,6 +619,7 @@ def job_main(args: argparse.Namespace) -> None:
 METHODS = {
     "full": "full data",
     "rule": "the noise rule (full, noise=True)",
+    "rulerand": f"the noise rule + dynamic random (r={RULE_RANDOM_R})",
     "oracle": "oracle filter (full data without the noisy samples)",
     "dynrand": "dynamic random at the rule's pruned share",
     "equal": "full data at equal compute (the rule's samples trained)",

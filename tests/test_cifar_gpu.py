@@ -26,7 +26,7 @@ def test_job_list_order_and_inputs() -> None:
     jobs = cifar_gpu.job_list(("sym40",), (0,), 3)
     ids = [j["id"] for j in jobs]
     assert ids == [
-        "sym40-full-s0", "sym40-rule-s0", "sym40-oracle-s0", "sym40-dynrand-s0", "sym40-equal-s0",
+        "sym40-full-s0", "sym40-rule-s0", "sym40-oracle-s0", "sym40-rulerand-s0", "sym40-dynrand-s0", "sym40-equal-s0",
         "sym40-clfold0-s0", "sym40-clfold1-s0", "sym40-clfold2-s0", "sym40-clfold3-s0", "sym40-cleanlab-s0",
     ]  # fmt: skip
     needs = {j["id"]: j.get("needs") for j in jobs if j.get("needs")}
@@ -72,3 +72,21 @@ def test_tiny_cpu_run(tmp_path: Path) -> None:
     assert runs["sym40-dynrand-s0"]["params"] == {"r": round(rule["pruned"], 4)}
     assert runs["sym40-equal-s0"]["trained"] == rule["trained"] == runs["sym40-equal-s0"]["budget"]
     assert rule["params"] == {"noise": True} and rule["policy"] == "full"
+
+
+def test_the_detection_auc_is_the_mann_whitney_statistic_with_ties_at_half():
+    """auc_of, which the study reports per epoch beside precision and recall, equals
+    scikit-learn's roc_auc_score on scores with ties, and is None without both classes."""
+    from sklearn.metrics import roc_auc_score
+
+    from studies.cifar_gpu import auc_of
+
+    rng = np.random.default_rng(0)
+    for ties in (False, True):
+        s = rng.normal(size=2000)
+        s = np.round(s, 1) if ties else s
+        y = rng.random(2000) < 0.3
+        s[y] += 0.7
+        assert auc_of(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert auc_of(np.array([1.0, 2.0]), np.array([True, False])) == 0.0
+    assert auc_of(np.array([1.0, 2.0]), np.array([True, True])) is None
