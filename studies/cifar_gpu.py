@@ -205,7 +205,7 @@ def job_list(
 
     for kind in kinds:
         for seed in seeds:
-            for method in ("full", "rule", "oracle", "rulerand"):
+            for method in ("full", "rule", "oracle", "rulerand", "rule1"):
                 add(kind, method, seed)
     for seed in seeds:
         for kind in kinds:
@@ -229,6 +229,8 @@ def _policy(job: dict, results: dict) -> tuple[str, dict]:
         return "full", {"noise": True, **job.get("rule_params", {})}
     if m == "rulerand":
         return "random", {"r": RULE_RANDOM_R, "noise": True, **job.get("rule_params", {})}
+    if m == "rule1":  # the rule's first version (docs/algorithms.md §12.12), the failure it replaces
+        return "full", {"noise": True, "noise_rule": 1}
     if m == "dynrand":
         rule = results[f"{job['kind']}-rule-s{job['seed']}"]
         return "random", {"r": round(rule["pruned"], 4)}
@@ -620,6 +622,7 @@ METHODS = {
     "full": "full data",
     "rule": "the noise rule (full, noise=True)",
     "rulerand": f"the noise rule + dynamic random (r={RULE_RANDOM_R})",
+    "rule1": "the noise rule's first version (full, noise=True, noise_rule=1)",
     "oracle": "oracle filter (full data without the noisy samples)",
     "dynrand": "dynamic random at the rule's pruned share",
     "equal": "full data at equal compute (the rule's samples trained)",

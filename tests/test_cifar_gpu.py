@@ -26,7 +26,8 @@ def test_job_list_order_and_inputs() -> None:
     jobs = cifar_gpu.job_list(("sym40",), (0,), 3)
     ids = [j["id"] for j in jobs]
     assert ids == [
-        "sym40-full-s0", "sym40-rule-s0", "sym40-oracle-s0", "sym40-rulerand-s0", "sym40-dynrand-s0", "sym40-equal-s0",
+        "sym40-full-s0", "sym40-rule-s0", "sym40-oracle-s0", "sym40-rulerand-s0", "sym40-rule1-s0",
+        "sym40-dynrand-s0", "sym40-equal-s0",
         "sym40-clfold0-s0", "sym40-clfold1-s0", "sym40-clfold2-s0", "sym40-clfold3-s0", "sym40-cleanlab-s0",
     ]  # fmt: skip
     needs = {j["id"]: j.get("needs") for j in jobs if j.get("needs")}
