@@ -21,11 +21,13 @@ def successive_inclusion(w, m):
     return probs
 
 
-def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6):
+def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6, posterior=None):
     """Independent EM for a two-component 1-D Gaussian mixture (docs/algorithms.md §12.3) on the
     raw values, in plain float64 NumPy: start from the exhaustive 2-means split of the sorted
     values (least SSE, leftmost), stop when the log-likelihood gains <= tol of itself. Returns
-    (weights, means, sds, Ashman's D, threshold or None), the lower mean first."""
+    (weights, means, sds, Ashman's D, threshold or None), the lower mean first; with
+    ``posterior`` q, the threshold is where the upper component's posterior reaches q
+    (§12.12: the crossing of the log densities shifted by log(q / (1 - q)))."""
     x = np.sort(np.asarray(values, np.float64))
     n = len(x)
     best, cut = None, None
@@ -59,9 +61,13 @@ def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6):
         w, mu, var = w[::-1], mu[::-1], var[::-1]
     d = np.sqrt(2) * (mu[1] - mu[0]) / np.sqrt(var[0] + var[1])
 
+    odds = 0.0 if posterior is None else np.log(posterior / (1 - posterior))
+
     def f(t):
-        return (np.log(w[0]) - 0.5 * np.log(var[0]) - (t - mu[0]) ** 2 / (2 * var[0])) - (
-            np.log(w[1]) - 0.5 * np.log(var[1]) - (t - mu[1]) ** 2 / (2 * var[1])
+        return (
+            (np.log(w[0]) - 0.5 * np.log(var[0]) - (t - mu[0]) ** 2 / (2 * var[0]))
+            - (np.log(w[1]) - 0.5 * np.log(var[1]) - (t - mu[1]) ** 2 / (2 * var[1]))
+            + odds
         )
 
     threshold = None
@@ -74,10 +80,12 @@ def two_gaussians(values, max_iter=1000, tol=1e-10, var_floor=1e-6):
     return w, mu, [float(np.sqrt(v)) for v in var], float(d), threshold
 
 
-def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
+def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss", posterior=None, floor=None):
     """The noise rule's suspects (§12.2, 12.4), recomputed row by row from the table columns:
     (candidate mask, suspect mask, the fit). None fit: fewer than two distinct scores. With
-    ``scale="log1p"`` each score is float32(math.log1p(score)) and each last loss math.log1p of it."""
+    ``scale="log1p"`` each score is float32(math.log1p(score)) and each last loss math.log1p of it.
+    ``posterior`` (version 2, §12.12): the threshold where the noise mode's posterior reaches it,
+    raised to ``floor`` (the previous plan's threshold) where one is given."""
 
     def on(v):
         return v if scale == "loss" else math.log1p(v)
@@ -94,10 +102,18 @@ def noise_suspects(cols, warmup, threshold_of=two_gaussians, scale="loss"):
     fit = None
     if len(np.unique(x[cand])) >= 2:
         fit = threshold_of(x[cand])
+        if posterior is not None:
+            crossing = fit[4]  # version 2 needs the crossing too (the test), and its own threshold
+            fit = (*threshold_of(x[cand], posterior=posterior)[:4], crossing)
+            own = threshold_of(x[cand], posterior=posterior)[4]
     suspect = np.zeros(n, bool)
     upper_majority = scale == "log1p" and fit is not None and fit[0][1] >= 0.5  # §12.11
     if fit is not None and fit[3] >= 2 and fit[4] is not None and not upper_majority:
         t = fit[4]
+        if posterior is not None:
+            if own is None:
+                return cand, suspect, fit
+            t = own if floor is None else max(own, floor)
         for i in np.flatnonzero(cand):
             suspect[i] = x[i] > t and on(float(cols["last_loss"][i])) > t
     return cand, suspect, fit

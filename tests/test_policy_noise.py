@@ -477,3 +477,106 @@ def test_the_planner_may_read_loss_mean_as_float32_only_when_the_rule_is_its_onl
         narrow = candidate_scores(PolicyInput(**base, loss_mean=as_read), 2, scale)
         assert np.array_equal(wide[0], narrow[0]) and wide[0].sum() == n - 3
         assert np.array_equal(wide[1].view(np.uint32), narrow[1].view(np.uint32))
+
+
+# ---------------------------------------------------------------------------------- version 2
+@pytest.mark.parametrize("floor", [None, 5.0, 7.5], ids=["no-floor", "floor-below", "floor-above"])
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "blocks-of-7"])
+def test_version_2_an_independent_implementation_finds_the_same_suspects(monkeypatch, blocks, floor):
+    """§12.12: the threshold where the noise mode's posterior reaches 0.9, raised to the previous
+    plan's threshold; recomputed by the independent EM and bisection of tests/policy_helpers.py,
+    row by row; above the crossing, fewer suspects and none more clean."""
+    import seta_stream.policies.noise as noise
+    from seta_stream.policies.registry import planned_function
+
+    if blocks:
+        monkeypatch.setattr(noise, "_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    n = 3000
+    noisy = rng.random(n) < 0.25
+    mean = np.where(noisy, rng.normal(6.5, 0.5, n), rng.lognormal(0.2, 0.5, n))
+    last = (mean + rng.normal(0, 0.8, n)).astype(np.float32)
+    count = rng.integers(1, 5, n)
+    cols = columns(mean, last, count, seen=count + 1)
+    for name, params in [("full", {}), ("seta", dict(r=0.1, k=5, alpha=0.6)), ("random", {})]:
+        spec, p, _, nz = plan_params(name, noise=True, **params)
+        assert (nz.noise_rule, nz.noise_posterior) == (2, 0.9)
+        inp = PolicyInput.from_columns({c: cols[c] for c in planned_table_columns(spec, p, nz)}, epoch=3, epochs=10,
+                                       seed=7)  # fmt: skip
+        res = planned_function(spec, nz, floor)(inp, p)
+        cand, suspect, fit = noise_suspects(cols, 2, posterior=0.9, floor=floor)
+        got = np.isin(res.reason, [REASONS.index("suspected_noise"), REASONS.index("noise_recheck")])
+        assert np.array_equal(got, suspect), name
+        s = res.summary
+        own = two_gaussians(np.float32(mean[cand]), posterior=0.9)[4]
+        assert s["noise_fit_threshold"] == pytest.approx(own, rel=1e-9) and s["noise_floor"] == floor
+        assert s["noise_threshold"] == pytest.approx(own if floor is None else max(own, floor), rel=1e-9)
+        v1 = plan(name, cols, noise=True, noise_rule=1, **params)
+        one = np.isin(v1.reason, [REASONS.index("suspected_noise"), REASONS.index("noise_recheck")])
+        assert suspect.sum() < one.sum() and not (suspect & ~one).any()  # a subset of version 1's
+        assert (suspect & ~noisy).sum() <= (one & ~noisy).sum()
+    assert floor != 7.5 or s["noise_threshold"] == 7.5  # held to the floor above the fit's own
+
+
+def test_version_2_at_posterior_one_half_is_the_crossing_bit_for_bit():
+    from seta_stream._kernels.mixture1d import posterior_threshold
+
+    rng = np.random.default_rng(3)
+    for n in (300, 100_000):
+        x = np.r_[rng.lognormal(0, 0.5, n - n // 5), rng.normal(6, 0.5, n // 5)].astype(np.float32)
+        m = fit_two_gaussians(points1d(x))
+        assert posterior_threshold(m, 0.5) == m.threshold  # the same float
+        assert m.threshold < posterior_threshold(m, 0.9) < posterior_threshold(m, 0.99) < m.mean[1]
+    one = fit_two_gaussians(points1d(rng.normal(size=5000).astype(np.float32)))
+    assert posterior_threshold(one, 0.9) is None or one.separation < 2
+
+
+def test_version_2_holds_its_threshold_while_active_and_a_run_keeps_its_version(tmp_path):
+    """A run of version 2 planned epoch by epoch: its threshold never falls while the rule stays
+    active (the fit's own may: noise_fit_threshold), each plan's floor is the plan before's
+    threshold; a run whose first plan was made before versions were stored (its state names
+    none) keeps version 1, and says so in its state; a resumed Pruner's params need no version."""
+    import json
+
+    run = RunDir(tmp_path / "r", create=True)
+    rng = np.random.default_rng(0)
+    n = 2000
+    keys = [f"k{i:04d}" for i in range(n)]
+    urls = [f"/d/s-{i % 5}.tar" for i in range(n)]
+    population = [(f"s-{i % 5}.tar", k) for i, k in enumerate(keys)]
+    noisy = rng.random(n) < 0.3
+    summaries = []
+    for e in range(7):
+        summaries.append(plan_epoch(run, e, policy="full", params={"noise": True}, epochs=8, seed=1,
+                                    population=population))  # fmt: skip
+        kept = {k for k, kp in zip(*load_plan(run, e, ["key", "keep"]).to_pydict().values()) if kp}
+        idx = [i for i in range(n) if keys[i] in kept]
+        loss = np.where(noisy, rng.normal(3.0, 0.4, n), rng.lognormal(np.log(2.5 / (1 + 2 * e)), 0.5, n))
+        with LossRecorder(run, epoch=e) as rec:
+            rec.record([keys[i] for i in idx], [urls[i] for i in idx], loss[idx].astype(np.float32))
+        compact(run)
+    active = [s for s in summaries if s["noise_active"]]
+    assert len(active) >= 4 and all(s["params"]["noise_rule"] == 2 for s in summaries)
+    thresholds = [s["noise_threshold"] for s in active]
+    assert thresholds == sorted(thresholds)  # never falling
+    fits = [s["noise_fit_threshold"] for s in active]
+    assert fits != sorted(fits)  # while the fit's own does fall
+    for before, s in zip(active, active[1:]):
+        assert s["noise_floor"] == before["noise_threshold"]
+        assert s["noise_threshold"] == max(s["noise_fit_threshold"], s["noise_floor"])
+    assert active[0]["noise_floor"] is None
+    assert json.loads((tmp_path / "r/state.json").read_text())["params"] == {"noise": True, "noise_rule": 2}
+
+    old = RunDir(tmp_path / "old", create=True)
+    record_two_modes(old, 3)
+    plan_epoch(old, 3, policy="full", params={"noise": True, "noise_rule": 1}, epochs=6, seed=1)
+    state = json.loads((tmp_path / "old/state.json").read_text())
+    state["params"] = {"noise": True}  # as a run planned before versions were stored
+    (tmp_path / "old/state.json").write_text(json.dumps(state))
+    s = plan_epoch(old, 4, params={"noise": True})  # a resumed Pruner gives its params again
+    assert "noise_rule" not in s["params"] and "noise_floor" not in s  # version 1's summary, as ever
+    assert json.loads((tmp_path / "old/state.json").read_text())["params"] == {"noise": True, "noise_rule": 1}
+    with pytest.raises(
+        InvalidInputError, match=r"planned with params=.*'noise_rule': 1.*asks params=.*'noise_rule': 2"
+    ):
+        plan_epoch(old, 5, params={"noise": True, "noise_rule": 2})
