@@ -629,6 +629,7 @@ METHODS = {
     "cleanlab": f"cleanlab ({FOLDS}-fold out-of-sample probabilities, find_label_issues, then full data)",
 }
 KIND_TEXT = {
+    "sym20": "20% symmetric noisy labels (9,000 of 45,000 training labels replaced by another class)",
     "sym40": "40% symmetric noisy labels (18,000 of 45,000 training labels replaced by another class)",
     "asym40": "40% asymmetric noisy labels (truck->automobile, bird->airplane, deer->horse, cat<->dog at 40% "
     "of each of those classes: 9,004 of 45,000 training labels)",
@@ -865,6 +866,265 @@ def conclusions(runs: dict, seeds: list[int]) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------------------------ the CPU study
+#: The CPU study's methods in its tables, in order (the rule's two versions and its baselines).
+CPU_METHODS = ("full", "oracle", "rule", "rulerand", "rule1", "dynrand", "equal", "cleanlab")
+#: The subjects of the paired gaps, and the baselines each is set against.
+CPU_GAPS = {
+    "rule": ("full", "full-es", "oracle", "dynrand", "equal", "cleanlab", "rule1"),
+    "rulerand": ("full", "full-es", "oracle", "rule"),
+    "rule1": ("full", "full-es", "oracle"),
+    "cleanlab": ("full", "full-es", "oracle", "rule"),
+}
+_BASE_TEXT = {
+    "full": "full data, last epoch (both last epoch)",
+    "full-es": "full data early-stopped (both early-stopped)",
+    "oracle": "oracle filter (both last epoch)",
+    "dynrand": "dynamic random, same samples trained",
+    "equal": "full data at equal compute",
+    "cleanlab": "cleanlab",
+    "rule": "the noise rule",
+    "rule1": "the rule's first version",
+}
+
+
+def add_run_suspects(results_path: Path, work: Path) -> None:
+    """Each rule run's suspects over the whole run (``run_suspects``: the samples any of its
+    plans held as suspects, from the run directory's plans, against the known noisy labels:
+    count, true positives, precision, recall), written into ``results_path``: the issue's
+    "suspects over the whole run". Runs without a run directory here are left as they are."""
+    import seta_stream as seta
+
+    doc = json.loads(results_path.read_text())
+    d = np.load(work / "cifar10.npz")
+    keys = d["train_keys"]
+    for rid, r in doc["runs"].items():
+        run_dir = work / f"run-{rid}"
+        if r.get("status") != "done" or not r.get("params", {}).get("noise") or not run_dir.exists():
+            continue
+        noisy = set(keys[noisy_labels(r["kind"], keys, d["train_y"]) != d["train_y"]].tolist())
+        found: set[str] = set()
+        for e in range(len(r["rows"])):
+            plan = seta.load_plan(str(run_dir), e, columns=["key", "reason"])
+            reason = np.asarray(plan.column("reason").to_pylist(), dtype=object)
+            pk = np.asarray(plan.column("key").to_pylist(), dtype=object)
+            found |= set(pk[(reason == "suspected_noise") | (reason == "noise_recheck")].tolist())
+        tp = len(found & noisy)
+        r["run_suspects"] = {
+            "suspected": len(found),
+            "true_positives": tp,
+            "precision": tp / len(found) if found else None,
+            "recall": tp / len(noisy) if noisy else None,
+        }
+    tmp = results_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, results_path)
+
+
+def _cpu_rs(runs: dict, kind: str) -> dict[tuple[str, int], dict]:
+    return {(r["method"], r["seed"]): r for r in runs.values() if r["kind"] == kind and r.get("rows")}
+
+
+def _pick(base: str) -> Any:
+    return early_stopped if base == "full-es" else (lambda r: r["rows"][-1])
+
+
+def cpu_gaps(rs: dict, seeds: list[int], subject: str, base: str) -> list[float]:
+    """Per-seed gaps of ``subject`` against ``base`` (``full-es``: both early-stopped)."""
+    other = "full" if base == "full-es" else base
+    pick = _pick(base)
+    return [
+        pick(rs[(subject, s)])["test_acc"] - pick(rs[(other, s)])["test_acc"]
+        for s in seeds
+        if (subject, s) in rs and (other, s) in rs
+    ]
+
+
+def cpu_targets(rs: dict, seeds: list[int]) -> list[str]:
+    """The targets of a rule that never costs accuracy (for the rule, version 2), each with its
+    figure and verdict: never resolved below early-stopped full data; where the oracle beats it by
+    2 points or more, above it and within 1 point of the oracle; suspects over the run."""
+    from tools.results import gap_verdict
+
+    out = ["| target | figure | verdict |", "| --- | --- | --- |"]
+    rule_es = cpu_gaps(rs, seeds, "rule", "full-es")
+    if rule_es:
+        m, se2, _ = gap_verdict(rule_es)
+        upper = m + (se2 or 0.0)
+        ok = "met" if se2 is not None and upper >= 0 else "not met" if se2 is not None else "one seed: not judged"
+        out.append(
+            f"| rule (early-stopped) minus full data (early-stopped): mean + 2 SE >= 0 | {100 * m:+.2f} + "
+            f"{'-' if se2 is None else f'{100 * se2:.2f}'} = {100 * upper:+.2f} | {ok} |"
+        )
+    oracle = [early_stopped(rs[("oracle", s)])["test_acc"] - early_stopped(rs[("full", s)])["test_acc"]
+              for s in seeds if ("oracle", s) in rs and ("full", s) in rs]  # fmt: skip
+    if oracle:
+        om = float(np.mean(oracle))
+        out.append(
+            f"| the oracle filter minus full data, both early-stopped (the margin noise leaves) | {100 * om:+.2f} | "
+            f"{'2 points or more: the two targets below apply' if om >= 0.02 else 'under 2 points'} |"
+        )
+        if om >= 0.02 and rule_es:
+            m, se2, _ = gap_verdict(rule_es)
+            lower = m - (se2 or 0.0)
+            out.append(
+                f"| rule minus full data, both early-stopped: mean - 2 SE > 0 | {100 * lower:+.2f} | "
+                f"{'met' if se2 is not None and lower > 0 else 'not met'} |"
+            )
+            to_oracle = [early_stopped(rs[("rule", s)])["test_acc"] - early_stopped(rs[("oracle", s)])["test_acc"]
+                         for s in seeds if ("rule", s) in rs and ("oracle", s) in rs]  # fmt: skip
+            tm = float(np.mean(to_oracle))
+            out.append(
+                f"| rule within 1 point of the oracle filter (both early-stopped, mean) | {100 * tm:+.2f} | "
+                f"{'met' if tm >= -0.01 else 'not met'} |"
+            )
+    whole = [rs[("rule", s)].get("run_suspects") for s in seeds if ("rule", s) in rs]
+    whole = [w for w in whole if w]
+    if whole:
+        p = float(np.mean([w["precision"] or 0.0 for w in whole]))
+        r = float(np.mean([w["recall"] or 0.0 for w in whole]))
+        out.append(
+            f"| the rule's suspects over the whole run: precision >= 0.9 at recall >= 0.9 (mean over seeds) | "
+            f"{p:.3f} / {r:.3f} | {'met' if p >= 0.9 and r >= 0.9 else 'not met'} |"
+        )
+    return out
+
+
+def cpu_epochs(rs: dict, seeds: list[int]) -> list[str]:
+    """Per epoch, means over the seeds: the detection AUC of the rule's score in the full-data
+    runs (every sample trained: what the score can tell), and each rule version's plan (its
+    threshold, suspects, precision and recall)."""
+    runs_of = {m: [rs[(m, s)] for s in seeds if (m, s) in rs] for m in ("full", "rule", "rule1")}
+    if not runs_of["full"]:
+        return []
+    n = min(len(r["rows"]) for rs_ in runs_of.values() for r in rs_) if all(runs_of.values()) else 0
+    n = n or min(len(r["rows"]) for r in runs_of["full"])
+
+    def mean(method: str, e: int, key: str) -> str:
+        vals = [r["rows"][e].get(key) for r in runs_of[method] if len(r["rows"]) > e]
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            return "-"
+        v = float(np.mean(vals))
+        return f"{v:,.0f}" if key == "suspected" else f"{v:.3f}"
+
+    head = "| epoch | AUC, full data | rule: threshold | suspected | precision | recall | rule 1: threshold | "
+    head += "suspected | precision | recall |"
+    out = [head, "| " + " | ".join(["---"] * 10) + " |"]
+    for e in range(n):
+        cells = [str(e), mean("full", e, "auc")]
+        for m in ("rule", "rule1"):
+            cells += [mean(m, e, k) for k in ("noise_threshold", "suspected", "precision", "recall")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def report_cpu(results_path: Path) -> str:
+    """docs/cifar-cpu.md: the CPU study, every figure from ``results_path``."""
+    doc = json.loads(results_path.read_text())
+    meta, runs = doc["meta"], doc["runs"]
+    where = f"{results_path.parent.name}/{results_path.name}"
+    marked: list[tuple[str, dict]] = []
+    seeds = sorted({r["seed"] for r in runs.values()})
+    bad = sorted(k for k, r in runs.items() if r.get("status") != "done")
+    epochs = sorted({r["epochs"] for r in runs.values() if r["method"] != "equal"})
+    lines = [
+        "# CIFAR-10 with noisy labels: a small residual network on the CPU",
+        "",
+        f"<!-- generated by `python -m studies cifar_gpu --report {results_path.parent.as_posix()}/results.json`;"
+        " do not edit -->",
+        "",
+        f"The noise rule of both versions (docs/algorithms.md §12.12) against the baselines a reviewer names, "
+        f"on CIFAR-10 with a model this 2-core machine can train: {meta.get('model', 'resnet8')} (He et al.'s "
+        f"CIFAR ResNet, one basic block a stage, widths 16/32/64: 78,042 parameters), {epochs[0]} epochs, batch "
+        f"{meta['batch']}, SGD (Nesterov) peak lr {meta['lr']}, weight decay {meta['weight_decay']}, warm-up then "
+        f"cosine, random crop and flip, {meta.get('threads', 1)} torch thread a run, torch {meta.get('torch')}. "
+        f"{provenance(meta, runs, results_path.parent / 'log.txt')} Seeds {', '.join(map(str, seeds))}, paired by"
+        f" seed. {len(runs)} runs, " + (f"not finished: {', '.join(bad)}." if bad else "all finished.") + " The"
+        " splits, the noise, early stopping and the baselines are docs/cifar-gpu.md's (ResNet-18 on a GPU, the"
+        " measurement this study reproduces on a CPU): train shards 0-8 train, shard 9 (as noisy) validates, the"
+        " 10,000 test images (clean labels) test. Early stopping reads the noisy validation split only; the test"
+        " split is read for the tables, never to choose. Every training step divides the weighted loss sum by the"
+        " nominal batch size (the small-final-batch remedy). Reproduce: `python -m studies cifar_gpu --data "
+        "../shared/data/cifar10 --out OUT --jobs 2 --kinds sym40 --seeds 0,1,2 --model resnet8 --batch 256 "
+        "--lr 0.1 --threads 1`, then `--union OUT/results.json` and `--report OUT/results.json`.",
+    ]
+    from tools.results import gap_verdict  # noqa: F401  (the one verdict rule, through cpu_targets)
+
+    for kind in [k for k in ("sym20", "sym40", "asym40") if any(r["kind"] == k for r in runs.values())]:
+        rs = _cpu_rs(runs, kind)
+        lines += ["", f"## {KIND_TEXT[kind]}", ""]
+        lines += [
+            "| method | final test acc. (per seed) | mean | early-stopped test acc. (mean) | samples trained (mean)"
+            " | noisy share of what is learnt, last epoch | removed: precision / recall |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for method in CPU_METHODS:
+            got = [rs[(method, s)] for s in seeds if (method, s) in rs]
+            if not got:
+                continue
+            text = METHODS[method]
+            final = [g["rows"][-1]["test_acc"] for g in got]
+            es = [early_stopped(g)["test_acc"] for g in got]
+            trained = [g["trained"] for g in got]
+            if method == "cleanlab":
+                folds = [
+                    sum(runs[f"{kind}-clfold{k}-s{g['seed']}"]["trained"] for k in range(FOLDS)
+                        if f"{kind}-clfold{k}-s{g['seed']}" in runs)
+                    for g in got
+                ]  # fmt: skip
+                trained_text = f"{np.mean(trained):,.0f} (+ {np.mean(folds):,.0f} in the {FOLDS} folds)"
+            else:
+                trained_text = f"{np.mean(trained):,.0f}"
+            last = [g["rows"][-1] for g in got]
+            share = np.mean([row["noisy_learnt"] / max(1, row["learnt"]) for row in last])
+            if method in ("rule", "rulerand", "rule1"):
+                whole = [g.get("run_suspects") for g in got]
+                if all(whole):
+                    p = np.mean([w["precision"] or 0 for w in whole])
+                    r_ = np.mean([w["recall"] or 0 for w in whole])
+                    removal = f"{p:.3f} / {r_:.3f} (suspects over the run)"
+                else:
+                    p = np.mean([row["precision"] or 0 for row in last])
+                    removal = f"{p:.3f} / {np.mean([row['recall'] for row in last]):.3f} (suspects, last plan)"
+            elif method == "cleanlab":
+                removal = f"{np.mean([g['precision'] for g in got]):.3f} / {np.mean([g['recall'] for g in got]):.3f}"
+            elif method == "oracle":
+                removal = "1 / 1"
+            else:
+                removal = "-"
+            shaky = [(f"{where}#{g['id']}", g) for g in got if instability.unstable(g, results_path.name)]
+            marked += shaky
+            text += f" {instability.MARK}" if shaky else ""
+            lines.append(
+                f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
+                f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |"
+            )
+        for subject, bases in CPU_GAPS.items():
+            if not any(m == subject for m, _ in rs):
+                continue
+            rows = [_gap_line(_BASE_TEXT[b], g, None) for b in bases if (g := cpu_gaps(rs, seeds, subject, b))]
+            if rows:
+                lines += ["", f"Paired gaps of {METHODS[subject]}, test accuracy points, per seed:", ""]
+                lines += ["| against | per seed | mean | 2 SE | verdict |", "| --- | --- | --- | --- | --- |", *rows]
+        targets = cpu_targets(rs, seeds)
+        if len(targets) > 2:
+            lines += ["", "The targets of a rule that never costs accuracy (the rule of version 2):", "", *targets]
+        per_epoch = cpu_epochs(rs, seeds)
+        if per_epoch:
+            lines += [
+                "",
+                "Per epoch, means over the seeds: the detection AUC of the rule's score (each sample's mean loss so"
+                " far) in the full-data runs, where every sample is trained in every epoch, and each version's plan"
+                " (threshold on the loss scale, suspects, precision and recall among the noisy samples):",
+                "",
+                *per_epoch,
+            ]
+    if marked:
+        lines += ["", instability.footnote(marked)]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "cifar10"))
@@ -886,11 +1146,20 @@ def main() -> None:
     p.add_argument("--limit", type=int, help="samples per split (smoke runs)")
     p.add_argument("--commit", default="", help="the commit the run's code is at (recorded)")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run: cnn, 400 samples a split, 3 epochs, one seed")
-    p.add_argument("--report", help="write docs/cifar-gpu.md from this results.json (runs nothing)")
+    p.add_argument(
+        "--report", help="write docs/cifar-gpu.md (a GPU's results) or docs/cifar-cpu.md from this results.json"
+    )
+    p.add_argument("--union", help="add each rule run's suspects over the whole run (its plans) to this results.json")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.report:
-        (ROOT / "docs" / "cifar-gpu.md").write_text(report(Path(args.report)))
+        results = Path(args.report)
+        cpu = json.loads(results.read_text())["meta"].get("gpu") is None and "cifar-gpu" not in results.parts
+        page, text = ("cifar-cpu.md", report_cpu(results)) if cpu else ("cifar-gpu.md", report(results))
+        (ROOT / "docs" / page).write_text(text)
+        return None
+    if args.union:
+        add_run_suspects(Path(args.union), Path(args.work or Path(args.union).parent / "work"))
         return None
     if args.job:
         return job_main(args)

@@ -91,3 +91,46 @@ def test_the_detection_auc_is_the_mann_whitney_statistic_with_ties_at_half():
         assert auc_of(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
     assert auc_of(np.array([1.0, 2.0]), np.array([True, False])) == 0.0
     assert auc_of(np.array([1.0, 2.0]), np.array([True, True])) is None
+
+
+def _run(kind, method, seed, finals, val=None, suspects=None, **extra):
+    rows = [
+        {"epoch": e, "test_acc": a, "val_acc": (val or finals)[e], "noisy_learnt": 0, "learnt": 100, "suspected": 0,
+         "precision": None, "recall": 0.0, "auc": 0.9 + 0.01 * e, "noise_threshold": None}
+        for e, a in enumerate(finals)
+    ]  # fmt: skip
+    return {"id": f"{kind}-{method}-s{seed}", "kind": kind, "method": method, "seed": seed, "epochs": len(finals),
+            "status": "done", "rows": rows, "trained": 100 * len(finals), "noisy_in_population": 40,
+            **({"run_suspects": suspects} if suspects else {}), **extra}  # fmt: skip
+
+
+def test_the_cpu_page_holds_the_rule_to_its_targets(tmp_path):
+    """report_cpu's targets table from a results file: rule minus full data, both early-stopped,
+    mean + 2 SE >= 0; the oracle's margin; where it is 2 points or more, mean - 2 SE > 0 and within
+    1 point of the oracle; the suspects over the whole run (precision and recall >= 0.9)."""
+    runs = {}
+    for s, (full, rule, oracle) in enumerate([(0.60, 0.62, 0.70), (0.61, 0.625, 0.71), (0.59, 0.605, 0.69)]):
+        for method, acc in (("full", full), ("rule", rule), ("oracle", oracle)):
+            sus = {"suspected": 10, "true_positives": 9, "precision": 0.9, "recall": 0.95} if method == "rule" else None
+            r = _run("sym40", method, s, [acc - 0.1, acc], suspects=sus)
+            runs[r["id"]] = r
+    meta = {"batch": 256, "lr": 0.1, "weight_decay": 5e-4, "threads": 1, "torch": "x", "commit": "abc", "argv": []}
+    path = tmp_path / "cifar-cpu" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": meta, "runs": runs}))
+    page = cifar_gpu.report_cpu(path)
+    assert (
+        "| rule (early-stopped) minus full data (early-stopped): mean + 2 SE >= 0 | +1.67 + 0.33 = +2.00 | met |"
+        in page
+    )
+    assert (
+        "| the oracle filter minus full data, both early-stopped (the margin noise leaves) | +10.00 | 2 points or "
+        "more: the two targets below apply |"
+    ) in page
+    assert "| rule minus full data, both early-stopped: mean - 2 SE > 0 | +1.33 | met |" in page
+    assert "| rule within 1 point of the oracle filter (both early-stopped, mean) | -8.33 | not met |" in page
+    assert (
+        "| the rule's suspects over the whole run: precision >= 0.9 at recall >= 0.9 (mean over seeds) | "
+        "0.900 / 0.950 | met |"
+    ) in page
+    assert "| 1 | 0.910 | - | 0 | - | 0.000 | - | - | - | - |" in page  # the per-epoch table
