@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -324,3 +325,121 @@ def test_an_empty_truth_file_makes_every_suspect_a_false_positive(noisy_run: Pat
     assert (report["suspected"], report["truth_listed"], report["true_positives"]) == (45, 0, 0)
     assert (report["precision"], report["recall"]) == (0.0, None)
     assert [(p["precision"], p["recall"]) for p in report["plans"]] == [(None, None)] * 2 + [(0.0, None)] * 5
+
+
+# ------------------------------------------------------------- the rule's version 2 (§12.12)
+@pytest.fixture(scope="module")
+def rule2_run(tmp_path_factory) -> Path:
+    """The Pruner loop of :func:`noisy_run` with the rule's current version (``noise=True``, no
+    ``noise_rule``: version 2, posterior 0.9, each threshold held to the plan before's)."""
+    root = tmp_path_factory.mktemp("suspects2")
+    population = seta.list_samples(write_shards(root / "shards", [100, 100]))
+    keys, urls = population.column("key").to_pylist(), population.column("url").to_pylist()
+    index = {(s, k): i for i, (s, k) in enumerate(zip(population.column("shard").to_pylist(), keys))}
+    pruner = seta.Pruner(str(root / "run"), policy="full", params={"noise": True}, epochs=EPOCHS, seed=0,
+                         population=population)  # fmt: skip
+    for e in range(EPOCHS):
+        pruner.start_epoch(e)
+        plan = load_plan(root / "run", e, ["shard", "key", "keep"]).to_pylist()
+        trained = [index[(r["shard"], r["key"])] for r in plan if r["keep"]]
+        pruner.record([keys[i] for i in trained], [urls[i] for i in trained],
+                      np.array([loss(i, e) for i in trained], np.float32))  # fmt: skip
+    pruner.close()
+    return root
+
+
+def test_a_run_of_the_rules_version_2(rule2_run: Path, capsys) -> None:
+    """Each plan's row names its version, the posterior asked, the fit's own threshold and the
+    floor it was held to, as its summary says; the text keeps one table (a single version: no
+    version column) and says where the threshold was held at the previous plan's."""
+    run = rule2_run / "run"
+    summaries = [load_summary(run, e) for e in range(EPOCHS)]
+    assert all(s["params"]["noise_rule"] == 2 for s in summaries)
+    assert main(["suspects", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["epoch"] for p in report["plans"]] == list(range(EPOCHS))
+    for p, s in zip(report["plans"], summaries):
+        assert (p["noise_rule"], p["noise_posterior"]) == (2, 0.9)
+        assert (p["noise_test"], p["noise_threshold"], p["noise_fit_threshold"], p["noise_floor"]) == (
+            s["noise_test"], s["noise_threshold"], s["noise_fit_threshold"], s["noise_floor"])  # fmt: skip
+    held = [p["epoch"] for p in report["plans"] if p["noise_floor"] is not None and p["noise_fit_threshold"] is not None
+            and p["noise_floor"] > p["noise_fit_threshold"]]  # fmt: skip
+    assert held and report["active_epochs"] == [2, 3, 4, 5, 6]
+    # the suspects are those of the plan files, as with version 1
+    suspected = {(r["shard"], r["key"]) for e in range(EPOCHS) for (r) in load_plan(run, e, ["shard", "key", "reason"])
+                 .to_pylist() if r["reason"] in NOISE}  # fmt: skip
+    assert report["suspected"] == len(suspected) and suspected <= {ident(i) for i in X | Y}
+    assert main(["suspects", str(run)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[1].split() == ["epoch", "test", "D", "upper", "w", "threshold", "candidates", "suspected",
+                               "rechecked"]  # fmt: skip
+    s2 = summaries[2]
+    assert text[4].split() == ["2", "two_modes", f"{s2['noise_separation']:.3f}",
+                               f"{s2['noise_components']['weight'][1]:.3f}", f"{s2['noise_threshold']:.6g}", "200",
+                               str(s2["noise_suspected"]), str(s2["noise_rechecked"])]  # fmt: skip
+    assert (
+        "  (the rule's version 2: the threshold is where the noise mode's posterior reaches 0.9, never below the "
+        "previous plan's; docs/algorithms.md §12.12)"
+    ) in text
+    from seta_stream.inspect.noise import _epochs_text
+
+    assert any(line.startswith(f"  held at the previous plan's threshold in epoch{'s' if len(held) > 1 else ''} "
+                               f"{_epochs_text(held)} (") for line in text)  # fmt: skip
+
+
+def test_a_run_with_plans_of_both_versions_shows_each_plans_version(rule2_run: Path, tmp_path, capsys) -> None:
+    """The run of version 2 with its last plan made again by version 1 (force=True): the table
+    gets a column naming each plan's version."""
+    shutil.copytree(rule2_run / "run", tmp_path / "run")
+    run = tmp_path / "run"
+    plan_epoch(run, EPOCHS - 1, params={"noise": True, "noise_rule": 1}, force=True)
+    report = suspect_report(run)
+    assert [p["noise_rule"] for p in report["plans"]] == [2] * (EPOCHS - 1) + [1]
+    last = report["plans"][-1]
+    assert (last["noise_posterior"], last["noise_fit_threshold"], last["noise_floor"]) == (None, None, None)
+    assert main(["suspects", str(run)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[1].split()[:3] == ["epoch", "rule", "test"]
+    assert [line.split()[:3] for line in text[2 : 2 + EPOCHS]] == [[str(e), "2", "too_few"] for e in (0, 1)] + [
+        [str(e), "2", "two_modes"] for e in range(2, EPOCHS - 1)
+    ] + [[str(EPOCHS - 1), "1", "two_modes"]]
+    assert (
+        "  (rule 2: the threshold is where the noise mode's posterior reaches 0.9, never below the previous plan's; "
+        "rule 1: where the components cross; docs/algorithms.md §12.12)"
+    ) in text
+
+
+def test_low_posterior_two_modes_whose_posterior_never_reaches_the_one_asked(tmp_path, capsys) -> None:
+    """Two modes (Ashman's D about 3.6) whose noise mode is narrower than the clean one: its
+    posterior peaks below 0.99, so version 2 with noise_posterior=0.99 suspects nothing
+    (noise_test low_posterior); the report and inspect say so in a line each."""
+    from statistics import NormalDist
+
+    clean = [NormalDist(6, 1.5).inv_cdf((i + 0.5) / 900) for i in range(900)]
+    noisy = [NormalDist(10, 0.5).inv_cdf((i + 0.5) / 100) for i in range(100)]
+    run = RunDir(tmp_path / "r", create=True)
+    for e in range(2):
+        with LossRecorder(run, epoch=e) as rec:
+            rec.record([f"k{i:04d}" for i in range(1000)], ["/d/a.tar"] * 1000, np.array(clean + noisy, np.float32))
+        compact(run)
+    s = plan_epoch(run, 2, policy="full", params={"noise": True, "noise_posterior": 0.99}, epochs=4, seed=0)
+    assert (s["noise_test"], s["noise_active"], s["noise_threshold"], s["noise_suspected"]) == (
+        "low_posterior", False, None, 0)  # fmt: skip
+    assert s["noise_separation"] >= 2
+    report = suspect_report(run)
+    assert ([p["noise_test"] for p in report["plans"]], report["active_epochs"], report["suspected"]) == (
+        ["low_posterior"], [], 0)  # fmt: skip
+    assert main(["suspects", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == f"run {tmp_path / 'r'} (full), epoch 2: the noise rule in 1, active in 0"
+    assert text[2].split() == ["2", "low_posterior", f"{s['noise_separation']:.3f}",
+                               f"{s['noise_components']['weight'][1]:.3f}", "-", "1000", "0", "0"]  # fmt: skip
+    assert (
+        "  low_posterior in epoch 2: two modes, but the noise mode's posterior never reaches 0.99, so nothing is "
+        "suspected there"
+    ) in text
+    assert main(["inspect", str(tmp_path / "r")]) == 0
+    assert (
+        f"  noise rule: low_posterior (Ashman's D {s['noise_separation']:.3f}, 1000 candidates), 0 suspected, "
+        "0 re-checked with weight 0 (seta-stream suspects lists them)"
+    ) in capsys.readouterr().out.splitlines()
