@@ -73,8 +73,9 @@ ROUNDS = ((0.2, 0), (0.2, 1), (0.2, 2), (0.4, 0), (0.4, 1))
 EXTRA = (0.4, 2)
 #: (mismatched share, seed) of the low shares, after the rounds: does the rule find a few percent of mismatched
 #: pairs? Only :data:`LOW_METHODS` run there (the rule alone against full data, early-stopped or not).
-LOW_ROUNDS = ((0.03, 0), (0.03, 1), (0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1))
-LOW_METHODS = ("full", "rule")
+LOW_ROUNDS = ((0.03, 0), (0.03, 1), (0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1), (0.0, 0), (0.0, 1))
+#: the oracle filter too, to tell whether the noise leaves a margin to gain (clean data: the oracle is full data)
+LOW_METHODS = ("full", "rule", "oracle")
 PRIOR_RATE = {"pairs": 1.6e-3, "cal": 60.0}  # seconds per trained pair (the runner's deadline estimate)
 
 
@@ -200,7 +201,7 @@ def queue(ctx: Ctx) -> list[tuple[float, int, Method]]:
         rounds.append(ctx.extra)
     low = [m for m in methods(ctx.r) if m.name in LOW_METHODS]
     return [(noise, seed, m) for noise, seed in rounds for m in methods(ctx.r)] + [
-        (noise, seed, m) for noise, seed in ctx.low for m in low
+        (noise, seed, m) for noise, seed in ctx.low for m in low if noise or m.name != "oracle"
     ]
 
 
@@ -236,7 +237,7 @@ def plan(ctx: Ctx) -> list[Job]:
 def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
     """Train one job of :func:`plan`; its result (the runner writes it, with the machine)."""
     from studies.engines import pairs as tp
-    from studies.quality.pairs import plan_checks
+    from studies.quality.pairs import plan_checks, run_suspects
 
     noise, seed = job.spec["noise"], job.spec["seed"]
     (m,) = [m for m in methods(ctx.r) if m.name == job.spec["method"]]
@@ -257,7 +258,9 @@ def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
     res = tp.run(args, m.policy, params, str(run_dir), keep_keys=True, log=log, val=views["val"], budget=budget)
     truth = tp.load_noise(str(views[m.data]))
     checks = plan_checks(str(run_dir), res.pop("delivered"), truth)
-    rows = [{**row, "delivered_equals_plan": c["delivered_equals_plan"]} for row, c in zip(res.pop("rows"), checks)]
+    whole = run_suspects(checks, truth) if params.get("noise") else None
+    kept_fields = ("delivered_equals_plan", "suspect_precision", "suspect_recall", "auc")
+    rows = [{**row, **{k: c[k] for k in kept_fields}} for row, c in zip(res.pop("rows"), checks)]
     epochs = len(rows)
     cut_last = budget is not None and rows[-1]["trained"] < rows[-1]["kept"]
     exact = all(r["delivered_equals_plan"] for r in (rows[:-1] if cut_last else rows))
@@ -276,6 +279,7 @@ def run(ctx: Ctx, job: Job, progress: list[str]) -> dict:
         "schedule_epochs": T["epochs"] if budget is None else budget / rows[0]["n"],  # the cosine's length
         "r_from": CAL.relative_to(ROOT).as_posix(),
         "pairs_trained": sum(r["trained"] for r in rows),
+        **({"run_suspects": whole} if whole is not None else {}),
         "epochs_run": epochs,
         "rows": rows,
         "data": {
@@ -328,6 +332,8 @@ def read(ctx: Ctx) -> dict[tuple[float, str, int], dict]:
             "epochs": len(d["rows"]),
             "length": d["schedule_epochs"],
             "plans": plan_readings(d["rows"]) if d["method"] == "rule" else [],  # valid for the rule alone
+            "run_suspects": d.get("run_suspects"),
+            "auc": [r.get("auc") for r in d["rows"]],
         }
     return out
 
@@ -466,6 +472,7 @@ def report(ctx: Ctx) -> str:
         *summary_lines(ctx, runs, levels),
         *low_summary(runs, low),
         "",
+        *targets_section(runs, sorted({n for (n, _, _) in runs})),
         "## What was run",
         "",
         f"* **Data**: `tools/make_pair_shards.py --train {D['train']} --test {D['test']} --shard-size "
@@ -653,6 +660,57 @@ def summary_lines(ctx: Ctx, runs: dict, levels: list[float]) -> list[str]:
         if (line := rule_summary(runs, noise, seeds)) is not None:
             out.append(line)
     return out or ["* no finished run yet."]
+
+
+def targets_section(runs: dict, shares: list[float]) -> list[str]:
+    """The targets of a rule that never costs accuracy, per mismatched share, for the rule alone
+    (docs/algorithms.md §12.12): early-stopped against early-stopped full data, mean + 2 SE >= 0; where the
+    oracle filter beats early-stopped full data by 2 points or more, mean - 2 SE > 0 and within 1 point of the
+    oracle; its suspects over the whole run (precision and recall, mean over seeds); nothing suspected on
+    clean pairs."""
+    if not shares:
+        return []
+    L = [
+        "## The targets of a rule that never costs accuracy (the rule alone)",
+        "",
+        "Per share, paired by seed (R@1 points): the rule alone early-stopped minus full data early-stopped "
+        "(target: mean + 2 SE >= 0); the oracle filter's margin over full data, both early-stopped; where that "
+        "margin is 2 points or more, the rule minus full data must clear 0 by 2 SE and end within 1 point of the "
+        "oracle (both early-stopped, mean); and the pairs any of the rule's plans suspected, against the "
+        "mismatched ones (precision / recall, mean over seeds; on clean pairs, how many).",
+        "",
+        "| share | seeds | rule - full, early-stopped: mean + 2 SE | oracle - full (margin) | rule - full: mean - 2 SE "
+        "| rule - oracle | suspects over the run |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for noise in shares:
+        seeds = sorted({s for (n, m, s) in runs if n == noise and m == "rule" and (n, "full", s) in runs})
+        if not seeds:
+            continue
+        gap = [runs[(noise, "rule", s)]["es"] - runs[(noise, "full", s)]["es"] for s in seeds]
+        m, se2, _ = gap_verdict(gap)
+        upper = "one seed" if se2 is None else f"{m + se2:+.1f} ({'met' if m + se2 >= 0 else 'not met'})"
+        have = [s for s in seeds if (noise, "oracle", s) in runs]
+        margin = [runs[(noise, "oracle", s)]["es"] - runs[(noise, "full", s)]["es"] for s in have]
+        om = float(np.mean(margin)) if margin else None
+        if om is not None and om >= 2.0:
+            lower = "one seed" if se2 is None else f"{m - se2:+.1f} ({'met' if m - se2 > 0 else 'not met'})"
+            to = float(np.mean([runs[(noise, "rule", s)]["es"] - runs[(noise, "oracle", s)]["es"] for s in have]))
+            oracle_cell = f"{to:+.1f} ({'met' if to >= -1.0 else 'not met'})"
+        else:
+            lower = oracle_cell = "-" if om is not None else "no oracle run"
+        whole = [runs[(noise, "rule", s)].get("run_suspects") for s in seeds]
+        if all(whole) and noise:
+            p = np.mean([w["precision"] or 0.0 for w in whole])
+            r = np.mean([w["recall"] or 0.0 for w in whole])
+            sus = f"{p:.3f} / {r:.3f}"
+        elif all(whole):
+            sus = f"{', '.join(str(w['suspected']) for w in whole)} suspected"
+        else:
+            sus = "not recorded"
+        margin_cell = "-" if om is None else f"{om:+.1f}"
+        L.append(f"| {pct(noise)}% | {len(seeds)} | {upper} | {margin_cell} | {lower} | {oracle_cell} | {sus} |")
+    return L + [""]
 
 
 def write_report(ctx: Ctx, doc: Path = DOC) -> str:

@@ -70,6 +70,7 @@ import numpy as np
 from studies.quality import instability
 from studies.quality.data import asymmetric_offsets, noise_offsets
 from studies.quality.layout import child_env, python_m
+from studies.quality.pairs import auc_of
 from tools import draws
 from tools.results import argv_labels, path_label
 
@@ -249,23 +250,6 @@ def history_auc(run_dir: str, pos: dict[str, int], noisy: np.ndarray) -> float |
     label = noisy[np.fromiter((pos[k] for k in t.column("key").to_pylist()), np.int64, t.num_rows)]
     ok = np.isfinite(mean)
     return auc_of(mean[ok], label[ok])
-
-
-def auc_of(score: np.ndarray, positive: np.ndarray) -> float | None:
-    """P(score of a positive > score of a negative) + P(equal) / 2; None without both classes."""
-    n1 = int(positive.sum())
-    n0 = len(positive) - n1
-    if not n1 or not n0:
-        return None
-    order = np.argsort(score, kind="stable")
-    ranks = np.empty(len(score), dtype=np.float64)
-    ranks[order] = np.arange(1, len(score) + 1)
-    values = score[order]
-    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])  # ties: their mean rank
-    ends = np.r_[starts[1:], len(values)]
-    mean_rank = (starts + 1 + ends) / 2.0
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
 def _lr(p: float, peak: float = LR) -> float:

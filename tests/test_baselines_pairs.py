@@ -86,9 +86,16 @@ def tiny(tmp_path_factory):
 def test_the_runner_trains_the_registry_in_order_once(tiny) -> None:
     ctx, first, second, runs = tiny
     names = ["rule-random", "full", "oracle", "full-equal", "random-same", "rule", "full-equal-rule", "random-rule"]
-    assert first == [f"pairs-n20-{m}-s0" for m in names] + ["pairs-n5-full-s0", "pairs-n5-rule-s0"]
+    assert first == [f"pairs-n20-{m}-s0" for m in names] + [f"pairs-n5-{m}-s0" for m in ("full", "oracle", "rule")]
     assert second == []  # every result file exists: nothing is trained again
     assert {d["status"] for d in runs.values()} == {"ok"}
+    # the rule's runs record their suspects over the whole run and every epoch's detection AUC
+    for rid in ("pairs-n20-rule-s0", "pairs-n20-rule-random-s0", "pairs-n5-rule-s0"):
+        whole = runs[rid]["run_suspects"]
+        assert set(whole) == {"suspected", "true_positives", "precision", "recall"}
+        assert 0 <= whole["true_positives"] <= whole["suspected"]
+        assert runs[rid]["rows"][0]["auc"] is None and all(0 <= r["auc"] <= 1 for r in runs[rid]["rows"][1:])
+    assert "run_suspects" not in runs["pairs-n20-full-s0"]
     for rid, d in runs.items():
         text = json.dumps(d)
         assert str(ctx.out) not in text and str(ROOT) not in text, rid

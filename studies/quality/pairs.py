@@ -75,26 +75,77 @@ def run_id(noise: float, cfg: dict, seed: int) -> str:
 
 
 def plan_checks(run_dir: str, delivered: list[list[tuple[str, str]]], noise_keys: set) -> list[dict]:
-    """Per epoch: delivered == plan's kept set (exactly), and the plan's loss of mismatched vs clean pairs."""
+    """Per epoch: delivered == plan's kept set (exactly), the plan's loss of mismatched vs clean
+    pairs, the noise rule's suspects in the plan (reason ``suspected_noise`` or ``noise_recheck``)
+    with their precision and recall among the mismatched pairs the plan holds, and the detection
+    AUC of the rule's score: each recorded pair's mean of the finite losses folded before the plan
+    (from the run's loss parts), mismatched against clean (Mann-Whitney, ties at half)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
     import seta_stream as seta
 
     def mean(x: np.ndarray, where: np.ndarray) -> float | None:
         return float(x[where].mean()) if where.any() else None
 
+    parts = sorted(Path(run_dir).glob("losses*/rank=*/epoch=*/*.parquet"))
+    recorded = pads.dataset([str(p) for p in parts], format="parquet").to_table(
+        columns=["shard", "key", "epoch", "loss"]
+    ) if parts else None  # fmt: skip
     out = []
     for e, got in enumerate(delivered):
-        t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "loss"])
+        t = seta.load_plan(run_dir, e, columns=["shard", "key", "keep", "loss", "reason"])
         keep = t.column("keep").to_numpy(zero_copy_only=False)
         pairs = list(zip(t.column("shard").to_pylist(), t.column("key").to_pylist()))
         kept = {p for p, k in zip(pairs, keep) if k}
         noisy = np.array([p in noise_keys for p in pairs])
         loss = t.column("loss").to_numpy(zero_copy_only=False).astype(np.float64)
         seen = np.isfinite(loss)
+        reason = np.asarray(t.column("reason").cast("string").to_pylist(), dtype=object)
+        suspect = (reason == "suspected_noise") | (reason == "noise_recheck")
+        tp = int((suspect & noisy).sum())
+        auc = None
+        if recorded is not None:
+            before = recorded.filter(pc.less(recorded.column("epoch"), e))
+            finite = before.filter(pc.is_finite(before.column("loss")))
+            if finite.num_rows:
+                means = finite.group_by(["shard", "key"]).aggregate([("loss", "mean")])
+                keys = zip(means.column("shard").to_pylist(), means.column("key").to_pylist())
+                label = np.fromiter((k in noise_keys for k in keys), bool, means.num_rows)
+                auc = auc_of(means.column("loss_mean").to_numpy(zero_copy_only=False), label)
         out.append({"epoch": e, "delivered": len(got), "delivered_unique": len(set(got)),
                     "delivered_equals_plan": len(got) == len(set(got)) and set(got) == kept,
                     "plan_loss_clean": mean(loss, seen & ~noisy), "plan_loss_mismatched": mean(loss, seen & noisy),
-                    "kept_share_clean": mean(keep, ~noisy), "kept_share_mismatched": mean(keep, noisy)})  # fmt: skip
+                    "kept_share_clean": mean(keep, ~noisy), "kept_share_mismatched": mean(keep, noisy),
+                    "suspected": int(suspect.sum()), "suspected_mismatched": tp,
+                    "suspect_precision": tp / int(suspect.sum()) if suspect.any() else None,
+                    "suspect_recall": tp / int(noisy.sum()) if noisy.any() else None,
+                    "auc": auc, "suspects": sorted(p for p, s_ in zip(pairs, suspect) if s_)})  # fmt: skip
     return out
+
+
+def run_suspects(checks: list[dict], noise_keys: set) -> dict:
+    """The suspects over the whole run: the pairs any plan held as suspects (``plan_checks``'
+    ``suspects``), against the mismatched pairs: count, true positives, precision, recall."""
+    found = {tuple(p) for c in checks for p in c["suspects"]}
+    tp = len(found & noise_keys)
+    return {"suspected": len(found), "true_positives": tp, "precision": tp / len(found) if found else None,
+            "recall": tp / len(noise_keys) if noise_keys else None}  # fmt: skip
+
+
+def auc_of(score: np.ndarray, positive: np.ndarray) -> float | None:
+    """P(score of a positive > score of a negative) + P(equal) / 2; None without both classes."""
+    n1 = int(positive.sum())
+    n0 = len(positive) - n1
+    if not n1 or not n0:
+        return None
+    order = np.argsort(score, kind="stable")
+    values = score[order]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])  # ties: their mean rank
+    ends = np.r_[starts[1:], len(values)]
+    ranks = np.empty(len(score), dtype=np.float64)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)
+    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
 def train_example(data: Path, run_dir: str, cfg: dict, seed: int, train: dict, log: Any) -> tuple[dict, list, set]:
