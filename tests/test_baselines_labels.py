@@ -149,20 +149,26 @@ def test_the_plan_needs_the_rule_and_the_folds_and_the_report_lists_a_crashed_ru
     jobs = {j.rid: j.needs for j in bl.plan(ctx)}
     assert list(jobs) == [r.rid(3) for r in bl.registry(1, 2)]
     assert {k: v for k, v in jobs.items() if v} == {
-        "sst2-n40-E3-random-eq-s0": ("sst2-n40-E3-rule-s0",),
-        "sst2-n40-E3-equal-s0": ("sst2-n40-E3-rule-s0",),
-        "sst2-n40-E3-cleanlab-s0": ("sst2-n40-E3-fold0-s0", "sst2-n40-E3-fold1-s0"),
+        f"sst2-n{n}-E3-{m}-s0": needs
+        for n in (20, 40)
+        for m, needs in (
+            ("random-eq", (f"sst2-n{n}-E3-rule-s0",)),
+            ("equal", (f"sst2-n{n}-E3-rule-s0",)),
+            ("cleanlab", (f"sst2-n{n}-E3-fold0-s0", f"sst2-n{n}-E3-fold1-s0")),
+        )
     }
     # a rule that pruned nothing: dynamic random at its pruned % and equal compute are full data's run
-    ctx.path(bl.Run(0.4, "rule", 0)).write_text(json.dumps({"samples_trained": 30, "pruned": 0.0}))
+    for rate in (0.2, 0.4):
+        ctx.path(bl.Run(rate, "rule", 0)).write_text(json.dumps({"samples_trained": 30, "pruned": 0.0}))
     assert [r for r in (j.rid for j in bl.plan(ctx)) if "-eq" in r or "equal" in r] == []
 
     def crash(ctx: bl.Ctx, job: bl.Job, progress: list[str]) -> dict:
         raise RuntimeError("no sentences")
 
-    ctx.path(bl.Run(0.4, "rule", 0)).unlink()
+    for rate in (0.2, 0.4):
+        ctx.path(bl.Run(rate, "rule", 0)).unlink()
     bl.harness.execute(ctx, bl.plan(ctx)[0], crash)  # the runner's own crash file
     data = bl.load_all(ctx.results)
-    line = "`sst2-n40-E3-full-s0`: crashed after 0 epochs (RuntimeError: no sentences); no result"
+    line = "`sst2-n20-E3-full-s0`: crashed after 0 epochs (RuntimeError: no sentences); no result"
     assert (data["runs"], data["unfinished"]) == ({}, [line])
     assert f"\nCrashed or cut short (run again by the next invocation): {line}.\n" in bl.render(data)
