@@ -59,17 +59,9 @@ from webdataset.tariterators import tar_file_expander, tarfile_samples
 
 from .._store.runfs import RunDir
 from ..errors import InvalidInputError
-from ..ids import shard_location
 from .planview import Decision, PlanView, StageCounts, kept_samples, tally_all
-from .shardindex import (
-    IndexMismatch,
-    IndexMissing,
-    byte_source,
-    has_query,
-    load_index,
-    member_headers_match,
-    open_fs,
-)
+from .shardindex import IndexMismatch, IndexMissing, load_shard_index, member_headers_match, open_fs
+from .shardurl import Shard
 from .wds import group_by_keys
 
 __all__ = ["read_kept"]
@@ -295,22 +287,23 @@ def _streamed(item: dict[str, Any], view: PlanView, counts: StageCounts) -> Iter
         yield from kept_samples(group_by_keys(tar_file_expander(iter([source]))), view, counts)
 
 
-def _mismatch_fallback(url: str, exc: IndexMismatch, counts: StageCounts) -> None:
+def _mismatch_fallback(shard: Shard, exc: IndexMismatch, counts: StageCounts) -> None:
     """Count a shard streamed because its index was refused, and say so once per folder."""
     counts["index_mismatch"] += 1
     _warn_once(
         "mismatch",
-        shard_location(url),
-        f"read_kept streams {url} instead of reading only its kept samples: {exc}. Warned once per process "
+        shard.location,
+        f"read_kept streams {shard.url} instead of reading only its kept samples: {exc}. Warned once per process "
         "and folder; every shard streamed so is counted in seta_stream.stage_counters()['index_mismatch'], "
         "and read_kept(..., on_mismatch='raise') stops instead",
     )
 
 
 def _find_index(
-    url: str, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
+    shard: Shard, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
 ) -> dict[str, Any] | None:
-    if index_dir is None and has_query(url):
+    url = shard.url
+    if index_dir is None and shard.has_query:
         counts["index_missing"] += 1
         message = (
             f"read_kept: {url} has a query string (a signed URL?); its index is looked up only in an "
@@ -319,15 +312,15 @@ def _find_index(
         )
         if on_missing == "raise":
             raise IndexMissing(message)
-        _warn_once("query", shard_location(url), message)
+        _warn_once("query", shard.location, message)
         return None
-    if byte_source(url) is None:  # a pipe: command whose shard cannot be read around it
+    if shard.byte_source is None:  # a pipe: command whose shard cannot be read around it
         if on_missing == "raise":
             raise IndexMissing(f"{url}: the shard the pipe: command reads cannot be range-read around the command")
         counts["index_missing"] += 1
         return None
     try:
-        return load_index(url, index_dir)
+        return load_shard_index(shard, index_dir)
     except FileNotFoundError:
         if on_missing == "raise":
             raise
@@ -335,9 +328,9 @@ def _find_index(
     except IndexMismatch as exc:
         if on_mismatch == "raise":
             raise
-        _mismatch_fallback(url, exc, counts)
+        _mismatch_fallback(shard, exc, counts)
     except Exception as exc:
-        if not url.startswith("pipe:"):
+        if not shard.is_pipe:
             raise
         # the shard a pipe: command reads may not be reachable through fsspec (credentials,
         # protocol packages): the command itself can still read it
@@ -346,7 +339,7 @@ def _find_index(
         counts["index_missing"] += 1
         _warn_once(
             "pipe",
-            shard_location(url),
+            shard.location,
             f"read_kept: the index of {url} could not be read through fsspec ({exc!r}); streaming "
             "pipe: shards like it by running their command",
         )
@@ -354,7 +347,7 @@ def _find_index(
 
 
 def _index_members(
-    url: str, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
+    shard: Shard, index_dir: str | None, on_missing: str, on_mismatch: str, counts: StageCounts
 ) -> _Members | None:
     """The shard's samples from its index (:func:`_find_index`, :func:`_samples_of`), None if
     it has no usable index. The cyclic garbage collector is paused meanwhile: the parsed JSON is
@@ -365,7 +358,7 @@ def _index_members(
     if paused:
         gc.disable()
     try:
-        idx = _find_index(url, index_dir, on_missing, on_mismatch, counts)
+        idx = _find_index(shard, index_dir, on_missing, on_mismatch, counts)
         return None if idx is None else _samples_of(idx)
     finally:
         if paused:
@@ -390,29 +383,29 @@ def _read_kept(
     stats: Counter[str] = Counter()
     try:
         for item in src:
-            url = item["url"]
-            plan = view.shard_of(url)
+            shard = Shard.of(item["url"], view.depth)  # the URL parsed here, once
+            plan = view.shard(shard.name)
             if plan.is_empty:
                 counts["shards_skipped"] += 1
                 continue
-            members = _index_members(url, index_dir, on_missing, on_mismatch, counts)
-            source = byte_source(url) if members is not None else None
+            members = _index_members(shard, index_dir, on_missing, on_mismatch, counts)
+            source = shard.byte_source if members is not None else None
             if members is None or source is None:
                 yield from _streamed(item, view, counts)
                 continue
             decisions = plan.decide_all(members.keys)
             keep = np.fromiter((d.keep for d in decisions), dtype=bool, count=len(decisions))
             pending: deque[Decision] = deque(d for d in decisions if d.keep)
-            rebuild = f"seta-stream index {shard_location(url)} --force" + (
+            rebuild = f"seta-stream index {shard.location} --force" + (
                 f" --index-dir {index_dir}" if index_dir is not None else ""
             )
-            files = _kept_files(url, source, members, keep, gap, stats, rebuild)
+            files = _kept_files(shard.url, source, members, keep, gap, stats, rebuild)
             try:
                 head = next(files, None)  # the first read and its headers checked, nothing yielded yet
             except IndexMismatch as exc:
                 if on_mismatch == "raise":
                     raise
-                _mismatch_fallback(url, exc, counts)
+                _mismatch_fallback(shard, exc, counts)
                 yield from _streamed(item, view, counts)
                 continue
             tally_all(counts, decisions)

@@ -56,7 +56,7 @@ from webdataset.filters import pipelinefilter
 from webdataset.tariterators import base_plus_ext
 
 from ..errors import InvalidInputError
-from ..ids import shard_location
+from .shardurl import Shard
 
 __all__ = [
     "index_shard",
@@ -94,19 +94,12 @@ class IndexMissing(InvalidInputError, FileNotFoundError):
 def canonical_location(url: str) -> str:
     """The shard's location as indexes record it: :func:`~seta_stream.ids.shard_location`
     (no query string, no ``file://``, the path inside a ``pipe:`` command), local paths absolute."""
-    loc = shard_location(url)
-    if not _SCHEME.match(loc):
-        loc = os.path.abspath(loc)
-    return loc
+    return Shard.of(url).canonical
 
 
 def has_query(url: str) -> bool:
     """True if the shard's URL carries a query string or fragment (a signed URL), also inside a ``pipe:`` command."""
-    loc = shard_location(url)
-    if url.startswith("pipe:"):
-        return re.search(re.escape(loc) + r"[?#]", url) is not None
-    text = url[len("file://") :] if url.startswith("file://") else url
-    return text != loc
+    return Shard.of(url).has_query
 
 
 def byte_source(url: str) -> str | None:
@@ -115,10 +108,8 @@ def byte_source(url: str) -> str | None:
     None if that cannot be found verbatim in the command (shell escapes): only running the
     command can read it."""
     if not url.startswith("pipe:"):
-        return url
-    loc = shard_location(url)
-    match = re.search(re.escape(loc) + r"(\?[^\s'\"#]*)?", url)
-    return None if match is None else match.group(0)
+        return url  # nothing to parse
+    return Shard.of(url).byte_source
 
 
 def open_fs(url: str) -> tuple[Any, str]:
@@ -135,7 +126,11 @@ def open_fs(url: str) -> tuple[Any, str]:
 
 def index_name(url: str) -> str:
     """File name of the shard's index in an index_dir: ``<file name>.<16 hex of SHA-256(location)>.idx.json``."""
-    loc = canonical_location(url)
+    return _index_name(Shard.of(url))
+
+
+def _index_name(shard: Shard) -> str:
+    loc = shard.canonical
     digest = hashlib.sha256(loc.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     base = loc.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or "shard"
     return f"{base}.{digest}{INDEX_SUFFIX}"
@@ -146,15 +141,19 @@ def index_path(shard: str, index_dir: str | None = None) -> str:
 
     Raises :class:`IndexMissing` for a URL with a query string and no ``index_dir``.
     """
+    return _index_path(Shard.of(shard), index_dir)
+
+
+def _index_path(shard: Shard, index_dir: str | None) -> str:
     if index_dir is not None:
-        return index_dir.rstrip("/") + "/" + index_name(shard)
-    if has_query(shard):
+        return index_dir.rstrip("/") + "/" + _index_name(shard)
+    if shard.has_query:
         raise IndexMissing(
-            f"{shard}: the URL has a query string (a signed URL?), so its index cannot sit beside it "
-            f"({shard_location(shard)}{INDEX_SUFFIX} would need its own signature); expected an index_dir. "
+            f"{shard.url}: the URL has a query string (a signed URL?), so its index cannot sit beside it "
+            f"({shard.location}{INDEX_SUFFIX} would need its own signature); expected an index_dir. "
             f"Write the index with `seta-stream index URL --index-dir DIR` and read with read_kept(run, index_dir=DIR)"
         )
-    return shard_location(shard) + INDEX_SUFFIX
+    return shard.location + INDEX_SUFFIX
 
 
 def _stat(fs: Any, path: str) -> tuple[int, int]:
@@ -165,11 +164,11 @@ def _stat(fs: Any, path: str) -> tuple[int, int]:
     return int(info["size"]), int(float(mtime) * 1e9)
 
 
-def _source(url: str) -> str:
-    src = byte_source(url)
+def _source(shard: Shard) -> str:
+    src = shard.byte_source
     if src is None:
         raise InvalidInputError(
-            f"{url}: the shard {shard_location(url)} is not written verbatim in the pipe: command (shell escapes?), "
+            f"{shard.url}: the shard {shard.location} is not written verbatim in the pipe: command (shell escapes?), "
             "so only the command can read it and it cannot be indexed or range-read through it; expected the URL "
             "or path as a plain or quoted argument. Index the URL or path itself (`seta-stream index URL`)"
         )
@@ -178,10 +177,14 @@ def _source(url: str) -> str:
 
 def build_index(url: str) -> dict[str, Any]:
     """The index of one uncompressed tar shard (headers only)."""
-    loc = canonical_location(url)
+    return _build(Shard.of(url))
+
+
+def _build(shard: Shard) -> dict[str, Any]:
+    loc = shard.canonical
     if loc.endswith(_COMPRESSED):
-        raise InvalidInputError(f"{url}: compressed shards cannot be range-read; index the plain .tar")
-    fs, path = open_fs(_source(url))
+        raise InvalidInputError(f"{shard.url}: compressed shards cannot be range-read; index the plain .tar")
+    fs, path = open_fs(_source(shard))
     size, mtime = _stat(fs, path)
     samples: list[list[Any]] = []
     current: str | None = None
@@ -214,15 +217,20 @@ def index_shard(url: str, index_dir: str | None = None, *, force: bool = False) 
     shard's current modification time (or either time is unknown); a shard whose time differs
     (rewritten, or copied with its index) is scanned again and its index rewritten.
     """
-    out = index_path(url, index_dir)
+    return _index(Shard.of(url), index_dir, force)
+
+
+def _index(shard: Shard, index_dir: str | None, force: bool) -> str:
+    url = shard.url
+    out = _index_path(shard, index_dir)
     if not force:
         try:
-            idx, mtime = _checked(url, index_dir)
+            idx, mtime = _checked(shard, index_dir)
             if not (mtime and idx.get("mtime_ns") and mtime != idx["mtime_ns"]):
                 return out
         except (FileNotFoundError, IndexMismatch):
             pass
-    data = json.dumps(build_index(url), separators=(",", ":")).encode()
+    data = json.dumps(_build(shard), separators=(",", ":")).encode()
     fs, path = open_fs(out)
     tmp = path + ".tmp"
     try:
@@ -247,19 +255,26 @@ def load_index(url: str, index_dir: str | None = None) -> dict[str, Any]:
     a shard of another size. The modification time is not compared (an index copied with its
     shard stays valid); the reader checks the tar header of every member it reads.
     """
-    return _checked(url, index_dir)[0]
+    return _checked(Shard.of(url), index_dir)[0]
 
 
-def _checked(url: str, index_dir: str | None) -> tuple[dict[str, Any], int]:
+def load_shard_index(shard: Shard, index_dir: str | None = None) -> dict[str, Any]:
+    """:func:`load_index` of a :class:`~seta_stream._reading.shardurl.Shard` (``read_kept``'s
+    way in: the URL parsed once)."""
+    return _checked(shard, index_dir)[0]
+
+
+def _checked(shard: Shard, index_dir: str | None) -> tuple[dict[str, Any], int]:
     """(the index :func:`load_index` accepts, the shard's modification time in ns, 0 if unknown)."""
-    ipath = index_path(url, index_dir)
+    url = shard.url
+    ipath = _index_path(shard, index_dir)
     fs, path = open_fs(ipath)
     try:
         with fs.open(path, "rb") as fh:
             raw = fh.read()
     except FileNotFoundError:
         raise IndexMissing(
-            f"{url}: no index at {ipath}; write it with `seta-stream index {shard_location(url)}"
+            f"{url}: no index at {ipath}; write it with `seta-stream index {shard.location}"
             + (f" --index-dir {index_dir}`" if index_dir is not None else "`")
         ) from None
     try:
@@ -269,20 +284,20 @@ def _checked(url: str, index_dir: str | None) -> tuple[dict[str, Any], int]:
     except ValueError as exc:
         raise IndexMismatch(
             f"{ipath}: not a seta-stream index ({exc}); expected JSON of format {INDEX_FORMAT!r}. "
-            f"Rebuild it with `seta-stream index {shard_location(url)} --force`"
+            f"Rebuild it with `seta-stream index {shard.location} --force`"
         ) from None
     if idx.get("format") != INDEX_FORMAT or int(idx.get("version", 0)) > INDEX_VERSION:
         raise IndexMismatch(
             f"{ipath}: format {idx.get('format')!r} version {idx.get('version')!r}, expected "
-            f"{INDEX_FORMAT!r} <= {INDEX_VERSION}; rebuild it with `seta-stream index {shard_location(url)} --force`"
+            f"{INDEX_FORMAT!r} <= {INDEX_VERSION}; rebuild it with `seta-stream index {shard.location} --force`"
         )
-    loc = canonical_location(url)
+    loc = shard.canonical
     if index_dir is not None and idx.get("location") != loc:
         raise IndexMismatch(
             f"shard {loc}: index {ipath} describes the shard at {idx.get('location')!r}, expected {loc!r}; "
             f"it belongs to another shard. Rebuild it with `seta-stream index {loc} --index-dir {index_dir} --force`"
         )
-    sfs, spath = open_fs(_source(url))
+    sfs, spath = open_fs(_source(shard))
     size, mtime = _stat(sfs, spath)
     if size != idx["size"]:
         raise IndexMismatch(
@@ -398,13 +413,13 @@ def _names_match(headers: np.ndarray, names: list[str]) -> np.ndarray:
 
 def _index_missing(src: Any, index_dir: str | None = None) -> Any:
     for item in src:
-        url = item["url"]
-        indexable = byte_source(url) is not None and (index_dir is not None or not has_query(url))
-        if indexable and not canonical_location(url).endswith(_COMPRESSED):
+        shard = Shard.of(item["url"])
+        indexable = shard.byte_source is not None and (index_dir is not None or not shard.has_query)
+        if indexable and not shard.canonical.endswith(_COMPRESSED):
             try:
-                load_index(url, index_dir)
+                _checked(shard, index_dir)
             except (FileNotFoundError, IndexMismatch):
-                index_shard(url, index_dir, force=True)
+                _index(shard, index_dir, force=True)
         yield item
 
 
