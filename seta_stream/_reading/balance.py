@@ -70,6 +70,7 @@ from .._store.state import read_state
 from ..errors import BalanceError, InvalidInputError, PlanWarning, RunFormatError, UnsupportedPipelineError
 from ..ids import shard_name
 from .planview import Decision, PlanView, ShardDecisions, StageCounts
+from .wds import resampled_source, splitter_positions
 
 __all__ = [
     "Deal",
@@ -85,7 +86,6 @@ __all__ = [
     "split_balanced",
     "split_slot",
     "replace_splitters",
-    "SPLITTER_NAMES",
     "check_epoch_slots",
     "note_balanced_reader",
     "note_pruner",
@@ -636,29 +636,19 @@ keep stage (``kept_tar_samples(run, balance=True)`` or ``keep_filter(run, balanc
 plan (docs/ranks.md). Needs plans made with the population listing."""
 split_balanced_shared = _pipelinefilter(_split_balanced_of)
 
-#: the shard splitters attach(balance=True) replaces: webdataset's (both in wds.WebDataset's
-#: nodesplitter/workersplitter and as DataPipeline stages), recognised by function name
-SPLITTER_NAMES = ("split_by_node", "split_by_worker", "single_node_only")
-
 
 def replace_splitters(pipeline: list[Any], stage: Any) -> None:
-    """Put ``stage`` in place of the pipeline's first shard splitter and drop the others
-    (right after the shard source when it has none). Refuses shards drawn with replacement."""
-    if pipeline and "Resampled" in type(pipeline[0]).__name__:
+    """Put ``stage`` in place of the pipeline's first shard splitter (``wds.splitter_positions``)
+    and drop the others (right after the shard source when it has none). Refuses shards drawn
+    with replacement."""
+    resampled = resampled_source(pipeline)
+    if resampled is not None:
         raise UnsupportedPipelineError(
-            f"attach(balance=True): the pipeline draws shards with replacement ({type(pipeline[0]).__name__}), so "
+            f"attach(balance=True): the pipeline draws shards with replacement ({resampled}), so "
             "an epoch is not one pass over the plan's kept samples and cannot be dealt evenly; expected a shard "
             "list read once per epoch (wds.SimpleShardList(urls), wds.WebDataset(urls) without resampled=True)"
         )
-    import webdataset as wds
-
-    known = [f for f in (getattr(wds, n, None) for n in SPLITTER_NAMES) if f is not None]
-
-    def splits(st: Any) -> bool:
-        f = getattr(st, "f", st)  # a stage, or a pipelinefilter stage of a function
-        return any(f is k for k in known) or getattr(f, "__name__", None) in SPLITTER_NAMES
-
-    at = [i for i, st in enumerate(pipeline) if splits(st)]
+    at = splitter_positions(pipeline)
     if not at:
         pipeline.insert(1 if pipeline else 0, stage)
         return

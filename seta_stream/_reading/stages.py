@@ -40,8 +40,7 @@ from typing import Any
 import numpy as np
 from webdataset.filters import pipelinefilter
 from webdataset.handlers import reraise_exception
-from webdataset.tariterators import group_by_keys as wds_group_by_keys
-from webdataset.tariterators import tar_file_expander, tarfile_samples, url_opener
+from webdataset.tariterators import url_opener
 
 from .._kernels.batches import check_batch_size
 from .._store.runfs import RunDir
@@ -56,7 +55,7 @@ from .balance import (
 )
 from .planview import Decision, PlanView, StageCounts, kept_samples, stage_counters, tally
 from .tario import tar_members
-from .wds import group_by_keys
+from .wds import drop_check_empty, find_tar_reader, group_by_keys
 
 __all__ = [
     "keep_filter",
@@ -336,21 +335,6 @@ split_by_node/split_by_worker and before the tar reader. Drops shards the curren
 no sample of, without opening them."""
 
 
-#: tar readers attach() recognises in a DataPipeline by their function's name: OpenCLIP's
-#: (open_clip_train.data, copied into many training codebases), which groups members without
-#: raising on a repeated file name. The keep filter goes after them.
-READER_NAMES = ("tarfile_to_samples_nothrow",)
-
-
-def _runs(st: Any, f: Any) -> bool:
-    """Whether pipeline stage ``st`` is ``f`` or a pipelinefilter stage of ``f``."""
-    return st is f or getattr(st, "f", None) is f
-
-
-def _reader_name(st: Any) -> str | None:
-    return getattr(getattr(st, "f", st), "__name__", None)
-
-
 def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any = None, balance: bool = False) -> Any:
     """Make a ``wds.WebDataset`` or a ``wds.DataPipeline`` read only what the plan keeps.
 
@@ -371,11 +355,11 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
     ``split_by_worker`` (or goes right after the shard source), and the keep stage keeps only
     the slot's share. The rank and world size of the calling process, when it is one of
     several, are handed to the workers. Needs plans made with the population listing.
-    """
-    import webdataset as wds
-    from webdataset import cache as wds_cache
-    from webdataset import compat as wds_compat
 
+    Which stages are webdataset's tar reader, opener and splitters, on each release, is
+    :mod:`seta_stream._reading.wds`'s to say (:func:`~seta_stream._reading.wds.find_tar_reader`);
+    this function puts the plan's stages around what it finds.
+    """
     run_url = run if isinstance(run, RunDir) else RunDir(run)
     pipeline = getattr(ds, "pipeline", None)
     if not isinstance(pipeline, list):
@@ -384,78 +368,32 @@ def attach(ds: Any, run: str | RunDir, *, epoch: int | None = None, reader: Any 
             "list in wds.WebDataset(urls, ...) first, or put seta_stream.skip_shards(run) and "
             "seta_stream.kept_tar_samples(run) into your own pipeline"
         )
-    openers = tuple(c for c in (getattr(wds_cache, name, None) for name in ("StreamingOpen", "FileCache")) if c)
-    cached = getattr(wds_cache, "cached_tarfile_samples", None)  # webdataset 0.2's WebDataset(cache_dir=...)
     views = _Views(run_url, epoch, shared=True, balance=ranks_here() if balance else None)
     if balance:
         replace_splitters(list(pipeline), None)  # its refusals, before any change
         note_balanced_reader(run_url, "attach(balance=True)")
-
-    def done() -> Any:
-        if balance:  # in place of the shard splitters (upstream of every stage inserted above)
-            replace_splitters(pipeline, split_balanced_shared(views))
-        return ds
-
-    def plain(st: Any, allowed: set[str]) -> bool:
-        return not getattr(st, "args", ()) and set(getattr(st, "kw", {})) <= allowed
-
-    def find(test: Callable[[Any], bool]) -> int | None:
-        return next((i for i, st in enumerate(pipeline) if test(st)), None)
-
-    fast = {"handler", "select_files", "rename_files"}
-    if reader is not None:
-        at = find(lambda st: _runs(st, reader))
-        if at is None:
-            raise UnsupportedPipelineError(
-                f"attach(reader={getattr(reader, '__name__', reader)!r}): that stage is not in this pipeline; "
-                "pass the object the pipeline holds (the tar reader function or stage), or leave reader out"
-            )
-        pipeline.insert(at + 1, _keep_filter_shared(views))
-        pipeline.insert(at, _skip_shards_shared(views))
-        return done()
-    opener = find(lambda st: bool(openers) and isinstance(st, openers))
-    grouper = find(lambda st: _runs(st, wds_group_by_keys) or st is wds.tarfile_to_samples)
-    tar_reader = find(lambda st: getattr(st, "f", None) is tarfile_samples)
-    named = find(lambda st: _reader_name(st) in READER_NAMES or (cached is not None and _runs(st, cached)))
-    if opener is None and tar_reader is not None and (named is None or tar_reader < named):
-        if plain(pipeline[tar_reader], fast):  # wds.tarfile_to_samples(...), also 0.2's wds.WebDataset
-            pipeline[tar_reader] = _kept_tar_samples_shared(views, **pipeline[tar_reader].kw)
-        else:
-            pipeline.insert(tar_reader + 1, _keep_filter_shared(views))
-        pipeline.insert(tar_reader, _skip_shards_shared(views))
-        return done()
-    if opener is None and named is not None:
-        pipeline.insert(named + 1, _keep_filter_shared(views))
-        pipeline.insert(named, _skip_shards_shared(views))
-        return done()
-    if (
-        grouper is not None
-        and grouper > 0
-        and getattr(pipeline[grouper - 1], "f", None) is tar_file_expander
-        and plain(pipeline[grouper - 1], fast)
-        and plain(pipeline[grouper], {"handler"})
-    ):  # webdataset 1.x's wds.WebDataset: tar_file_expander(...) + group_by_keys(handler=...)
-        kw = {**pipeline[grouper - 1].kw, **pipeline[grouper].kw}
-        pipeline[grouper - 1 : grouper + 1] = [_kept_streams(views, **kw)]
-    elif grouper is not None:
-        pipeline.insert(grouper + 1, _keep_filter_shared(views))
+    found = find_tar_reader(pipeline, reader)
+    # the sample stage: ours in place of webdataset's tar reader, or the keep filter after a reader
+    if found.replace is None:
+        pipeline.insert(found.stop, _keep_filter_shared(views))
+    elif found.opened:
+        pipeline[found.start : found.stop] = [_kept_streams(views, **found.replace)]
     else:
-        raise UnsupportedPipelineError(
-            "attach(): no tar reader found in this pipeline; expected wds.tarfile_to_samples(), a wds.WebDataset, "
-            f"or a stage named {' or '.join(READER_NAMES)}; pass your tar reader stage as attach(ds, run, "
-            "reader=...), or put seta_stream.kept_tar_samples(run) in place of the tar reader yourself"
-        )
-    if opener is None:  # a grouper without an opener this function knows: the sample stage alone
+        pipeline[found.start : found.stop] = [_kept_tar_samples_shared(views, **found.replace)]
+    # the shard stage upstream, where the pipeline still holds shard URLs
+    if found.shards_at is None:  # a grouper without an opener attach knows: the sample stage alone
         views.shared = False
-        return done()
-    # webdataset's check_empty fails a worker whose samples the plan dropped; the shard stage
-    # checks instead that the worker was given shards at all
-    check_empty = getattr(wds_compat, "check_empty", None)
-    empty_check = check_empty is not None and any(st is check_empty for st in pipeline)
-    if empty_check:
-        pipeline[:] = [st for st in pipeline if st is not check_empty]
-    pipeline.insert(opener, _skip_shards_shared(views, empty_check=empty_check))
-    return done()
+    elif found.opened:
+        # webdataset's check_empty fails a worker whose samples the plan dropped; the shard stage
+        # checks instead that the worker was given shards at all
+        if found.check_empty:
+            drop_check_empty(pipeline)
+        pipeline.insert(found.shards_at, _skip_shards_shared(views, empty_check=found.check_empty))
+    else:
+        pipeline.insert(found.shards_at, _skip_shards_shared(views))
+    if balance:  # in place of the shard splitters (upstream of every stage inserted above)
+        replace_splitters(pipeline, split_balanced_shared(views))
+    return ds
 
 
 def weighted_mean(losses: Any, weights: Any, batch_size: int | None = None) -> Any:
