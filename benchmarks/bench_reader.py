@@ -106,8 +106,7 @@ def main() -> None:
     args = p.parse_args()
     res = Result("reader", title="Kept-only reading (read_kept) on CIFAR-10 and ST+MJ-sized shards")
     import seta_stream as seta
-    from seta_stream import read_kept
-    from seta_stream.index import index_shard
+    from seta_stream import index_shard, read_kept
 
     sets = {"CIFAR-10": plain_shards(args.data)}
     total = len(seta.list_samples(sets["CIFAR-10"]))

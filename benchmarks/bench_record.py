@@ -21,7 +21,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     args = p.parse_args()
     res = Result("record", title=f"Recording per-sample losses, batches of {args.batch_size}")
-    from seta_stream import LossRecorder
+    from seta_stream.testing import LossRecorder
 
     B = args.batch_size
     batches = []

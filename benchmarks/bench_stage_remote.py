@@ -224,7 +224,7 @@ def worker(mode: str, run: str, urls: list[str]) -> dict:
 
 def lookup_times(local: str, earlier: str | None, shard_names: list[str], repeat: int) -> dict[str, float]:
     """Seconds per sample of ``known.get(key)`` over the 10 shards' keys, and per shard load."""
-    from seta_stream import PlanView
+    from seta_stream.testing import PlanView
 
     keys = {s: [] for s in shard_names}
     shard, key = st_mj_identities(READ * SHARD)

@@ -82,7 +82,8 @@ def stall_code(run: Path, tail_start: int, n: int, flush_rows: int, phases: Path
     setup = f"""
         import json, sys, time, numpy as np
         from benchmarks.common import st_mj_range, shard_url
-        from seta_stream import LossRecorder, compact
+        from seta_stream import compact
+        from seta_stream.testing import LossRecorder
         from seta_stream import plan_epoch
         rec = LossRecorder({str(run)!r}, rank=0, epoch=1, flush_rows={flush_rows})
         shards, keys = st_mj_range({tail_start}, {n})

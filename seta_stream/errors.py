@@ -17,7 +17,8 @@ shard, key), what was found, what was expected, how to fix it.
         ├── ShardNameError          a shard cannot be named from its URL (a pipe: command)
         │   └── ShardNameConflictError  two shard locations with one shard name
         │       └── PopulationLocationError  the population lists a shard elsewhere than training reads it
-        └── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
+        ├── IndexMismatch           a shard index does not describe its shard (seta_stream.index)
+        └── IndexMissing            a shard has no index where it is looked up (also a FileNotFoundError)
 
 Warnings derive from :class:`SetaStreamWarning` (a ``UserWarning``), so a script can filter
 them with one category::
@@ -25,9 +26,31 @@ them with one category::
     SetaStreamWarning
     └── PlanWarning             a plan has a property training may not survive, or an epoch
                                 delivered fewer samples than its plan kept (Pruner.start_epoch)
+
+This module is the one place of these names: ``from seta_stream.errors import PlanWarning``.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "SetaStreamError",
+    "RunFormatError",
+    "RunLockedError",
+    "CorruptPartError",
+    "SampleIdCollisionError",
+    "PlanMissingError",
+    "EpochOrderError",
+    "UnsupportedPipelineError",
+    "InvalidInputError",
+    "BalanceError",
+    "ShardNameError",
+    "ShardNameConflictError",
+    "PopulationLocationError",
+    "IndexMismatch",
+    "IndexMissing",
+    "SetaStreamWarning",
+    "PlanWarning",
+]
 
 
 class SetaStreamError(Exception):
@@ -92,6 +115,14 @@ class PopulationLocationError(ShardNameConflictError):
     so the fix is to list the population from the URLs the training pipeline reads, not a larger
     ``shard_depth`` (which would make them two unrelated sets of samples).
     """
+
+
+class IndexMismatch(InvalidInputError):
+    """An index does not describe its shard (location in an index dir, size or member headers differ)."""
+
+
+class IndexMissing(InvalidInputError, FileNotFoundError):
+    """A shard has no index where it is looked up (also a FileNotFoundError)."""
 
 
 class UnsupportedPipelineError(SetaStreamError, TypeError):

@@ -34,19 +34,9 @@ import pyarrow as pa
 from ._kernels.arrays import one_array
 from .errors import InvalidInputError, SampleIdCollisionError, ShardNameConflictError, ShardNameError
 
-__all__ = [
-    "shard_location",
-    "shard_name",
-    "separating_depth",
-    "depth_hint",
-    "ShardLocations",
-    "mix64",
-    "mix64_array",
-    "sample_uid",
-    "sample_uids",
-    "shard_bucket",
-    "check_identity_collisions",
-]
+#: what a user needs of sample identity; the other names here (the hash, the shard checks, the
+#: buckets) are the package's own
+__all__ = ["shard_location", "shard_name", "sample_uid", "sample_uids"]
 
 _MASK = (1 << 64) - 1
 _OFFSET = 0xCBF29CE484222325

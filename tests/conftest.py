@@ -75,7 +75,8 @@ def seeded_run(path, n=200, shards=4, epochs=1, buckets=1):
     partitioned into ``buckets`` buckets."""
     import numpy as np
 
-    from seta_stream import LossRecorder, RunDir, compact
+    from seta_stream import RunDir, compact
+    from seta_stream.testing import LossRecorder
 
     run = RunDir(path, create=True, settings={"buckets": buckets} if buckets > 1 else None)
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import webdataset as wds
 
 import seta_stream as seta
-from seta_stream.index import index_shard
+from seta_stream import index_shard
 
 COUNTS = ("kept", "dropped", "absent_kept", "absent_dropped")
 

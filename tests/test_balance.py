@@ -27,6 +27,7 @@ from seta_stream._reading.balance import EpochDeal, deal, deferring_half, order_
 from seta_stream._store.slots import clear_claims
 from seta_stream.errors import BalanceError, InvalidInputError, UnsupportedPipelineError
 from seta_stream.ids import shard_name
+from seta_stream.testing import LossRecorder
 
 SIZES = [5, 9, 13, 4, 20, 7, 11]  # 7 shards: not a multiple of 2x2, 4x2 or 3x1 slots
 EPOCHS = 4
@@ -520,7 +521,9 @@ def test_the_small_final_batch_warning_of_a_balanced_epoch_is_each_slots(tmp_pat
     urls = write_shards(tmp_path / "shards", SIZES)
     run = tmp_path / "run"
     pruner = seta.Pruner(run, policy="full", epochs=2, population=seta.list_samples(urls), batch_size=16)
-    with pytest.warns(seta.PlanWarning, match="keeps 69 samples, so batches of 16 end with a batch of 5 samples"):
+    with pytest.warns(
+        seta.errors.PlanWarning, match="keeps 69 samples, so batches of 16 end with a batch of 5 samples"
+    ):
         seta.Pruner(tmp_path / "plain", policy="full", epochs=2, population=seta.list_samples(urls),
                     batch_size=16).start_epoch(0)  # fmt: skip
     seta.attach(web_dataset(urls), run, balance=True)
@@ -529,7 +532,7 @@ def test_the_small_final_batch_warning_of_a_balanced_epoch_is_each_slots(tmp_pat
         summary = pruner.start_epoch(0)
     assert [w["code"] for w in summary["warnings"]] == ["small_final_batch"]  # the plan's, on disk
     assert [str(w.message) for w in caught] == []
-    with pytest.warns(seta.PlanWarning) as got:
+    with pytest.warns(seta.errors.PlanWarning) as got:
         report = seta.balanced_epoch(run, 0, workers=2, world_size=2)
     assert report.batch_sizes(16)[-2:] == [1, 1] and report.per_slot == 17
     (w,) = [x.message for x in got]
@@ -562,7 +565,7 @@ def test_the_plan_row_order_of_a_shard_is_recorded_samples_then_listed_ones_each
     run = seta.RunDir(tmp_path / "run", create=True, settings={"buckets": buckets})
     names, keys = population.column("shard").to_pylist(), population.column("key").to_pylist()
     recorded = [i for i in range(len(keys)) if i % 3 != 1]
-    with seta.LossRecorder(run, epoch=0) as rec:
+    with LossRecorder(run, epoch=0) as rec:
         rec.record([keys[i] for i in recorded], [population.column("url")[i].as_py() for i in recorded],
                    np.linspace(0.5, 2.0, len(recorded)).astype(np.float32))  # fmt: skip
     seta.compact(run)

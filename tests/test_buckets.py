@@ -18,13 +18,14 @@ import pytest
 import seta_stream._losses.route as route
 import seta_stream._planning.buckets as plan_module
 import seta_stream._store.parts as parts_module
-from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
+from seta_stream import RunDir, compact, load_plan, load_table, plan_epoch
 from seta_stream._store.table import table_buckets
 from seta_stream.errors import CorruptPartError, RunFormatError
 from seta_stream.ids import sample_uid, shard_bucket
 from seta_stream.policies import POLICIES as ALL_POLICIES
 from seta_stream.policies import PolicyResult, PolicySpec, reason_code
 from seta_stream.policies.steps import Decide, Step
+from seta_stream.testing import LossRecorder
 
 SHARDS = 13
 

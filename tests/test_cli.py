@@ -9,8 +9,9 @@ import sys
 
 import numpy as np
 
-from seta_stream import LossRecorder, RunDir
+from seta_stream import RunDir
 from seta_stream._cli import main
+from seta_stream.testing import LossRecorder
 
 CLI = [sys.executable, "-m", "seta_stream._cli"]
 

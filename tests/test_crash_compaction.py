@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seta_stream import LossRecorder, RunDir, RunLockedError, compact, load_table
+from seta_stream import RunDir, compact, load_table
 from seta_stream._losses.compaction import FAULT_POINTS
+from seta_stream.errors import RunLockedError
+from seta_stream.testing import LossRecorder
 
 
 def python(code: str, fault: str | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:

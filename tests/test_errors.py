@@ -12,6 +12,7 @@ import webdataset as wds
 
 import seta_stream as seta
 from seta_stream import errors
+from seta_stream.testing import LossRecorder
 
 CLI = [sys.executable, "-m", "seta_stream._cli"]
 
@@ -23,7 +24,7 @@ def run_cli(*args):
 @pytest.fixture
 def recorded(tmp_path):
     run = tmp_path / "run"
-    with seta.LossRecorder(run) as rec:
+    with LossRecorder(run) as rec:
         rec.record([f"k{i}" for i in range(20)], ["/d/shard-0.tar"] * 20, np.arange(20, dtype=np.float32))
     seta.compact(run)
     return run
@@ -68,13 +69,13 @@ def test_cli_prints_policy_errors_on_one_line_and_exits_2(recorded, args, messag
 
 def test_policy_errors_are_set_errors_and_still_value_errors():
     for call in (
-        lambda: seta.run_policy("nosuch", None),
+        lambda: seta.policies.run_policy("nosuch", None),
         lambda: seta.policies.policy_params("infobatch", r=5),
         lambda: seta.policies.policy_params("seta", k="five"),
     ):
-        with pytest.raises(seta.InvalidInputError) as err:
+        with pytest.raises(seta.errors.InvalidInputError) as err:
             call()
-        assert isinstance(err.value, ValueError) and isinstance(err.value, seta.SetaStreamError)
+        assert isinstance(err.value, ValueError) and isinstance(err.value, seta.errors.SetaStreamError)
 
 
 def test_attach_rejects_what_it_cannot_filter_with_a_set_error_that_is_a_type_error(tmp_path):
@@ -87,9 +88,9 @@ def test_attach_rejects_what_it_cannot_filter_with_a_set_error_that_is_a_type_er
 
 
 def test_index_mismatch_is_in_the_tree():
-    from seta_stream.index import IndexMismatch
+    from seta_stream.errors import IndexMismatch
 
-    assert issubclass(IndexMismatch, seta.InvalidInputError)
+    assert issubclass(IndexMismatch, seta.errors.InvalidInputError)
 
 
 def test_every_error_class_derives_from_the_base():
@@ -102,13 +103,13 @@ def test_every_error_class_derives_from_the_base():
         "UnsupportedPipelineError",
         "InvalidInputError",
     }
-    assert all(issubclass(c, seta.SetaStreamError) for c in classes)
+    assert all(issubclass(c, seta.errors.SetaStreamError) for c in classes)
 
 
 def test_every_warning_class_derives_from_the_warning_base_and_is_a_user_warning():
     classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Warning)]
     assert {c.__name__ for c in classes} == {"SetaStreamWarning", "PlanWarning"}
-    assert all(issubclass(c, seta.SetaStreamWarning) and issubclass(c, UserWarning) for c in classes)
-    w = seta.PlanWarning("run/plans/epoch=3/summary.json: ...", "low_keep", 0.04, 0.1, 3)
+    assert all(issubclass(c, seta.errors.SetaStreamWarning) and issubclass(c, UserWarning) for c in classes)
+    w = seta.errors.PlanWarning("run/plans/epoch=3/summary.json: ...", "low_keep", 0.04, 0.1, 3)
     assert (w.code, w.value, w.limit, w.epoch) == ("low_keep", 0.04, 0.1, 3)
     assert str(w) == "run/plans/epoch=3/summary.json: ..."

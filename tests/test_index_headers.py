@@ -10,7 +10,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from seta_stream.index import member_header_matches, member_headers_match
+from seta_stream._reading.shardindex import member_header_matches, member_headers_match
 
 
 def headers_of(fmt, names_sizes):

@@ -17,11 +17,13 @@ import webdataset as wds
 from conftest import tar_samples_per_shard, web_dataset
 
 import seta_stream as seta
+from seta_stream import index_shard
 from seta_stream._cli import main
 from seta_stream._reading.reader import read_kept
-from seta_stream.errors import InvalidInputError
+from seta_stream._reading.shardindex import build_index
+from seta_stream.errors import IndexMismatch, IndexMissing, InvalidInputError
 from seta_stream.ids import sample_uid
-from seta_stream.index import IndexMismatch, IndexMissing, build_index, index_shard, load_index
+from seta_stream.index import load_index
 
 
 def awkward_shards(root, sizes):

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
+from seta_stream import RunDir, compact, load_plan, plan_epoch
 from seta_stream._store.table import KEYS_SCHEMA, load_table_keys
+from seta_stream.testing import LossRecorder
 
 SETA = dict(policy="seta", params=dict(r=0.2, k=4, alpha=0.5), epochs=10, seed=1)
 

@@ -13,7 +13,7 @@ from seta_stream.errors import ShardNameConflictError, ShardNameError
 
 def webdataset_samples(urls):
     ds = web_dataset(urls, shardshuffle=False, empty_check=False)
-    return [(seta.shard_name(s["__url__"]), s["__key__"], s["__url__"]) for s in ds]
+    return [(seta.ids.shard_name(s["__url__"]), s["__key__"], s["__url__"]) for s in ds]
 
 
 def listed(table):

@@ -192,7 +192,7 @@ def train(data, pruner, epochs, clock=None):
             images, texts, *ids = batch
             if ids:
                 keys, urls, weights = ids
-                pairs += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+                pairs += [(seta.ids.shard_name(u), k) for u, k in zip(urls, keys)]
                 assert list(texts) == [f"caption {k}" for k in keys]  # the tuple's fields stay aligned
                 assert [float(w) for w in weights] == [1.0] * len(keys)
                 pruner.record(keys, urls, torch.ones(len(keys)))
@@ -302,7 +302,7 @@ def test_a_refused_adapt_leaves_the_pipeline_exactly_as_it_was(tmp_path):
     # any other refusal: no run directory (attach's own check), tried before any change
     data = get_wds_dataset(urls, B, WORKERS, num_samples=60)
     before = snapshot(data)
-    with pytest.raises(seta.RunFormatError):
+    with pytest.raises(seta.errors.RunFormatError):
         openclip.adapt(data, str(tmp_path / "no-run"))
     assert snapshot(data) == before
     ds = openclip.adapt(data, run)  # the same data, adapted once the run exists
@@ -384,7 +384,7 @@ def test_pairs_openclip_drops_are_named_at_the_next_epoch_or_left_out_of_the_pla
         clock.step(len(texts))
     assert summary["kept"] == 40 and clock.done == 34
     assert clock.position == pytest.approx(6 * 34 / 40)  # the schedule ended epoch 0 early: 5.1 of 6
-    with pytest.warns(seta.PlanWarning) as caught:
+    with pytest.warns(seta.errors.PlanWarning) as caught:
         pruner.start_epoch(1)
     (w,) = [w.message for w in caught]
     assert (w.code, w.value, w.limit, w.epoch) == ("undelivered", 34.0, 40.0, 0)
@@ -395,7 +395,7 @@ def test_pairs_openclip_drops_are_named_at_the_next_epoch_or_left_out_of_the_pla
     data.set_epoch(1)
     for _images, _texts, keys, urls_, _weights in data.dataloader:
         pruner.record(keys, urls_, torch.ones(len(keys)))
-    with pytest.warns(seta.PlanWarning, match="epoch 1 recorded 34 losses, its plan kept 40"):
+    with pytest.warns(seta.errors.PlanWarning, match="epoch 1 recorded 34 losses, its plan kept 40"):
         pruner.close()
 
     # the population lists only the pairs OpenCLIP keeps: plans, epochs and the schedule agree

@@ -14,15 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import SETA, hold_plan_parquet, seeded_run
 
-from seta_stream import (
-    EpochOrderError,
-    InvalidInputError,
-    PlanMissingError,
-    RunDir,
-    load_plan,
-    load_summary,
-    plan_epoch,
-)
+from seta_stream import RunDir, load_plan, load_summary, plan_epoch
+from seta_stream.errors import EpochOrderError, InvalidInputError, PlanMissingError
 
 
 def test_plan_files_columns_and_summary(tmp_path):

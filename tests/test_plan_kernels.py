@@ -150,7 +150,8 @@ def _plan_digests(path) -> dict[str, str]:
 @pytest.fixture
 def small_run(tmp_path):
     """A run of 4,200 samples in 6 shards, recorded and compacted by the library."""
-    from seta_stream import LossRecorder, compact
+    from seta_stream import compact
+    from seta_stream.testing import LossRecorder
 
     run = RunDir(tmp_path / "run", create=True)
     rec = LossRecorder(run, rank=0, epoch=0, flush_rows=1000)
@@ -224,8 +225,9 @@ def test_shard_slices_from_runs_are_the_column_slices() -> None:
 
 
 def test_read_rows_reads_any_row_range_across_row_groups(tmp_path, monkeypatch) -> None:
-    from seta_stream import LossRecorder, compact
+    from seta_stream import compact
     from seta_stream._store import table as table_files
+    from seta_stream.testing import LossRecorder
 
     monkeypatch.setitem(table_files.TABLE_WRITE_OPTIONS, "row_group_size", 700)  # 6 row groups
     run = RunDir(tmp_path / "run", create=True)

@@ -10,12 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import SETA, seeded_run
 
-from seta_stream import (
-    RunFormatError,
-    load_plan,
-    load_summary,
-    plan_epoch,
-)
+from seta_stream import load_plan, load_summary, plan_epoch
+from seta_stream.errors import RunFormatError
 
 
 def test_plan_parts_read_back_in_row_order_by_every_reader(tmp_path, monkeypatch):

@@ -16,11 +16,13 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from seta_stream import LossRecorder, RunDir, RunFormatError, compact, load_plan, plan_epoch
+from seta_stream import RunDir, compact, load_plan, plan_epoch
 from seta_stream._reading import planview
 from seta_stream._reading.planview import Decision, KnownByKey, PlanView, kept_samples, tally
+from seta_stream.errors import RunFormatError
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code
+from seta_stream.testing import LossRecorder
 
 
 @dataclass(frozen=True)

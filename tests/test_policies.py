@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seta_stream import LossRecorder, Pruner, RunDir, compact, load_table, plan_epoch
+from seta_stream import Pruner, RunDir, compact, load_table, plan_epoch
 from seta_stream.errors import InvalidInputError
 from seta_stream.policies import (
     INPUT_COLUMNS,
@@ -33,6 +33,7 @@ from seta_stream.policies import (
 )
 from seta_stream.policies.base import reason_code
 from seta_stream.policies.random_draws import STREAM_GUARD, uniforms
+from seta_stream.testing import LossRecorder
 
 
 def lognormal_input(n=2000, epoch=2, epochs=10, seed=0, rs=0, unseen=0):

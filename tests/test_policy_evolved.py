@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from policy_helpers import successive_inclusion
 
-from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
+from seta_stream import RunDir, compact, load_plan, plan_epoch
 from seta_stream.errors import InvalidInputError
 from seta_stream.ids import mix64
 from seta_stream.policies import PolicyInput, es_select, get_policy, run_policy
 from seta_stream.policies.evolved import EsParams, EswpParams, anneal_epochs
 from seta_stream.policies.random_draws import salt, uniforms, weighted_subset
+from seta_stream.testing import LossRecorder
 
 
 def lognormal_input(n=4000, epoch=2, epochs=40, seed=0, rs=0, unseen=0, n_ref=0):

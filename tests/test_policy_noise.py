@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from policy_helpers import noise_suspects, two_gaussians
 
-from seta_stream import LossRecorder, RunDir, compact, load_plan, plan_epoch
+from seta_stream import RunDir, compact, load_plan, plan_epoch
 from seta_stream._kernels.kmeans1d import points1d, points1d_steps
 from seta_stream._kernels.mapreduce import run_steps
 from seta_stream._kernels.mixture1d import fit_two_gaussians
@@ -20,6 +20,7 @@ from seta_stream.errors import InvalidInputError
 from seta_stream.policies import REASONS, PolicyInput, plan_params, policy_params, run_policy
 from seta_stream.policies.random_draws import STREAM_NOISE, uniform_of
 from seta_stream.policies.registry import planned_table_columns
+from seta_stream.testing import LossRecorder
 
 NOISE_FIELDS = {
     "noise_active",

@@ -18,7 +18,8 @@ import webdataset as wds
 from conftest import write_shards
 
 import seta_stream as seta
-from seta_stream import LossRecorder, RunDir, compact, load_plan, load_table, plan_epoch
+from seta_stream import RunDir, compact, load_plan, load_table, plan_epoch
+from seta_stream.testing import LossRecorder
 
 ray = pytest.importorskip("ray")
 

@@ -53,7 +53,7 @@ def test_readers_agree_on_a_key_repeated_later_in_a_shard(tmp_path):
     urls = [str(path)]
     run = tmp_path / "run"
     pop = [("rep-0000.tar", k) for k in ("a", "b", "c")]
-    drop_b = (seta.sample_uid("rep-0000.tar", "b"),)
+    drop_b = (seta.ids.sample_uid("rep-0000.tar", "b"),)
     from test_stage import DropParams  # noqa: F401  (registers the test_drop_listed policy)
 
     plan_epoch(

@@ -9,8 +9,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from seta_stream import InvalidInputError, LossRecorder, RunDir, compact, load_table
+from seta_stream import RunDir, compact, load_table
+from seta_stream.errors import InvalidInputError
 from seta_stream.ids import sample_uid
+from seta_stream.testing import LossRecorder
 
 torch = pytest.importorskip("torch")  # the recorder's torch inputs (dtypes, devices, shapes)
 

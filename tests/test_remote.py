@@ -15,10 +15,12 @@ import webdataset as wds
 from servers import have_curl, moto_s3_server, range_http_server
 
 import seta_stream as seta
+from seta_stream import index_shard
 from seta_stream._reading.reader import read_kept
-from seta_stream.errors import InvalidInputError
+from seta_stream._reading.shardindex import index_name
+from seta_stream.errors import IndexMismatch, IndexMissing, InvalidInputError
 from seta_stream.ids import shard_name
-from seta_stream.index import IndexMismatch, IndexMissing, index_name, index_shard, load_index
+from seta_stream.index import load_index
 
 pytest.importorskip("s3fs", reason="the S3 tests need s3fs (pip install -e '.[dev]')")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server (pip install -e '.[dev]')")

@@ -193,7 +193,7 @@ def test_hardest_window_is_named_and_annealing_or_full_epochs_do_not_warn():
     ],
 )
 def test_bad_safeguards_are_refused_naming_the_policy_the_value_and_the_range(params, message):
-    with pytest.raises(seta.InvalidInputError, match=f"^random: {message}") as err:
+    with pytest.raises(seta.errors.InvalidInputError, match=f"^random: {message}") as err:
         policy_params("random", r=0.3, **params)
     assert "`seta-stream policies` lists them" in str(err.value)
 
@@ -287,9 +287,9 @@ def small_epochs_run(tmp_path, params, batch_size=None, batches=7):
 
 def test_start_epoch_warns_with_the_plan_summarys_warnings_and_inspect_shows_them(tmp_path):
     params = dict(r=0.0, k=12, alpha=0.1)  # w = 1: epochs 1 and 2 keep one loss cluster of twelve
-    with pytest.warns(seta.PlanWarning) as caught:
+    with pytest.warns(seta.errors.PlanWarning) as caught:
         run, summaries = small_epochs_run(tmp_path, params)
-    caught = [w for w in caught if issubclass(w.category, seta.PlanWarning)]  # not webdataset's ResourceWarnings
+    caught = [w for w in caught if issubclass(w.category, seta.errors.PlanWarning)]  # not webdataset's ResourceWarnings
     codes = [(w.message.code, w.message.epoch) for w in caught]
     assert codes == [("low_keep", 1), ("low_keep", 2)]
     first = caught[0].message
@@ -320,7 +320,7 @@ def test_start_epoch_warns_with_the_plan_summarys_warnings_and_inspect_shows_the
 
 def test_the_floor_in_a_run_removes_the_warning_and_keeps_the_fraction(tmp_path):
     with warnings.catch_warnings():
-        warnings.simplefilter("error", seta.SetaStreamWarning)  # no PlanWarning
+        warnings.simplefilter("error", seta.errors.SetaStreamWarning)  # no PlanWarning
         run, summaries = small_epochs_run(tmp_path, dict(r=0.0, k=12, alpha=0.1, min_keep_fraction=0.25))
     assert [s["kept"] for s in summaries] == [120, 30, 30]
     assert [s["kept_by_reason"].get("floor_fill", 0) for s in summaries] == [0, 22, 20]
@@ -331,9 +331,9 @@ def test_the_floor_in_a_run_removes_the_warning_and_keeps_the_fraction(tmp_path)
 
 def test_a_known_batch_size_warns_of_a_final_batch_of_a_few_samples(tmp_path):
     params = dict(r=0.0, k=12, alpha=0.1, min_keep_fraction=0.25)  # 120, 30, 30 kept
-    with pytest.warns(seta.PlanWarning) as caught:
+    with pytest.warns(seta.errors.PlanWarning) as caught:
         run, summaries = small_epochs_run(tmp_path, params, batch_size=29)
-    caught = [w for w in caught if issubclass(w.category, seta.PlanWarning)]
+    caught = [w for w in caught if issubclass(w.category, seta.errors.PlanWarning)]
     assert [(w.message.code, w.message.epoch, w.message.value) for w in caught] == [
         ("small_final_batch", 0, 4), ("small_final_batch", 1, 1), ("small_final_batch", 2, 1)
     ]  # fmt: skip
@@ -345,9 +345,11 @@ def test_a_known_batch_size_warns_of_a_final_batch_of_a_few_samples(tmp_path):
         "seta_stream.weighted_mean(losses, weights, batch_size=...)"
     )
     with warnings.catch_warnings():
-        warnings.simplefilter("error", seta.SetaStreamWarning)
+        warnings.simplefilter("error", seta.errors.SetaStreamWarning)
         small_epochs_run(tmp_path / "b", params, batch_size=30)  # 120, 30, 30: no partial batch
-    with pytest.raises(seta.InvalidInputError, match=r"^Pruner: batch_size=0, expected an integer >= 1 or None$"):
+    with pytest.raises(
+        seta.errors.InvalidInputError, match=r"^Pruner: batch_size=0, expected an integer >= 1 or None$"
+    ):
         seta.Pruner(tmp_path / "c", policy="full", epochs=1, batch_size=0)
 
 
@@ -376,7 +378,7 @@ def test_weighted_mean_with_a_nominal_batch_size_divides_by_it():
     t = torch.tensor([1.0, 2.0, 4.0])
     assert float(seta.weighted_mean(t, weights, batch_size=8)) == 0.875
     assert float(seta.weighted_mean(t, {"__weight__": weights})) == pytest.approx(7.0 / 3)
-    with pytest.raises(seta.InvalidInputError, match="weighted_mean: batch_size=0"):
+    with pytest.raises(seta.errors.InvalidInputError, match="weighted_mean: batch_size=0"):
         seta.weighted_mean(losses, weights, batch_size=0)
 
 

@@ -18,6 +18,7 @@ from servers import range_http_server
 
 import seta_stream as seta
 from seta_stream.errors import PopulationLocationError, ShardNameConflictError
+from seta_stream.testing import LossRecorder
 
 RECORD = textwrap.dedent(
     """
@@ -74,7 +75,7 @@ def test_a_same_name_shard_recorded_an_epoch_later_is_caught_against_the_table(t
         subprocess.run(
             [sys.executable, "-c", RECORD, str(run), "1", "1", b], check=True, timeout=120, capture_output=True
         )
-    rec = seta.LossRecorder(run, rank=1, epoch=1)
+    rec = LossRecorder(run, rank=1, epoch=1)
     with pytest.raises(ShardNameConflictError) as err:
         rec.record(["sample0000"], [b], np.ones(1, np.float32))
     rec.close()
@@ -109,7 +110,7 @@ def _part_of(url):
 def test_signed_urls_of_one_shard_are_one_shard(tmp_path, two_folders):
     a, _ = two_folders
     run = tmp_path / "run"
-    with seta.LossRecorder(run) as rec:
+    with LossRecorder(run) as rec:
         rec.record(["k0"], [f"file://{a}?X-Amz-Signature=1"], __import__("numpy").ones(1, "float32"))
         rec.record(["k0"], [f"file://{a}?X-Amz-Signature=2"], __import__("numpy").ones(1, "float32"))
     seta.compact(run)
@@ -150,7 +151,7 @@ def test_a_population_listed_from_a_mirror_stops_the_first_record_of_epoch_0(tmp
             pruner.record(keys, batch_urls, np.ones(len(keys), np.float32))
         pruner.close()
     msg = str(err.value)
-    assert isinstance(err.value, ShardNameConflictError) and isinstance(err.value, seta.SetaStreamError)
+    assert isinstance(err.value, ShardNameConflictError) and isinstance(err.value, seta.errors.SetaStreamError)
     assert msg.startswith(
         f"shard 'shard-0000.tar': the population lists it at {local[0]!r}, but training reads it from "
         f"{urls[0]!r}; the population and the training URLs name different locations"
@@ -161,7 +162,7 @@ def test_a_population_listed_from_a_mirror_stops_the_first_record_of_epoch_0(tmp
     assert seta.load_table(run).num_rows == 0
 
     # a table recorded from the URLs (a recorder given no population): planning says the same
-    with seta.LossRecorder(run, epoch=0) as rec:
+    with LossRecorder(run, epoch=0) as rec:
         rec.record(["sample0000"], [urls[0]], np.ones(1, np.float32))
     seta.compact(run)
     with pytest.raises(PopulationLocationError) as err:
@@ -186,7 +187,7 @@ def test_a_population_of_the_training_urls_records_and_two_folders_still_suggest
     with pytest.raises(ShardNameConflictError, match=r"settings=\{'shard_depth': 2\}") as err:
         seta.list_samples([a, b])
     assert not isinstance(err.value, PopulationLocationError)
-    with seta.LossRecorder(tmp_path / "run2") as rec, pytest.raises(ShardNameConflictError) as err:
+    with LossRecorder(tmp_path / "run2") as rec, pytest.raises(ShardNameConflictError) as err:
         rec.record(["sample0000", "sample0000"], [a, b], np.ones(2, np.float32))
     assert not isinstance(err.value, PopulationLocationError)
     assert "settings={'shard_depth': 2}" in str(err.value)

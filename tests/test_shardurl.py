@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from seta_stream._reading.shardindex import byte_source, canonical_location, has_query
 from seta_stream._reading.shardurl import Shard
 from seta_stream.errors import InvalidInputError, ShardNameError
 from seta_stream.ids import shard_location, shard_name
-from seta_stream.index import byte_source, canonical_location, has_query
 from tests.test_ids import SPECS
 
 MORE = [

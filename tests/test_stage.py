@@ -12,7 +12,8 @@ import webdataset as wds
 from conftest import web_dataset, write_shards
 
 import seta_stream as seta
-from seta_stream import PlanMissingError, RunDir, plan_epoch
+from seta_stream import RunDir, plan_epoch
+from seta_stream.errors import PlanMissingError
 from seta_stream.ids import sample_uid
 from seta_stream.policies import POLICIES, PolicySpec, register
 from seta_stream.policies.base import PolicyResult, reason_code

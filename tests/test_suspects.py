@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import seta_stream as seta
-from seta_stream import LossRecorder, RunDir, compact, load_plan, load_summary, plan_epoch
+from seta_stream import RunDir, compact, load_plan, load_summary, plan_epoch
 from seta_stream._cli import main
 from seta_stream.inspect import suspect_report, suspects
+from seta_stream.testing import LossRecorder
 from tests.conftest import write_shards
 
 EPOCHS = 7

@@ -12,16 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seta_stream import (
-    CorruptPartError,
-    LossRecorder,
-    RunDir,
-    RunLockedError,
-    SampleIdCollisionError,
-    compact,
-    load_table,
-)
+from seta_stream import RunDir, compact, load_table
 from seta_stream._store.table import TABLE_SCHEMA
+from seta_stream.errors import CorruptPartError, RunLockedError, SampleIdCollisionError
+from seta_stream.testing import LossRecorder
 
 
 def f32(values):

@@ -15,7 +15,7 @@ import webdataset as wds  # noqa: E402
 from conftest import web_dataset, write_shards  # noqa: E402
 
 import seta_stream as seta  # noqa: E402
-from seta_stream.index import index_shard  # noqa: E402
+from seta_stream import index_shard  # noqa: E402
 
 IDIOMS = {
     "plain": "{}",
@@ -93,7 +93,7 @@ def test_each_epoch_delivers_exactly_the_plan(tmp_path, idiom, buckets, reader):
         got = []
         for keys, batch_urls, weights in loader:
             assert set(batch_urls) <= set(urls)  # __url__ is the URL as given
-            got += [(seta.shard_name(u), k) for u, k in zip(batch_urls, keys)]
+            got += [(seta.ids.shard_name(u), k) for u, k in zip(batch_urls, keys)]
             # InfoBatch: below-mean losses kept with weight 2, loss = index of the key
             losses = np.array([int(k[-4:]) for k in keys], dtype=np.float32)
             pruner.record(list(keys), list(batch_urls), losses)
@@ -115,7 +115,7 @@ def test_an_epoch_where_the_plan_empties_a_worker_trains(tmp_path):
     pop = seta.list_samples(paths)
     dropped = np.array(
         [
-            seta.sample_uid(s, k)
+            seta.ids.sample_uid(s, k)
             for s, k in zip(pop.column("shard").to_pylist(), pop.column("key").to_pylist())
             if s == "shard-0001.tar"
         ],
@@ -135,7 +135,7 @@ def test_an_epoch_where_the_plan_empties_a_worker_trains(tmp_path):
     # webdataset's default empty_check is on; worker 1 of 2 gets shard-0001.tar only
     ds = seta.attach(web_dataset(paths, shardshuffle=False), run).to_tuple("__key__", "__url__")
     loader = wds.WebLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
-    got = [(seta.shard_name(u), k) for k, u in loader]
+    got = [(seta.ids.shard_name(u), k) for k, u in loader]
     assert len(got) == 8 and set(got) == kept
     if "empty_check" not in inspect.signature(wds.WebDataset.__init__).parameters:
         return  # webdataset 0.2.x has no such check

@@ -55,6 +55,7 @@ from open_clip_train.scheduler import cosine_lr  # noqa: E402
 
 import seta_stream as seta  # noqa: E402
 from seta_stream import openclip as seta_openclip  # noqa: E402
+from seta_stream.testing import set_current_epoch  # noqa: E402
 
 TINY = {  # a CLIP small enough for a CPU: 32-pixel images, 2-layer towers
     "embed_dim": 32,
@@ -112,7 +113,7 @@ def train(
     clock = seta.EpochClock(steps_per_epoch=num_batches)  # change 2: the schedule follows the pairs
     rows, failures = [], []
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", seta.SetaStreamWarning)
+        warnings.simplefilter("always", seta.errors.SetaStreamWarning)
         for epoch in range(epochs):
             t0 = time.perf_counter()
             summary = pruner.start_epoch(epoch)  # change 3: plan the epoch before iter(dataloader)
@@ -133,7 +134,7 @@ def train(
                 optimizer.step()
                 with torch.no_grad():
                     model.logit_scale.clamp_(0, math.log(100))
-                delivered += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+                delivered += [(seta.ids.shard_name(u), k) for u, k in zip(urls, keys)]
                 steps += 1
                 loss_sum += loss.item()
             pruner.flush()
@@ -180,7 +181,9 @@ def train(
         rows=rows,
         final_lr=final_lr,
         warnings=[
-            dict(code=w.message.code, message=str(w.message)) for w in caught if isinstance(w.message, seta.PlanWarning)
+            dict(code=w.message.code, message=str(w.message))
+            for w in caught
+            if isinstance(w.message, seta.errors.PlanWarning)
         ],
         failures=failures,
     )
@@ -196,11 +199,11 @@ def attach_alone(args: SimpleNamespace, run: str, epochs: int) -> list[dict]:
     to_tuple.args = (*to_tuple.args, "__key__", "__url__")
     rows = []
     for epoch in range(epochs):
-        seta.set_current_epoch(run, epoch)
+        set_current_epoch(run, epoch)
         data.set_epoch(epoch)
         got, steps = [], 0
         for _, _, keys, urls in data.dataloader:
-            got += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+            got += [(seta.ids.shard_name(u), k) for u, k in zip(urls, keys)]
             steps += 1
         rows.append(
             dict(epoch=epoch, steps=steps, delivered=len(got), distinct=len(set(got)), kept=len(kept_pairs(run, epoch)))
@@ -227,7 +230,7 @@ def resampled(args: SimpleNamespace, run: str) -> dict:
         try:
             seta_openclip.adapt(data, run)
             messages.append(None)
-        except seta.UnsupportedPipelineError as exc:
+        except seta.errors.UnsupportedPipelineError as exc:
             messages.append(str(exc))
         unchanged.append(snapshot(data) == before)
     images, texts = next(iter(data.dataloader))  # OpenCLIP's own batch, as without seta_stream

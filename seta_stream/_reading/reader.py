@@ -19,7 +19,7 @@ first read of a remote shard alone, then the rest of the batch at once), and eve
 batch is checked before any sample of it is yielded. A shard whose kept ranges fit in one batch
 (the whole shard below 64 MB) is therefore checked whole before its first sample: a shard
 rewritten after indexing (same size, members moved) is refused and, by default, streamed. In a
-larger shard a change found in a later batch stops with :class:`~seta_stream.index.IndexMismatch`
+larger shard a change found in a later batch stops with :class:`~seta_stream.errors.IndexMismatch`
 (samples of it were delivered).
 
 Which URLs:
@@ -36,7 +36,7 @@ and ``index_mismatch``): local and fsspec URLs through fsspec, ``pipe:`` URLs th
 webdataset's ``gopen`` (the command runs). A refused index also warns (once per process and
 folder, naming the shard and why), since the user wrote it expecting it to be used; a missing
 one is only counted (indexing some shards is a choice). ``"raise"`` stops with
-:class:`~seta_stream.index.IndexMissing` or :class:`~seta_stream.index.IndexMismatch` instead.
+:class:`~seta_stream.errors.IndexMissing` or :class:`~seta_stream.errors.IndexMismatch` instead.
 A URL with a query string has its index only in ``index_dir`` (see ``seta_stream.index``);
 without one it is streamed, with a warning once per process and folder. No sample is yielded twice and no
 kept sample is skipped: the index lists every member of the shard.
@@ -58,9 +58,9 @@ from webdataset.filters import pipelinefilter
 from webdataset.tariterators import tar_file_expander, tarfile_samples
 
 from .._store.runfs import RunDir
-from ..errors import InvalidInputError
+from ..errors import IndexMismatch, IndexMissing, InvalidInputError
 from .planview import Decision, PlanView, StageCounts, kept_samples, tally_all
-from .shardindex import IndexMismatch, IndexMissing, load_shard_index, member_headers_match, open_fs
+from .shardindex import load_shard_index, member_headers_match, open_fs
 from .shardurl import Shard
 from .wds import group_by_keys
 

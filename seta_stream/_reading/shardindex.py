@@ -55,7 +55,7 @@ import numpy as np
 from webdataset.filters import pipelinefilter
 from webdataset.tariterators import base_plus_ext
 
-from ..errors import InvalidInputError
+from ..errors import IndexMismatch, IndexMissing, InvalidInputError
 from .shardurl import Shard
 
 __all__ = [
@@ -69,8 +69,6 @@ __all__ = [
     "member_header_matches",
     "member_headers_match",
     "open_fs",
-    "IndexMismatch",
-    "IndexMissing",
     "index_while_streaming",
     "INDEX_SUFFIX",
 ]
@@ -81,14 +79,6 @@ INDEX_SUFFIX = ".idx.json"
 _COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _EXTRAS = {"http": "http", "https": "http", "s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
-
-
-class IndexMismatch(InvalidInputError):
-    """An index does not describe its shard (location in an index dir, size or member headers differ)."""
-
-
-class IndexMissing(InvalidInputError, FileNotFoundError):
-    """A shard has no index where it is looked up (also a FileNotFoundError)."""
 
 
 def canonical_location(url: str) -> str:
