@@ -381,9 +381,12 @@ def run_job(job: dict, cache: Path, work: Path, results: dict, model_name: str, 
     rng = draws.generator(draws.GPU_ORDER, seed)  # the epochs' sample order
     for epoch in range(epochs):
         t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*small_final_batch.*|.*final batch.*")
+        with warnings.catch_warnings(record=True) as caught:  # the remedy is applied below (weighted_mean)
+            warnings.simplefilter("always")
             summary = pruner.start_epoch(epoch)
+        for w in caught:
+            if getattr(w.message, "code", None) != "small_final_batch":
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         auc = history_auc(str(run_dir), pos, noisy)  # what the rule scores, against the known noise
         plan = seta.load_plan(str(run_dir), epoch, columns=["key", "keep", "weight", "reason"])
         keep = plan.column("keep").to_numpy(zero_copy_only=False)

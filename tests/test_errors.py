@@ -45,9 +45,9 @@ def recorded(tmp_path):
         ),
         (
             ["--policy", "seta", "--epochs", "3", "-p", "q=1"],
-            "seta-stream plan: error: seta: unknown parameter(s) ['q']; valid: ['alpha', 'delta', 'k', 'noise', "
-            "'noise_recheck', 'noise_scale', 'noise_warmup', 'order', 'prune_epochs', 'r', 'target_keep', "
-            "'unseen_score'], and "
+            "seta-stream plan: error: seta: unknown parameter(s) ['q']; valid: ['alpha', 'delta', 'k', 'order', "
+            "'prune_epochs', 'r', 'target_keep', 'unseen_score'], and noise, noise_rule, noise_warmup, "
+            "noise_recheck, noise_scale, noise_posterior (the noise rule), "
             "min_keep_fraction, max_weight for every policy; set parameters with params={'name': value} "
             "(CLI: -p name=value); "
             "`seta-stream policies` lists them",

@@ -39,10 +39,13 @@ def path_label(path: str | os.PathLike) -> str:
 
 
 #: An absolute path of a machine in a text (a result file, a log line, a traceback, a page): a POSIX path
-#: under /tmp, /root, /home, /work or /Users, or a Windows drive path (``C:\\Users\\...``, its
+#: under /tmp, /root, /home, /work or /Users, or under the folder that holds this checkout (wherever a
+#: machine put it, e.g. a CI clone under /check), or a Windows drive path (``C:\\Users\\...``, its
 #: backslashes single or JSON-escaped). No committed file holds one (tests/test_results_paths.py).
 MACHINE_PATH = re.compile(
-    r"(?<![\w.~/\\-])(?:/(?:tmp|root|home|work|Users)/|[A-Z]:\\{1,2}[\w$.~-]{2,}\\)[^\s\"'`,;|()<>\[\]{}]*"
+    r"(?<![\w.~/\\-])(?:/(?:tmp|root|home|work|Users)/|"
+    + re.escape(ROOT.parent.as_posix().rstrip("/") + "/")
+    + r"|[A-Z]:\\{1,2}[\w$.~-]{2,}\\)[^\s\"'`,;|()<>\[\]{}]*"
 )
 
 
