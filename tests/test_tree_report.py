@@ -259,3 +259,28 @@ def test_this_repository(tmp_path):
     assert r["layers"]["file"] == "tools/layers.json"
     assert r["layers"]["unlayered"] == []
     assert r["public_face"]["package_all_count"] > 0
+
+
+def test_compare_prints_both_reports_figures_and_a_dash_for_a_missing_one(tmp_path: Path) -> None:
+    before = {"graph": {"modules": 3, "depth": 4, "package_depth": 2, "circles_count": 1},
+              "lines": {"top_level": {"seta_stream": {"lines": 1200}}}}  # fmt: skip
+    after = {"graph": {"modules": 5, "depth": 3, "package_depth": 2, "circles_count": 0},
+             "lines": {"top_level": {"seta_stream": {"lines": 900}, "studies": {"lines": 40}}}}  # fmt: skip
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    tool = Path(__file__).resolve().parent.parent / "tools" / "tree_report.py"
+    out = subprocess.run([sys.executable, str(tool), "--compare", str(tmp_path / "b.json"), str(tmp_path / "a.json")],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    lines = out.splitlines()
+    assert lines[:6] == [
+        "| figure | before | after |",
+        "| --- | --- | --- |",
+        "| modules of the repository | 3 | 5 |",
+        "| longest import chain (modules) | 4 | 3 |",
+        "| longest chain inside the package (modules) | 2 | 2 |",
+        "| import circles | 1 | 0 |",
+    ]
+    assert "| lines of the package | 1,200 | 900 |" in lines
+    assert "| lines of studies/ | - | 40 |" in lines
+    assert "| sys.path edits | - | - |" in lines
+    assert len(lines) == 14

@@ -1098,13 +1098,52 @@ def text_report(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+#: The figures ``--compare`` sets side by side: (label, path of keys into the report).
+COMPARED = (
+    ("modules of the repository", ("graph", "modules")),
+    ("longest import chain (modules)", ("graph", "depth")),
+    ("longest chain inside the package (modules)", ("graph", "package_depth")),
+    ("import circles", ("graph", "circles_count")),
+    ("imports that run up or sideways across layers", ("layers", "upward_count")),
+    ("sys.path edits", ("sys_path_edits", "count")),
+    ("private imports from outside the package", ("private_imports_from_outside", "count")),
+    ("names in the package's __all__", ("public_face", "package_all_count")),
+    ("public names reachable from two places", ("public_face", "reachable_twice_count")),
+    ("lines of the package", ("lines", "top_level", "seta_stream", "lines")),
+    ("lines of benchmarks/", ("lines", "top_level", "benchmarks", "lines")),
+    ("lines of studies/", ("lines", "top_level", "studies", "lines")),
+)
+
+
+def compare_table(before: dict, after: dict) -> str:
+    """A Markdown table of :data:`COMPARED` for two reports (``--json`` output); "-" where a
+    report has no such figure (a folder that did not exist yet)."""
+
+    def get(report: dict, keys: tuple[str, ...]) -> str:
+        for k in keys:
+            if not isinstance(report, dict) or k not in report:
+                return "-"
+            report = report[k]
+        return f"{report:,}" if isinstance(report, int) else str(report)
+
+    rows = ["| figure | before | after |", "| --- | --- | --- |"]
+    rows += [f"| {label} | {get(before, keys)} | {get(after, keys)} |" for label, keys in COMPARED]
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1], help="the repository root")
     parser.add_argument("--layers", type=Path, help="JSON file: module name prefixes -> layer numbers")
     parser.add_argument("--package", default=PACKAGE, help="the library's package (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
+                        help="print a Markdown table of two --json reports' headline figures")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        sys.stdout.write(compare_table(before, after))
+        return 0
     report = build_report(args.root.resolve(), args.layers, args.package)
     if args.json:
         print(json.dumps(report, indent=1))
