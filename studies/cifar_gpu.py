@@ -797,7 +797,7 @@ def superseded_note(meta: dict) -> list[str]:
     return [
         "**Superseded.** These runs were made before the studies' seeded choices came from a keyed hash "
         "(`tools/draws.py`): their label noise and cleanlab's folds came from a salted CRC32, which is affine, so "
-        "the samples chosen for noise and their new labels were dependent (the \"40% symmetric\" noise used label "
+        'the samples chosen for noise and their new labels were dependent (the "40% symmetric" noise used label '
         "offsets 5-9 only: each class's wrong labels on 5 of the 9 other classes) and cleanlab's folds held out "
         "the noisy samples together. They measure other noise and a crippled cleanlab, and stand here as the "
         "record of what was run; the rerun needs a GPU (`studies/device_resnet18.sh`). The same regime on the CPU, "
@@ -930,7 +930,11 @@ def add_run_suspects(results_path: Path, work: Path) -> None:
 
 
 def _cpu_rs(runs: dict, kind: str) -> dict[tuple[str, int], dict]:
-    return {(r["method"], r["seed"]): r for r in runs.values() if r["kind"] == kind and r.get("rows")}
+    return {
+        (r["method"], r["seed"]): r
+        for r in runs.values()
+        if r["kind"] == kind and r.get("rows") and r.get("status") == "done"
+    }
 
 
 def _pick(base: str) -> Any:
@@ -1108,6 +1112,16 @@ def report_cpu(results_path: Path) -> str:
                 f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
                 f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |"
             )
+        absent = [METHODS[m] for m in CPU_METHODS if not any(mm == m for mm, _ in rs)]
+        short = {m: sorted(set(seeds) - {s for mm, s in rs if mm == m}) for m in CPU_METHODS}
+        short = {m: ss for m, ss in short.items() if ss and any(mm == m for mm, _ in rs)}
+        if absent or short:
+            lines += [""]
+        if absent:
+            lines += [f"Not run for this kind of noise in the time the study had: {'; '.join(absent)}."]
+        if short:
+            lines += ["Run on fewer seeds (no finished run on seed " + "; ".join(
+                f"{', '.join(map(str, ss))}: {METHODS[m]}" for m, ss in short.items()) + ")."]  # fmt: skip
         for subject, bases in CPU_GAPS.items():
             if not any(m == subject for m, _ in rs):
                 continue

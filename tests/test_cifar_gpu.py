@@ -134,3 +134,27 @@ def test_the_cpu_page_holds_the_rule_to_its_targets(tmp_path):
         "0.900 / 0.950 | met |"
     ) in page
     assert "| 1 | 0.910 | - | 0 | - | 0.000 | - | - | - | - |" in page  # the per-epoch table
+
+
+def test_the_cpu_page_names_what_was_not_run_and_leaves_out_cut_runs(tmp_path):
+    """A kind whose matrix is partial: the methods with no finished run are named, as are the seeds a
+    method lacks, and a run cut short (status not done) is counted as not finished, never tabled."""
+    runs = {}
+    for s in (0, 1, 2):
+        r = _run("sym20", "full", s, [0.5, 0.6 + 0.01 * s])
+        runs[r["id"]] = r
+    r = _run("sym20", "rule", 0, [0.5, 0.61])
+    runs[r["id"]] = r
+    cut = _run("sym20", "rule", 1, [0.5, 0.99], status="running")
+    runs[cut["id"]] = cut
+    meta = {"batch": 256, "lr": 0.1, "weight_decay": 5e-4, "threads": 1, "torch": "x", "commit": "abc", "argv": []}
+    path = tmp_path / "cifar-cpu" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": meta, "runs": runs}))
+    page = cifar_gpu.report_cpu(path)
+    assert "not finished: sym20-rule-s1." in page
+    assert "| the noise rule (full, noise=True) | 61.00 | 61.00 |" in page  # seed 1's cut run is not in the table
+    assert "99.00" not in page
+    absent = [cifar_gpu.METHODS[m] for m in ("oracle", "rulerand", "rule1", "dynrand", "equal", "cleanlab")]
+    assert f"Not run for this kind of noise in the time the study had: {'; '.join(absent)}." in page
+    assert "Run on fewer seeds (no finished run on seed 1, 2: the noise rule (full, noise=True))." in page
