@@ -581,3 +581,21 @@ def test_version_2_holds_its_threshold_while_active_and_a_run_keeps_its_version(
         InvalidInputError, match=r"planned with params=.*'noise_rule': 1.*asks params=.*'noise_rule': 2"
     ):
         plan_epoch(old, 5, params={"noise": True, "noise_rule": 2})
+
+
+def test_a_run_whose_plans_had_the_rule_off_takes_the_current_version_when_it_turns_it_on(tmp_path):
+    """The version is fixed by the first plan with the rule on: a run planned without it (its
+    stored parameters have no noise) that turns it on (force=True, as a changed setting needs)
+    plans with the current version, and keeps it from then on."""
+    import json
+
+    from seta_stream.policies.noise import NOISE_RULE
+
+    run = RunDir(tmp_path / "r", create=True)
+    record_two_modes(run, 3)
+    plan_epoch(run, 3, policy="full", epochs=8, seed=1)
+    s = plan_epoch(run, 4, policy="full", params={"noise": True}, force=True)
+    assert NOISE_RULE == 2 and s["params"]["noise_rule"] == 2 and "noise_floor" in s
+    assert json.loads((tmp_path / "r/state.json").read_text())["params"] == {"noise": True, "noise_rule": 2}
+    s = plan_epoch(run, 5, params={"noise": True})
+    assert s["params"]["noise_rule"] == 2

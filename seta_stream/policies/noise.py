@@ -166,12 +166,14 @@ def split_noise(name: str, params: Mapping[str, Any]) -> tuple[dict[str, Any], N
 
 def versioned_params(given: Mapping[str, Any] | None, stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """``given`` parameters completed with the rule's version (§12.12), so that a run keeps the
-    version its first plan fixed: with ``noise`` on and no ``noise_rule``, the run's stored
-    one; a run planned before versions were stored (its stored parameters name none) has rule
-    1; a new run (nothing stored) gets :data:`NOISE_RULE`. None stays None (the run's own)."""
+    version its first plan with the rule on fixed: with ``noise`` on and no ``noise_rule``, the
+    run's stored one; a run planned with the rule before versions were stored (its stored
+    parameters have ``noise`` on and name no version) has rule 1; a new run, or one whose stored
+    parameters have the rule off (it has fixed no version), gets :data:`NOISE_RULE`. None stays
+    None (the run's own)."""
     if given is None or not given.get("noise") or "noise_rule" in given:
         return None if given is None else dict(given)
-    if stored is None:
+    if stored is None or not stored.get("noise"):
         return {**given, "noise_rule": NOISE_RULE}
     return {**given, "noise_rule": stored.get("noise_rule", 1)}
 
