@@ -157,4 +157,4 @@ def test_the_cpu_page_names_what_was_not_run_and_leaves_out_cut_runs(tmp_path):
     assert "99.00" not in page
     absent = [cifar_gpu.METHODS[m] for m in ("oracle", "rulerand", "rule1", "dynrand", "equal", "cleanlab")]
     assert f"Not run for this kind of noise in the time the study had: {'; '.join(absent)}." in page
-    assert "Run on fewer seeds (no finished run on seed 1, 2: the noise rule (full, noise=True))." in page
+    assert "Run on fewer seeds: the noise rule (full, noise=True) (no finished run on seed 1, 2)." in page
