@@ -1120,8 +1120,8 @@ def report_cpu(results_path: Path) -> str:
         if absent:
             lines += [f"Not run for this kind of noise in the time the study had: {'; '.join(absent)}."]
         if short:
-            lines += ["Run on fewer seeds: " + "; ".join(
-                f"{METHODS[m]} (no finished run on seed {', '.join(map(str, ss))})" for m, ss in short.items()) + "."]  # fmt: skip
+            fewer = [f"{METHODS[m]} (no finished run on seed {', '.join(map(str, ss))})" for m, ss in short.items()]
+            lines += ["Run on fewer seeds: " + "; ".join(fewer) + "."]
         for subject, bases in CPU_GAPS.items():
             if not any(m == subject for m, _ in rs):
                 continue
