@@ -39,6 +39,7 @@ RUNS: dict[str, tuple[list[str], list[str], str]] = {
         "here",
     ),
     "ab_plan.py": ([".", ".", "--rounds", "1", "--n", "12000", "--idle", "0"], ["ab-plan-12000"], "here"),
+    "ab_same_plans.py": ([".", ".", "--n", "3000"], [], "here"),  # a check, no result file
     "bench_compact.py": (["--n", "12000", "--parts", "3"], ["compact-12000"], "here"),
     "ab_compact.py": (
         [".", ".", "--rounds", "1", "--n", "12000", "--parts", "2", "--idle", "0"],
@@ -291,3 +292,32 @@ def test_docs_benchmarks_blocks_are_what_their_result_files_give() -> None:
     from benchmarks import report
 
     assert report.main(["--check"]) == 0
+
+
+def test_ab_same_plans_names_every_case_and_fails_where_the_trees_plan_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The same tree twice plans the same in every case, the noise rule's at version 1 (exit 0);
+    where tree B is taken for one from before the rule's versions, its noise=True plans version 2,
+    and the check names the rows and summary keys that differ and exits 1."""
+    monkeypatch.setenv("SETA_BENCH_OUT", str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("benchmarks.") and m != "benchmarks.__main__"]:
+        monkeypatch.delitem(sys.modules, name)
+    from benchmarks import ab_same_plans
+
+    assert ab_same_plans.main([str(ROOT), str(ROOT), "--n", "2000"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(ab_same_plans.CASES) + 1
+    assert [line for line in out[:-1] if ": rows identical, " not in line or not line.endswith("differing: none")] == []
+    assert out[4].startswith("seta dict(r=0.0, k=10, alpha=0.5, noise=True, noise_rule=1): rows identical")
+    assert out[-1] == "6 of 6 cases plan the same in both trees"
+    monkeypatch.setattr(ab_same_plans, "CASES", (ab_same_plans.CASES[4],))
+    answers = iter([True, False])  # tree A has versions, tree B (the same tree) is taken for an older one
+    monkeypatch.setattr(ab_same_plans, "has_versions", lambda tree: next(answers))
+    assert ab_same_plans.main([str(ROOT), str(ROOT), "--n", "2000"]) == 1
+    line, last = capsys.readouterr().out.splitlines()
+    assert line.startswith(
+        "seta dict(r=0.0, k=10, alpha=0.5, noise=True, noise_rule=1) (B: dict(r=0.0, k=10, alpha=0.5, noise=True)): "
+    )
+    assert line.endswith("summary keys differing: noise_fit_threshold, noise_floor, noise_threshold, params")
+    assert last == "0 of 1 cases plan the same in both trees"
