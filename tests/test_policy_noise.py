@@ -599,3 +599,38 @@ def test_a_run_whose_plans_had_the_rule_off_takes_the_current_version_when_it_tu
     assert json.loads((tmp_path / "r/state.json").read_text())["params"] == {"noise": True, "noise_rule": 2}
     s = plan_epoch(run, 5, params={"noise": True})
     assert s["params"]["noise_rule"] == 2
+
+
+def test_planning_frees_the_loss_history_before_the_policy_plans_the_other_rows(tmp_path, monkeypatch):
+    """The noise stage is the loss history's only reader: by the time the policy behind it runs,
+    no frame of the planning transaction holds the history columns any more (120 MB at 15M rows;
+    a frame that kept the input alive cost that in peak RSS)."""
+    import gc
+    import weakref
+
+    from seta_stream.policies.registry import POLICIES
+
+    history: list[weakref.ref] = []
+    made = PolicyInput.from_columns.__func__
+
+    def from_columns(cls, columns, **kw):
+        inp = made(cls, columns, **kw)
+        if inp.loss_mean is not None:
+            history.append(weakref.ref(inp.loss_mean))
+        return inp
+
+    monkeypatch.setattr(PolicyInput, "from_columns", classmethod(from_columns))
+    alive: list[bool] = []
+    full = POLICIES["full"]
+
+    def probe(inp, p):
+        gc.collect()
+        alive.append(any(ref() is not None for ref in history))
+        return full.fn(inp, p)
+
+    monkeypatch.setitem(POLICIES, "probe", dataclasses.replace(full, name="probe", fn=probe, steps=None))
+    run = RunDir(tmp_path / "r", create=True)
+    record_two_modes(run, 3)
+    s = plan_epoch(run, 3, policy="probe", params={"noise": True}, epochs=6, seed=1)
+    assert s["noise_active"] and s["noise_suspected"] > 0
+    assert len(history) == 1 and alive == [False]
