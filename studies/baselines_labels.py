@@ -50,7 +50,7 @@ from studies.quality.layout import Layout
 from studies.quality.machine import machine_of
 from studies.quality.pipeline import eval_batches, evaluate
 from tools.draws import stratified_folds
-from tools.results import gap_verdict
+from tools.results import gap_verdict, provenance_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-labels"
@@ -402,7 +402,7 @@ def load_all(folder: Path) -> dict[str, Any]:
     runner's crashed and cut-short runs without a result (``unfinished``)."""
     runs, pilot = {}, None
     for p in sorted(folder.glob("*.json")):
-        if p.name.endswith((".crashed.json", ".cut.json")):
+        if p.name.endswith((".crashed.json", ".cut.json")) or p.name == "provenance.json":
             continue
         d = json.loads(p.read_text())
         d["_file"] = p.name
@@ -410,7 +410,7 @@ def load_all(folder: Path) -> dict[str, Any]:
             pilot = d
         else:
             runs[(d["rate"], d["method"], d["seed"])] = d
-    return {"runs": runs, "pilot": pilot, "unfinished": harness.unfinished(folder)}
+    return {"runs": runs, "pilot": pilot, "unfinished": harness.unfinished(folder), "folder": folder}
 
 
 def schedule_choice(signal: list[dict]) -> int:
@@ -526,6 +526,7 @@ def render(data: dict[str, Any]) -> str:
         '"one seed: ..." where one seed has both runs. Compute is the samples trained (forward and backward',
         "passes, the rule's weight-0 re-checks included) over E x N.",
         "",
+        *(provenance_lines(data["folder"]) if "folder" in data else []),
     ]
     every = list(runs.values()) + ([pilot] if pilot else [])
     machines = sorted({machine_of({"software": r["machine"]}) for r in every})

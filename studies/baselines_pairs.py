@@ -58,7 +58,7 @@ from studies.quality import harness
 from studies.quality.harness import Job, load
 from studies.quality.layout import child_env, python_m
 from tools import draws
-from tools.results import gap_verdict, path_label
+from tools.results import gap_verdict, path_label, provenance_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-pairs"
@@ -717,22 +717,6 @@ def targets_section(runs: dict, shares: list[float]) -> list[str]:
         margin_cell = "-" if om is None else f"{om:+.1f}"
         L.append(f"| {pct(noise)}% | {len(seeds)} | {upper} | {margin_cell} | {lower} | {oracle_cell} | {sus} |")
     return L + [""]
-
-
-def provenance_lines(results: Path) -> list[str]:
-    """The paragraph a results folder's ``provenance.json`` gives (which code made its runs, with which
-    version of the noise rule and which draws, and what supersedes them), if it has one."""
-    path = results / "provenance.json"
-    if not path.exists():
-        return []
-    p = json.loads(path.read_text())
-    text = (f"**These runs**: made at commit {p['commit']} (`{p['command']}`), the noise rule's version "
-            f"{p['rule_version']}, the mismatched pairs drawn {p['draws']}.")  # fmt: skip
-    if p.get("superseded_by"):
-        text += f" {p['superseded_by']}"
-    if p.get("note"):
-        text += f" {p['note']}"
-    return [text, ""]
 
 
 def write_report(ctx: Ctx, doc: Path | None = None) -> str:

@@ -45,6 +45,13 @@ BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 RESULTS_DOC = ROOT / "docs" / "results.md"
 VERDICT_BEGIN, VERDICT_END = "<!-- noise-verdict:begin -->", "<!-- noise-verdict:end -->"
 CIFAR = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
+CIFAR_CPU = ROOT / "docs" / "quality-runs" / "cifar-cpu" / "results.json"
+PAIRS_V2 = ROOT / "docs" / "quality-runs" / "baselines-pairs-v2"
+PAIRS_V2_DOC = ROOT / "docs" / "baselines-v2.md"
+#: The label noise of the GPU CIFAR-10 and SST-2 studies came from a salted CRC32 (dependent pick and
+#: offset, cleanlab folds holding the noisy samples together): their rows are shown, marked, and left out of
+#: the findings.
+CRC32 = "1, salted CRC32 label noise (superseded)"
 
 
 def pairs_family() -> str:
@@ -66,28 +73,9 @@ def rows() -> list[dict]:
     over ``seeds``) and to the oracle (``oracle``, over ``oracle_seeds``), and every run the row reads
     (``runs``: its file under docs/quality-runs/ and its contents, for the instability mark)."""
     out = []
-    ctx = baselines_pairs.Ctx()
-    pairs = baselines_pairs.read(ctx)
-    folder = ctx.results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
-
-    def pair_runs(keys: list[tuple]) -> list[tuple[str, dict]]:
-        files = [pairs[k]["file"] for k in keys if k in pairs]
-        return [(f"{folder}/{f}", json.loads((ctx.results / f).read_text())) for f in files]
-
-    for noise in sorted({k[0] for k in pairs}):
-        for method, config in (("rule-random", "rule + random (r=0.19)"), ("rule", "rule alone")):
-            seeds = sorted(s for (n, m, s) in pairs if n == noise and m == method and (n, "full", s) in pairs)
-            oseeds = [s for s in seeds if (noise, "oracle", s) in pairs]
-            out.append({
-                "data": f"{pairs_family()}, {round(100 * noise)}% mismatched captions", "model": "small CLIP, CPU",
-                "family": pairs_family(), "level": f"{round(100 * noise)}% mismatched captions",
-                "config": config, "metric": "R@1", "seeds": seeds, "doc": "docs/baselines.md",
-                "share": [pairs[(noise, method, s)]["pairs"] / pairs[(noise, "full", s)]["pairs"] for s in seeds],
-                "es": [pairs[(noise, method, s)]["final"] - pairs[(noise, "full", s)]["es"] for s in seeds],
-                "oracle": [pairs[(noise, method, s)]["final"] - pairs[(noise, "oracle", s)]["final"] for s in oseeds],
-                "oracle_seeds": oseeds,
-                "runs": pair_runs([(noise, m, s) for s in seeds for m in (method, "full", "oracle")]),
-            })  # fmt: skip
+    for ctx in (baselines_pairs.Ctx(), baselines_pairs.Ctx(results=PAIRS_V2, doc=PAIRS_V2_DOC)):
+        if ctx.results.exists():
+            out += pair_rows(ctx)
     runs = json.loads(CIFAR.read_text())["runs"]
     where = CIFAR.relative_to(ROOT / "docs" / "quality-runs").as_posix()
     for kind, text in (("sym40", "40% symmetric"), ("asym40", "40% asymmetric")):
@@ -97,7 +85,7 @@ def rows() -> list[dict]:
         oracle = {s: runs[f"{kind}-oracle-s{s}"] for s in seeds}
         fired = any(row.get("noise_test") == "two_modes" for r in rule.values() for row in r["rows"])
         out.append({"data": f"CIFAR-10, {text} noisy labels", "model": "ResNet-18, GPU",
-                    "family": "CIFAR-10", "level": f"{text} noisy labels",
+                    "family": "CIFAR-10", "level": f"{text} noisy labels", "rule": CRC32, "superseded": True,
                     "config": "rule alone" + ("" if fired else " (never active)"),
                     "metric": "accuracy",
                     "share": [rule[s]["trained"] / full[s]["trained"] for s in seeds],
@@ -108,6 +96,8 @@ def rows() -> list[dict]:
                     "oracle_seeds": seeds,
                     "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (rule[s], full[s], oracle[s])],
                     "seeds": seeds, "doc": "docs/cifar-gpu.md"})  # fmt: skip
+    if CIFAR_CPU.exists():
+        out += cifar_cpu_rows()
     data = baselines_labels.load_all(baselines_labels.RESULTS)["runs"]
     if data:
         rate = 0.4
@@ -120,11 +110,80 @@ def rows() -> list[dict]:
         sub = baselines_labels.RESULTS.relative_to(ROOT / "docs" / "quality-runs").as_posix()
         used = [data[k] for s in seeds for m in ("rule", "full", "oracle") if (k := (rate, m, s)) in data]
         out.append({"data": "SST-2, 40% noisy labels", "model": "bag of n-grams, CPU",
-                    "family": "SST-2", "level": "40% noisy labels",
+                    "family": "SST-2", "level": "40% noisy labels", "rule": CRC32, "superseded": True,
                     "config": "rule alone" + ("" if fired else " (never active)"),
                     "metric": "accuracy", "share": share, "es": [g for _, g in es], "oracle": [g for _, g in oracle],
                     "oracle_seeds": [s for s, _ in oracle], "runs": [(f"{sub}/{r['_file']}", r) for r in used],
                     "seeds": seeds, "doc": "docs/baselines-labels.md"})  # fmt: skip
+    return out
+
+
+def pair_rows(ctx: baselines_pairs.Ctx) -> list[dict]:
+    """The rows of one pairs results folder: rule + random and the rule alone at each share, where full
+    data ran beside them; the rule's version and the draws from the folder's provenance.json."""
+    out = []
+    pairs = baselines_pairs.read(ctx)
+    folder = ctx.results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+    prov = (
+        json.loads((ctx.results / "provenance.json").read_text()) if (ctx.results / "provenance.json").exists() else {}
+    )
+    rule = f"{prov['rule_version']}, {prov['short']}" if prov else "-"
+    doc = ctx.doc.relative_to(ROOT).as_posix()
+
+    def pair_runs(keys: list[tuple]) -> list[tuple[str, dict]]:
+        files = [pairs[k]["file"] for k in keys if k in pairs]
+        return [(f"{folder}/{f}", json.loads((ctx.results / f).read_text())) for f in files]
+
+    for noise in sorted({k[0] for k in pairs}):
+        for method, config in (("rule-random", "rule + random (r=0.19)"), ("rule", "rule alone")):
+            seeds = sorted(s for (n, m, s) in pairs if n == noise and m == method and (n, "full", s) in pairs)
+            oseeds = [s for s in seeds if (noise, "oracle", s) in pairs]
+            out.append({
+                "data": f"{pairs_family()}, {round(100 * noise)}% mismatched captions", "model": "small CLIP, CPU",
+                "family": pairs_family(), "level": f"{round(100 * noise)}% mismatched captions", "rule": rule,
+                "config": config, "metric": "R@1", "seeds": seeds, "doc": doc,
+                "share": [pairs[(noise, method, s)]["pairs"] / pairs[(noise, "full", s)]["pairs"] for s in seeds],
+                "es": [pairs[(noise, method, s)]["final"] - pairs[(noise, "full", s)]["es"] for s in seeds],
+                "oracle": [pairs[(noise, method, s)]["final"] - pairs[(noise, "oracle", s)]["final"] for s in oseeds],
+                "oracle_seeds": oseeds,
+                "runs": pair_runs([(noise, m, s) for s in seeds for m in (method, "full", "oracle")]),
+            })  # fmt: skip
+    return out
+
+
+def last(run: dict) -> float:
+    """A CIFAR-10 run's test accuracy at its last epoch."""
+    return run["rows"][-1]["test_acc"]
+
+
+def cifar_cpu_rows() -> list[dict]:
+    """The CPU CIFAR-10 study's rows (ResNet-8, the keyed-hash label noise): the rule of version 2 and of
+    version 1, each over the seeds where it, full data and the oracle filter all finished."""
+    runs = {k: r for k, r in json.loads(CIFAR_CPU.read_text())["runs"].items() if r.get("status") == "done"}
+    where = CIFAR_CPU.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+    out = []
+    for kind in ("sym20", "sym40", "asym40"):
+        text = cifar_gpu.KIND_TEXT[kind].split(" (")[0]
+        for method, rule in (("rule", "2, keyed hash"), ("rule1", "1, keyed hash")):
+            seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == method
+                           and f"{kind}-full-s{r['seed']}" in runs)  # fmt: skip
+            if not seeds:
+                continue
+            got = {s: runs[f"{kind}-{method}-s{s}"] for s in seeds}
+            full = {s: runs[f"{kind}-full-s{s}"] for s in seeds}
+            oseeds = [s for s in seeds if f"{kind}-oracle-s{s}" in runs]
+            fired = any(row.get("noise_test") == "two_modes" for r in got.values() for row in r["rows"])
+            out.append({"data": f"CIFAR-10, {text}", "model": "ResNet-8, CPU", "family": "CIFAR-10",
+                        "level": text, "rule": rule, "config": "rule alone" + ("" if fired else " (never active)"),
+                        "metric": "accuracy",
+                        "share": [got[s]["trained"] / full[s]["trained"] for s in seeds],
+                        "es": [100 * (got[s]["rows"][-1]["test_acc"] - cifar_gpu.early_stopped(full[s])["test_acc"])
+                               for s in seeds],
+                        "oracle": [100 * (last(got[s]) - last(runs[f"{kind}-oracle-s{s}"])) for s in oseeds],
+                        "oracle_seeds": oseeds,
+                        "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (got[s], full[s])]
+                        + [(f"{where}#{kind}-oracle-s{s}", runs[f"{kind}-oracle-s{s}"]) for s in oseeds],
+                        "seeds": seeds, "doc": "docs/cifar-cpu.md"})  # fmt: skip
     return out
 
 
@@ -142,9 +201,13 @@ def block() -> str:
         " in brackets (its seeds named where fewer than the row's); *verdict*: met where mean - 2 SE > 0, below"
         " where mean + 2 SE < 0, else mean above (below), not resolved.",
         "",
-        "| data | model | configuration | samples trained / full data's | minus early-stopped full data | 2 SE"
-        " | verdict | minus the oracle filter | seeds | details |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "*Rule, draws*: the noise rule's version (docs/policies.md#versions-noise_rule) and where the noise came"
+        " from; rows on the salted CRC32 label noise (its pick and offsets dependent, cleanlab's folds holding the"
+        " noisy samples together) are superseded and left out of the findings.",
+        "",
+        "| data | model | configuration | rule, draws | samples trained / full data's | minus early-stopped full data"
+        " | 2 SE | verdict | minus the oracle filter | seeds | details |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     marked: list[tuple[str, dict]] = []
     for r in rows():
@@ -157,8 +220,9 @@ def block() -> str:
         bad = unstable_runs(r)
         marked += bad
         config = r["config"] + (f" {instability.MARK}" if bad else "")
-        cells = [r["data"], r["model"], config, share, f"{cell(r['es'])} {r['metric']}", se2, verdict,
-                 cell(r["oracle"], r["oracle_seeds"], r["seeds"]), ", ".join(map(str, r["seeds"])), link]  # fmt: skip
+        oracle = cell(r["oracle"], r["oracle_seeds"], r["seeds"])
+        cells = [r["data"], r["model"], config, r.get("rule", "-"), share, f"{cell(r['es'])} {r['metric']}", se2,
+                 verdict, oracle, ", ".join(map(str, r["seeds"])), link]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     if marked:
         lines += ["", instability.footnote(marked)]
@@ -174,7 +238,8 @@ def _gap(r: dict) -> str:
     """'-7.4 accuracy points (below; 0.63 of the samples trained)': a row's mean gap, verdict and share."""
     m, _, verdict = gap_verdict(r["es"])
     share = f"; {np.mean(r['share']):.2f} of the samples trained" if r["share"] else ""
-    return f"{m:+.1f} {r['metric']} points ({verdict}{share})"
+    version = f"; rule version {r['rule'].split(',')[0]}" if r.get("rule") else ""
+    return f"{m:+.1f} {r['metric']} points ({verdict}{share}{version})"
 
 
 def _names(xs: list[dict]) -> str:
@@ -187,7 +252,7 @@ def _names(xs: list[dict]) -> str:
 
 def verdict_block() -> str:
     """docs/results.md's first finding, every sign and verdict computed from :func:`rows`."""
-    rs = [r for r in rows() if r["es"]]
+    rs = [r for r in rows() if r["es"] and not r.get("superseded")]
     alone = [r for r in rs if r["config"].startswith("rule alone")]
     groups: dict[str, list[dict]] = {"above": [], "below": [], "open": []}
     for r in alone:
@@ -226,6 +291,10 @@ def verdict_block() -> str:
                          "rule's gain")  # fmt: skip
         where = " and ".join(dict.fromkeys(f"{r['family']}, {r['model']}" for r, _ in both))
         L.append(f"  Random pruning on top (r=0.19), on the {where}: " + "; ".join(parts) + ".")
+    gone = sorted({f"{r['family']}, {r['model']}" for r in rows() if r.get("superseded")})
+    if gone:
+        L.append(f"  The rows on the salted CRC32 label noise ({'; '.join(gone)}) are superseded and not part of "
+                 "this finding (README's table shows them, marked).")  # fmt: skip
     L.append("  README's table shows each row with its seeds; the targets below give the noise study's rows.")
     return "\n".join(L) + "\n"
 

@@ -125,3 +125,20 @@ def verdict_of(
     if floor is not None and abs(m) <= floor:
         return "within the run-to-run floor"
     return "met" if good else ("above" if at_most else "below")
+
+
+def provenance_lines(results: Path) -> list[str]:
+    """The paragraph a study page opens with from its results folder's ``provenance.json``, if it has one:
+    which code made the runs (``commit``, ``command``), with which version of the noise rule
+    (``rule_version``) and which draws (``draws``), and what supersedes them (``superseded_by``, ``note``)."""
+    path = results / "provenance.json"
+    if not path.exists():
+        return []
+    p = json.loads(path.read_text())
+    text = (f"**These runs**: made at commit {p['commit']} (`{p['command']}`), the noise rule's version "
+            f"{p['rule_version']}, the mismatched pairs drawn {p['draws']}.")  # fmt: skip
+    if p.get("superseded_by"):
+        text += f" {p['superseded_by']}"
+    if p.get("note"):
+        text += f" {p['note']}"
+    return [text, ""]
