@@ -72,7 +72,7 @@ from studies.quality.data import asymmetric_offsets, noise_offsets
 from studies.quality.layout import child_env, python_m
 from studies.quality.pairs import auc_of
 from tools import draws
-from tools.results import argv_labels, path_label
+from tools.results import argv_labels, path_label, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 #: how an invocation ran this study, recorded with it (``program``); one recorded before that field was
@@ -896,6 +896,25 @@ _BASE_TEXT = {
 }
 
 
+def merge_results(docs: list[dict]) -> dict:
+    """One results file from several invocations' (drivers run side by side on one work folder, or
+    one after another into other folders): each run id once, a finished run over an unfinished
+    one, else the one with more epochs, else the later file's; ``meta`` is the last file's, its
+    ``invocations`` every file's in order, each once. Each run keeps its own ``invocation``."""
+    runs: dict[str, dict] = {}
+    invocations: list[dict] = []
+    for doc in docs:
+        for inv in doc["meta"].get("invocations", []):
+            if inv not in invocations:
+                invocations.append(inv)
+        for rid, r in doc["runs"].items():
+            old = runs.get(rid)
+            rank = (r.get("status") == "done", len(r.get("rows", [])))
+            if old is None or rank >= (old.get("status") == "done", len(old.get("rows", []))):
+                runs[rid] = r
+    return {"meta": {**docs[-1]["meta"], "invocations": invocations}, "runs": dict(sorted(runs.items()))}
+
+
 def add_run_suspects(results_path: Path, work: Path) -> None:
     """Each rule run's suspects over the whole run (``run_suspects``: the samples any of its
     plans held as suspects, from the run directory's plans, against the known noisy labels:
@@ -1172,6 +1191,8 @@ def main() -> None:
         "--report", help="write docs/cifar-gpu.md (a GPU's results) or docs/cifar-cpu.md from this results.json"
     )
     p.add_argument("--union", help="add each rule run's suspects over the whole run (its plans) to this results.json")
+    p.add_argument("--merge", nargs="+", metavar=("OUT", "RESULTS"),
+                   help="write OUT from several results.json files (merge_results)")  # fmt: skip
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.report:
@@ -1179,6 +1200,10 @@ def main() -> None:
         cpu = json.loads(results.read_text())["meta"].get("gpu") is None and "cifar-gpu" not in results.parts
         page, text = ("cifar-cpu.md", report_cpu(results)) if cpu else ("cifar-gpu.md", report(results))
         (ROOT / "docs" / page).write_text(text)
+        return None
+    if args.merge:
+        out, *inputs = (Path(x) for x in args.merge)
+        write_json(out, merge_results([json.loads(x.read_text()) for x in inputs]))
         return None
     if args.union:
         add_run_suspects(Path(args.union), Path(args.work or Path(args.union).parent / "work"))

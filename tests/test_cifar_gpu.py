@@ -158,3 +158,25 @@ def test_the_cpu_page_names_what_was_not_run_and_leaves_out_cut_runs(tmp_path):
     absent = [cifar_gpu.METHODS[m] for m in ("oracle", "rulerand", "rule1", "dynrand", "equal", "cleanlab")]
     assert f"Not run for this kind of noise in the time the study had: {'; '.join(absent)}." in page
     assert "Run on fewer seeds: the noise rule (full, noise=True) (no finished run on seed 1, 2)." in page
+
+
+def test_merged_results_keep_each_run_once_finished_first_and_every_invocation():
+    inv = [{"commit": c, "argv": [c]} for c in ("a", "b", "c")]
+    one = {
+        "meta": {"commit": "a", "invocations": inv[:2]},
+        "runs": {
+            "x": {"id": "x", "status": "done", "rows": [1, 2]},
+            "y": {"id": "y", "status": "running", "rows": [1]},
+        },
+    }
+    two = {"meta": {"commit": "c", "invocations": [inv[1], inv[2]]},
+           "runs": {"x": {"id": "x", "status": "running", "rows": [1, 2, 3]}, "y": {"id": "y", "status": "done",
+                                                                                  "rows": [1, 2]},
+                    "z": {"id": "z", "status": "cut", "rows": []}}}  # fmt: skip
+    merged = cifar_gpu.merge_results([one, two])
+    assert merged["meta"] == {"commit": "c", "invocations": inv}
+    assert {k: (r["status"], len(r["rows"])) for k, r in merged["runs"].items()} == {
+        "x": ("done", 2),
+        "y": ("done", 2),
+        "z": ("cut", 0),
+    }
