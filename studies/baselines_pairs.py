@@ -162,7 +162,7 @@ def prepare(ctx: Ctx, noise: float) -> dict[str, Path | list[str]]:
     keep = [s in fit_names for s in noise_table.column("shard").to_pylist()]
     import pyarrow as pa
 
-    fit_noise = noise_table.filter(pa.array(keep))
+    fit_noise = noise_table.filter(pa.array(keep, type=pa.bool_()))  # typed: no mismatched pair at 0%
     mismatched = set(zip(fit_noise.column("shard").to_pylist(), fit_noise.column("key").to_pylist()))
     views = {}
     for view in ("fit", "oracle"):
