@@ -50,7 +50,7 @@ from studies.quality.layout import Layout
 from studies.quality.machine import machine_of
 from studies.quality.pipeline import eval_batches, evaluate
 from tools.draws import stratified_folds
-from tools.results import gap_verdict, provenance_lines
+from tools.results import PROVENANCE, gap_verdict, provenance_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-labels"
@@ -402,7 +402,7 @@ def load_all(folder: Path) -> dict[str, Any]:
     runner's crashed and cut-short runs without a result (``unfinished``)."""
     runs, pilot = {}, None
     for p in sorted(folder.glob("*.json")):
-        if p.name.endswith((".crashed.json", ".cut.json")) or p.name == "provenance.json":
+        if p.name.endswith((".crashed.json", ".cut.json")) or p.name == PROVENANCE:
             continue
         d = json.loads(p.read_text())
         d["_file"] = p.name

@@ -37,7 +37,7 @@ import numpy as np
 
 from studies import baselines_labels, baselines_pairs, cifar_gpu
 from studies.quality import instability
-from tools.results import gap_verdict
+from tools.results import gap_verdict, read_provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -124,9 +124,7 @@ def pair_rows(ctx: baselines_pairs.Ctx) -> list[dict]:
     out = []
     pairs = baselines_pairs.read(ctx)
     folder = ctx.results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
-    prov = (
-        json.loads((ctx.results / "provenance.json").read_text()) if (ctx.results / "provenance.json").exists() else {}
-    )
+    prov = read_provenance(ctx.results)
     rule = f"{prov['rule_version']}, {prov['short']}" if prov else "-"
     doc = ctx.doc.relative_to(ROOT).as_posix()
 

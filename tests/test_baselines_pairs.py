@@ -16,6 +16,7 @@ import pytest
 from seta_stream import list_samples
 from studies import baselines_pairs as bp
 from studies.quality.instability import findings
+from tools.results import PROVENANCE
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(train=300, test=50, shard_size=100, size=32, seed=0)
@@ -27,7 +28,7 @@ def test_the_committed_page_is_the_report_of_the_committed_result_files() -> Non
 
 
 def test_every_committed_result_file_names_no_path_of_this_machine_and_has_curves() -> None:
-    files = sorted(p for p in bp.RESULTS.glob("*.json") if p.name != "provenance.json")  # the folder's, no run
+    files = sorted(p for p in bp.RESULTS.glob("*.json") if p.name != PROVENANCE)  # the folder's, no run
     for p in files:
         text = p.read_text()
         assert str(ROOT) not in text and "/tmp/" not in text, p.name

@@ -127,14 +127,23 @@ def verdict_of(
     return "met" if good else ("above" if at_most else "below")
 
 
+#: A results folder's provenance file (not a run: every reader of the folder's runs passes it by)
+PROVENANCE = "provenance.json"
+
+
+def read_provenance(results: Path) -> dict:
+    """The folder's :data:`PROVENANCE` (which code made its runs: ``commit``, ``command``; the noise
+    rule's ``rule_version``; the ``draws`` and their ``short`` name; ``superseded_by``, ``note``), or {}."""
+    path = results / PROVENANCE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def provenance_lines(results: Path) -> list[str]:
-    """The paragraph a study page opens with from its results folder's ``provenance.json``, if it has one:
-    which code made the runs (``commit``, ``command``), with which version of the noise rule
-    (``rule_version``) and which draws (``draws``), and what supersedes them (``superseded_by``, ``note``)."""
-    path = results / "provenance.json"
-    if not path.exists():
+    """The paragraph a study page opens with from its results folder's :data:`PROVENANCE`, if it has
+    one (:func:`read_provenance`): which code, rule version and draws made the runs, what supersedes them."""
+    p = read_provenance(results)
+    if not p:
         return []
-    p = json.loads(path.read_text())
     text = (f"**These runs**: made at commit {p['commit']} (`{p['command']}`), the noise rule's version "
             f"{p['rule_version']}, the mismatched pairs drawn {p['draws']}.")  # fmt: skip
     if p.get("superseded_by"):

@@ -39,7 +39,7 @@ from typing import Any
 
 from studies.quality.collapses import LEARNED, MARGIN, collapse_epochs
 from studies.quality.layout import ROOT
-from tools.results import write_json
+from tools.results import PROVENANCE, write_json
 
 RESULTS = ROOT / "docs" / "quality-runs"
 OUT = "instability.json"
@@ -114,7 +114,7 @@ def unstable(r: dict, name: str = "") -> bool:
 def scan(root: Path = RESULTS) -> dict[str, Any]:
     """Every result file under ``root``: how many were read and had a curve, and each unstable one
     (its path relative to ``root``, policy, label, seed and events), in path order."""
-    files = sorted(p for p in root.rglob("*.json") if p.name not in (OUT, "provenance.json"))
+    files = sorted(p for p in root.rglob("*.json") if p.name not in (OUT, PROVENANCE))
     runs, with_curve = [], 0
     for p in files:
         try:
