@@ -241,7 +241,7 @@ def test_a_results_folder_with_its_provenance_gets_its_own_page(tmp_path: Path) 
         name = f"pairs-n20-{m}-s0.json"
         (results / name).write_text((bp.RESULTS / name).read_text())
     (results / "provenance.json").write_text(json.dumps({
-        "commit": "abc1234", "command": "python -m studies baselines_pairs", "rule_version": 2,
+        "commit": "commit abc1234", "command": "python -m studies baselines_pairs", "rule_version": 2,
         "draws": "by a keyed hash", "superseded_by": "Nothing supersedes them.", "note": "Cut at 75 minutes.",
     }))  # fmt: skip
     doc = tmp_path / "page.md"
@@ -255,7 +255,7 @@ def test_a_results_folder_with_its_provenance_gets_its_own_page(tmp_path: Path) 
     )
     assert text.splitlines()[4] == (
         "**These runs**: made at commit abc1234 (`python -m studies baselines_pairs`), the noise rule's version 2, "
-        "the mismatched pairs drawn by a keyed hash. Nothing supersedes them. Cut at 75 minutes."
+        "the noise drawn by a keyed hash. Nothing supersedes them. Cut at 75 minutes."
     )
     assert "3 finished runs on one machine" in text
     assert bp.DOC.read_text() == bp.report(bp.Ctx())  # the default page is untouched

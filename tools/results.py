@@ -132,7 +132,7 @@ PROVENANCE = "provenance.json"
 
 
 def read_provenance(results: Path) -> dict:
-    """The folder's :data:`PROVENANCE` (which code made its runs: ``commit``, ``command``; the noise
+    """The folder's :data:`PROVENANCE` (which code made its runs: ``commit``, in words such as "commit 5a8e19d", and ``command``; the noise
     rule's ``rule_version``; the ``draws`` and their ``short`` name; ``superseded_by``, ``note``), or {}."""
     path = results / PROVENANCE
     return json.loads(path.read_text()) if path.exists() else {}
@@ -144,8 +144,8 @@ def provenance_lines(results: Path) -> list[str]:
     p = read_provenance(results)
     if not p:
         return []
-    text = (f"**These runs**: made at commit {p['commit']} (`{p['command']}`), the noise rule's version "
-            f"{p['rule_version']}, the mismatched pairs drawn {p['draws']}.")  # fmt: skip
+    text = (f"**These runs**: made at {p['commit']} (`{p['command']}`), the noise rule's version "
+            f"{p['rule_version']}, the noise drawn {p['draws']}.")  # fmt: skip
     if p.get("superseded_by"):
         text += f" {p['superseded_by']}"
     if p.get("note"):
