@@ -132,8 +132,9 @@ PROVENANCE = "provenance.json"
 
 
 def read_provenance(results: Path) -> dict:
-    """The folder's :data:`PROVENANCE` (which code made its runs: ``commit``, in words such as "commit 5a8e19d", and ``command``; the noise
-    rule's ``rule_version``; the ``draws`` and their ``short`` name; ``superseded_by``, ``note``), or {}."""
+    """The folder's :data:`PROVENANCE` (which code made its runs: ``commit``, in words such as "commit
+    5a8e19d", and ``command``; the noise rule's ``rule_version``; the ``draws`` and their ``short`` name;
+    ``superseded_by``, ``note``), or {}."""
     path = results / PROVENANCE
     return json.loads(path.read_text()) if path.exists() else {}
 
