@@ -32,6 +32,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,26 +77,8 @@ def rows() -> list[dict]:
     for ctx in (baselines_pairs.Ctx(), baselines_pairs.Ctx(results=PAIRS_V2, doc=PAIRS_V2_DOC)):
         if ctx.results.exists():
             out += pair_rows(ctx)
-    runs = json.loads(CIFAR.read_text())["runs"]
-    where = CIFAR.relative_to(ROOT / "docs" / "quality-runs").as_posix()
-    for kind, text in (("sym40", "40% symmetric"), ("asym40", "40% asymmetric")):
-        seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == "rule")
-        rule = {s: runs[f"{kind}-rule-s{s}"] for s in seeds}
-        full = {s: runs[f"{kind}-full-s{s}"] for s in seeds}
-        oracle = {s: runs[f"{kind}-oracle-s{s}"] for s in seeds}
-        fired = any(row.get("noise_test") == "two_modes" for r in rule.values() for row in r["rows"])
-        out.append({"data": f"CIFAR-10, {text} noisy labels", "model": "ResNet-18, GPU",
-                    "family": "CIFAR-10", "level": f"{text} noisy labels", "rule": CRC32, "superseded": True,
-                    "config": "rule alone" + ("" if fired else " (never active)"),
-                    "metric": "accuracy",
-                    "share": [rule[s]["trained"] / full[s]["trained"] for s in seeds],
-                    "es": [100 * (rule[s]["rows"][-1]["test_acc"] - cifar_gpu.early_stopped(full[s])["test_acc"])
-                           for s in seeds],
-                    "oracle": [100 * (rule[s]["rows"][-1]["test_acc"] - oracle[s]["rows"][-1]["test_acc"])
-                               for s in seeds],
-                    "oracle_seeds": seeds,
-                    "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (rule[s], full[s], oracle[s])],
-                    "seeds": seeds, "doc": "docs/cifar-gpu.md"})  # fmt: skip
+    gpu = {"model": "ResNet-18, GPU", "rule": CRC32, "superseded": True, "doc": "docs/cifar-gpu.md"}
+    out += [r for kind in ("sym40", "asym40") if (r := cifar_row(CIFAR, kind, "rule", **gpu))]
     if CIFAR_CPU.exists():
         out += cifar_cpu_rows()
     data = baselines_labels.load_all(baselines_labels.RESULTS)["runs"]
@@ -154,35 +137,36 @@ def last(run: dict) -> float:
     return run["rows"][-1]["test_acc"]
 
 
+def cifar_row(results: Path, kind: str, method: str, **fields: Any) -> dict | None:
+    """The row of a CIFAR-10 study's ``method`` at ``kind`` (``fields``: model, rule, doc, ...), over
+    the seeds where it and full data both finished (the oracle where it finished too); None if none."""
+    runs = {k: r for k, r in json.loads(results.read_text())["runs"].items() if r.get("status") == "done"}
+    where = results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+    seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == method
+                   and f"{kind}-full-s{r['seed']}" in runs)  # fmt: skip
+    if not seeds:
+        return None
+    got = {s: runs[f"{kind}-{method}-s{s}"] for s in seeds}
+    full = {s: runs[f"{kind}-full-s{s}"] for s in seeds}
+    oracle = {s: runs[f"{kind}-oracle-s{s}"] for s in seeds if f"{kind}-oracle-s{s}" in runs}
+    fired = any(row.get("noise_test") == "two_modes" for r in got.values() for row in r["rows"])
+    level = cifar_gpu.KIND_TEXT[kind].split(" (")[0]
+    return {"data": f"CIFAR-10, {level}", "family": "CIFAR-10", "level": level,
+            "config": "rule alone" + ("" if fired else " (never active)"), "metric": "accuracy",
+            "share": [got[s]["trained"] / full[s]["trained"] for s in seeds],
+            "es": [100 * (last(got[s]) - cifar_gpu.early_stopped(full[s])["test_acc"]) for s in seeds],
+            "oracle": [100 * (last(got[s]) - last(oracle[s])) for s in oracle], "oracle_seeds": list(oracle),
+            "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (got[s], full[s], oracle.get(s)) if r],
+            "seeds": seeds, **fields}  # fmt: skip
+
+
 def cifar_cpu_rows() -> list[dict]:
     """The CPU CIFAR-10 study's rows (ResNet-8, the keyed-hash label noise): the rule of version 2 and of
-    version 1, each over the seeds where it, full data and the oracle filter all finished."""
-    runs = {k: r for k, r in json.loads(CIFAR_CPU.read_text())["runs"].items() if r.get("status") == "done"}
-    where = CIFAR_CPU.relative_to(ROOT / "docs" / "quality-runs").as_posix()
-    out = []
-    for kind in ("sym20", "sym40", "asym40"):
-        text = cifar_gpu.KIND_TEXT[kind].split(" (")[0]
-        for method, rule in (("rule", "2, keyed hash"), ("rule1", "1, keyed hash")):
-            seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == method
-                           and f"{kind}-full-s{r['seed']}" in runs)  # fmt: skip
-            if not seeds:
-                continue
-            got = {s: runs[f"{kind}-{method}-s{s}"] for s in seeds}
-            full = {s: runs[f"{kind}-full-s{s}"] for s in seeds}
-            oseeds = [s for s in seeds if f"{kind}-oracle-s{s}" in runs]
-            fired = any(row.get("noise_test") == "two_modes" for r in got.values() for row in r["rows"])
-            out.append({"data": f"CIFAR-10, {text}", "model": "ResNet-8, CPU", "family": "CIFAR-10",
-                        "level": text, "rule": rule, "config": "rule alone" + ("" if fired else " (never active)"),
-                        "metric": "accuracy",
-                        "share": [got[s]["trained"] / full[s]["trained"] for s in seeds],
-                        "es": [100 * (got[s]["rows"][-1]["test_acc"] - cifar_gpu.early_stopped(full[s])["test_acc"])
-                               for s in seeds],
-                        "oracle": [100 * (last(got[s]) - last(runs[f"{kind}-oracle-s{s}"])) for s in oseeds],
-                        "oracle_seeds": oseeds,
-                        "runs": [(f"{where}#{r['id']}", r) for s in seeds for r in (got[s], full[s])]
-                        + [(f"{where}#{kind}-oracle-s{s}", runs[f"{kind}-oracle-s{s}"]) for s in oseeds],
-                        "seeds": seeds, "doc": "docs/cifar-cpu.md"})  # fmt: skip
-    return out
+    version 1, each over the seeds where it and full data finished."""
+    cpu = {"model": "ResNet-8, CPU", "doc": "docs/cifar-cpu.md"}
+    rows = (cifar_row(CIFAR_CPU, kind, method, rule=rule, **cpu) for kind in ("sym20", "sym40", "asym40")
+            for method, rule in (("rule", "2, keyed hash"), ("rule1", "1, keyed hash")))  # fmt: skip
+    return [r for r in rows if r]
 
 
 def unstable_runs(r: dict) -> list[tuple[str, dict]]:
