@@ -44,18 +44,14 @@ def loss(i: int, epoch: int) -> float:
     return 1.0 + 0.3 * ((i * 37) % 100) / 100
 
 
-@pytest.fixture(scope="module")
-def noisy_run(tmp_path_factory) -> Path:
-    """A Pruner loop of 7 epochs with the rule alone (full, noise=True of version 1, the default
-    re-check share 0.1) that records the loss of every sample its plan keeps (re-checks included)."""
-    root = tmp_path_factory.mktemp("suspects")
+def pruner_loop(root: Path, params: dict) -> Path:
+    """A Pruner loop of 7 epochs of policy full with ``params`` over two shards of 100 samples, recording
+    the loss of every sample its plan keeps (re-checks included); returns ``root`` (the run: root/run)."""
     population = seta.list_samples(write_shards(root / "shards", [100, 100]))
     keys, urls = population.column("key").to_pylist(), population.column("url").to_pylist()
     index = {(s, k): i for i, (s, k) in enumerate(zip(population.column("shard").to_pylist(), keys))}
     assert sorted(index.values()) == list(range(200)) and all(ident(i) == p for p, i in index.items())
-    # the rule's first version: the threshold where the components cross (the report reads either)
-    pruner = seta.Pruner(str(root / "run"), policy="full", params={"noise": True, "noise_rule": 1}, epochs=EPOCHS,
-                         seed=0, population=population)  # fmt: skip
+    pruner = seta.Pruner(str(root / "run"), policy="full", params=params, epochs=EPOCHS, seed=0, population=population)
     for e in range(EPOCHS):
         pruner.start_epoch(e)
         plan = load_plan(root / "run", e, ["shard", "key", "keep"]).to_pylist()
@@ -63,6 +59,15 @@ def noisy_run(tmp_path_factory) -> Path:
         pruner.record([keys[i] for i in trained], [urls[i] for i in trained],
                       np.array([loss(i, e) for i in trained], np.float32))  # fmt: skip
     pruner.close()
+    return root
+
+
+@pytest.fixture(scope="module")
+def noisy_run(tmp_path_factory) -> Path:
+    """A Pruner loop of 7 epochs with the rule alone (full, noise=True of version 1, the default
+    re-check share 0.1) that records the loss of every sample its plan keeps (re-checks included)."""
+    # the rule's first version: the threshold where the components cross (the report reads either)
+    root = pruner_loop(tmp_path_factory.mktemp("suspects"), {"noise": True, "noise_rule": 1})
     truth = [ident(i) for i in sorted(X | {1, 2})] + [("elsewhere.tar", "sample0000")]  # 2 clean, 1 outside
     pq.write_table(pa.table({"shard": [s for s, _ in truth], "key": [k for _, k in truth]}), root / "noise.parquet")
     return root
@@ -333,20 +338,7 @@ def test_an_empty_truth_file_makes_every_suspect_a_false_positive(noisy_run: Pat
 def rule2_run(tmp_path_factory) -> Path:
     """The Pruner loop of :func:`noisy_run` with the rule's current version (``noise=True``, no
     ``noise_rule``: version 2, posterior 0.9, each threshold held to the plan before's)."""
-    root = tmp_path_factory.mktemp("suspects2")
-    population = seta.list_samples(write_shards(root / "shards", [100, 100]))
-    keys, urls = population.column("key").to_pylist(), population.column("url").to_pylist()
-    index = {(s, k): i for i, (s, k) in enumerate(zip(population.column("shard").to_pylist(), keys))}
-    pruner = seta.Pruner(str(root / "run"), policy="full", params={"noise": True}, epochs=EPOCHS, seed=0,
-                         population=population)  # fmt: skip
-    for e in range(EPOCHS):
-        pruner.start_epoch(e)
-        plan = load_plan(root / "run", e, ["shard", "key", "keep"]).to_pylist()
-        trained = [index[(r["shard"], r["key"])] for r in plan if r["keep"]]
-        pruner.record([keys[i] for i in trained], [urls[i] for i in trained],
-                      np.array([loss(i, e) for i in trained], np.float32))  # fmt: skip
-    pruner.close()
-    return root
+    return pruner_loop(tmp_path_factory.mktemp("suspects2"), {"noise": True})
 
 
 def test_a_run_of_the_rules_version_2(rule2_run: Path, capsys) -> None:
