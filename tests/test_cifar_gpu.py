@@ -104,6 +104,15 @@ def _run(kind, method, seed, finals, val=None, suspects=None, **extra):
             **({"run_suspects": suspects} if suspects else {}), **extra}  # fmt: skip
 
 
+def cpu_page(tmp_path, runs: dict) -> str:
+    """report_cpu's page of a results file (tmp_path/cifar-cpu/results.json) holding ``runs``."""
+    meta = {"batch": 256, "lr": 0.1, "weight_decay": 5e-4, "threads": 1, "torch": "x", "commit": "abc", "argv": []}
+    path = tmp_path / "cifar-cpu" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": meta, "runs": runs}))
+    return cifar_gpu.report_cpu(path)
+
+
 def test_the_cpu_page_holds_the_rule_to_its_targets(tmp_path):
     """report_cpu's targets table from a results file: rule minus full data, both early-stopped,
     mean + 2 SE >= 0; the oracle's margin; where it is 2 points or more, mean - 2 SE > 0 and within
@@ -114,11 +123,7 @@ def test_the_cpu_page_holds_the_rule_to_its_targets(tmp_path):
             sus = {"suspected": 10, "true_positives": 9, "precision": 0.9, "recall": 0.95} if method == "rule" else None
             r = _run("sym40", method, s, [acc - 0.1, acc], suspects=sus)
             runs[r["id"]] = r
-    meta = {"batch": 256, "lr": 0.1, "weight_decay": 5e-4, "threads": 1, "torch": "x", "commit": "abc", "argv": []}
-    path = tmp_path / "cifar-cpu" / "results.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps({"meta": meta, "runs": runs}))
-    page = cifar_gpu.report_cpu(path)
+    page = cpu_page(tmp_path, runs)
     assert (
         "| rule (early-stopped) minus full data (early-stopped): mean + 2 SE >= 0 | +1.67 + 0.33 = +2.00 | met |"
         in page
@@ -147,11 +152,7 @@ def test_the_cpu_page_names_what_was_not_run_and_leaves_out_cut_runs(tmp_path):
     runs[r["id"]] = r
     cut = _run("sym20", "rule", 1, [0.5, 0.99], status="running")
     runs[cut["id"]] = cut
-    meta = {"batch": 256, "lr": 0.1, "weight_decay": 5e-4, "threads": 1, "torch": "x", "commit": "abc", "argv": []}
-    path = tmp_path / "cifar-cpu" / "results.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps({"meta": meta, "runs": runs}))
-    page = cifar_gpu.report_cpu(path)
+    page = cpu_page(tmp_path, runs)
     assert "not finished: sym20-rule-s1." in page
     assert "| the noise rule (full, noise=True) | 61.00 | 61.00 |" in page  # seed 1's cut run is not in the table
     assert "99.00" not in page
