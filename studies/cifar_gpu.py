@@ -682,6 +682,49 @@ def provenance(meta: dict, runs: dict, log: Path | None = None) -> str:
     )
 
 
+#: The CPU study's methods that run the noise rule (their removal cell: the suspects)
+RULE_METHODS = ("rule", "rulerand", "rule1")
+
+
+def method_line(
+    kind: str, method: str, text: str, got: list[dict], runs: dict, where: str, name: str,
+    rule_methods: tuple[str, ...], over_run: bool,
+) -> tuple[str, list[tuple[str, dict]]]:  # fmt: skip
+    """A method's row of a page's table (``got``: its runs, one a seed) and the runs of it the
+    instability scan flags. The removal cell of ``rule_methods``: the suspects over the whole run where
+    ``over_run`` and every run has them (``run_suspects``), else the last plan's."""
+    final = [g["rows"][-1]["test_acc"] for g in got]
+    es = [early_stopped(g)["test_acc"] for g in got]
+    trained = [g["trained"] for g in got]
+    if method == "cleanlab":
+        folds = [sum(runs[f"{kind}-clfold{k}-s{g['seed']}"]["trained"] for k in range(FOLDS)
+                     if f"{kind}-clfold{k}-s{g['seed']}" in runs) for g in got]  # fmt: skip
+        trained_text = f"{np.mean(trained):,.0f} (+ {np.mean(folds):,.0f} in the {FOLDS} folds)"
+    else:
+        trained_text = f"{np.mean(trained):,.0f}"
+    last = [g["rows"][-1] for g in got]
+    share = np.mean([row["noisy_learnt"] / max(1, row["learnt"]) for row in last])
+    whole = [g.get("run_suspects") for g in got]
+    if method in rule_methods and over_run and all(whole):
+        p, r = np.mean([w["precision"] or 0 for w in whole]), np.mean([w["recall"] or 0 for w in whole])
+        removal = f"{p:.3f} / {r:.3f} (suspects over the run)"
+    elif method in rule_methods:
+        p, r = np.mean([row["precision"] or 0 for row in last]), np.mean([row["recall"] for row in last])
+        removal = f"{p:.3f} / {r:.3f} (suspects, last plan)"
+    elif method == "cleanlab":
+        removal = f"{np.mean([g['precision'] for g in got]):.3f} / {np.mean([g['recall'] for g in got]):.3f}"
+    elif method == "oracle":
+        removal = "1 / 1"
+    else:
+        removal = "-"
+    # collapsed, fell 20 points, diverged or cut short
+    shaky = [(f"{where}#{g['id']}", g) for g in got if instability.unstable(g, name)]
+    text += f" {instability.MARK}" if shaky else ""
+    line = (f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
+            f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |")  # fmt: skip
+    return line, shaky
+
+
 def report(results_path: Path) -> str:
     """docs/cifar-gpu.md, every figure from ``results_path``."""
     doc = json.loads(results_path.read_text())
@@ -734,32 +777,9 @@ def report(results_path: Path) -> str:
             got = [rs[(method, s)] for s in seeds if (method, s) in rs]
             if not got:
                 continue
-            final = [g["rows"][-1]["test_acc"] for g in got]
-            es = [early_stopped(g)["test_acc"] for g in got]
-            trained = [g["trained"] for g in got]
-            if method == "cleanlab":
-                folds = [sum(runs[f"{kind}-clfold{k}-s{g['seed']}"]["trained"] for k in range(FOLDS)) for g in got]
-                trained_text = f"{np.mean(trained):,.0f} (+ {np.mean(folds):,.0f} in the {FOLDS} folds)"
-            else:
-                trained_text = f"{np.mean(trained):,.0f}"
-            last = [g["rows"][-1] for g in got]
-            share = np.mean([row["noisy_learnt"] / max(1, row["learnt"]) for row in last])
-            if method == "rule":
-                pr = (np.mean([row["precision"] or 0 for row in last]), np.mean([row["recall"] for row in last]))
-                removal = f"{pr[0]:.3f} / {pr[1]:.3f} (suspects, last plan)"
-            elif method == "cleanlab":
-                removal = f"{np.mean([g['precision'] for g in got]):.3f} / {np.mean([g['recall'] for g in got]):.3f}"
-            elif method == "oracle":
-                removal = "1 / 1"
-            else:
-                removal = "-"
-            shaky = [(f"{where}#{g['id']}", g) for g in got if instability.unstable(g, results_path.name)]
+            line, shaky = method_line(kind, method, text, got, runs, where, results_path.name, ("rule",), False)
             marked += shaky
-            text += f" {instability.MARK}" if shaky else ""  # collapsed, fell 20 points, diverged or cut short
-            lines.append(
-                f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
-                f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |"
-            )
+            lines.append(line)
         for subject in ("rule", "cleanlab"):
             if not any(m == subject for m, _ in rs):
                 continue
@@ -1095,42 +1115,9 @@ def report_cpu(results_path: Path) -> str:
             if not got:
                 continue
             text = METHODS[method]
-            final = [g["rows"][-1]["test_acc"] for g in got]
-            es = [early_stopped(g)["test_acc"] for g in got]
-            trained = [g["trained"] for g in got]
-            if method == "cleanlab":
-                folds = [
-                    sum(runs[f"{kind}-clfold{k}-s{g['seed']}"]["trained"] for k in range(FOLDS)
-                        if f"{kind}-clfold{k}-s{g['seed']}" in runs)
-                    for g in got
-                ]  # fmt: skip
-                trained_text = f"{np.mean(trained):,.0f} (+ {np.mean(folds):,.0f} in the {FOLDS} folds)"
-            else:
-                trained_text = f"{np.mean(trained):,.0f}"
-            last = [g["rows"][-1] for g in got]
-            share = np.mean([row["noisy_learnt"] / max(1, row["learnt"]) for row in last])
-            if method in ("rule", "rulerand", "rule1"):
-                whole = [g.get("run_suspects") for g in got]
-                if all(whole):
-                    p = np.mean([w["precision"] or 0 for w in whole])
-                    r_ = np.mean([w["recall"] or 0 for w in whole])
-                    removal = f"{p:.3f} / {r_:.3f} (suspects over the run)"
-                else:
-                    p = np.mean([row["precision"] or 0 for row in last])
-                    removal = f"{p:.3f} / {np.mean([row['recall'] for row in last]):.3f} (suspects, last plan)"
-            elif method == "cleanlab":
-                removal = f"{np.mean([g['precision'] for g in got]):.3f} / {np.mean([g['recall'] for g in got]):.3f}"
-            elif method == "oracle":
-                removal = "1 / 1"
-            else:
-                removal = "-"
-            shaky = [(f"{where}#{g['id']}", g) for g in got if instability.unstable(g, results_path.name)]
+            line, shaky = method_line(kind, method, text, got, runs, where, results_path.name, RULE_METHODS, True)
             marked += shaky
-            text += f" {instability.MARK}" if shaky else ""
-            lines.append(
-                f"| {text} | {', '.join(f'{100 * v:.2f}' for v in final)} | {100 * np.mean(final):.2f} | "
-                f"{100 * np.mean(es):.2f} | {trained_text} | {100 * share:.1f}% | {removal} |"
-            )
+            lines.append(line)
         absent = [METHODS[m] for m in CPU_METHODS if not any(mm == m for mm, _ in rs)]
         short = {m: sorted(set(seeds) - {s for mm, s in rs if mm == m}) for m in CPU_METHODS}
         short = {m: ss for m, ss in short.items() if ss and any(mm == m for mm, _ in rs)}
