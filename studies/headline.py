@@ -29,6 +29,7 @@ sign and verdict computed, and what random pruning on top changed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -137,10 +138,16 @@ def last(run: dict) -> float:
     return run["rows"][-1]["test_acc"]
 
 
+@functools.cache
+def finished_runs(results: Path) -> dict[str, dict]:
+    """The finished runs of a CIFAR-10 results file, read once a process (each of its rows reads them)."""
+    return {k: r for k, r in json.loads(results.read_text())["runs"].items() if r.get("status") == "done"}
+
+
 def cifar_row(results: Path, kind: str, method: str, **fields: Any) -> dict | None:
     """The row of a CIFAR-10 study's ``method`` at ``kind`` (``fields``: model, rule, doc, ...), over
     the seeds where it and full data both finished (the oracle where it finished too); None if none."""
-    runs = {k: r for k, r in json.loads(results.read_text())["runs"].items() if r.get("status") == "done"}
+    runs = finished_runs(results)
     where = results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
     seeds = sorted(r["seed"] for r in runs.values() if r["kind"] == kind and r["method"] == method
                    and f"{kind}-full-s{r['seed']}" in runs)  # fmt: skip
