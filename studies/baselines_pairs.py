@@ -74,6 +74,15 @@ EXTRA = (0.4, 2)
 #: (mismatched share, seed) of the low shares, after the rounds: does the rule find a few percent of mismatched
 #: pairs? Only :data:`LOW_METHODS` run there (the rule alone against full data, early-stopped or not).
 LOW_ROUNDS = ((0.03, 0), (0.03, 1), (0.05, 0), (0.05, 1), (0.1, 0), (0.1, 1), (0.0, 0), (0.0, 1))
+
+
+def low_rounds(seeds: int) -> tuple:
+    """:data:`LOW_ROUNDS` with ``seeds`` seeds of each share: seeds 0 and 1 of every share first, then each
+    further seed of every share."""
+    shares = list(dict.fromkeys(n for n, _ in LOW_ROUNDS))
+    return tuple(r for r in LOW_ROUNDS if r[1] < seeds) + tuple((n, s) for s in range(2, seeds) for n in shares)
+
+
 #: the oracle filter too, to tell whether the noise leaves a margin to gain (clean data: the oracle is full data)
 LOW_METHODS = ("full", "rule", "oracle")
 PRIOR_RATE = {"pairs": 1.6e-3, "cal": 60.0}  # seconds per trained pair (the runner's deadline estimate)
@@ -417,8 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=float, help="start no run after this many minutes")
     p.add_argument("--results", type=Path, default=RESULTS, help="the result files' folder (default: %(default)s)")
     p.add_argument("--doc", type=Path, default=DOC, help="the page the report writes (default: %(default)s)")
+    p.add_argument("--low-seeds", type=int, default=2, help="seeds of each low share, 0 first (default: %(default)s)")
     a = p.parse_args(argv)
-    ctx = Ctx(results=a.results.resolve(), doc=a.doc.resolve())
+    ctx = Ctx(results=a.results.resolve(), doc=a.doc.resolve(), low=low_rounds(a.low_seeds))
     if not a.report_only:
         ctx.last_start = None if a.limit is None else ctx.started + 60 * a.limit
         harness.worker(ctx, sys.modules[__name__])  # one process, one torch thread
@@ -455,7 +465,7 @@ def report(ctx: Ctx) -> str:
     threads = sorted({v["machine"]["torch_threads"] for v in runs.values()})
     command = "python -m studies baselines_pairs --report-only" + (
         "" if ctx.results == RESULTS else f" --results {path_label(ctx.results)} --doc {path_label(ctx.doc)}"
-    )
+    ) + ("" if ctx.low == LOW_ROUNDS else f" --low-seeds {1 + max(s for _, s in ctx.low)}")
     L = [
         "# Baselines: the noise rule on generated shape pairs against what a reviewer would set beside it",
         "",
