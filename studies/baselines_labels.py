@@ -51,7 +51,7 @@ from studies.quality.layout import Layout
 from studies.quality.machine import machine_of
 from studies.quality.pipeline import eval_batches, evaluate
 from tools.draws import stratified_folds
-from tools.results import PROVENANCE, gap_verdict, path_label, provenance_lines
+from tools.results import PROVENANCE, gap_verdict, path_label, provenance_lines, read_provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-labels"
@@ -580,6 +580,8 @@ def render(data: dict[str, Any], doc: Path = DOC) -> str:
         ]
     L += _summary(runs, n)
     # ----------------------------------------------------------------- study A
+    if not read_provenance(Path(data.get("folder", RESULTS))).get("superseded_by"):  # a superseded study's runs
+        L += _targets(runs)  # measure other noise: the targets are not read off them
     L += _study_a(runs, n)
     L += _study_b(runs)
     L += _missing(runs)
@@ -729,6 +731,58 @@ def _study_a_rate(runs: dict, rate: float, n: int) -> list[str]:
                          f"{c[1]}, {c[0]:.3f} | {len(d['active_epochs'])} of {len(d['plans'])} | "
                          f"{_largest_d(d['plans'])} |")  # fmt: skip
     return L + [""]
+
+
+def es_of(runs: dict, rate: float, method: str, seed: int) -> float | None:
+    """A method's early-stopped test accuracy (%) in one seed: at its epoch of best accuracy on the noisy
+    validation split (:func:`es_acc`)."""
+    r = runs.get((rate, method, seed))
+    return None if r is None else 100 * es_acc(r)[0]
+
+
+def _targets(runs: dict) -> list[str]:
+    """The targets of a rule that never costs accuracy (issue 50), the rule alone at each rate where it and
+    full data ran, paired by seed, every run early-stopped on the noisy validation split: rule minus full
+    data, mean + 2 SE >= 0; the oracle filter's margin over full data; where that margin is 2 points or more,
+    rule minus full data mean - 2 SE > 0 and the rule within 1 point of the oracle (mean); and the rule's
+    suspects over the whole run (precision and recall, mean over seeds)."""
+    rates = sorted({r for (r, m, _) in runs if m == "rule"})
+    L = ["## The targets of a rule that never costs accuracy (the rule alone)", "",
+         "Per rate, paired by seed, each run read at its epoch of best accuracy on the noisy validation split "
+         "(early-stopped; points of test accuracy): the rule alone minus full data (target: mean + 2 SE >= 0); "
+         "the oracle filter's margin over full data; where that margin is 2 points or more, the rule minus full "
+         "data must clear 0 by 2 SE and end within 1 point of the oracle (mean); and the samples any of the "
+         "rule's plans suspected, against the noisy ones (precision / recall, mean over seeds).", "",
+         "| noisy labels | seeds | rule - full: mean + 2 SE | oracle - full (margin) | rule - full: mean - 2 SE "
+         "| rule - oracle | suspects over the run |",
+         "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    shown = 0
+    for rate in rates:
+        seeds = [s for s in seeds_of(runs, rate) if (rate, "rule", s) in runs and (rate, "full", s) in runs]
+        if not seeds:
+            continue
+        shown += 1
+        gap = [es_of(runs, rate, "rule", s) - es_of(runs, rate, "full", s) for s in seeds]
+        m, se2, _ = gap_verdict(gap)
+        upper = f"{m:+.2f} (one seed)" if se2 is None else f"{m + se2:+.2f} ({'met' if m + se2 >= 0 else 'not met'})"
+        have = [s for s in seeds if (rate, "oracle", s) in runs]
+        margin = [es_of(runs, rate, "oracle", s) - es_of(runs, rate, "full", s) for s in have]
+        om = float(np.mean(margin)) if margin else None
+        if om is not None and om >= 2.0:
+            lower = f"{m:+.2f} (one seed)" if se2 is None else f"{m - se2:+.2f} ({'met' if m - se2 > 0 else 'not met'})"
+            to = float(np.mean([es_of(runs, rate, "rule", s) - es_of(runs, rate, "oracle", s) for s in have]))
+            oracle_cell = f"{to:+.2f} ({'met' if to >= -1.0 else 'not met'})"
+        else:
+            lower = oracle_cell = "-" if om is not None else "no oracle run"
+        sus = [runs[(rate, "rule", s)]["suspects"] for s in seeds]
+        if any(d["suspected"] for d in sus):
+            found = (f"{np.mean([d['precision'] or 0.0 for d in sus]):.3f} / "
+                     f"{np.mean([d['recall'] or 0.0 for d in sus]):.3f}")  # fmt: skip
+        else:
+            found = "none suspected"
+        L.append(f"| {round(100 * rate)}% | {len(seeds)} | {upper} | {'-' if om is None else f'{om:+.2f}'} | {lower} "
+                 f"| {oracle_cell} | {found} |")  # fmt: skip
+    return L + [""] if shown else []
 
 
 def _span(xs: list[float], d: int = 2) -> str:

@@ -50,6 +50,8 @@ CIFAR = ROOT / "docs" / "quality-runs" / "cifar-gpu" / "results.json"
 CIFAR_CPU = ROOT / "docs" / "quality-runs" / "cifar-cpu" / "results.json"
 PAIRS_V2 = ROOT / "docs" / "quality-runs" / "baselines-pairs-v2"
 PAIRS_V2_DOC = ROOT / "docs" / "baselines-v2.md"
+SST2_V2 = ROOT / "docs" / "quality-runs" / "baselines-labels-v2"
+SST2_V2_DOC = ROOT / "docs" / "baselines-labels-v2.md"
 #: The label noise of the GPU CIFAR-10 and SST-2 studies came from a salted CRC32 (dependent pick and
 #: offset, cleanlab folds holding the noisy samples together): their rows are shown, marked, and left out of
 #: the findings.
@@ -82,23 +84,37 @@ def rows() -> list[dict]:
     out += [r for kind in ("sym40", "asym40") if (r := cifar_row(CIFAR, kind, "rule", **gpu))]
     if CIFAR_CPU.exists():
         out += cifar_cpu_rows()
-    data = baselines_labels.load_all(baselines_labels.RESULTS)["runs"]
-    if data:
-        rate = 0.4
+    out += sst2_rows(baselines_labels.RESULTS, "docs/baselines-labels.md", rule=CRC32, superseded=True)
+    if SST2_V2.exists():
+        out += sst2_rows(SST2_V2, SST2_V2_DOC.relative_to(ROOT).as_posix())
+    return out
+
+
+def sst2_rows(results: Path, doc: str, **fields: Any) -> list[dict]:
+    """The rule alone's rows of one SST-2 results folder, at each noise rate of study A where it and full
+    data ran (``fields``: rule, superseded; the rule's version and draws otherwise from the folder's
+    provenance.json)."""
+    data = baselines_labels.load_all(results)["runs"]
+    prov = read_provenance(results)
+    fields = {"rule": f"{prov['rule_version']}, {prov['short']}" if prov else "-", **fields}
+    sub = results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
+    out = []
+    for rate in sorted({k[0] for k in data if k[1] == "rule"} & set(baselines_labels.RATES_A)):
         es = baselines_labels.paired(data, rate, "rule", "full-es")
         oracle = baselines_labels.paired(data, rate, "rule", "oracle")
         seeds = [s for s, _ in es]
+        if not seeds:
+            continue
         share = [data[(rate, "rule", s)]["samples_trained"] / data[(rate, "full", s)]["samples_trained"]
                  for s in seeds if "samples_trained" in data[(rate, "rule", s)]]  # fmt: skip
         fired = any(data[(rate, "rule", s)]["suspects"]["active_epochs"] for s in seeds)
-        sub = baselines_labels.RESULTS.relative_to(ROOT / "docs" / "quality-runs").as_posix()
         used = [data[k] for s in seeds for m in ("rule", "full", "oracle") if (k := (rate, m, s)) in data]
-        out.append({"data": "SST-2, 40% noisy labels", "model": "bag of n-grams, CPU",
-                    "family": "SST-2", "level": "40% noisy labels", "rule": CRC32, "superseded": True,
-                    "config": "rule alone" + ("" if fired else " (never active)"),
-                    "metric": "accuracy", "share": share, "es": [g for _, g in es], "oracle": [g for _, g in oracle],
+        level = f"{round(100 * rate)}% noisy labels"
+        out.append({"data": f"SST-2, {level}", "model": "bag of n-grams, CPU", "family": "SST-2", "level": level,
+                    "config": "rule alone" + ("" if fired else " (never active)"), "metric": "accuracy",
+                    "share": share, "es": [g for _, g in es], "oracle": [g for _, g in oracle],
                     "oracle_seeds": [s for s, _ in oracle], "runs": [(f"{sub}/{r['_file']}", r) for r in used],
-                    "seeds": seeds, "doc": "docs/baselines-labels.md"})  # fmt: skip
+                    "seeds": seeds, "doc": doc, **fields})  # fmt: skip
     return out
 
 

@@ -172,3 +172,36 @@ def test_the_plan_needs_the_rule_and_the_folds_and_the_report_lists_a_crashed_ru
     line = "`sst2-n20-E3-full-s0`: crashed after 0 epochs (RuntimeError: no sentences); no result"
     assert (data["runs"], data["unfinished"]) == ({}, [line])
     assert f"\nCrashed or cut short (run again by the next invocation): {line}.\n" in bl.render(data)
+
+
+def test_the_keyed_hash_rerun_report_is_generated_from_its_result_files() -> None:
+    folder, doc = ROOT / "docs" / "quality-runs" / "baselines-labels-v2", ROOT / "docs" / "baselines-labels-v2.md"
+    if not folder.exists():
+        pytest.skip("the keyed-hash rerun has no result files in this checkout")
+    assert doc.read_text() == bl.render(bl.load_all(folder), doc)
+
+
+def _run(val: list[float], test: list[float], suspected: int = 0, precision: float | None = None,
+         recall: float = 0.0) -> dict:  # fmt: skip
+    """A result of the study's shape: per-epoch validation and test accuracy, and the rule's suspects."""
+    epochs = [{"probe": {"val_acc": v}, "test_acc": t} for v, t in zip(val, test)]
+    return {"epochs": epochs, "test_acc": test[-1],
+            "suspects": {"suspected": suspected, "precision": precision, "recall": recall}}  # fmt: skip
+
+
+def test_targets_read_every_run_at_its_best_validation_epoch_and_apply_the_oracle_margin() -> None:
+    runs = {}
+    for s, (rule_es, full_es, oracle_es) in enumerate(((0.70, 0.69, 0.75), (0.71, 0.69, 0.76), (0.72, 0.69, 0.74))):
+        # the best validation epoch is epoch 1 in every run: its test accuracy is what is read
+        runs[(0.4, "rule", s)] = _run([0.5, 0.9, 0.6], [0.1, rule_es, 0.2], 100, 0.9, 0.8)
+        runs[(0.4, "full", s)] = _run([0.5, 0.9, 0.6], [0.1, full_es, 0.99])
+        runs[(0.4, "oracle", s)] = _run([0.5, 0.9, 0.6], [0.1, oracle_es, 0.0])
+    runs[(0.2, "rule", 0)] = _run([0.9, 0.5], [0.60, 0.50])  # nothing suspected, one seed, no oracle run
+    runs[(0.2, "full", 0)] = _run([0.9, 0.5], [0.60, 0.50])
+    lines = bl._targets(runs)
+    # 40%: gaps +1, +2, +3 (mean +2, 2 SE = 2 * 1 / sqrt(3) = 1.1547); the oracle's margin +6, +7, +5 (mean +6)
+    assert lines[-3:] == [
+        "| 20% | 1 | +0.00 (one seed) | - | no oracle run | no oracle run | none suspected |",
+        "| 40% | 3 | +3.15 (met) | +6.00 | +0.85 (met) | -4.00 (not met) | 0.900 / 0.800 |",
+        "",
+    ]
