@@ -463,9 +463,11 @@ def report(ctx: Ctx) -> str:
     levels = sorted({n for n, _ in ctx.rounds} | ({ctx.extra[0]} if ctx.extra else set()))
     low = sorted({n for n, _ in ctx.low} - set(levels))
     threads = sorted({v["machine"]["torch_threads"] for v in runs.values()})
-    command = "python -m studies baselines_pairs --report-only" + (
-        "" if ctx.results == RESULTS else f" --results {path_label(ctx.results)} --doc {path_label(ctx.doc)}"
-    ) + ("" if ctx.low == LOW_ROUNDS else f" --low-seeds {1 + max(s for _, s in ctx.low)}")
+    command = (
+        "python -m studies baselines_pairs --report-only"
+        + ("" if ctx.results == RESULTS else f" --results {path_label(ctx.results)} --doc {path_label(ctx.doc)}")
+        + ("" if ctx.low == LOW_ROUNDS else f" --low-seeds {1 + max(s for _, s in ctx.low)}")
+    )
     L = [
         "# Baselines: the noise rule on generated shape pairs against what a reviewer would set beside it",
         "",
