@@ -730,6 +730,41 @@ def _study_a_rate(runs: dict, rate: float, n: int) -> list[str]:
                 L.append(f"| {LABELS[m]} | {s} | {d['suspected']} | {_f(d['precision'], 3)} | {_f(d['recall'], 3)} | "
                          f"{c[1]}, {c[0]:.3f} | {len(d['active_epochs'])} of {len(d['plans'])} | "
                          f"{_largest_d(d['plans'])} |")  # fmt: skip
+    return L + [""] + _per_epoch(runs, rate)
+
+
+def _mean_of(xs: list[float | None], d: int = 3) -> str:
+    """The mean of the values that are not None, or '-' if none is."""
+    got = [x for x in xs if x is not None]
+    return f"{np.mean(got):.{d}f}" if got else "-"
+
+
+def _per_epoch(runs: dict, rate: float) -> list[str]:
+    """Per epoch, means over the seeds: the detection AUC of the rule's score (each sample's mean loss so far)
+    in full data's runs, where every sample is trained every epoch, with the two-mode test fitted to those
+    scores (Ashman's D, the upper component's weight); and the rule alone's plan of the next epoch (its test's
+    D, the suspects, their precision and recall among the noisy samples)."""
+    full = [r for (ra, m, _), r in sorted(runs.items()) if ra == rate and m == "full" and r.get("signal")]
+    rules = [r for (ra, m, _), r in sorted(runs.items()) if ra == rate and m == "rule"]
+    if not full and not rules:
+        return []
+    n = max([len(r["signal"]) for r in full] + [len(r["suspects"]["plans"]) for r in rules])
+    L = ["Per epoch, means over the seeds: the detection AUC of the rule's score (each sample's mean loss so far) in "
+         f"full data's runs ({len(full)} seed{'s' if len(full) != 1 else ''}; every sample trained every epoch) and "
+         "the two-mode test fitted to those scores; the rule alone's plan for that epoch (its test's D, the samples "
+         f"it suspected, their precision and recall among the noisy samples; {len(rules)} "
+         f"seed{'s' if len(rules) != 1 else ''}):", "",
+         "| epoch | AUC, full data | D, full data | upper weight | rule: D | suspected | precision | recall |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for e in range(n):
+        sig = [next((x for x in r["signal"] if x["epoch"] == e), None) for r in full]
+        plan = [next((x for x in r["suspects"]["plans"] if x["epoch"] == e), None) for r in rules]
+        sig, plan = [x for x in sig if x], [x for x in plan if x]
+        L.append(f"| {e} | {_mean_of([x['auc'] for x in sig])} | {_mean_of([x['D'] for x in sig], 2)} | "
+                 f"{_mean_of([x['upper_weight'] for x in sig], 2)} | "
+                 f"{_mean_of([x['noise_separation'] for x in plan], 2)} | "
+                 f"{_mean_of([x['suspected'] for x in plan], 0) if plan else '-'} | "
+                 f"{_mean_of([x['precision'] for x in plan])} | {_mean_of([x['recall'] for x in plan])} |")  # fmt: skip
     return L + [""]
 
 
