@@ -21,6 +21,7 @@ COMMANDS = {
     "cifar_gpu": "studies.cifar_gpu",
     "words_noise": "studies.words_noise",
     "headline": "studies.headline",
+    "rule_mechanisms": "studies.rule_mechanisms",
     "instability": "studies.quality.instability",
     "collapses": "studies.quality.collapses",
     "collapse": "studies.quality.collapse",
