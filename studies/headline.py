@@ -283,8 +283,9 @@ def verdict_block() -> str:
     for r in rs:
         if not r["config"].startswith("rule + random"):
             continue
-        a = next((x for x in alone if (x["data"], x["model"], x.get("rule")) == (r["data"], r["model"], r.get("rule"))),
-                 None)  # the rule alone of the same version and draws
+        a = next(
+            (x for x in alone if (x["data"], x["model"], x.get("rule")) == (r["data"], r["model"], r.get("rule"))), None
+        )  # the rule alone of the same version and draws
         if a is not None and a["share"] and r["share"]:
             both.append((r, a))
     if both:
@@ -293,9 +294,9 @@ def verdict_block() -> str:
             (mr, _, vr), (ma, _, va) = gap_verdict(r["es"]), gap_verdict(a["es"])
             kept = "kept all of" if mr >= ma else "kept part of" if mr > 0 else "lost"
             version = r["rule"].split(",")[0]
-            parts.append(f"{r['level']} (rule version {version}): {mr:+.1f} ({vr}) at {np.mean(r['share']):.2f} of the samples trained, "
-                         f"against the rule alone's {ma:+.1f} ({va}) at {np.mean(a['share']):.2f}, so it {kept} the "
-                         "rule's gain")  # fmt: skip
+            parts.append(f"{r['level']} (rule version {version}): {mr:+.1f} ({vr}) at {np.mean(r['share']):.2f} "
+                         f"of the samples trained, against the rule alone's {ma:+.1f} ({va}) at "
+                         f"{np.mean(a['share']):.2f}, so it {kept} the rule's gain")  # fmt: skip
         where = " and ".join(dict.fromkeys(f"{r['family']}, {r['model']}" for r, _ in both))
         L.append(f"  Random pruning on top (r=0.19), on the {where}: " + "; ".join(parts) + ".")
     gone = sorted({f"{r['family']}, {r['model']}" for r in rows() if r.get("superseded")})

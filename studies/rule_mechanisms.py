@@ -223,20 +223,23 @@ def own_runs(kind: str, rs: list[dict]) -> list[str]:
         return []
     last = [r["rows"][-1] for r in own]
     traj = [r["scores"]["mean"]["epochs"][-1] for r in rs]
-    return [f"The rule's own runs at {kind} (docs/cifar-cpu.md, seeds "
-            f"{', '.join(str(r['seed']) for r in own)}; its suspects leave the training set), at their last plan: "
-            f"{_mean([x['suspected'] for x in last], 0)} suspected at precision "
-            f"{_mean([x['precision'] for x in last])} "
-            f"and recall {_mean([x['recall'] for x in last])}, the mixture's upper weight "
-            f"{_mean([x['noise_components']['weight'][1] for x in last], 2)} and its own threshold "
-            f"{_mean([x['noise_fit_threshold'] for x in last], 2)} under the floor "
-            f"{_mean([x['noise_floor'] for x in last], 2)}. On full data's trajectory the same score's last plan: "
-            f"{_mean([x['suspected'] for x in traj], 0)} suspected at precision "
-            f"{_mean([x['precision'] for x in traj])} "
-            f"and recall {_mean([x['recall'] for x in traj])}, its upper weight "
-            f"{_mean([x['upper_weight'] for x in traj], 2)}. Leaving out changes the trajectory: a clean image left "
-            "out is only re-checked at weight 0 from then on and never learnt from, while on full data's trajectory "
-            "it goes on being trained.", ""]
+    return [
+        f"The rule's own runs at {kind} (docs/cifar-cpu.md, seeds "
+        f"{', '.join(str(r['seed']) for r in own)}; its suspects leave the training set), at their last plan: "
+        f"{_mean([x['suspected'] for x in last], 0)} suspected at precision "
+        f"{_mean([x['precision'] for x in last])} "
+        f"and recall {_mean([x['recall'] for x in last])}, the mixture's upper weight "
+        f"{_mean([x['noise_components']['weight'][1] for x in last], 2)} and its own threshold "
+        f"{_mean([x['noise_fit_threshold'] for x in last], 2)} under the floor "
+        f"{_mean([x['noise_floor'] for x in last], 2)}. On full data's trajectory the same score's last plan: "
+        f"{_mean([x['suspected'] for x in traj], 0)} suspected at precision "
+        f"{_mean([x['precision'] for x in traj])} "
+        f"and recall {_mean([x['recall'] for x in traj])}, its upper weight "
+        f"{_mean([x['upper_weight'] for x in traj], 2)}. Leaving out changes the trajectory: a clean image left "
+        "out is only re-checked at weight 0 from then on and never learnt from, while on full data's trajectory "
+        "it goes on being trained.",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
