@@ -466,7 +466,7 @@ def report(ctx: Ctx) -> str:
     command = (
         "python -m studies baselines_pairs --report-only"
         + ("" if ctx.results == RESULTS else f" --results {path_label(ctx.results)} --doc {path_label(ctx.doc)}")
-        + ("" if ctx.low == LOW_ROUNDS else f" --low-seeds {1 + max(s for _, s in ctx.low)}")
+        + ("" if ctx.low == LOW_ROUNDS else f" --low-seeds {1 + max((s for _, s in ctx.low), default=-1)}")
     )
     L = [
         "# Baselines: the noise rule on generated shape pairs against what a reviewer would set beside it",
