@@ -535,6 +535,15 @@ def manage(args: argparse.Namespace) -> None:
         tmp.write_text(json.dumps({"meta": meta, "runs": results}, indent=1))
         os.replace(tmp, out / "results.json")
 
+    # runs the work folder finished before (another invocation's, or a copied work folder's) count as
+    # done from the start: a job whose input is one of them is ready, not "an input failed"
+    for f in work.glob("*.result.json"):
+        try:
+            r = json.loads(f.read_text())
+        except ValueError:
+            continue
+        if r.get("status") == "done" and results.get(r["id"], {}).get("status") != "done":
+            results[r["id"]] = r
     running: dict[str, subprocess.Popen] = {}
     pending = [j for j in jobs if results.get(j["id"], {}).get("status") != "done"]
     while pending or running:

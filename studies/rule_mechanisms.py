@@ -187,8 +187,8 @@ def report(results: dict) -> str:
         L += [f"## {kind}: {rs[0]['noisy']:,} of {rs[0]['samples']:,} training labels noisy "
               f"(seeds {', '.join(str(r['seed']) for r in rs)})", "",
               "Over the whole run (every sample any plan suspected; means over the seeds):", "",
-              "| score | first active plan (made after epoch) | suspected | precision | recall | clean suspects by true class "
-              "(largest first) |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+              "| score | first active plan (made after epoch) | suspected | precision | recall | clean suspects by "
+              "true class (largest first) |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for name in SCORES:
             s = [r["scores"][name] for r in rs]
             first = [next((t["epoch"] for t in x["epochs"] if t["active"]), None) for x in s]

@@ -73,6 +73,14 @@ def test_tiny_cpu_run(tmp_path: Path) -> None:
     assert runs["sym40-dynrand-s0"]["params"] == {"r": round(rule["pruned"], 4)}
     assert runs["sym40-equal-s0"]["trained"] == rule["trained"] == runs["sym40-equal-s0"]["budget"]
     assert rule["params"] == {"noise": True} and rule["policy"] == "full"
+    # a new results folder over the same work folder: the rule's finished run there is dynamic random's input
+    (out / "work" / "sym40-dynrand-s0.result.json").unlink()
+    again = [*cmd[: cmd.index("--out") + 1], str(tmp_path / "again"), *cmd[cmd.index("--out") + 2 : -1],
+             "--work", str(out / "work"), "--only=-dynrand-s0"]  # fmt: skip
+    subprocess.run(again, check=True, capture_output=True, timeout=600, cwd=ROOT)
+    rerun = json.loads((tmp_path / "again" / "results.json").read_text())["runs"]
+    assert rerun["sym40-dynrand-s0"]["status"] == "done"
+    assert rerun["sym40-dynrand-s0"]["params"] == runs["sym40-dynrand-s0"]["params"]
 
 
 def test_the_detection_auc_is_the_mann_whitney_statistic_with_ties_at_half():
