@@ -719,9 +719,12 @@ def targets_section(runs: dict, shares: list[float]) -> list[str]:
             lower = oracle_cell = "-" if om is not None else "no oracle run"
         whole = [runs[(noise, "rule", s)].get("run_suspects") for s in seeds]
         if all(whole) and noise:
-            p = np.mean([w["precision"] or 0.0 for w in whole])
+            # precision is defined where a run suspected something: its mean over those runs, and how many
+            found = [w["precision"] for w in whole if w["suspected"]]
             r = np.mean([w["recall"] or 0.0 for w in whole])
-            sus = f"{p:.3f} / {r:.3f}"
+            sus = f"{np.mean(found):.3f} / {r:.3f}" if found else f"- / {r:.3f} (nothing suspected)"
+            if found and len(found) < len(whole):
+                sus += f" (precision of the {len(found)} of {len(whole)} runs that suspected any)"
         elif all(whole):
             sus = f"{', '.join(str(w['suspected']) for w in whole)} suspected"
         else:

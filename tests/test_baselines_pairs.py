@@ -259,3 +259,20 @@ def test_a_results_folder_with_its_provenance_gets_its_own_page(tmp_path: Path) 
     )
     assert "3 finished runs on one machine" in text
     assert bp.DOC.read_text() == bp.report(bp.Ctx())  # the default page is untouched
+
+
+def test_targets_take_precision_over_the_runs_that_suspected_something() -> None:
+    def run(es: float, suspects: dict | None = None) -> dict:
+        return {"es": es, "run_suspects": suspects}
+
+    runs = {(0.03, "full", s): run(40.0) for s in range(3)}
+    runs |= {(0.03, "oracle", s): run(43.0) for s in range(3)}
+    runs[(0.03, "rule", 0)] = run(41.0, {"suspected": 239, "true_positives": 228, "precision": 0.954, "recall": 0.844})
+    for s in (1, 2):
+        runs[(0.03, "rule", s)] = run(40.0, {"suspected": 0, "true_positives": 0, "precision": None, "recall": 0.0})
+    runs |= {(0.1, m, 0): run(50.0, {"suspected": 0, "true_positives": 0, "precision": None, "recall": 0.0})
+             for m in ("full", "rule")}  # fmt: skip
+    lines = bp.targets_section(runs, [0.03, 0.1])
+    # 3%: gaps +1, 0, 0 (mean 0.33, 2 SE 0.67); recall over every run, precision over the one that suspected
+    assert lines[-3].endswith("| 0.954 / 0.281 (precision of the 1 of 3 runs that suspected any) |")
+    assert lines[-2] == "| 10% | 1 | one seed | - | no oracle run | no oracle run | - / 0.000 (nothing suspected) |"
