@@ -810,9 +810,11 @@ def _targets(runs: dict) -> list[str]:
         else:
             lower = oracle_cell = "-" if om is not None else "no oracle run"
         sus = [runs[(rate, "rule", s)]["suspects"] for s in seeds]
-        if any(d["suspected"] for d in sus):
-            found = (f"{np.mean([d['precision'] or 0.0 for d in sus]):.3f} / "
-                     f"{np.mean([d['recall'] or 0.0 for d in sus]):.3f}")  # fmt: skip
+        if any(d["suspected"] for d in sus):  # precision over the runs that suspected something, recall over all
+            some = [d["precision"] for d in sus if d["suspected"]]
+            found = f"{np.mean(some):.3f} / {np.mean([d['recall'] or 0.0 for d in sus]):.3f}"
+            if len(some) < len(sus):
+                found += f" (precision of the {len(some)} of {len(sus)} runs that suspected any)"
         else:
             found = "none suspected"
         L.append(f"| {round(100 * rate)}% | {len(seeds)} | {upper} | {'-' if om is None else f'{om:+.2f}'} | {lower} "
