@@ -198,7 +198,11 @@ def test_targets_read_every_run_at_its_best_validation_epoch_and_apply_the_oracl
         runs[(0.4, "oracle", s)] = _run([0.5, 0.9, 0.6], [0.1, oracle_es, 0.0])
     runs[(0.2, "rule", 0)] = _run([0.9, 0.5], [0.60, 0.50])  # nothing suspected, one seed, no oracle run
     runs[(0.2, "full", 0)] = _run([0.9, 0.5], [0.60, 0.50])
+    runs[(0.1, "rule", 0)] = _run([0.9, 0.5], [0.60, 0.50], 10, 0.5, 0.4)  # one run suspected, one did not
+    runs[(0.1, "rule", 1)] = _run([0.9, 0.5], [0.60, 0.50])
+    runs[(0.1, "full", 0)] = runs[(0.1, "full", 1)] = _run([0.9, 0.5], [0.60, 0.50])
     lines = bl._targets(runs)
+    assert lines[-4].endswith("| 0.500 / 0.200 (precision of the 1 of 2 runs that suspected any) |")
     # 40%: gaps +1, +2, +3 (mean +2, 2 SE = 2 * 1 / sqrt(3) = 1.1547); the oracle's margin +6, +7, +5 (mean +6)
     assert lines[-3:] == [
         "| 20% | 1 | +0.00 (one seed) | - | no oracle run | no oracle run | none suspected |",
