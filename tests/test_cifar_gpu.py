@@ -189,3 +189,13 @@ def test_merged_results_keep_each_run_once_finished_first_and_every_invocation()
         "y": ("done", 2),
         "z": ("cut", 0),
     }
+
+
+def test_a_merged_run_keeps_its_invocation_where_a_later_copy_has_none():
+    stamped = {"commit": "a", "argv": ["a"]}
+    one = {"meta": {"invocations": [stamped]},
+           "runs": {"x": {"id": "x", "status": "done", "rows": [1], "invocation": stamped}}}  # fmt: skip
+    copy = {"meta": {"invocations": []}, "runs": {"x": {"id": "x", "status": "done", "rows": [1]},
+                                                  "n": {"id": "n", "status": "done", "rows": [1]}}}  # fmt: skip
+    merged = cifar_gpu.merge_results([one, copy])["runs"]
+    assert merged["x"]["invocation"] == stamped and "invocation" not in merged["n"]
