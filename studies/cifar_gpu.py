@@ -929,9 +929,9 @@ def merge_results(docs: list[dict]) -> dict:
     """One results file from several invocations' (drivers run side by side on one work folder, or
     one after another into other folders): each run id once, a finished run over an unfinished
     one, else the one with more epochs, else the later file's; ``meta`` is the last file's, its
-    ``invocations`` every file's in order, each once. Each run keeps its own ``invocation``, also
-    where the later file holds it without one (a work folder's copy of the run, which that file's
-    driver found finished and did not start)."""
+    ``invocations`` every file's in order, each once. Each run keeps its own ``invocation``. A run
+    both files hold with the same rows (a work folder's copy, which the later file's driver found
+    finished and did not start) keeps what either added to it (its invocation, ``run_suspects``)."""
     runs: dict[str, dict] = {}
     invocations: list[dict] = []
     for doc in docs:
@@ -941,10 +941,12 @@ def merge_results(docs: list[dict]) -> dict:
         for rid, r in doc["runs"].items():
             old = runs.get(rid)
             rank = (r.get("status") == "done", len(r.get("rows", [])))
-            if old is None or rank >= (old.get("status") == "done", len(old.get("rows", []))):
-                if old is not None and "invocation" in old and "invocation" not in r and old["id"] == r["id"]:
-                    # the same run copied into another work folder: the copy's driver did not start it
-                    r = {**r, "invocation": old["invocation"]}
+            before = None if old is None else (old.get("status") == "done", len(old.get("rows", [])))
+            if old is None or rank >= before:
+                if rank == before and r.get("rows") == old.get("rows"):
+                    # the same run copied into another work folder, whose driver found it finished: what
+                    # the earlier file added to it (its invocation, its suspects over the run) stays
+                    r = {**old, **r}
                 runs[rid] = r
     return {"meta": {**docs[-1]["meta"], "invocations": invocations}, "runs": dict(sorted(runs.items()))}
 

@@ -193,9 +193,14 @@ def test_merged_results_keep_each_run_once_finished_first_and_every_invocation()
 
 def test_a_merged_run_keeps_its_invocation_where_a_later_copy_has_none():
     stamped = {"commit": "a", "argv": ["a"]}
+    suspects = {"suspected": 3, "precision": 1.0}
     one = {"meta": {"invocations": [stamped]},
-           "runs": {"x": {"id": "x", "status": "done", "rows": [1], "invocation": stamped}}}  # fmt: skip
+           "runs": {"x": {"id": "x", "status": "done", "rows": [1], "invocation": stamped, "run_suspects": suspects},
+                    "y": {"id": "y", "status": "cut", "rows": [1], "invocation": stamped}}}  # fmt: skip
     copy = {"meta": {"invocations": []}, "runs": {"x": {"id": "x", "status": "done", "rows": [1]},
+                                                  "y": {"id": "y", "status": "done", "rows": [1, 2]},
                                                   "n": {"id": "n", "status": "done", "rows": [1]}}}  # fmt: skip
     merged = cifar_gpu.merge_results([one, copy])["runs"]
-    assert merged["x"]["invocation"] == stamped and "invocation" not in merged["n"]
+    assert merged["x"] == {"id": "x", "status": "done", "rows": [1], "invocation": stamped, "run_suspects": suspects}
+    # a finished run over a cut one is another run: nothing of the cut one's record stays
+    assert merged["y"] == {"id": "y", "status": "done", "rows": [1, 2]} and "invocation" not in merged["n"]
