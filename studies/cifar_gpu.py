@@ -695,6 +695,19 @@ def provenance(meta: dict, runs: dict, log: Path | None = None) -> str:
 RULE_METHODS = ("rule", "rulerand", "rule1")
 
 
+def precision_recall(records: list[dict]) -> str:
+    """'precision / recall' of the rule's suspects, means over runs (or plans): the precision over those
+    that suspected something (a run that suspected nothing has none), the recall over all."""
+    found = [x["precision"] for x in records if x.get("precision") is not None]
+    r = float(np.mean([x["recall"] or 0.0 for x in records]))
+    if not found:
+        return f"- / {r:.3f} (nothing suspected)"
+    text = f"{np.mean(found):.3f} / {r:.3f}"
+    if len(found) < len(records):
+        text += f" (precision of the {len(found)} of {len(records)} that suspected any)"
+    return text
+
+
 def method_line(
     kind: str, method: str, text: str, got: list[dict], runs: dict, where: str, name: str,
     rule_methods: tuple[str, ...], over_run: bool,
@@ -715,11 +728,9 @@ def method_line(
     share = np.mean([row["noisy_learnt"] / max(1, row["learnt"]) for row in last])
     whole = [g.get("run_suspects") for g in got]
     if method in rule_methods and over_run and all(whole):
-        p, r = np.mean([w["precision"] or 0 for w in whole]), np.mean([w["recall"] or 0 for w in whole])
-        removal = f"{p:.3f} / {r:.3f} (suspects over the run)"
+        removal = f"{precision_recall(whole)} (suspects over the run)"
     elif method in rule_methods:
-        p, r = np.mean([row["precision"] or 0 for row in last]), np.mean([row["recall"] for row in last])
-        removal = f"{p:.3f} / {r:.3f} (suspects, last plan)"
+        removal = f"{precision_recall(last)} (suspects, last plan)"
     elif method == "cleanlab":
         removal = f"{np.mean([g['precision'] for g in got]):.3f} / {np.mean([g['recall'] for g in got]):.3f}"
     elif method == "oracle":
@@ -1047,7 +1058,7 @@ def cpu_targets(rs: dict, seeds: list[int]) -> list[str]:
             )
     whole = [rs[("rule", s)].get("run_suspects") for s in seeds if ("rule", s) in rs]
     whole = [w for w in whole if w]
-    if whole:
+    if whole:  # a run that suspected nothing has no precision: 0 here, so that the target is not met
         p = float(np.mean([w["precision"] or 0.0 for w in whole]))
         r = float(np.mean([w["recall"] or 0.0 for w in whole]))
         out.append(
