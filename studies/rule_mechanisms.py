@@ -223,6 +223,12 @@ def own_runs(kind: str, rs: list[dict]) -> list[str]:
         return []
     last = [r["rows"][-1] for r in own]
     traj = [r["scores"]["mean"]["epochs"][-1] for r in rs]
+    if not any(row.get("noise_active") for r in own for row in r["rows"]):
+        return [
+            f"The rule's own runs at {kind} (docs/cifar-cpu.md, seeds {', '.join(str(r['seed']) for r in own)}) "
+            "never became active: they trained what full data trained.",
+            "",
+        ]
     return [
         f"The rule's own runs at {kind} (docs/cifar-cpu.md, seeds "
         f"{', '.join(str(r['seed']) for r in own)}; its suspects leave the training set), at their last plan: "
