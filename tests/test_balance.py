@@ -421,8 +421,17 @@ def test_openclip_adapt_balances_every_rank_of_its_pipeline(tmp_path, monkeypatc
 
 # ---------------------------------------------------------------------------------- what the deal cannot see
 def loader_keys(ds, workers: int) -> list[tuple[str, str]]:
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
-    return [(shard_name(s["__url__"]), s["__key__"]) for s in loader]
+    """The (shard, key) a real DataLoader yields. Its workers are shut down (joined) before this
+    returns or raises: when one worker raises, a sibling still starting writes its slot claim a
+    moment later, and the exception's traceback keeps the loader alive, so without the shutdown
+    that claim could land after the test had cleared the claims and moved on to another shape."""
+    batches = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+    try:
+        return [(shard_name(s["__url__"]), s["__key__"]) for s in batches]
+    finally:
+        shutdown = getattr(batches, "_shutdown_workers", None)  # torch's own __del__ step; absent for num_workers=0
+        if shutdown is not None:
+            shutdown()
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
