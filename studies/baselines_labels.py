@@ -51,7 +51,16 @@ from studies.quality.layout import Layout
 from studies.quality.machine import machine_of
 from studies.quality.pipeline import eval_batches, evaluate
 from tools.draws import stratified_folds
-from tools.results import PROVENANCE, gap_verdict, path_label, provenance_lines, read_provenance
+from tools.results import (
+    PROVENANCE,
+    gap_verdict,
+    mean_cell,
+    path_label,
+    precision_recall,
+    provenance_lines,
+    read_provenance,
+    rule_targets,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-labels"
@@ -733,12 +742,6 @@ def _study_a_rate(runs: dict, rate: float, n: int) -> list[str]:
     return L + [""] + _per_epoch(runs, rate)
 
 
-def _mean_of(xs: list[float | None], d: int = 3) -> str:
-    """The mean of the values that are not None, or '-' if none is."""
-    got = [x for x in xs if x is not None]
-    return f"{np.mean(got):.{d}f}" if got else "-"
-
-
 def _per_epoch(runs: dict, rate: float) -> list[str]:
     """Per epoch, means over the seeds: the detection AUC of the rule's score (each sample's mean loss so far)
     in full data's runs, where every sample is trained every epoch, with the two-mode test fitted to those
@@ -760,11 +763,12 @@ def _per_epoch(runs: dict, rate: float) -> list[str]:
         sig = [next((x for x in r["signal"] if x["epoch"] == e), None) for r in full]
         plan = [next((x for x in r["suspects"]["plans"] if x["epoch"] == e), None) for r in rules]
         sig, plan = [x for x in sig if x], [x for x in plan if x]
-        L.append(f"| {e} | {_mean_of([x['auc'] for x in sig])} | {_mean_of([x['D'] for x in sig], 2)} | "
-                 f"{_mean_of([x['upper_weight'] for x in sig], 2)} | "
-                 f"{_mean_of([x['noise_separation'] for x in plan], 2)} | "
-                 f"{_mean_of([x['suspected'] for x in plan], 0) if plan else '-'} | "
-                 f"{_mean_of([x['precision'] for x in plan])} | {_mean_of([x['recall'] for x in plan])} |")  # fmt: skip
+        L.append(f"| {e} | {mean_cell([x['auc'] for x in sig])} | {mean_cell([x['D'] for x in sig], 2)} | "
+                 f"{mean_cell([x['upper_weight'] for x in sig], 2)} | "
+                 f"{mean_cell([x['noise_separation'] for x in plan], 2)} | "
+                 f"{mean_cell([x['suspected'] for x in plan], 0) if plan else '-'} | "
+                 f"{mean_cell([x['precision'] for x in plan])} | "
+                 f"{mean_cell([x['recall'] for x in plan])} |")  # fmt: skip
     return L + [""]
 
 
@@ -798,25 +802,26 @@ def _targets(runs: dict) -> list[str]:
             continue
         shown += 1
         gap = [es_of(runs, rate, "rule", s) - es_of(runs, rate, "full", s) for s in seeds]
-        m, se2, _ = gap_verdict(gap)
-        upper = f"{m:+.2f} (one seed)" if se2 is None else f"{m + se2:+.2f} ({'met' if m + se2 >= 0 else 'not met'})"
         have = [s for s in seeds if (rate, "oracle", s) in runs]
-        margin = [es_of(runs, rate, "oracle", s) - es_of(runs, rate, "full", s) for s in have]
-        om = float(np.mean(margin)) if margin else None
-        if om is not None and om >= 2.0:
-            lower = f"{m:+.2f} (one seed)" if se2 is None else f"{m - se2:+.2f} ({'met' if m - se2 > 0 else 'not met'})"
-            to = float(np.mean([es_of(runs, rate, "rule", s) - es_of(runs, rate, "oracle", s) for s in have]))
-            oracle_cell = f"{to:+.2f} ({'met' if to >= -1.0 else 'not met'})"
+        t = rule_targets(gap, [es_of(runs, rate, "oracle", s) - es_of(runs, rate, "full", s) for s in have],
+                         [es_of(runs, rate, "rule", s) - es_of(runs, rate, "oracle", s) for s in have])  # fmt: skip
+        m, om = t["mean"], t["margin"]
+        upper = (
+            f"{m:+.2f} (one seed)"
+            if t["upper"] is None
+            else f"{t['upper']:+.2f} ({'met' if t['upper_met'] else 'not met'})"
+        )
+        if t["applies"]:
+            lower = (
+                f"{m:+.2f} (one seed)"
+                if t["lower"] is None
+                else f"{t['lower']:+.2f} ({'met' if t['lower_met'] else 'not met'})"
+            )
+            oracle_cell = f"{t['to_oracle']:+.2f} ({'met' if t['to_oracle_met'] else 'not met'})"
         else:
             lower = oracle_cell = "-" if om is not None else "no oracle run"
         sus = [runs[(rate, "rule", s)]["suspects"] for s in seeds]
-        if any(d["suspected"] for d in sus):  # precision over the runs that suspected something, recall over all
-            some = [d["precision"] for d in sus if d["suspected"]]
-            found = f"{np.mean(some):.3f} / {np.mean([d['recall'] or 0.0 for d in sus]):.3f}"
-            if len(some) < len(sus):
-                found += f" (precision of the {len(some)} of {len(sus)} runs that suspected any)"
-        else:
-            found = "none suspected"
+        found = precision_recall(sus) if any(d["suspected"] for d in sus) else "none suspected"
         L.append(f"| {round(100 * rate)}% | {len(seeds)} | {upper} | {'-' if om is None else f'{om:+.2f}'} | {lower} "
                  f"| {oracle_cell} | {found} |")  # fmt: skip
     return L + [""] if shown else []

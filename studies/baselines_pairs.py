@@ -58,7 +58,7 @@ from studies.quality import harness
 from studies.quality.harness import Job, load
 from studies.quality.layout import child_env, python_m
 from tools import draws
-from tools.results import gap_verdict, path_label, provenance_lines
+from tools.results import gap_verdict, path_label, precision_recall, provenance_lines, rule_targets
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "baselines-pairs"
@@ -706,25 +706,21 @@ def targets_section(runs: dict, shares: list[float]) -> list[str]:
         if not seeds:
             continue
         gap = [runs[(noise, "rule", s)]["es"] - runs[(noise, "full", s)]["es"] for s in seeds]
-        m, se2, _ = gap_verdict(gap)
-        upper = "one seed" if se2 is None else f"{m + se2:+.1f} ({'met' if m + se2 >= 0 else 'not met'})"
         have = [s for s in seeds if (noise, "oracle", s) in runs]
-        margin = [runs[(noise, "oracle", s)]["es"] - runs[(noise, "full", s)]["es"] for s in have]
-        om = float(np.mean(margin)) if margin else None
-        if om is not None and om >= 2.0:
-            lower = "one seed" if se2 is None else f"{m - se2:+.1f} ({'met' if m - se2 > 0 else 'not met'})"
-            to = float(np.mean([runs[(noise, "rule", s)]["es"] - runs[(noise, "oracle", s)]["es"] for s in have]))
-            oracle_cell = f"{to:+.1f} ({'met' if to >= -1.0 else 'not met'})"
+        t = rule_targets(gap, [runs[(noise, "oracle", s)]["es"] - runs[(noise, "full", s)]["es"] for s in have],
+                         [runs[(noise, "rule", s)]["es"] - runs[(noise, "oracle", s)]["es"] for s in have])  # fmt: skip
+        upper = "one seed" if t["upper"] is None else f"{t['upper']:+.1f} ({'met' if t['upper_met'] else 'not met'})"
+        om = t["margin"]
+        if t["applies"]:
+            lower = (
+                "one seed" if t["lower"] is None else f"{t['lower']:+.1f} ({'met' if t['lower_met'] else 'not met'})"
+            )
+            oracle_cell = f"{t['to_oracle']:+.1f} ({'met' if t['to_oracle_met'] else 'not met'})"
         else:
             lower = oracle_cell = "-" if om is not None else "no oracle run"
         whole = [runs[(noise, "rule", s)].get("run_suspects") for s in seeds]
         if all(whole) and noise:
-            # precision is defined where a run suspected something: its mean over those runs, and how many
-            found = [w["precision"] for w in whole if w["suspected"]]
-            r = np.mean([w["recall"] or 0.0 for w in whole])
-            sus = f"{np.mean(found):.3f} / {r:.3f}" if found else f"- / {r:.3f} (nothing suspected)"
-            if found and len(found) < len(whole):
-                sus += f" (precision of the {len(found)} of {len(whole)} runs that suspected any)"
+            sus = precision_recall(whole)
         elif all(whole):
             sus = f"{', '.join(str(w['suspected']) for w in whole)} suspected"
         else:

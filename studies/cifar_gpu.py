@@ -72,7 +72,7 @@ from studies.quality.data import asymmetric_offsets, noise_offsets
 from studies.quality.layout import child_env, python_m
 from studies.quality.pairs import auc_of
 from tools import draws
-from tools.results import argv_labels, path_label, write_json
+from tools.results import argv_labels, gap_verdict, path_label, precision_recall, rule_targets, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 #: how an invocation ran this study, recorded with it (``program``); one recorded before that field was
@@ -659,8 +659,6 @@ def gpu_floor(runs: dict) -> float | None:
 
 
 def _gap_line(name: str, gaps: list[float], floor: float | None) -> str:
-    from tools.results import gap_verdict
-
     m, se2, v = gap_verdict(gaps, floor=floor)
     per = ", ".join(f"{100 * g:+.2f}" for g in gaps)
     return f"| {name} | {per} | {100 * m:+.2f} | {'-' if se2 is None else f'{100 * se2:.2f}'} | {v} |"
@@ -693,19 +691,6 @@ def provenance(meta: dict, runs: dict, log: Path | None = None) -> str:
 
 #: The CPU study's methods that run the noise rule (their removal cell: the suspects)
 RULE_METHODS = ("rule", "rulerand", "rule1")
-
-
-def precision_recall(records: list[dict]) -> str:
-    """'precision / recall' of the rule's suspects, means over runs (or plans): the precision over those
-    that suspected something (a run that suspected nothing has none), the recall over all."""
-    found = [x["precision"] for x in records if x.get("precision") is not None]
-    r = float(np.mean([x["recall"] or 0.0 for x in records]))
-    if not found:
-        return f"- / {r:.3f} (nothing suspected)"
-    text = f"{np.mean(found):.3f} / {r:.3f}"
-    if len(found) < len(records):
-        text += f" (precision of the {len(found)} of {len(records)} that suspected any)"
-    return text
 
 
 def method_line(
@@ -1022,40 +1007,37 @@ def cpu_targets(rs: dict, seeds: list[int]) -> list[str]:
     """The targets of a rule that never costs accuracy (for the rule, version 2), each with its
     figure and verdict: never resolved below early-stopped full data; where the oracle beats it by
     2 points or more, above it and within 1 point of the oracle; suspects over the run."""
-    from tools.results import gap_verdict
-
     out = ["| target | figure | verdict |", "| --- | --- | --- |"]
     rule_es = cpu_gaps(rs, seeds, "rule", "full-es")
+    oracle = [early_stopped(rs[("oracle", s)])["test_acc"] - early_stopped(rs[("full", s)])["test_acc"]
+              for s in seeds if ("oracle", s) in rs and ("full", s) in rs]  # fmt: skip
+    to_oracle = [early_stopped(rs[("rule", s)])["test_acc"] - early_stopped(rs[("oracle", s)])["test_acc"]
+                 for s in seeds if ("rule", s) in rs and ("oracle", s) in rs]  # fmt: skip
+    t = rule_targets(rule_es, oracle, to_oracle, point=0.01)
+    m, se2 = t["mean"], t["se2"]
     if rule_es:
-        m, se2, _ = gap_verdict(rule_es)
         upper = m + (se2 or 0.0)
-        ok = "met" if se2 is not None and upper >= 0 else "not met" if se2 is not None else "one seed: not judged"
+        ok = "met" if t["upper_met"] else "not met" if se2 is not None else "one seed: not judged"
         out.append(
             f"| rule (early-stopped) minus full data (early-stopped): mean + 2 SE >= 0 | {100 * m:+.2f} + "
             f"{'-' if se2 is None else f'{100 * se2:.2f}'} = {100 * upper:+.2f} | {ok} |"
         )
-    oracle = [early_stopped(rs[("oracle", s)])["test_acc"] - early_stopped(rs[("full", s)])["test_acc"]
-              for s in seeds if ("oracle", s) in rs and ("full", s) in rs]  # fmt: skip
     if oracle:
-        om = float(np.mean(oracle))
         out.append(
-            f"| the oracle filter minus full data, both early-stopped (the margin noise leaves) | {100 * om:+.2f} | "
-            f"{'2 points or more: the two targets below apply' if om >= 0.02 else 'under 2 points'} |"
+            f"| the oracle filter minus full data, both early-stopped (the margin noise leaves) | "
+            f"{100 * t['margin']:+.2f} | "
+            f"{'2 points or more: the two targets below apply' if t['applies'] else 'under 2 points'} |"
         )
-        if om >= 0.02 and rule_es:
-            m, se2, _ = gap_verdict(rule_es)
-            lower = m - (se2 or 0.0)
+        if t["applies"] and rule_es:
             out.append(
-                f"| rule minus full data, both early-stopped: mean - 2 SE > 0 | {100 * lower:+.2f} | "
-                f"{'met' if se2 is not None and lower > 0 else 'not met'} |"
+                f"| rule minus full data, both early-stopped: mean - 2 SE > 0 | {100 * (m - (se2 or 0.0)):+.2f} | "
+                f"{'met' if t['lower_met'] else 'not met'} |"
             )
-            to_oracle = [early_stopped(rs[("rule", s)])["test_acc"] - early_stopped(rs[("oracle", s)])["test_acc"]
-                         for s in seeds if ("rule", s) in rs and ("oracle", s) in rs]  # fmt: skip
-            tm = float(np.mean(to_oracle))
-            out.append(
-                f"| rule within 1 point of the oracle filter (both early-stopped, mean) | {100 * tm:+.2f} | "
-                f"{'met' if tm >= -0.01 else 'not met'} |"
-            )
+            if t["to_oracle"] is not None:
+                out.append(
+                    f"| rule within 1 point of the oracle filter (both early-stopped, mean) | "
+                    f"{100 * t['to_oracle']:+.2f} | {'met' if t['to_oracle_met'] else 'not met'} |"
+                )
     whole = [rs[("rule", s)].get("run_suspects") for s in seeds if ("rule", s) in rs]
     whole = [w for w in whole if w]
     if whole:  # a run that suspected nothing has no precision: 0 here, so that the target is not met
@@ -1127,8 +1109,6 @@ def report_cpu(results_path: Path) -> str:
         "../shared/data/cifar10 --out OUT --jobs 2 --kinds sym40 --seeds 0,1,2 --model resnet8 --batch 256 "
         "--lr 0.1 --threads 1`, then `--union OUT/results.json` and `--report OUT/results.json`.",
     ]
-    from tools.results import gap_verdict  # noqa: F401  (the one verdict rule, through cpu_targets)
-
     for kind in [k for k in ("sym20", "sym40", "asym40") if any(r["kind"] == k for r in runs.values())]:
         rs = _cpu_rs(runs, kind)
         lines += ["", f"## {KIND_TEXT[kind]}", ""]

@@ -39,7 +39,7 @@ import numpy as np
 
 from studies import baselines_labels, baselines_pairs, cifar_gpu
 from studies.quality import instability
-from tools.results import gap_verdict, read_provenance
+from tools.results import gap_verdict, rule_label
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -95,8 +95,7 @@ def sst2_rows(results: Path, doc: str, **fields: Any) -> list[dict]:
     data ran (``fields``: rule, superseded; the rule's version and draws otherwise from the folder's
     provenance.json)."""
     data = baselines_labels.load_all(results)["runs"]
-    prov = read_provenance(results)
-    fields = {"rule": f"{prov['rule_version']}, {prov['short']}" if prov else "-", **fields}
+    fields = {"rule": rule_label(results), **fields}
     sub = results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
     out = []
     for rate in sorted({k[0] for k in data if k[1] == "rule"} & set(baselines_labels.RATES_A)):
@@ -124,8 +123,7 @@ def pair_rows(ctx: baselines_pairs.Ctx) -> list[dict]:
     out = []
     pairs = baselines_pairs.read(ctx)
     folder = ctx.results.relative_to(ROOT / "docs" / "quality-runs").as_posix()
-    prov = read_provenance(ctx.results)
-    rule = f"{prov['rule_version']}, {prov['short']}" if prov else "-"
+    rule = rule_label(ctx.results)
     doc = ctx.doc.relative_to(ROOT).as_posix()
 
     def pair_runs(keys: list[tuple]) -> list[tuple[str, dict]]:

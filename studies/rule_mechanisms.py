@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from tools.results import path_label
+from studies.quality.pairs import auc_of
+from tools.results import mean_cell, path_label
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "quality-runs" / "rule-mechanisms" / "results.json"
@@ -87,12 +88,6 @@ def scores(name: str, losses: np.ndarray, e: int, labels: np.ndarray) -> tuple[n
         z_mean[rows] = (mean[rows] - mu) / sd
         z_last[rows] = (last[rows] - mu) / sd
     return z_mean, z_last
-
-
-def auc_of(score: np.ndarray, positive: np.ndarray) -> float:
-    from studies.quality.pairs import auc_of as auc
-
-    return auc(score, positive)
 
 
 def trajectory(losses: np.ndarray, labels: np.ndarray, noisy: np.ndarray, name: str) -> list[dict]:
@@ -154,11 +149,6 @@ def study_run(work: Path, kind: str, seed: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------ the report
-def _mean(xs: list, d: int = 3) -> str:
-    got = [x for x in xs if x is not None]
-    return f"{np.mean(got):.{d}f}" if got else "-"
-
-
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
@@ -195,8 +185,8 @@ def report(results: dict) -> str:
             by = np.sum([x["clean_by_class"] for x in s], axis=0) / len(s)
             top = ", ".join(f"{CLASSES[c]} {by[c]:.0f}" for c in np.argsort(-by, kind="stable")[:4] if by[c] > 0)
             L.append(f"| `{name}` | {', '.join('-' if f is None else str(f) for f in first)} | "
-                     f"{_mean([x['run_suspects'] for x in s], 0)} | {_mean([x['run_precision'] for x in s])} | "
-                     f"{_mean([x['run_recall'] for x in s])} | {top or '-'} |")  # fmt: skip
+                     f"{mean_cell([x['run_suspects'] for x in s], 0)} | {mean_cell([x['run_precision'] for x in s])} | "
+                     f"{mean_cell([x['run_recall'] for x in s])} | {top or '-'} |")  # fmt: skip
         L += ["", "Per epoch (the plan made after it), means over the seeds: the score's detection AUC, the "
               "mixture's D and upper weight, and the plan's suspects:", ""]  # fmt: skip
         head = "| epoch | " + " | ".join(f"`{n}`: AUC | D | suspected | precision | recall" for n in SCORES) + " |"
@@ -205,9 +195,9 @@ def report(results: dict) -> str:
             cells = []
             for name in SCORES:
                 t = [r["scores"][name]["epochs"][e] for r in rs]
-                cells += [_mean([x["auc"] for x in t]), _mean([x["D"] for x in t], 2),
-                          _mean([x["suspected"] for x in t], 0), _mean([x["precision"] for x in t]),
-                          _mean([x["recall"] for x in t])]  # fmt: skip
+                cells += [mean_cell([x["auc"] for x in t]), mean_cell([x["D"] for x in t], 2),
+                          mean_cell([x["suspected"] for x in t], 0), mean_cell([x["precision"] for x in t]),
+                          mean_cell([x["recall"] for x in t])]  # fmt: skip
             L.append(f"| {e} | " + " | ".join(cells) + " |")
         L += ["", *own_runs(kind, rs)]
     return "\n".join(L)
@@ -232,16 +222,16 @@ def own_runs(kind: str, rs: list[dict]) -> list[str]:
     return [
         f"The rule's own runs at {kind} (docs/cifar-cpu.md, seeds "
         f"{', '.join(str(r['seed']) for r in own)}; its suspects leave the training set), at their last plan: "
-        f"{_mean([x['suspected'] for x in last], 0)} suspected at precision "
-        f"{_mean([x['precision'] for x in last])} "
-        f"and recall {_mean([x['recall'] for x in last])}, the mixture's upper weight "
-        f"{_mean([x['noise_components']['weight'][1] for x in last], 2)} and its own threshold "
-        f"{_mean([x['noise_fit_threshold'] for x in last], 2)} under the floor "
-        f"{_mean([x['noise_floor'] for x in last], 2)}. On full data's trajectory the same score's last plan: "
-        f"{_mean([x['suspected'] for x in traj], 0)} suspected at precision "
-        f"{_mean([x['precision'] for x in traj])} "
-        f"and recall {_mean([x['recall'] for x in traj])}, its upper weight "
-        f"{_mean([x['upper_weight'] for x in traj], 2)}. Leaving out changes the trajectory: a clean image left "
+        f"{mean_cell([x['suspected'] for x in last], 0)} suspected at precision "
+        f"{mean_cell([x['precision'] for x in last])} "
+        f"and recall {mean_cell([x['recall'] for x in last])}, the mixture's upper weight "
+        f"{mean_cell([x['noise_components']['weight'][1] for x in last], 2)} and its own threshold "
+        f"{mean_cell([x['noise_fit_threshold'] for x in last], 2)} under the floor "
+        f"{mean_cell([x['noise_floor'] for x in last], 2)}. On full data's trajectory the same score's last plan: "
+        f"{mean_cell([x['suspected'] for x in traj], 0)} suspected at precision "
+        f"{mean_cell([x['precision'] for x in traj])} "
+        f"and recall {mean_cell([x['recall'] for x in traj])}, its upper weight "
+        f"{mean_cell([x['upper_weight'] for x in traj], 2)}. Leaving out changes the trajectory: a clean image left "
         "out is only re-checked at weight 0 from then on and never learnt from, while on full data's trajectory "
         "it goes on being trained.",
         "",

@@ -204,11 +204,3 @@ def test_a_merged_run_keeps_its_invocation_where_a_later_copy_has_none():
     assert merged["x"] == {"id": "x", "status": "done", "rows": [1], "invocation": stamped, "run_suspects": suspects}
     # a finished run over a cut one is another run: nothing of the cut one's record stays
     assert merged["y"] == {"id": "y", "status": "done", "rows": [1, 2]} and "invocation" not in merged["n"]
-
-
-def test_precision_is_over_the_runs_that_suspected_something():
-    some = {"precision": 0.9, "recall": 0.6}
-    none = {"precision": None, "recall": 0.0}
-    assert cifar_gpu.precision_recall([some, some]) == "0.900 / 0.600"
-    assert cifar_gpu.precision_recall([some, none]) == "0.900 / 0.300 (precision of the 1 of 2 that suspected any)"
-    assert cifar_gpu.precision_recall([none]) == "- / 0.000 (nothing suspected)"

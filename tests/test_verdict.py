@@ -1,10 +1,12 @@
 """tools.results.gap_verdict: the one verdict rule and wording of every report (baselines pages, the CIFAR
-GPU page, README's headline, the benchmarks' paired-ratio notes), case by case on hand-computed gaps."""
+GPU page, README's headline, the benchmarks' paired-ratio notes), case by case on hand-computed gaps; and the
+other cells every study page shares: the targets of a rule that never costs accuracy, precision / recall of
+suspects, a mean cell."""
 
 from __future__ import annotations
 
 from benchmarks import common
-from tools.results import gap_verdict
+from tools.results import gap_verdict, mean_cell, precision_recall, rule_targets
 
 
 def _r(result: tuple[float, float | None, str]) -> tuple[float, float | None, str]:
@@ -68,3 +70,32 @@ def test_paired_ratio_notes_use_the_same_words() -> None:
     assert common.ratio_note("stage", one, 0.03, pct=True) == (
         "stage: +2.0%, median +2.0% of 1 pairs; target <= +3%: one round: mean below, not resolved"
     )
+
+
+def test_precision_is_over_the_runs_that_suspected_something():
+    some = {"precision": 0.9, "recall": 0.6}
+    none = {"precision": None, "recall": 0.0}
+    assert precision_recall([some, some]) == "0.900 / 0.600"
+    assert precision_recall([some, none]) == "0.900 / 0.300 (precision of the 1 of 2 runs that suspected any)"
+    assert precision_recall([none]) == "- / 0.000 (nothing suspected)"
+
+
+def test_mean_cell_leaves_out_missing_values():
+    assert (mean_cell([0.5, None, 0.25]), mean_cell([2.0, 3.0], 0), mean_cell([None])) == ("0.375", "2", "-")
+
+
+def test_rule_targets_on_hand_computed_gaps():
+    # gaps 1 and 3 points: mean 2, 2 SE = 2; oracle margins 3 and 5 (mean 4 >= 2: the stricter targets apply)
+    t = rule_targets([1.0, 3.0], [3.0, 5.0], [-2.0, -1.0])
+    assert {k: t[k] for k in ("mean", "se2", "upper", "upper_met", "margin", "applies")} == {
+        "mean": 2.0, "se2": 2.0, "upper": 4.0, "upper_met": True, "margin": 4.0, "applies": True}  # fmt: skip
+    assert (t["lower"], t["lower_met"], t["to_oracle"], t["to_oracle_met"]) == (0.0, False, -1.5, False)
+    # the same in fractions, one point = 0.01: a margin of 0.019 does not apply, the rule just within 2 SE
+    f = rule_targets([-0.01, 0.01], [0.019], [], point=0.01)
+    assert (f["upper_met"], f["margin"], f["applies"], f["lower"], f["to_oracle"]) == (True, 0.019, False, None, None)
+    # one seed: no 2 SE, no verdict on either bound; within 1 point of the oracle is still read from the mean
+    one = rule_targets([-0.5], [2.5], [-1.0])
+    assert (one["se2"], one["upper"], one["upper_met"], one["lower"], one["lower_met"], one["to_oracle_met"]) == (
+        None, None, None, None, False, True)  # fmt: skip
+    # no oracle run: nothing stricter applies
+    assert rule_targets([1.0, 2.0], [], [])["applies"] is False

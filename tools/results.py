@@ -127,6 +127,58 @@ def verdict_of(
     return "met" if good else ("above" if at_most else "below")
 
 
+def mean_cell(xs: list[float | None], d: int = 3) -> str:
+    """A table cell: the mean of the values that are not None to ``d`` decimals, or '-' if none is."""
+    got = [x for x in xs if x is not None]
+    return f"{sum(got) / len(got):.{d}f}" if got else "-"
+
+
+def precision_recall(records: list[dict]) -> str:
+    """'precision / recall' of a rule's suspects, one record a run (its suspects over the run, or its last
+    plan's): the precision is the mean over the runs that suspected something (``precision`` not None: a run
+    that suspected nothing has none), the recall the mean over all (None read as 0). The one wording of
+    every study's page."""
+    found = [x["precision"] for x in records if x.get("precision") is not None]
+    r = sum(x["recall"] or 0.0 for x in records) / len(records)
+    if not found:
+        return f"- / {r:.3f} (nothing suspected)"
+    text = f"{sum(found) / len(found):.3f} / {r:.3f}"
+    if len(found) < len(records):
+        text += f" (precision of the {len(found)} of {len(records)} runs that suspected any)"
+    return text
+
+
+def rule_targets(gaps: list[float], margins: list[float], to_oracle: list[float], point: float = 1.0) -> dict:
+    """The targets of a rule that never costs accuracy (docs/algorithms.md §12.12), one rule for every
+    study's page. ``gaps``: the rule minus full data per seed, ``margins``: the oracle filter minus full data,
+    ``to_oracle``: the rule minus the oracle filter, all early-stopped and in the same unit, of which
+    ``point`` is one point of accuracy (0.01 for fractions). Returns:
+
+    * ``mean``, ``se2`` (2 SE, None for one seed) of ``gaps`` (both None where there are none);
+    * ``upper`` = mean + 2 SE and ``upper_met`` (>= 0), None for one seed: the rule never costs accuracy;
+    * ``margin``: the mean of ``margins`` (None without an oracle run); ``applies`` where it is 2 points or
+      more, and then ``lower`` = mean - 2 SE with ``lower_met`` (> 0; not met for one seed, ``lower`` None)
+      and ``to_oracle`` (its mean) with ``to_oracle_met`` (within 1 point of the oracle filter).
+    """
+    t: dict = dict.fromkeys(("mean", "se2", "upper", "upper_met", "margin", "lower", "lower_met", "to_oracle",
+                             "to_oracle_met"))  # fmt: skip
+    if gaps:
+        t["mean"], t["se2"], _ = gap_verdict(gaps)
+        if t["se2"] is not None:
+            t["upper"] = t["mean"] + t["se2"]
+            t["upper_met"] = t["upper"] >= 0
+    if margins:
+        t["margin"] = float(sum(margins) / len(margins))
+    t["applies"] = t["margin"] is not None and t["margin"] >= 2 * point
+    if t["applies"] and gaps:
+        t["lower"] = None if t["se2"] is None else t["mean"] - t["se2"]
+        t["lower_met"] = t["lower"] is not None and t["lower"] > 0
+        if to_oracle:
+            t["to_oracle"] = float(sum(to_oracle) / len(to_oracle))
+            t["to_oracle_met"] = t["to_oracle"] >= -point
+    return t
+
+
 #: A results folder's provenance file (not a run: every reader of the folder's runs passes it by)
 PROVENANCE = "provenance.json"
 
@@ -137,6 +189,13 @@ def read_provenance(results: Path) -> dict:
     ``superseded_by``, ``note``), or {}."""
     path = results / PROVENANCE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def rule_label(results: Path) -> str:
+    """'<rule version>, <draws' short name>' of a results folder's :data:`PROVENANCE`, or '-' without one:
+    the rule column of the headline's rows."""
+    p = read_provenance(results)
+    return f"{p['rule_version']}, {p['short']}" if p else "-"
 
 
 def provenance_lines(results: Path) -> list[str]:
