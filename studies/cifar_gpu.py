@@ -117,6 +117,7 @@ def prepare(data: str, cache: Path, limit: int | None = None) -> None:
     import multiprocessing as mp
 
     import seta_stream as seta
+    from seta_stream.ids import shard_name
 
     shards = sorted(glob.glob(os.path.join(data, "train-*.tar.gz")))
     tests = sorted(glob.glob(os.path.join(data, "test-*.tar.gz")))
@@ -131,7 +132,7 @@ def prepare(data: str, cache: Path, limit: int | None = None) -> None:
         ("test", decoded[10:], tests),
     ):
         keys = [k for p in parts for k in p[0]]
-        shard = [seta.shard_name(u) for u, p in zip(urls, parts) for _ in p[0]]
+        shard = [shard_name(u) for u, p in zip(urls, parts) for _ in p[0]]
         url = [u for u, p in zip(urls, parts) for _ in p[0]]
         x, y = np.concatenate([p[2] for p in parts]), np.array([v for p in parts for v in p[1]], dtype=np.int64)
         n = len(keys) if limit is None else min(limit, len(keys))

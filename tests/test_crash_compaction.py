@@ -184,7 +184,7 @@ def test_quarantine_then_kill_keeps_the_part_listed(template, reference, tmp_pat
 def test_second_compaction_is_refused_or_waits_for_the_lock(template, tmp_path):
     victim = clone(template, tmp_path / "run")
     code = (
-        "import sys; from seta_stream import compact, RunLockedError\n"
+        "import sys; from seta_stream import compact; from seta_stream.errors import RunLockedError\n"
         f"try:\n    r = compact({str(victim)!r}, on_corrupt='skip', lock_wait={{wait}})\n"
         "except RunLockedError as e:\n    print('LOCKED', e); sys.exit(3)\n"
         "print('FOLDED', r.parts_folded)\n"
@@ -206,7 +206,7 @@ def test_second_compaction_is_refused_or_waits_for_the_lock(template, tmp_path):
 def test_killed_recorder_loses_only_its_buffer_and_nothing_is_folded_twice(tmp_path):
     path = str(tmp_path / "run")
     code = (
-        "import os, signal, numpy as np; from seta_stream import LossRecorder\n"
+        "import os, signal, numpy as np; from seta_stream.testing import LossRecorder\n"
         f"r = LossRecorder({path!r}, flush_rows=6)\n"
         "for i in range(8):\n"
         "    r.record([f'k{4*i+j}' for j in range(4)], ['/d/s.tar'] * 4, np.full(4, float(i), np.float32))\n"
@@ -234,7 +234,7 @@ def test_recorder_without_close_flushes_at_normal_exit(tmp_path):
     pytest.importorskip("torch")  # bfloat16 losses
     path = str(tmp_path / "run")
     code = (
-        "import torch; from seta_stream import LossRecorder\n"
+        "import torch; from seta_stream.testing import LossRecorder\n"
         f"r = LossRecorder({path!r}, flush_rows=1000, epoch=2)\n"
         "r.record(['a', 'b', 'c'], ['/d/s.tar'] * 3, torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16))\n"
         "del_me = [r]  # still referenced at exit: atexit must flush it\n"

@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")
 
 import seta_stream as seta  # noqa: E402
+from seta_stream.ids import shard_name  # noqa: E402
 from tools import make_pair_shards as mps  # noqa: E402
 from tools import make_word_shards as mws  # noqa: E402
 
@@ -78,7 +79,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     def spy_record(self, keys, urls, losses, trained=None):  # noqa: ANN001, ANN202
         while len(out["delivered"]) <= self.epoch:
             out["delivered"].append([])
-        out["delivered"][self.epoch] += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+        out["delivered"][self.epoch] += [(shard_name(u), k) for u, k in zip(urls, keys)]
         return record(self, keys, urls, losses, trained)
 
     monkeypatch.setattr(seta, "weighted_mean", spy_mean)

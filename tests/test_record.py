@@ -163,7 +163,7 @@ def test_set_epoch_flushes_previous_epoch(tmp_path):
 
 def test_normal_exit_without_close_lands_the_buffer(tmp_path):
     code = (
-        "import torch; from seta_stream import LossRecorder\n"
+        "import torch; from seta_stream.testing import LossRecorder\n"
         f"r = LossRecorder({str(tmp_path / 'r')!r}, flush_rows=10**6)\n"
         "r.record(['a', 'b'], ['s.tar', 's.tar'], torch.tensor([1.0, 2.0]))\n"
     )
@@ -174,7 +174,7 @@ def test_normal_exit_without_close_lands_the_buffer(tmp_path):
 
 def test_sigkill_loses_only_the_unflushed_buffer(tmp_path):
     code = (
-        "import os, signal, torch; from seta_stream import LossRecorder\n"
+        "import os, signal, torch; from seta_stream.testing import LossRecorder\n"
         f"r = LossRecorder({str(tmp_path / 'r')!r}, flush_rows=4)\n"
         "for i in range(5):\n"
         "    r.record([f'k{2*i}', f'k{2*i+1}'], ['s.tar'] * 2, torch.tensor([1.0, 2.0]))\n"

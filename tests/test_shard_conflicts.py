@@ -25,7 +25,7 @@ RECORD = textwrap.dedent(
     import sys
     import numpy as np
     import webdataset as wds
-    from seta_stream import LossRecorder
+    from seta_stream.testing import LossRecorder
     run, rank, epoch, url = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     samples = list(wds.WebDataset(url, shardshuffle=False))
     with LossRecorder(run, rank=rank, epoch=epoch) as rec:

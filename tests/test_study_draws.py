@@ -307,12 +307,11 @@ def test_training_crops_and_flips_are_uniform_and_new_every_epoch() -> None:
 # ------------------------------------------------------------------------------------ the library's draws
 def _uids() -> tuple[np.ndarray, np.ndarray]:
     """The uids of CIFAR-10's 50,000 training samples as the library names them, and their shard index."""
-    import seta_stream as seta
-    from seta_stream.ids import sample_uids
+    from seta_stream.ids import sample_uids, shard_name
 
     keys, _ = cifar()
     shard = np.arange(len(keys)) // 5000
-    names = [seta.shard_name(f"/data/cifar10/train-{s:06d}.tar.gz") for s in shard.tolist()]
+    names = [shard_name(f"/data/cifar10/train-{s:06d}.tar.gz") for s in shard.tolist()]
     return sample_uids(names, keys), shard
 
 

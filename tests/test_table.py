@@ -312,7 +312,7 @@ def test_two_compaction_processes_at_once_leave_a_consistent_table(tmp_path):
                 np.random.default_rng(i).random(500, dtype=np.float32),
             )
     code = (
-        "import sys; from seta_stream import compact, RunLockedError\n"
+        "import sys; from seta_stream import compact; from seta_stream.errors import RunLockedError\n"
         f"try:\n    r = compact({str(tmp_path / 'r')!r}); print('done', r.parts_folded)\n"
         "except RunLockedError as e:\n    print('locked', e)\n"
     )

@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 import seta_stream as seta
 from seta_stream import list_samples
+from seta_stream.ids import shard_name
 from studies.engines.common import ORDER_SEED, compare, start_epoch
 from studies.engines.common import parser as engine_parser
 
@@ -282,7 +283,7 @@ def run(
             # batch size: a short last batch makes a step in proportion to its pairs
             seta.weighted_mean(losses, w, batch_size=args.batch_size).backward()
             opt.step()
-            pairs = [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+            pairs = [(shard_name(u), k) for u, k in zip(urls, keys)]
             noisy_seen += sum(p in noise for p in pairs)
             # pairs kept with weight 0 (the noise rule's re-checks) are measured, not learnt from
             learnt += sum(float(x) > 0 for x in w)

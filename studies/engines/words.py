@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 import seta_stream as seta
 from seta_stream import list_samples
+from seta_stream.ids import shard_name
 from studies.engines.common import ORDER_SEED, compare, start_epoch
 from studies.engines.common import parser as engine_parser
 
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace, policy: str, params: dict, run_dir: str, keep_
             seta.weighted_mean(losses, w, batch_size=args.batch_size).backward()
             opt.step()
             if keep_keys:
-                keys_this_epoch += [(seta.shard_name(u), k) for u, k in zip(urls, keys)]
+                keys_this_epoch += [(shard_name(u), k) for u, k in zip(urls, keys)]
             steps += 1
             seen += len(keys)
             last_batch = len(keys)
