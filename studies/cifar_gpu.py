@@ -948,37 +948,66 @@ def merge_results(docs: list[dict]) -> dict:
     return {"meta": {**docs[-1]["meta"], "invocations": invocations}, "runs": dict(sorted(runs.items()))}
 
 
-def add_run_suspects(results_path: Path, work: Path) -> None:
-    """Each rule run's suspects over the whole run (``run_suspects``: the samples any of its
-    plans held as suspects, from the run directory's plans, against the known noisy labels:
-    count, true positives, precision, recall), written into ``results_path``: the issue's
-    "suspects over the whole run". Runs without a run directory here are left as they are."""
-    import seta_stream as seta
+def suspect_history(suspected: np.ndarray, noisy: np.ndarray) -> dict[str, Any]:
+    """A rule run's suspects over the whole run from ``suspected`` (bool, samples x plans in
+    epoch order: whether each plan held the sample as a suspect, left out or re-checked at weight
+    0) and ``noisy`` (bool, a sample: its recorded label is wrong): the samples any plan suspected
+    (count, true positives, precision, recall), and how many of them were back in training at
+    the last plan, clean and noisy apart (``clean_back``, ``noisy_back``): the rule's way back
+    for a sample it took for noise."""
+    ever = suspected.any(axis=1)
+    back = ever & ~suspected[:, -1] if suspected.shape[1] else np.zeros_like(ever)
+    found, tp = int(ever.sum()), int(np.count_nonzero(ever & noisy))
+    return {
+        "suspected": found,
+        "true_positives": tp,
+        "precision": tp / found if found else None,
+        "recall": tp / int(noisy.sum()) if noisy.any() else None,
+        "clean_suspected": found - tp,
+        "clean_back": int(np.count_nonzero(back & ~noisy)),
+        "noisy_back": int(np.count_nonzero(back & noisy)),
+    }
+
+
+def add_run_suspects(results_path: Path, work: Path) -> list[str]:
+    """Each rule run's suspects over the whole run (``run_suspects``: :func:`suspect_history` of
+    the run directory's plans against the known noisy labels), written into ``results_path``: the
+    issue's "suspects over the whole run". Runs without a run directory here are left as they
+    are, and so is a run whose directory here is another run of that id (a run cut and made again
+    elsewhere: its plans' suspects, epoch by epoch, are not the ones the result file recorded).
+    Returns a line for each run left out that way."""
+    from seta_stream import load_plan
+    from seta_stream.errors import PlanMissingError
 
     doc = json.loads(results_path.read_text())
     d = np.load(work / "cifar10.npz")
     keys = d["train_keys"]
+    pos = {k: i for i, k in enumerate(keys.tolist())}
+    skipped = []
     for rid, r in doc["runs"].items():
         run_dir = work / f"run-{rid}"
         if r.get("status") != "done" or not r.get("params", {}).get("noise") or not run_dir.exists():
             continue
-        noisy = set(keys[noisy_labels(r["kind"], keys, d["train_y"]) != d["train_y"]].tolist())
-        found: set[str] = set()
-        for e in range(len(r["rows"])):
-            plan = seta.load_plan(str(run_dir), e, columns=["key", "reason"])
-            reason = np.asarray(plan.column("reason").to_pylist(), dtype=object)
-            pk = np.asarray(plan.column("key").to_pylist(), dtype=object)
-            found |= set(pk[(reason == "suspected_noise") | (reason == "noise_recheck")].tolist())
-        tp = len(found & noisy)
-        r["run_suspects"] = {
-            "suspected": len(found),
-            "true_positives": tp,
-            "precision": tp / len(found) if found else None,
-            "recall": tp / len(noisy) if noisy else None,
-        }
+        noisy = noisy_labels(r["kind"], keys, d["train_y"]) != d["train_y"]
+        suspected = np.zeros((len(keys), len(r["rows"])), dtype=bool)
+        try:
+            for e, row in enumerate(r["rows"]):
+                plan = load_plan(str(run_dir), e, columns=["key", "reason"])
+                reason = np.asarray(plan.column("reason").to_pylist(), dtype=object)
+                at = np.fromiter((pos[k] for k in plan.column("key").to_pylist()), np.int64, len(plan))
+                suspected[at, e] = (reason == "suspected_noise") | (reason == "noise_recheck")
+                if int(suspected[:, e].sum()) != row["suspected"]:
+                    raise ValueError(
+                        f"epoch {e}'s plan suspects {int(suspected[:, e].sum())}, the result {row['suspected']}"
+                    )
+        except (PlanMissingError, ValueError) as exc:
+            skipped.append(f"{run_dir}: not the run {results_path} recorded as {rid} ({exc}); left as it was")
+            continue
+        r["run_suspects"] = suspect_history(suspected, noisy)
     tmp = results_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     os.replace(tmp, results_path)
+    return skipped
 
 
 def _cpu_rs(runs: dict, kind: str) -> dict[tuple[str, int], dict]:
@@ -1201,7 +1230,8 @@ def main() -> None:
         write_json(out, merge_results([json.loads(x.read_text()) for x in inputs]))
         return None
     if args.union:
-        add_run_suspects(Path(args.union), Path(args.work or Path(args.union).parent / "work"))
+        for line in add_run_suspects(Path(args.union), Path(args.work or Path(args.union).parent / "work")):
+            print(line)
         return None
     if args.job:
         return job_main(args)

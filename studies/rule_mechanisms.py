@@ -232,10 +232,28 @@ def own_runs(kind: str, rs: list[dict]) -> list[str]:
         f"{mean_cell([x['precision'] for x in traj])} "
         f"and recall {mean_cell([x['recall'] for x in traj])}, its upper weight "
         f"{mean_cell([x['upper_weight'] for x in traj], 2)}. Leaving out changes the trajectory: a clean image left "
-        "out is only re-checked at weight 0 from then on and never learnt from, while on full data's trajectory "
-        "it goes on being trained.",
+        "out is only re-checked at weight 0 from then on and not learnt from, while on full data's trajectory "
+        f"it goes on being trained.{way_back(own)}",
         "",
     ]
+
+
+def way_back(own: list[dict]) -> str:
+    """A sentence on how many of the samples the rule's own runs ever suspected were back in
+    training at their last plan, clean and noisy apart (``run_suspects``, docs/cifar-cpu.md's
+    result file); "" where a run lacks the counts."""
+    whole = [r.get("run_suspects") or {} for r in own]
+    if not whole or not all("clean_back" in w for w in whole):
+        return ""
+    clean = [w["clean_back"] / w["clean_suspected"] if w["clean_suspected"] else 0.0 for w in whole]
+    noisy = [w["noisy_back"] / w["true_positives"] if w["true_positives"] else 0.0 for w in whole]
+    return (
+        f" Of the clean images any of its plans suspected ({mean_cell([w['clean_suspected'] for w in whole], 0)}, "
+        f"mean over the seeds), {mean_cell([w['clean_back'] for w in whole], 0)} were back in training at the "
+        f"last plan ({mean_cell(clean)} of them; seeds {', '.join(f'{c:.3f}' for c in clean)}); of the noisy ones "
+        f"{mean_cell([w['noisy_back'] for w in whole], 0)} of {mean_cell([w['true_positives'] for w in whole], 0)} "
+        f"({mean_cell(noisy)})."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

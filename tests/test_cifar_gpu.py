@@ -58,6 +58,17 @@ def test_tiny_cpu_run(tmp_path: Path) -> None:
            "--out", str(out), "--kinds", "sym40", "--seeds", "0", "--jobs", "2", "--limit", "300", "--epochs", "2",
            "--only=-(full|rule|oracle|dynrand|equal)-s0"]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, timeout=600, cwd=ROOT)
+    # the rule's suspects over the run, read back from its plans; a copy of the result file that
+    # records other suspects than the run directory's plans hold is another run: left as it was
+    other = json.loads((out / "results.json").read_text())
+    other["runs"]["sym40-rule-s0"]["rows"][1]["suspected"] = 1
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert cifar_gpu.add_run_suspects(tmp_path / "other.json", out / "work") == [
+        f"{out / 'work' / 'run-sym40-rule-s0'}: not the run {tmp_path / 'other.json'} recorded as sym40-rule-s0 "
+        "(epoch 1's plan suspects 0, the result 1); left as it was"
+    ]
+    assert "run_suspects" not in json.loads((tmp_path / "other.json").read_text())["runs"]["sym40-rule-s0"]
+    assert cifar_gpu.add_run_suspects(out / "results.json", out / "work") == []
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted(runs) == sorted(f"sym40-{m}-s0" for m in ("full", "rule", "oracle", "dynrand", "equal"))
     assert {r["status"] for r in runs.values()} == {"done"}
@@ -73,6 +84,9 @@ def test_tiny_cpu_run(tmp_path: Path) -> None:
     assert runs["sym40-dynrand-s0"]["params"] == {"r": round(rule["pruned"], 4)}
     assert runs["sym40-equal-s0"]["trained"] == rule["trained"] == runs["sym40-equal-s0"]["budget"]
     assert rule["params"] == {"noise": True} and rule["policy"] == "full"
+    # two epochs: the rule (warm-up 2) suspected nothing, and says so over the run
+    assert rule["run_suspects"] == {"suspected": 0, "true_positives": 0, "precision": None, "recall": 0.0,
+                                    "clean_suspected": 0, "clean_back": 0, "noisy_back": 0}  # fmt: skip
     # a new results folder over the same work folder: the rule's finished run there is dynamic random's input
     (out / "work" / "sym40-dynrand-s0.result.json").unlink()
     again = [*cmd[: cmd.index("--out") + 1], str(tmp_path / "again"), *cmd[cmd.index("--out") + 2 : -1],
@@ -81,6 +95,20 @@ def test_tiny_cpu_run(tmp_path: Path) -> None:
     rerun = json.loads((tmp_path / "again" / "results.json").read_text())["runs"]
     assert rerun["sym40-dynrand-s0"]["status"] == "done"
     assert rerun["sym40-dynrand-s0"]["params"] == runs["sym40-dynrand-s0"]["params"]
+
+
+def test_suspects_over_the_run_and_their_way_back():
+    """suspect_history on a hand-made run of 3 plans: a sample any plan suspected counts once;
+    one not suspected at the last plan is back in training, clean and noisy counted apart."""
+    suspected = np.array([[1, 1, 1], [1, 0, 0], [0, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=bool)
+    noisy = np.array([1, 0, 1, 0, 1, 0], dtype=bool)
+    assert cifar_gpu.suspect_history(suspected, noisy) == {
+        "suspected": 4, "true_positives": 2, "precision": 0.5, "recall": 2 / 3,
+        "clean_suspected": 2, "clean_back": 1, "noisy_back": 1,
+    }  # fmt: skip
+    none = cifar_gpu.suspect_history(np.zeros((6, 3), dtype=bool), noisy)
+    assert none == {"suspected": 0, "true_positives": 0, "precision": None, "recall": 0.0,
+                    "clean_suspected": 0, "clean_back": 0, "noisy_back": 0}  # fmt: skip
 
 
 def test_the_detection_auc_is_the_mann_whitney_statistic_with_ties_at_half():

@@ -43,3 +43,19 @@ def test_trajectory_finds_a_separate_high_mode_and_holds_its_threshold() -> None
     thresholds = [t["threshold"] for t in active]
     assert thresholds == sorted(thresholds)  # version 2: the floor never lets it fall
     assert all(t["auc"] == 1.0 for t in traj)
+
+
+def test_the_way_back_sentence_counts_what_the_rule_runs_gave_back() -> None:
+    """way_back: of the clean (noisy) samples the rule's runs ever suspected, the share back in
+    training at the last plan, each seed's and the mean; nothing where a run lacks the counts."""
+    from studies.rule_mechanisms import way_back
+
+    own = [
+        {"run_suspects": {"clean_suspected": 200, "clean_back": 20, "true_positives": 1000, "noisy_back": 10}},
+        {"run_suspects": {"clean_suspected": 100, "clean_back": 5, "true_positives": 900, "noisy_back": 0}},
+    ]
+    assert way_back(own) == (
+        " Of the clean images any of its plans suspected (150, mean over the seeds), 12 were back in training at"
+        " the last plan (0.075 of them; seeds 0.100, 0.050); of the noisy ones 5 of 950 (0.005)."
+    )
+    assert way_back([own[0], {"run_suspects": {"suspected": 3}}]) == ""
