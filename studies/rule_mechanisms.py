@@ -245,12 +245,14 @@ def way_back(own: list[dict]) -> str:
     whole = [r.get("run_suspects") or {} for r in own]
     if not whole or not all("clean_back" in w for w in whole):
         return ""
-    clean = [w["clean_back"] / w["clean_suspected"] if w["clean_suspected"] else 0.0 for w in whole]
-    noisy = [w["noisy_back"] / w["true_positives"] if w["true_positives"] else 0.0 for w in whole]
+    # a run that suspected no clean (noisy) sample has no share of them: left out of the mean, "-" as a seed's
+    clean = [w["clean_back"] / w["clean_suspected"] if w["clean_suspected"] else None for w in whole]
+    noisy = [w["noisy_back"] / w["true_positives"] if w["true_positives"] else None for w in whole]
+    seeds = ", ".join("-" if c is None else f"{c:.3f}" for c in clean)
     return (
         f" Of the clean images any of its plans suspected ({mean_cell([w['clean_suspected'] for w in whole], 0)}, "
         f"mean over the seeds), {mean_cell([w['clean_back'] for w in whole], 0)} were back in training at the "
-        f"last plan ({mean_cell(clean)} of them; seeds {', '.join(f'{c:.3f}' for c in clean)}); of the noisy ones "
+        f"last plan ({mean_cell(clean)} of them; seeds {seeds}); of the noisy ones "
         f"{mean_cell([w['noisy_back'] for w in whole], 0)} of {mean_cell([w['true_positives'] for w in whole], 0)} "
         f"({mean_cell(noisy)})."
     )

@@ -59,3 +59,9 @@ def test_the_way_back_sentence_counts_what_the_rule_runs_gave_back() -> None:
         " the last plan (0.075 of them; seeds 0.100, 0.050); of the noisy ones 5 of 950 (0.005)."
     )
     assert way_back([own[0], {"run_suspects": {"suspected": 3}}]) == ""
+    # a run that suspected nothing has no share: out of the mean, "-" as its seed's
+    nothing = {"run_suspects": {"clean_suspected": 0, "clean_back": 0, "true_positives": 0, "noisy_back": 0}}
+    assert way_back([own[0], nothing]) == (
+        " Of the clean images any of its plans suspected (100, mean over the seeds), 10 were back in training at"
+        " the last plan (0.100 of them; seeds 0.100, -); of the noisy ones 5 of 500 (0.010)."
+    )
