@@ -978,6 +978,7 @@ def add_run_suspects(results_path: Path, work: Path) -> list[str]:
     Returns a line for each run left out that way."""
     from seta_stream import load_plan
     from seta_stream.errors import PlanMissingError
+    from studies.quality.noise import SUSPECT_REASONS
 
     doc = json.loads(results_path.read_text())
     d = np.load(work / "cifar10.npz")
@@ -993,20 +994,16 @@ def add_run_suspects(results_path: Path, work: Path) -> list[str]:
         try:
             for e, row in enumerate(r["rows"]):
                 plan = load_plan(str(run_dir), e, columns=["key", "reason"])
-                reason = np.asarray(plan.column("reason").to_pylist(), dtype=object)
+                held = np.isin(np.asarray(plan.column("reason").to_pylist(), dtype=object), SUSPECT_REASONS)
+                if int(held.sum()) != row["suspected"]:
+                    raise ValueError(f"epoch {e}'s plan suspects {int(held.sum())}, the result {row['suspected']}")
                 at = np.fromiter((pos[k] for k in plan.column("key").to_pylist()), np.int64, len(plan))
-                suspected[at, e] = (reason == "suspected_noise") | (reason == "noise_recheck")
-                if int(suspected[:, e].sum()) != row["suspected"]:
-                    raise ValueError(
-                        f"epoch {e}'s plan suspects {int(suspected[:, e].sum())}, the result {row['suspected']}"
-                    )
+                suspected[at, e] = held
         except (PlanMissingError, ValueError) as exc:
             skipped.append(f"{run_dir}: not the run {results_path} recorded as {rid} ({exc}); left as it was")
             continue
         r["run_suspects"] = suspect_history(suspected, noisy)
-    tmp = results_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, results_path)
+    write_json(results_path, doc)
     return skipped
 
 
